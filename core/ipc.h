@@ -1,0 +1,123 @@
+/* ipc: cross-process reference counts and limbo for exported device memory.
+ *
+ * This is the interface the shim drives; everything behind it is core
+ * (registry.c, leases, limbo, collector). The shim calls the real CUDA
+ * function where a result says so, and nothing else: the decisions are here.
+ *
+ * Conventions: functions return 0 or a positive IPC_* decision, or a negative
+ * errno. Pointers and contexts are opaque 64-bit values. "Untracked" (PASS)
+ * is always a safe answer: the shim then behaves as if it were not loaded.
+ * No function here blocks on another process for longer than the registry
+ * lock's critical section, except ipc_shutdown (bounded by IPCSHIM_EXIT_WAIT).
+ * Thread-safe throughout. */
+#ifndef IPCSHIM_IPC_H
+#define IPCSHIM_IPC_H
+
+#include "device_ops.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ipcshim_stats;
+
+#define IPC_HANDLE_BYTES 64
+
+/* The bytes of a CUipcMemHandle / cudaIpcMemHandle_t. */
+struct ipc_handle {
+    uint8_t bytes[IPC_HANDLE_BYTES];
+};
+
+/* Decisions returned to the shim. */
+enum {
+    IPC_PASS = 1, /* not ours: do the real call and nothing more */
+    IPC_DONE,     /* answered here: return success without the real call */
+    IPC_REAL,     /* do the real call, then the matching *_finish / commit */
+};
+
+/* Install the device operations. Cheap, idempotent; the registry is
+ * attached lazily on the first export or open. Must precede all else. */
+void ipc_init(const struct device_ops *ops);
+
+/* True once the registry is attached and usable in this process. */
+bool ipc_active(void);
+
+/* After a successful real get-handle on an allocation [base, base+size) in
+ * context ctx of device: record the block (or find the same allocation's
+ * record) and count one pending hand-off. 0; -ENOSPC when the registry is
+ * full and -ENODEV when it is unavailable (the export stays untracked and
+ * works as without the shim; logged once). */
+int ipc_export(const struct ipc_handle *h, uint64_t base, uint64_t size, int device, uint64_t ctx);
+
+/* A pending import, between ipc_open_begin and commit/abort. */
+struct ipc_open {
+    uint32_t block, lease;
+    uint64_t generation;
+    uint64_t ctx;
+    struct ipc_handle handle;
+};
+
+/* Before the real open of h in context ctx.
+ *   IPC_DONE: *ptr is the answer (the same handle already open in this
+ *     context, now counted once more; or this process's own export, whose
+ *     original pointer is returned without calling the driver).
+ *   IPC_REAL: a lease is held in the OPENING state; do the real open, then
+ *     ipc_open_commit(t, ptr) if it succeeded or ipc_open_abort(t) if not.
+ *   IPC_PASS: a handle the shim does not track (exporter not under the
+ *     shim, registry unavailable): open it for real, nothing else.
+ *   -ENOENT: a tracked block that can no longer be opened (its exporter
+ *     freed it with nothing holding it, or died): fail the open.
+ * Concurrent opens of one handle in one process return one pointer. */
+int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t, uint64_t *ptr);
+void ipc_open_commit(struct ipc_open *t, uint64_t ptr);
+void ipc_open_abort(struct ipc_open *t);
+
+/* A pending last close, between ipc_close_begin and ipc_close_finish. */
+struct ipc_close {
+    uint32_t block, lease;
+    uint64_t generation;
+    uint64_t ptr, ctx;
+};
+
+/* Before the real close of ptr.
+ *   IPC_DONE: not the last local close (or a close of an own export):
+ *     the count was dropped; return success.
+ *   IPC_REAL: the last local close: synchronize t->ctx if
+ *     IPCSHIM_CLOSE_SYNC, do the real close, then ipc_close_finish(t),
+ *     which drops the lease and wakes the exporter.
+ *   IPC_PASS: a pointer the shim did not open: pass it through (the driver
+ *     gives its own error for a double close or a garbage pointer). */
+int ipc_close_begin(uint64_t ptr, struct ipc_close *t);
+void ipc_close_finish(struct ipc_close *t);
+
+/* Before the real free of ptr.
+ *   IPC_PASS: not an exported allocation base: free it for real. This is
+ *     the hot path: a few nanoseconds when the process exports nothing.
+ *   IPC_DONE: a block with live leases or unclaimed hand-offs: it is now in
+ *     limbo and will be freed through device_ops; report success.
+ *   IPC_REAL: an exported block nothing holds: its record is retired (no
+ *     open can succeed any more); free it for real, then ipc_free_finish.
+ * Also collects this process's limbo when it is not empty. */
+int ipc_free_begin(uint64_t ptr);
+void ipc_free_finish(uint64_t ptr);
+
+/* Free every limbo block of this process that nothing holds any more
+ * (no live lease, no unclaimed unexpired hand-off), after sweeping dead
+ * holders. Returns the number of blocks freed. */
+int ipc_collect(void);
+
+/* Under memory pressure (an allocation failed): expire this process's
+ * oldest unclaimed hand-offs early, then ipc_collect(). Leases never expire.
+ * Returns the number of blocks freed; the shim retries the allocation once
+ * if it is > 0. */
+int ipc_collect_pressure(void);
+
+/* Counters for ipcshim_stats(): fills the ipc part of *out. */
+void ipc_stats(struct ipcshim_stats *out);
+
+/* At process exit: wait up to IPCSHIM_EXIT_WAIT for this process's limbo to
+ * drain (collecting as importers close), then log what is still held, mark
+ * it orphaned and detach. Idempotent. */
+void ipc_shutdown(void);
+
+#endif

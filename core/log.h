@@ -1,0 +1,40 @@
+/* log: the library's only output. Every line is "ipcshim[PID]: level: text",
+ * written with one write(2) to stderr or IPCSHIM_LOG_FILE. Levels come from
+ * options.h (LOG_ERROR..LOG_DEBUG). A warning that may repeat goes through
+ * log_once() or LOG_RATE so that a hot path cannot flood the host's stderr. */
+#ifndef IPCSHIM_LOG_H
+#define IPCSHIM_LOG_H
+
+#include <stdbool.h>
+
+/* Set the level and destination ("" = stderr). Called by options. */
+void log_configure(int level, const char *file);
+
+/* True when messages of this level are printed. */
+bool log_enabled(int level);
+
+/* Print one line at the given level, if enabled. */
+void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Print at most once per process for this *flag (a static int at the call site). */
+void log_once(int *flag, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Print at most once per process from this call site. */
+#define LOG_ONCE(level, ...)                                                                      \
+    do {                                                                                          \
+        static int log_once_flag_;                                                                \
+        log_once(&log_once_flag_, level, __VA_ARGS__);                                            \
+    } while (0)
+
+/* Print from this call site at most a few times a minute; says how many were dropped. */
+struct log_rate {
+    long window_start, printed, dropped;
+};
+void log_rated(struct log_rate *rate, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+#define LOG_RATE(level, ...)                                                                      \
+    do {                                                                                          \
+        static struct log_rate log_rate_;                                                         \
+        log_rated(&log_rate_, level, __VA_ARGS__);                                                \
+    } while (0)
+
+#endif

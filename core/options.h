@@ -1,0 +1,42 @@
+/* options: the one table of settings, read once from IPCSHIM_* variables.
+ *
+ * options_get() parses the environment on first use (thread-safe) and never
+ * fails: a bad value logs one warning and keeps the default. Nothing else in
+ * the library calls getenv() for IPCSHIM_* names. */
+#ifndef IPCSHIM_OPTIONS_H
+#define IPCSHIM_OPTIONS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef bool opt_BOOL;
+typedef uint64_t opt_SIZE;
+typedef uint64_t opt_COUNT;
+typedef uint64_t opt_MS;
+typedef const char *opt_STRING;
+typedef int opt_CHOICE;
+
+struct options {
+#define OPT(field, type, def, choices, help) opt_##type field;
+#include "options.def"
+#undef OPT
+};
+
+enum { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };     /* indices of "log" */
+enum { HANDOFF_SEND, HANDOFF_WINDOW };                  /* indices of "handoff" */
+
+/* The options in effect. Parsed once; the pointer stays valid forever. */
+const struct options *options_get(void);
+
+/* Re-read the environment (tests only; not thread-safe against readers). */
+void options_reload(void);
+
+/* Log every option and its value at info level. */
+void options_log(void);
+
+/* Parsers, exposed for tests. Each returns 0, or -EINVAL on a bad value. */
+int options_parse_bool(const char *s, bool *out);
+int options_parse_size(const char *s, uint64_t *out);
+int options_parse_ms(const char *s, uint64_t *out);
+
+#endif

@@ -1,0 +1,37 @@
+# scripts/lib.sh: what the project's scripts share: finding or installing
+# build dependencies, and configuring + building into one folder.
+
+# The build folder every script uses.
+build_dir() { echo "${IPCSHIM_BUILD_DIR:-$PWD/build}"; }
+
+# Install meson, ninja, Criterion, uthash and pkg-config when missing: with
+# apt-get when root, otherwise print the exact command and fail.
+ensure_build_deps() {
+    local missing=()
+    command -v meson >/dev/null 2>&1 || missing+=(meson)
+    command -v ninja >/dev/null 2>&1 || missing+=(ninja-build)
+    command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+    command -v python3 >/dev/null 2>&1 || missing+=(python3)
+    pkg-config --exists criterion 2>/dev/null || missing+=(libcriterion-dev)
+    [ -f /usr/include/uthash.h ] || missing+=(uthash-dev)
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing: ${missing[*]}" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+    else
+        echo "missing build dependencies; run:" >&2
+        echo "  sudo apt-get install -y ${missing[*]}" >&2
+        exit 1
+    fi
+}
+
+# Configure (once) and build everything.
+build_project() {
+    local build
+    build=$(build_dir)
+    if [ ! -f "$build/build.ninja" ]; then
+        meson setup "$build" "$@" >&2
+    fi
+    ninja -C "$build" >&2
+}

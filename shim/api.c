@@ -1,0 +1,92 @@
+/* api: the public ipcshim_* functions (include/ipcshim.h), the exit hooks
+ * and the IPCSHIM_STATS exit report. */
+#include "ipcshim.h"
+#include "ipc.h"
+#include "log.h"
+#include "options.h"
+#include "shim.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_once_t exit_hook_once = PTHREAD_ONCE_INIT;
+
+/* Runs before the CUDA runtime's own teardown, which registered its exit
+ * handler before the first export and so runs after this one. */
+static void shutdown_at_exit(void) { ipc_shutdown(); }
+
+static void register_exit_hook(void) { atexit(shutdown_at_exit); }
+
+void api_at_first_use(void) { pthread_once(&exit_hook_once, register_exit_hook); }
+
+SHIM_EXPORT int ipcshim_active(void)
+{
+    resolve_all();
+    return shim_tracking() && ipc_active();
+}
+
+SHIM_EXPORT int ipcshim_collect(void)
+{
+    resolve_all();
+    return shim_tracking() ? ipc_collect() : 0;
+}
+
+static void fill_stats(struct ipcshim_stats *s)
+{
+    memset(s, 0, sizeof *s);
+    s->version = IPCSHIM_STATS_VERSION;
+    s->size = sizeof *s;
+    if (shim_tracking()) ipc_stats(s);
+    for (int id = 0; id < SYM_COUNT; id++) {
+        s->calls_runtime += entry_calls(id, DOOR_RUNTIME);
+        s->calls_driver += entry_calls(id, DOOR_DRIVER);
+        s->calls_resolver += entry_calls(id, DOOR_RESOLVER);
+    }
+}
+
+SHIM_EXPORT int ipcshim_stats(struct ipcshim_stats *out, size_t size)
+{
+    struct ipcshim_stats s;
+    if (!out || size < offsetof(struct ipcshim_stats, exports)) return -EINVAL;
+    resolve_all();
+    fill_stats(&s);
+    if (size > sizeof s) size = sizeof s;
+    s.size = (uint32_t)size;
+    memcpy(out, &s, size);
+    return 0;
+}
+
+static const char *const door_names[DOOR_COUNT] = {"runtime", "driver", "resolver"};
+
+SHIM_EXPORT long long ipcshim_calls(const char *symbol, const char *door)
+{
+    if (!symbol || !door) return -1;
+    for (int d = 0; d < DOOR_COUNT; d++) {
+        if (strcmp(door, door_names[d])) continue;
+        for (int id = 0; id < SYM_COUNT; id++)
+            if (!strcmp(symbol, entry_name(id))) return entry_calls(id, d);
+    }
+    return -1;
+}
+
+/* IPCSHIM_STATS=1: a short summary at exit, only for processes that used CUDA. */
+__attribute__((destructor)) static void report_at_exit(void)
+{
+    if (!options_get()->stats) return;
+    struct ipcshim_stats s;
+    fill_stats(&s);
+    if (!s.calls_runtime && !s.calls_driver && !s.calls_resolver) return;
+    log_msg(LOG_ERROR, "stats: exports %llu, opens %llu, closes %llu, deferred frees %llu, "
+            "reclaimed %llu blocks (%llu bytes), still in limbo %llu, longest limbo %.3f ms, "
+            "hand-offs expired %llu",
+            (unsigned long long)s.exports, (unsigned long long)s.opens, (unsigned long long)s.closes,
+            (unsigned long long)s.frees_deferred, (unsigned long long)s.frees_reclaimed,
+            (unsigned long long)s.bytes_reclaimed, (unsigned long long)s.limbo_blocks,
+            s.longest_limbo_ns / 1e6, (unsigned long long)s.handoffs_expired);
+    for (int id = 0; id < SYM_COUNT; id++)
+        for (int d = 0; d < DOOR_COUNT; d++)
+            if (entry_calls(id, d))
+                log_msg(LOG_ERROR, "stats: %s via %s: %lld", entry_name(id), door_names[d], entry_calls(id, d));
+}

@@ -1,0 +1,103 @@
+/* shim.h: what the shim's files share.
+ *
+ * The shim is thin: entry points generated from symbols.def (entry.c) count
+ * the call, apply the "inside the shim" guard and call a do_<name> function;
+ * the do_ functions that carry logic (memory.c) ask core (core/ipc.h) what to
+ * do and call the real CUDA function it says to. resolve.c finds the real
+ * functions and redirects the resolver paths (cuGetProcAddress, dlsym). */
+#ifndef IPCSHIM_SHIM_H
+#define IPCSHIM_SHIM_H
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* cuda.h renames these to their newest variant; the shim defines each
+ * variant under its own name. */
+#undef cuIpcOpenMemHandle
+#undef cuGetProcAddress
+CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                     CUdriverProcAddressQueryResult *status);
+CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                     unsigned int bx, unsigned int by, unsigned int bz,
+                                     unsigned int sharedMemBytes, CUstream hStream, void **kernelParams,
+                                     void **extra);
+extern cudaError_t CUDARTAPI __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args,
+                                                size_t sharedMem, cudaStream_t stream);
+extern cudaError_t CUDARTAPI __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
+                                                     void **args, size_t sharedMem, cudaStream_t stream);
+
+#define SHIM_EXPORT __attribute__((visibility("default")))
+
+/* Doors through which a program reaches an entry point (ARCHITECTURE). */
+enum door { DOOR_RUNTIME, DOOR_DRIVER, DOOR_RESOLVER, DOOR_COUNT };
+
+/* One id per interposed entry point, in symbols.def order. */
+enum symbol_id {
+#define RUNTIME(ret, name, params, args) SYM_##name,
+#define RUNTIME_PASS(ret, name, params, args) SYM_##name,
+#define DRIVER(ret, name, base, ver, params, args) SYM_##name,
+#define DRIVER_PASS(ret, name, base, ver, params, args) SYM_##name,
+#include "symbols.def"
+    SYM_COUNT
+};
+
+/* Real-function slots, filled by resolve.c; NULL when not found. */
+#define RUNTIME(ret, name, params, args) extern ret(CUDARTAPI *real_##name) params;
+#define RUNTIME_PASS(ret, name, params, args) extern ret(CUDARTAPI *real_##name) params;
+#define RUNTIME_REAL(ret, name, params) extern ret(CUDARTAPI *real_##name) params;
+#define DRIVER(ret, name, base, ver, params, args) extern ret(CUDAAPI *real_##name) params;
+#define DRIVER_PASS(ret, name, base, ver, params, args) extern ret(CUDAAPI *real_##name) params;
+#define DRIVER_REAL(ret, name, params) extern ret(CUDAAPI *real_##name) params;
+#include "symbols.def"
+
+/* Hand-written logic for the entry points marked RUNTIME / DRIVER. */
+#define RUNTIME(ret, name, params, args) ret do_##name params;
+#define DRIVER(ret, name, base, ver, params, args) ret do_##name params;
+#include "symbols.def"
+
+/* resolve.c */
+
+/* Resolve every real function once (thread-safe, idempotent, never fails:
+ * missing functions stay NULL and one warning is logged). */
+void resolve_all(void);
+
+/* Resolve the runtime's real functions again if libcudart was loaded after
+ * the first attempt. Cheap when already resolved. */
+void resolve_runtime(void);
+
+/* The resolver door: the shim's own entry point to hand out for a real
+ * function pointer that the real cuGetProcAddress returned for base name
+ * `symbol` at (cudaVersion, flags), or real itself when not interposed. */
+void *resolve_redirect(const char *symbol, void *real, int cudaVersion, cuuint64_t flags);
+
+/* entry.c */
+
+/* Thread-local depth of shim entries on this thread: an entry point reached
+ * while already inside the shim is passed straight through. */
+extern __thread int shim_depth __attribute__((tls_model("initial-exec")));
+
+/* The resolver-door wrapper of an interposed entry point, by id. */
+void *entry_via_resolver(enum symbol_id id);
+/* The exported (driver/runtime door) function of an interposed entry point. */
+void *entry_exported(enum symbol_id id);
+const char *entry_name(enum symbol_id id);
+long long entry_calls(enum symbol_id id, enum door door);
+
+/* memory.c */
+
+/* Install core's device operations; called once from resolve_all(). */
+void memory_init(void);
+
+/* True when tracking is on for this process (not IPCSHIM_DISABLE). */
+bool shim_tracking(void);
+
+/* api.c */
+
+/* Register the exit report and the shutdown hook (idempotent). */
+void api_at_first_use(void);
+
+#endif
