@@ -55,6 +55,7 @@ struct ipc_open {
     uint64_t generation;
     uint64_t ctx;
     struct ipc_handle handle;
+    uint32_t flags; /* core's own: e.g. whether this open claimed a hand-off */
 };
 
 /* Before the real open of h in context ctx.

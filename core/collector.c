@@ -1,0 +1,59 @@
+/* collector: lifecycle of the collector thread (see collector.h). The work
+ * itself is ipc_collector_step(); this file only starts, stops and forgets
+ * the thread. */
+#include "collector.h"
+#include "log.h"
+#include "options.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+
+static int started, stopping, running;
+
+static void *loop(void *arg)
+{
+    (void)arg;
+    while (!__atomic_load_n(&stopping, __ATOMIC_ACQUIRE)) ipc_collector_step();
+    __atomic_store_n(&running, 0, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+void collector_start(void)
+{
+    if (__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL)) return;
+    pthread_attr_t attr;
+    pthread_t t;
+    sigset_t all, old;
+    /* The thread inherits this mask: the host's signal handlers never run on it. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    __atomic_store_n(&running, 1, __ATOMIC_RELEASE);
+    int rc = pthread_create(&t, &attr, loop, NULL);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc) {
+        __atomic_store_n(&running, 0, __ATOMIC_RELEASE);
+        LOG_ONCE(LOG_WARN, "cannot start the collector thread; limbo is collected on frees only");
+    }
+}
+
+void collector_stop(void)
+{
+    __atomic_store_n(&stopping, 1, __ATOMIC_RELEASE);
+    ipc_collector_kick();
+    struct timespec ms = {0, 1000000};
+    for (int i = 0; i < 1000 && __atomic_load_n(&running, __ATOMIC_ACQUIRE); i++) {
+        ipc_collector_kick();
+        nanosleep(&ms, NULL);
+    }
+}
+
+bool collector_stopping(void) { return __atomic_load_n(&stopping, __ATOMIC_ACQUIRE); }
+
+void collector_after_fork(void)
+{
+    started = stopping = running = 0;
+}

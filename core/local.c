@@ -1,0 +1,165 @@
+/* local: the per-process uthash indexes of local.h and their mutex. Plain
+ * data structure code: every function but local_lock/unlock/has_exports
+ * requires the local mutex. */
+#include "local.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int has_exports;
+static struct local_export *exports, *limbo;
+static size_t limbo_count;
+static uint64_t limbo_bytes;
+static struct local_map *maps, *maps_by_ptr;
+static struct local_retiring *retiring;
+
+void local_lock(void) { pthread_mutex_lock(&mu); }
+void local_unlock(void) { pthread_mutex_unlock(&mu); }
+void local_wait(void) { pthread_cond_wait(&cv, &mu); }
+void local_broadcast(void) { pthread_cond_broadcast(&cv); }
+
+bool local_has_exports(void) { return __atomic_load_n(&has_exports, __ATOMIC_RELAXED); }
+
+struct local_export *local_export_find(uint64_t base)
+{
+    struct local_export *e;
+    HASH_FIND(hh, exports, &base, sizeof base, e);
+    return e;
+}
+
+int local_export_add(struct local_export *e)
+{
+    HASH_ADD(hh, exports, base, sizeof e->base, e);
+    if (!UTH_ADDED(e, hh)) return -ENOMEM;
+    __atomic_store_n(&has_exports, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+void local_export_del(struct local_export *e)
+{
+    if (e->in_limbo) {
+        DL_DELETE(limbo, e);
+        limbo_count--;
+        limbo_bytes -= e->size;
+    }
+    HASH_DELETE(hh, exports, e);
+    free(e);
+}
+
+void local_limbo_add(struct local_export *e)
+{
+    if (e->in_limbo) return;
+    e->in_limbo = true;
+    DL_APPEND(limbo, e);
+    limbo_count++;
+    limbo_bytes += e->size;
+}
+
+struct local_export *local_limbo_head(void) { return limbo; }
+size_t local_limbo_count(void) { return limbo_count; }
+uint64_t local_limbo_bytes(void) { return limbo_bytes; }
+
+struct local_map *local_map_find(const struct ipc_handle *h, uint64_t ctx)
+{
+    struct local_map_key key;
+    struct local_map *m;
+    memset(&key, 0, sizeof key);
+    key.handle = *h;
+    key.ctx = ctx;
+    HASH_FIND(hh, maps, &key, sizeof key, m);
+    return m;
+}
+
+struct local_map *local_map_find_ptr(uint64_t ptr)
+{
+    struct local_map *m;
+    HASH_FIND(hh_ptr, maps_by_ptr, &ptr, sizeof ptr, m);
+    return m;
+}
+
+int local_map_add(struct local_map *m)
+{
+    HASH_ADD(hh, maps, key, sizeof m->key, m);
+    return UTH_ADDED(m, hh) ? 0 : -ENOMEM;
+}
+
+int local_map_set_ptr(struct local_map *m, uint64_t ptr)
+{
+    m->ptr = ptr;
+    HASH_ADD(hh_ptr, maps_by_ptr, ptr, sizeof m->ptr, m);
+    return UTH_ADDED(m, hh_ptr) ? 0 : -ENOMEM;
+}
+
+void local_map_del(struct local_map *m)
+{
+    if (!m->pending && m->hh_ptr.tbl) HASH_DELETE(hh_ptr, maps_by_ptr, m);
+    HASH_DELETE(hh, maps, m);
+    free(m);
+}
+
+int local_retiring_add(uint64_t base, uint32_t block, uint64_t generation)
+{
+    struct local_retiring *t, *old = NULL;
+    if (!(t = calloc(1, sizeof *t))) return -ENOMEM;
+    t->base = base;
+    t->block = block;
+    t->generation = generation;
+    HASH_REPLACE(hh, retiring, base, sizeof t->base, t, old);
+    if (!UTH_ADDED(t, hh)) {
+        free(t);
+        return -ENOMEM;
+    }
+    free(old);
+    return 0;
+}
+
+bool local_retiring_take(uint64_t base, uint32_t *block, uint64_t *generation)
+{
+    struct local_retiring *t;
+    HASH_FIND(hh, retiring, &base, sizeof base, t);
+    if (!t) return false;
+    *block = t->block;
+    *generation = t->generation;
+    HASH_DELETE(hh, retiring, t);
+    free(t);
+    return true;
+}
+
+void local_reset(bool free_memory)
+{
+    if (free_memory) {
+        struct local_export *e, *et;
+        struct local_map *m, *mt;
+        struct local_retiring *r, *rt;
+        HASH_ITER(hh, exports, e, et) {
+            HASH_DELETE(hh, exports, e);
+            free(e);
+        }
+        HASH_CLEAR(hh_ptr, maps_by_ptr);
+        HASH_ITER(hh, maps, m, mt) {
+            HASH_DELETE(hh, maps, m);
+            free(m);
+        }
+        HASH_ITER(hh, retiring, r, rt) {
+            HASH_DELETE(hh, retiring, r);
+            free(r);
+        }
+    }
+    exports = limbo = NULL;
+    maps = maps_by_ptr = NULL;
+    retiring = NULL;
+    limbo_count = 0;
+    limbo_bytes = 0;
+    __atomic_store_n(&has_exports, 0, __ATOMIC_RELAXED);
+}
+
+void local_reinit_locks(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t fresh_cv = PTHREAD_COND_INITIALIZER;
+    mu = fresh;
+    cv = fresh_cv;
+}

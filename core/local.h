@@ -1,0 +1,88 @@
+/* local: this process's own indexes (uthash; never in shared memory).
+ *
+ *   exports   allocation base -> the block record this process exported
+ *             (index + generation), with its limbo state and own-opens;
+ *   limbo     the exports freed by the program but not yet really freed;
+ *   maps      (handle, ctx) -> an opened mapping, and pointer -> mapping;
+ *   retiring  base -> block between ipc_free_begin (REAL) and ipc_free_finish.
+ *
+ * One process mutex (local_lock) guards all of it. Lock order: the local
+ * mutex before the registry lock, never the reverse; neither is held across
+ * device_ops calls. */
+#ifndef IPCSHIM_LOCAL_H
+#define IPCSHIM_LOCAL_H
+
+#include "ipc.h"
+#include "uthash_wrap.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct local_export {
+    uint64_t base; /* key */
+    uint64_t size, ctx, generation;
+    uint32_t block;
+    int device;
+    uint32_t own_opens; /* opens of our own export, answered with base */
+    bool in_limbo;
+    struct ipc_handle handle;
+    UT_hash_handle hh;
+    struct local_export *prev, *next; /* limbo list */
+};
+
+struct local_map_key {
+    struct ipc_handle handle;
+    uint64_t ctx;
+};
+
+struct local_map {
+    struct local_map_key key;
+    uint64_t ptr, generation;
+    uint32_t count, block, lease;
+    bool pending; /* the real open is in flight (no ptr yet) */
+    UT_hash_handle hh, hh_ptr;
+};
+
+struct local_retiring {
+    uint64_t base; /* key */
+    uint64_t generation;
+    uint32_t block;
+    UT_hash_handle hh;
+};
+
+void local_lock(void);
+void local_unlock(void);
+/* Wait for a pending mapping to settle (local lock held). */
+void local_wait(void);
+void local_broadcast(void);
+
+/* True once this process has exported anything: one relaxed load. */
+bool local_has_exports(void);
+
+struct local_export *local_export_find(uint64_t base);
+int local_export_add(struct local_export *e); /* 0 or -ENOMEM; sets has_exports */
+void local_export_del(struct local_export *e);  /* also leaves limbo; frees e */
+void local_limbo_add(struct local_export *e);
+struct local_export *local_limbo_head(void);
+size_t local_limbo_count(void);
+uint64_t local_limbo_bytes(void);
+
+struct local_map *local_map_find(const struct ipc_handle *h, uint64_t ctx);
+struct local_map *local_map_find_ptr(uint64_t ptr);
+int local_map_add(struct local_map *m);       /* by key; 0 or -ENOMEM */
+int local_map_set_ptr(struct local_map *m, uint64_t ptr); /* 0 or -ENOMEM */
+void local_map_del(struct local_map *m);      /* frees m */
+
+int local_retiring_add(uint64_t base, uint32_t block, uint64_t generation);
+bool local_retiring_take(uint64_t base, uint32_t *block, uint64_t *generation);
+
+/* Forget everything (in a fork child, or at shutdown). With free_memory
+ * false the tables are abandoned, for when they may be mid-update (a fork
+ * child that no atfork handler saw). Local lock held (or single-threaded). */
+void local_reset(bool free_memory);
+
+/* In a fork child from the atfork handler: fresh mutex and condition. */
+void local_reinit_locks(void);
+
+#endif

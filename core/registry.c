@@ -1,0 +1,619 @@
+/* registry: create/attach/validate the shared segment, its robust lock and
+ * repair, and the record-level operations on holders, blocks and leases.
+ * See registry.h for the layout and the invariants; ipc.c decides when to
+ * call what. Nothing here calls device_ops or waits on another process while
+ * holding the lock (liveness checks are non-blocking syscalls). */
+#include "registry.h"
+#include "liveness.h"
+#include "log.h"
+#include "options.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+_Static_assert(sizeof(pthread_mutex_t) <= 64, "the header reserves 64 bytes for the mutex");
+_Static_assert(sizeof(struct reg_header) == 256, "header layout");
+_Static_assert(sizeof(struct reg_holder) == 64, "holder layout");
+_Static_assert(sizeof(struct reg_block) == 160, "block layout");
+_Static_assert(sizeof(struct reg_lease) == 32, "lease layout");
+
+enum {
+    MAX_HOLDERS_LIMIT = 1 << 16,
+    MAX_BLOCKS_LIMIT = 1 << 24,
+    MAX_LEASES_LIMIT = 1 << 24,
+    ATTACH_WAIT_MS = 2000,
+};
+
+/* The state/intent fields are the commit points of a record (registry.h):
+ * a release store keeps the compiler and CPU from moving the field writes
+ * that precede it after it, so a writer that dies mid-update never leaves a
+ * record marked in use with half its fields written. */
+#define STORE_STATE(field, value) __atomic_store_n(&(field), (value), __ATOMIC_RELEASE)
+#define LOAD_STATE(field) __atomic_load_n(&(field), __ATOMIC_ACQUIRE)
+
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+int registry_name(const char *domain, char *buf, size_t len)
+{
+    size_t n = domain ? strlen(domain) : 0;
+    if (n < 1 || n > REG_DOMAIN_MAX) return -EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        char c = domain[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-';
+        if (!ok) return -EINVAL;
+    }
+    int w = snprintf(buf, len, "/ipcshim-%u-%s", (unsigned)geteuid(), domain);
+    return (w < 0 || (size_t)w >= len) ? -EINVAL : 0;
+}
+
+int registry_layout(const struct reg_caps *caps, struct reg_layout *out)
+{
+    if (!caps->max_holders || caps->max_holders > MAX_HOLDERS_LIMIT || !caps->max_blocks ||
+        caps->max_blocks > MAX_BLOCKS_LIMIT || !caps->max_leases ||
+        caps->max_leases > MAX_LEASES_LIMIT)
+        return -EINVAL;
+    uint32_t nb = 64;
+    while (nb < caps->max_blocks) nb <<= 1;
+    size_t off = sizeof(struct reg_header);
+    out->locks = off;
+    off += round_up(caps->max_holders, 64);
+    out->holders = off;
+    off += (size_t)caps->max_holders * sizeof(struct reg_holder);
+    out->blocks = off;
+    off += (size_t)caps->max_blocks * sizeof(struct reg_block);
+    out->leases = off;
+    off += (size_t)caps->max_leases * sizeof(struct reg_lease);
+    out->buckets = off;
+    off += round_up((size_t)nb * sizeof(uint32_t), 64);
+    out->size = off;
+    out->nbuckets = nb;
+    return 0;
+}
+
+static void set_views(struct registry *r, const struct reg_caps *caps, const struct reg_layout *l)
+{
+    r->hdr = (struct reg_header *)r->base;
+    r->holders = (struct reg_holder *)(r->base + l->holders);
+    r->blocks = (struct reg_block *)(r->base + l->blocks);
+    r->leases = (struct reg_lease *)(r->base + l->leases);
+    r->buckets = (uint32_t *)(r->base + l->buckets);
+    r->max_holders = caps->max_holders;
+    r->max_blocks = caps->max_blocks;
+    r->max_leases = caps->max_leases;
+    r->nbuckets = l->nbuckets;
+    r->lock_base = (off_t)l->locks;
+    r->size = l->size;
+}
+
+static int init_mutex(pthread_mutex_t *m)
+{
+    pthread_mutexattr_t a;
+    int rc = pthread_mutexattr_init(&a);
+    if (!rc) rc = pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    if (!rc) rc = pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    if (!rc) rc = pthread_mutex_init(m, &a);
+    pthread_mutexattr_destroy(&a);
+    return -rc;
+}
+
+static int create(struct registry *r, int fd, const struct reg_caps *caps)
+{
+    struct reg_layout l;
+    registry_layout(caps, &l);
+    if (ftruncate(fd, (off_t)l.size) != 0) return -errno;
+    void *p = mmap(NULL, l.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return -errno;
+    r->base = p;
+    set_views(r, caps, &l);
+    struct reg_header *h = r->hdr;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    h->magic = REG_MAGIC;
+    h->abi = REG_ABI;
+    h->size = l.size;
+    h->max_holders = caps->max_holders;
+    h->max_blocks = caps->max_blocks;
+    h->max_leases = caps->max_leases;
+    h->nbuckets = l.nbuckets;
+    h->creator_pid = (int32_t)getpid();
+    h->created_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    int rc = init_mutex(&h->lock.mutex);
+    if (rc) return rc;
+    registry_repair(r); /* builds the free lists and empty hash buckets */
+    /* Attachers read the header only after seeing ready (acquire). */
+    __atomic_store_n(&h->ready, 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* Checks an existing segment and maps it. Logs why on refusal. */
+static int attach(struct registry *r, int fd)
+{
+    struct stat st;
+    struct reg_header *h = MAP_FAILED;
+    uint64_t deadline = reg_now_ns() + ATTACH_WAIT_MS * 1000000ull;
+    /* The creator may still be between shm_open and publishing ready. */
+    for (;;) {
+        if (fstat(fd, &st) != 0) return -errno;
+        if (st.st_uid != geteuid()) {
+            LOG_ONCE(LOG_ERROR, "registry %s is owned by uid %u, not us; not using it", r->name,
+                     (unsigned)st.st_uid);
+            return -EPERM;
+        }
+        if (st.st_mode & 077) {
+            LOG_ONCE(LOG_ERROR, "registry %s has mode %o (group/other access); not using it",
+                     r->name, (unsigned)(st.st_mode & 0777));
+            return -EPERM;
+        }
+        if ((size_t)st.st_size >= sizeof *h) {
+            if (h == MAP_FAILED) h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, fd, 0);
+            if (h == MAP_FAILED) return -errno;
+            if (__atomic_load_n(&h->ready, __ATOMIC_ACQUIRE) == 1) break;
+        }
+        if (reg_now_ns() > deadline) {
+            if (h != MAP_FAILED) munmap(h, sizeof *h);
+            LOG_ONCE(LOG_ERROR,
+                     "registry %s was never initialised (its creator died?); remove "
+                     "/dev/shm%s to reset it",
+                     r->name, r->name);
+            return -ETIMEDOUT;
+        }
+        usleep(1000);
+    }
+    struct reg_caps caps = {h->max_holders, h->max_blocks, h->max_leases};
+    struct reg_layout l;
+    const char *why = NULL;
+    if (h->magic != REG_MAGIC) why = "bad magic";
+    else if (h->abi != REG_ABI) why = "a different ABI version";
+    else if (registry_layout(&caps, &l) != 0) why = "impossible capacities";
+    else if (h->size != l.size || h->nbuckets != l.nbuckets) why = "a header that does not add up";
+    else if ((uint64_t)st.st_size != l.size) why = "the wrong size";
+    munmap(h, sizeof *h);
+    if (why) {
+        LOG_ONCE(LOG_ERROR, "registry %s has %s; not using it (remove /dev/shm%s to reset it)",
+                 r->name, why, r->name);
+        return -EPROTO;
+    }
+    void *p = mmap(NULL, l.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return -errno;
+    r->base = p;
+    set_views(r, &caps, &l);
+    return 0;
+}
+
+int registry_open(struct registry *r, const char *domain, const struct reg_caps *caps)
+{
+    memset(r, 0, sizeof *r);
+    r->fd = -1;
+    if (registry_name(domain, r->name, sizeof r->name) != 0) {
+        LOG_ONCE(LOG_ERROR, "IPCSHIM_DOMAIN=\"%s\" is not 1-64 of [A-Za-z0-9._-]; not tracking",
+                 domain ? domain : "");
+        return -EINVAL;
+    }
+    struct reg_layout l;
+    if (registry_layout(caps, &l) != 0) {
+        LOG_ONCE(LOG_ERROR, "registry capacities out of range (holders %u, blocks %u, leases %u)",
+                 caps->max_holders, caps->max_blocks, caps->max_leases);
+        return -EINVAL;
+    }
+    int rc = 0;
+    for (int tries = 0; tries < 3; tries++) {
+        int fd = shm_open(r->name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            r->fd = fd;
+            rc = create(r, fd, caps);
+            if (rc) shm_unlink(r->name);
+        } else if (errno == EEXIST) {
+            fd = shm_open(r->name, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
+            if (fd < 0 && errno == ENOENT) continue; /* unlinked meanwhile: retry */
+            if (fd < 0) rc = -errno;
+            else {
+                r->fd = fd;
+                rc = attach(r, fd);
+            }
+        } else {
+            rc = -errno;
+        }
+        break;
+    }
+    if (rc == 0) {
+        struct stat st;
+        if (fstat(r->fd, &st) == 0) r->dev = st.st_dev, r->ino = st.st_ino;
+        return 0;
+    }
+    if (rc != -EPERM && rc != -EPROTO && rc != -ETIMEDOUT && rc != -EINVAL)
+        LOG_ONCE(LOG_ERROR, "cannot open registry %s: %s; not tracking", r->name, strerror(-rc));
+    if (r->base) munmap(r->base, r->size);
+    if (r->fd >= 0) close(r->fd);
+    memset(r, 0, sizeof *r);
+    r->fd = -1;
+    return rc;
+}
+
+void registry_close(struct registry *r)
+{
+    if (r->base) munmap(r->base, r->size);
+    if (r->fd >= 0) close(r->fd);
+    memset(r, 0, sizeof *r);
+    r->fd = -1;
+}
+
+int registry_reopen_fd(struct registry *r)
+{
+    int fd = shm_open(r->name, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_dev != r->dev || st.st_ino != r->ino) {
+        close(fd);
+        return -ESTALE; /* the segment was replaced since we mapped it */
+    }
+    if (r->fd >= 0) close(r->fd); /* the parent's description keeps its locks */
+    r->fd = fd;
+    return 0;
+}
+
+/* ---- lock and repair ---- */
+
+int registry_lock(struct registry *r)
+{
+    int rc = pthread_mutex_lock(&r->hdr->lock.mutex);
+    if (rc == 0) return 0;
+    if (rc == EOWNERDEAD) {
+        /* The previous owner died inside a critical section. Its record
+         * writes are either committed (state stored last) or invisible to
+         * readers of state; the derived structures may be half-updated. */
+        registry_repair(r);
+        r->hdr->repairs++;
+        pthread_mutex_consistent(&r->hdr->lock.mutex);
+        log_msg(LOG_WARN, "registry %s: lock owner died; repaired", r->name);
+        return 0;
+    }
+    LOG_ONCE(LOG_ERROR, "registry %s lock is unusable (%s); not tracking", r->name, strerror(rc));
+    return -ENOTRECOVERABLE;
+}
+
+void registry_unlock(struct registry *r) { pthread_mutex_unlock(&r->hdr->lock.mutex); }
+
+static uint32_t bucket_of(const struct registry *r, const uint8_t *handle)
+{
+    uint64_t x = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (int i = 0; i < IPC_HANDLE_BYTES; i++) x = (x ^ handle[i]) * 0x100000001b3ull;
+    return (uint32_t)(x ^ (x >> 32)) & (r->nbuckets - 1);
+}
+
+void registry_repair(struct registry *r)
+{
+    struct reg_header *h = r->hdr;
+    for (uint32_t i = 0; i < r->nbuckets; i++) r->buckets[i] = REG_NONE;
+    h->block_free = REG_NONE;
+    for (uint32_t i = r->max_blocks; i-- > 0;) {
+        struct reg_block *b = &r->blocks[i];
+        b->lease_head = REG_NONE;
+        if (b->state > BLOCK_RETIRED) b->state = BLOCK_FREE;
+        if (b->state == BLOCK_FREE) {
+            b->hash_next = h->block_free;
+            h->block_free = i;
+        } else {
+            uint32_t bk = bucket_of(r, b->handle);
+            b->hash_next = r->buckets[bk];
+            r->buckets[bk] = i;
+        }
+    }
+    h->lease_free = REG_NONE;
+    for (uint32_t i = r->max_leases; i-- > 0;) {
+        struct reg_lease *l = &r->leases[i];
+        struct reg_block *b = reg_block_at(r, l->block);
+        struct reg_holder *o = reg_holder_at(r, l->holder);
+        bool keep = l->intent >= LEASE_OPENING && l->intent <= LEASE_CLOSING && b &&
+                    b->state != BLOCK_FREE && b->generation == l->block_gen && o &&
+                    o->state == HOLDER_ACTIVE && l->count > 0;
+        if (keep) {
+            l->next = b->lease_head;
+            b->lease_head = i;
+        } else {
+            l->intent = LEASE_FREE;
+            l->next = h->lease_free;
+            h->lease_free = i;
+        }
+    }
+    /* Blocks nobody can ever release any more. */
+    for (uint32_t i = 0; i < r->max_blocks; i++) {
+        struct reg_block *b = &r->blocks[i];
+        struct reg_holder *o = reg_holder_at(r, b->exporter);
+        if (b->state == BLOCK_FREE) continue;
+        bool exporter_gone = !o || o->state != HOLDER_ACTIVE || o->nonce != b->exporter_nonce;
+        if (exporter_gone && b->state != BLOCK_ORPHANED) b->state = BLOCK_ORPHANED;
+        if (b->state == BLOCK_ORPHANED && b->lease_head == REG_NONE) reg_block_recycle(r, i);
+    }
+}
+
+/* ---- holders ---- */
+
+uint32_t reg_holder_attach(struct registry *r, uint64_t nonce)
+{
+    pid_t pid = getpid();
+    uint64_t start = 0;
+    (void)liveness_start_time(pid, &start);
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < r->max_holders; i++) {
+            struct reg_holder *h = &r->holders[i];
+            if (LOAD_STATE(h->state) != HOLDER_FREE) continue;
+            /* Held by a description that outlived its holder (a fork child's
+             * inherited copy): not usable yet. */
+            if (liveness_lock_byte(r->fd, r->lock_base + i) != 0) continue;
+            h->pid = (int32_t)pid;
+            h->start_time = start;
+            h->nonce = nonce;
+            h->attach_ns = reg_now_ns();
+            STORE_STATE(h->state, HOLDER_ACTIVE);
+            return i;
+        }
+        if (pass == 0 && reg_sweep_dead(r, REG_NONE) == 0) break;
+    }
+    return REG_NONE;
+}
+
+void reg_holder_release(struct registry *r, uint32_t idx)
+{
+    struct reg_holder *h = reg_holder_at(r, idx);
+    if (!h) return;
+    STORE_STATE(h->state, HOLDER_FREE);
+    liveness_unlock_byte(r->fd, r->lock_base + idx);
+}
+
+bool reg_holder_alive(struct registry *r, uint32_t idx)
+{
+    struct reg_holder *h = reg_holder_at(r, idx);
+    if (!h || LOAD_STATE(h->state) != HOLDER_ACTIVE) return false;
+    return liveness_alive(r->fd, r->lock_base + idx, h->pid, h->start_time);
+}
+
+void reg_holder_sweep(struct registry *r, uint32_t idx)
+{
+    struct reg_holder *h = reg_holder_at(r, idx);
+    if (!h) return;
+    for (uint32_t i = 0; i < r->max_leases; i++) {
+        struct reg_lease *l = &r->leases[i];
+        if (l->intent == LEASE_FREE || l->holder != idx) continue;
+        uint32_t wake = reg_lease_drop(r, i);
+        if (wake != REG_NONE && wake != idx) registry_wake(r, wake);
+    }
+    for (uint32_t i = 0; i < r->max_blocks; i++) {
+        struct reg_block *b = &r->blocks[i];
+        if (b->state == BLOCK_FREE || b->exporter != idx) continue;
+        if (b->state == BLOCK_RETIRED || b->lease_head == REG_NONE) reg_block_recycle(r, i);
+        else b->state = BLOCK_ORPHANED;
+    }
+    STORE_STATE(h->state, HOLDER_FREE);
+}
+
+int reg_sweep_dead(struct registry *r, uint32_t self)
+{
+    int n = 0;
+    for (uint32_t i = 0; i < r->max_holders; i++) {
+        if (i == self || LOAD_STATE(r->holders[i].state) != HOLDER_ACTIVE) continue;
+        if (reg_holder_alive(r, i)) continue;
+        log_msg(LOG_INFO, "holder %u (pid %d) is gone; releasing its leases and blocks", i,
+                (int)r->holders[i].pid);
+        reg_holder_sweep(r, i);
+        n++;
+    }
+    return n;
+}
+
+void registry_wake(struct registry *r, uint32_t idx)
+{
+    struct reg_holder *h = reg_holder_at(r, idx);
+    if (!h) return;
+    __atomic_fetch_add(&h->wake, 1, __ATOMIC_SEQ_CST);
+    syscall(SYS_futex, &h->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+void registry_wait(struct registry *r, uint32_t idx, uint32_t seen, uint64_t timeout_ns)
+{
+    struct reg_holder *h = reg_holder_at(r, idx);
+    if (!h) return;
+    struct timespec ts = {(time_t)(timeout_ns / 1000000000ull), (long)(timeout_ns % 1000000000ull)};
+    /* Shared (not FUTEX_PRIVATE): wakers live in other processes. */
+    syscall(SYS_futex, &h->wake, FUTEX_WAIT, seen, &ts, NULL, 0);
+}
+
+/* ---- blocks ---- */
+
+uint32_t reg_block_find(struct registry *r, const struct ipc_handle *hd)
+{
+    uint32_t best = REG_NONE, idx = r->buckets[bucket_of(r, hd->bytes)];
+    for (uint32_t steps = 0; idx != REG_NONE && steps < r->max_blocks; steps++) {
+        struct reg_block *b = reg_block_at(r, idx);
+        if (!b) break;
+        if (b->state != BLOCK_FREE && !memcmp(b->handle, hd->bytes, IPC_HANDLE_BYTES)) {
+            if (b->state == BLOCK_LIVE || b->state == BLOCK_LIMBO) return idx;
+            if (best == REG_NONE) best = idx;
+        }
+        idx = b->hash_next;
+    }
+    return best;
+}
+
+/* Pops a free-list head, repairing once if it does not point at a free record. */
+static uint32_t pop_free(struct registry *r, uint32_t *head, uint32_t cap, bool blocks)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        uint32_t idx = *head;
+        if (idx == REG_NONE) return REG_NONE;
+        if (idx < cap) {
+            if (blocks && r->blocks[idx].state == BLOCK_FREE) {
+                *head = r->blocks[idx].hash_next;
+                return idx;
+            }
+            if (!blocks && r->leases[idx].intent == LEASE_FREE) {
+                *head = r->leases[idx].next;
+                return idx;
+            }
+        }
+        LOG_RATE(LOG_WARN, "registry %s: free list corrupt; rebuilding", r->name);
+        registry_repair(r);
+    }
+    return REG_NONE;
+}
+
+uint32_t reg_block_create(struct registry *r, const struct ipc_handle *hd, uint64_t base,
+                          uint64_t size, int device, uint32_t exporter, uint64_t now)
+{
+    struct reg_holder *o = reg_holder_at(r, exporter);
+    if (!o) return REG_NONE;
+    uint32_t idx = pop_free(r, &r->hdr->block_free, r->max_blocks, true);
+    if (idx == REG_NONE) return REG_NONE;
+    struct reg_block *b = &r->blocks[idx];
+    b->generation++;
+    memcpy(b->handle, hd->bytes, IPC_HANDLE_BYTES);
+    b->base = base;
+    b->size = size;
+    b->device = device;
+    b->exporter = exporter;
+    b->exporter_nonce = o->nonce;
+    b->pending = 1;
+    b->first_export_ns = b->last_export_ns = now;
+    b->limbo_since_ns = 0;
+    b->lease_head = REG_NONE;
+    uint32_t bk = bucket_of(r, b->handle);
+    b->hash_next = r->buckets[bk];
+    r->buckets[bk] = idx;
+    STORE_STATE(b->state, BLOCK_LIVE);
+    return idx;
+}
+
+/* Removes lease li from block b's chain (if it is there). */
+static void unlink_lease(struct registry *r, struct reg_block *b, uint32_t li)
+{
+    uint32_t *link = &b->lease_head;
+    for (uint32_t steps = 0; *link != REG_NONE && steps < r->max_leases; steps++) {
+        struct reg_lease *l = reg_lease_at(r, *link);
+        if (!l) {
+            *link = REG_NONE; /* corrupt tail: cut it; repair re-derives */
+            return;
+        }
+        if (*link == li) {
+            *link = l->next;
+            return;
+        }
+        link = &l->next;
+    }
+}
+
+static void free_lease(struct registry *r, uint32_t li)
+{
+    struct reg_lease *l = &r->leases[li];
+    STORE_STATE(l->intent, LEASE_FREE);
+    l->count = 0;
+    l->next = r->hdr->lease_free;
+    r->hdr->lease_free = li;
+}
+
+void reg_block_recycle(struct registry *r, uint32_t idx)
+{
+    struct reg_block *b = reg_block_at(r, idx);
+    if (!b) return;
+    STORE_STATE(b->state, BLOCK_FREE);
+    for (uint32_t steps = 0; b->lease_head != REG_NONE && steps < r->max_leases; steps++) {
+        uint32_t li = b->lease_head;
+        struct reg_lease *l = reg_lease_at(r, li);
+        if (!l) break;
+        b->lease_head = l->next;
+        free_lease(r, li);
+    }
+    b->lease_head = REG_NONE;
+    uint32_t *link = &r->buckets[bucket_of(r, b->handle)];
+    for (uint32_t steps = 0; *link != REG_NONE && steps < r->max_blocks; steps++) {
+        struct reg_block *c = reg_block_at(r, *link);
+        if (!c) {
+            *link = REG_NONE;
+            break;
+        }
+        if (*link == idx) {
+            *link = c->hash_next;
+            break;
+        }
+        link = &c->hash_next;
+    }
+    b->pending = 0;
+    b->hash_next = r->hdr->block_free;
+    r->hdr->block_free = idx;
+}
+
+uint32_t reg_block_leases(struct registry *r, uint32_t idx)
+{
+    struct reg_block *b = reg_block_at(r, idx);
+    uint32_t n = 0;
+    if (!b) return 0;
+    for (uint32_t li = b->lease_head; li != REG_NONE && n < r->max_leases; n++) {
+        struct reg_lease *l = reg_lease_at(r, li);
+        if (!l) break;
+        li = l->next;
+    }
+    return n;
+}
+
+/* ---- leases ---- */
+
+uint32_t reg_lease_find(struct registry *r, uint32_t block, uint32_t holder)
+{
+    struct reg_block *b = reg_block_at(r, block);
+    if (!b) return REG_NONE;
+    uint32_t li = b->lease_head;
+    for (uint32_t steps = 0; li != REG_NONE && steps < r->max_leases; steps++) {
+        struct reg_lease *l = reg_lease_at(r, li);
+        if (!l) break;
+        if (l->holder == holder && l->intent != LEASE_FREE && l->block == block) return li;
+        li = l->next;
+    }
+    return REG_NONE;
+}
+
+uint32_t reg_lease_create(struct registry *r, uint32_t block, uint32_t holder)
+{
+    struct reg_block *b = reg_block_at(r, block);
+    if (!b || !reg_holder_at(r, holder)) return REG_NONE;
+    uint32_t li = pop_free(r, &r->hdr->lease_free, r->max_leases, false);
+    if (li == REG_NONE) return REG_NONE;
+    struct reg_lease *l = &r->leases[li];
+    l->block = block;
+    l->block_gen = b->generation;
+    l->holder = holder;
+    l->count = 1;
+    l->next = b->lease_head;
+    b->lease_head = li;
+    STORE_STATE(l->intent, LEASE_OPENING);
+    return li;
+}
+
+uint32_t reg_lease_drop(struct registry *r, uint32_t idx)
+{
+    struct reg_lease *l = reg_lease_at(r, idx);
+    if (!l || l->intent == LEASE_FREE) return REG_NONE;
+    struct reg_block *b = reg_block_at(r, l->block);
+    bool same = b && b->state != BLOCK_FREE && b->generation == l->block_gen;
+    if (b) unlink_lease(r, b, idx);
+    free_lease(r, idx);
+    if (!same || b->lease_head != REG_NONE) return REG_NONE;
+    if (b->state == BLOCK_ORPHANED) {
+        reg_block_recycle(r, (uint32_t)(b - r->blocks));
+        return REG_NONE;
+    }
+    if (b->state != BLOCK_LIMBO) return REG_NONE;
+    if (options_get()->handoff == HANDOFF_WINDOW && b->pending == 0) {
+        /* Window rule (ipc.c): the last close re-arms one hand-off. */
+        uint64_t now = reg_now_ns();
+        b->pending = 1;
+        b->first_export_ns = b->last_export_ns = now;
+    }
+    return b->exporter;
+}

@@ -1,0 +1,232 @@
+/* registry: the shared segment that every process of one user and domain maps.
+ *
+ * Layout (all offsets fixed by the header's capacities, pinned by
+ * tests/core/test_registry.c):
+ *   header | holder lock bytes | holders[] | blocks[] | leases[] | buckets[]
+ * Fixed-width fields, indices (REG_NONE = none) instead of pointers.
+ *
+ * Primary records are holders, blocks and leases; their `state`/`intent`
+ * field is written last when a record is filled and first when it is
+ * released (release stores), so a record is either wholly in use or free
+ * whatever instruction its writer died at. Everything else -- the free lists,
+ * the hash chains, the per-block lease chains -- is derived and rebuilt by
+ * registry_repair() when the lock is recovered from a dead owner. Every index
+ * read from the segment is bounds-checked: the bytes may be corrupt or hostile.
+ *
+ * All reg_* record functions require the registry lock. */
+#ifndef IPCSHIM_REGISTRY_H
+#define IPCSHIM_REGISTRY_H
+
+#include "ipc.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#define REG_MAGIC 0x31534d4843504931ull /* "1IPCHMS1" */
+#define REG_ABI 1u
+#define REG_NONE UINT32_MAX
+#define REG_DOMAIN_MAX 64
+
+enum { HOLDER_FREE = 0, HOLDER_ACTIVE = 1 };
+enum { BLOCK_FREE = 0, BLOCK_LIVE, BLOCK_LIMBO, BLOCK_ORPHANED, BLOCK_RETIRED };
+enum { LEASE_FREE = 0, LEASE_OPENING, LEASE_OPEN, LEASE_CLOSING };
+
+struct reg_header {
+    uint64_t magic;        /* REG_MAGIC */
+    uint32_t abi;          /* REG_ABI */
+    uint32_t ready;        /* 1 once the creator finished (release store) */
+    uint64_t size;         /* total bytes, recomputed and checked by attachers */
+    uint32_t max_holders;
+    uint32_t max_blocks;
+    uint32_t max_leases;
+    uint32_t nbuckets;     /* power of two */
+    uint32_t block_free;   /* derived: free block list head */
+    uint32_t lease_free;   /* derived: free lease list head */
+    uint32_t repairs;      /* times the lock was recovered from a dead owner */
+    int32_t creator_pid;
+    uint64_t created_ns;   /* CLOCK_REALTIME */
+    union {
+        pthread_mutex_t mutex; /* process-shared, robust */
+        uint8_t bytes[64];
+    } lock;
+    uint64_t reserved[16];
+};
+
+struct reg_holder {
+    uint64_t start_time;   /* field 22 of /proc/PID/stat */
+    uint64_t nonce;        /* random, new for every attach */
+    uint64_t attach_ns;    /* CLOCK_MONOTONIC */
+    int32_t pid;
+    uint32_t state;        /* HOLDER_* */
+    uint32_t wake;         /* futex word: bumped to wake this holder's collector */
+    uint32_t reserved[7];
+};
+
+struct reg_block {
+    uint8_t handle[IPC_HANDLE_BYTES];
+    uint64_t base;
+    uint64_t size;
+    uint64_t generation;      /* bumped every time the record is reused */
+    uint64_t exporter_nonce;
+    uint64_t first_export_ns; /* oldest pending hand-off */
+    uint64_t last_export_ns;  /* newest pending hand-off; they expire after it */
+    uint64_t limbo_since_ns;
+    int32_t device;
+    uint32_t exporter;        /* holder index */
+    uint32_t state;           /* BLOCK_* */
+    uint32_t pending;         /* unclaimed hand-offs */
+    uint32_t hash_next;       /* derived: hash chain, or free list when FREE */
+    uint32_t lease_head;      /* derived: this block's leases */
+    uint64_t reserved[2];
+};
+
+struct reg_lease {
+    uint64_t block_gen;
+    uint32_t block;
+    uint32_t holder;
+    uint32_t count;           /* opens in that holder, all contexts, incl. in flight */
+    uint32_t intent;          /* LEASE_* */
+    uint32_t next;            /* derived: block's lease chain, or free list */
+    uint32_t reserved;
+};
+
+/* Capacities chosen by the creator. */
+struct reg_caps {
+    uint32_t max_holders, max_blocks, max_leases;
+};
+
+/* Byte offsets of each area; size is the whole segment. */
+struct reg_layout {
+    size_t locks, holders, blocks, leases, buckets, size;
+    uint32_t nbuckets;
+};
+
+/* One process's view of the segment. */
+struct registry {
+    int fd;
+    uint8_t *base;
+    size_t size;
+    struct reg_header *hdr;
+    struct reg_holder *holders;
+    struct reg_block *blocks;
+    struct reg_lease *leases;
+    uint32_t *buckets;
+    uint32_t max_holders, max_blocks, max_leases, nbuckets;
+    off_t lock_base; /* file offset of holder 0's lock byte */
+    dev_t dev;
+    ino_t ino;
+    char name[96];
+};
+
+static inline uint64_t reg_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- segment ---- */
+
+/* "/ipcshim-<uid>-<domain>" into buf. -EINVAL unless domain is
+ * [A-Za-z0-9._-]{1,64}. */
+int registry_name(const char *domain, char *buf, size_t len);
+
+/* Offsets for these capacities. -EINVAL if a capacity is 0 or too large. */
+int registry_layout(const struct reg_caps *caps, struct reg_layout *out);
+
+/* Create the domain's segment with caps, or attach to the existing one
+ * (whose own capacities win). 0, or a negative errno after logging why the
+ * segment was refused. *r is zeroed on failure. */
+int registry_open(struct registry *r, const char *domain, const struct reg_caps *caps);
+
+/* Unmap and close. The caller's holder slot, if any, must be released first. */
+void registry_close(struct registry *r);
+
+/* In a forked child: replace the inherited descriptor (which shares the
+ * parent's OFD locks) with a fresh one on the same segment. 0 or -errno. */
+int registry_reopen_fd(struct registry *r);
+
+/* ---- lock ---- */
+
+/* Take the registry lock; if its owner died, repair and carry on.
+ * 0, or -ENOTRECOVERABLE (the registry must not be used any more). */
+int registry_lock(struct registry *r);
+void registry_unlock(struct registry *r);
+
+/* Rebuild every derived structure from the primary records. Lock held. */
+void registry_repair(struct registry *r);
+
+/* ---- holders ---- */
+
+/* Take a free holder slot for this process (sweeping dead holders if none is
+ * free) and its OFD lock byte. Slot index or REG_NONE. Lock held. */
+uint32_t reg_holder_attach(struct registry *r, uint64_t nonce);
+
+/* Give back our own slot: drop our lock byte and mark it free. Lock held. */
+void reg_holder_release(struct registry *r, uint32_t idx);
+
+/* Liveness of another holder (see liveness.h). A free slot is not alive. */
+bool reg_holder_alive(struct registry *r, uint32_t idx);
+
+/* Drop every lease of a dead holder, orphan or recycle its blocks, free its
+ * slot. Redo-safe. Lock held. */
+void reg_holder_sweep(struct registry *r, uint32_t idx);
+
+/* Sweep every dead holder except self. Returns how many. Lock held. */
+int reg_sweep_dead(struct registry *r, uint32_t self);
+
+/* Bump a holder's futex word and wake it. Any thread, lock or not. */
+void registry_wake(struct registry *r, uint32_t idx);
+
+/* Wait on our futex word while it still reads `seen`, at most timeout_ns. */
+void registry_wait(struct registry *r, uint32_t idx, uint32_t seen, uint64_t timeout_ns);
+
+/* ---- blocks ---- */
+
+/* The record at idx, or NULL if idx is out of range. */
+static inline struct reg_block *reg_block_at(struct registry *r, uint32_t idx)
+{
+    return idx < r->max_blocks ? &r->blocks[idx] : NULL;
+}
+static inline struct reg_lease *reg_lease_at(struct registry *r, uint32_t idx)
+{
+    return idx < r->max_leases ? &r->leases[idx] : NULL;
+}
+static inline struct reg_holder *reg_holder_at(struct registry *r, uint32_t idx)
+{
+    return idx < r->max_holders ? &r->holders[idx] : NULL;
+}
+
+/* The block with these handle bytes, preferring a LIVE or LIMBO record over
+ * ORPHANED/RETIRED ones. REG_NONE if none. */
+uint32_t reg_block_find(struct registry *r, const struct ipc_handle *h);
+
+/* A fresh LIVE block (generation bumped, one pending hand-off), in the hash
+ * index. REG_NONE when the table is full. */
+uint32_t reg_block_create(struct registry *r, const struct ipc_handle *h, uint64_t base,
+                          uint64_t size, int device, uint32_t exporter, uint64_t now);
+
+/* Back to the free list; any leases left on it are dropped. */
+void reg_block_recycle(struct registry *r, uint32_t idx);
+
+/* Number of leases on the block (any intent, any holder). */
+uint32_t reg_block_leases(struct registry *r, uint32_t idx);
+
+/* ---- leases ---- */
+
+/* holder's lease on block, or REG_NONE. */
+uint32_t reg_lease_find(struct registry *r, uint32_t block, uint32_t holder);
+
+/* A new lease (count 1, intent OPENING) linked to the block. REG_NONE if full. */
+uint32_t reg_lease_create(struct registry *r, uint32_t block, uint32_t holder);
+
+/* Drop a lease. If its block is left with no lease: an ORPHANED block is
+ * recycled; a LIMBO block is re-armed in window mode and its exporter's index
+ * is returned (to wake, preferably after unlocking). Else REG_NONE. */
+uint32_t reg_lease_drop(struct registry *r, uint32_t idx);
+
+#endif

@@ -1,0 +1,171 @@
+/* swap: the pure-logic half of host swap. An access history recorder and an
+ * eviction policy that keeps a process's device-resident bytes under a budget.
+ *
+ * The caller (the shim, later; the replay tools now) reports, for every
+ * launch, each swappable block the launch touches, in order, then ticks to
+ * the next launch. Logical time is the launch index: it starts at 0 and
+ * advances by one per swap_policy_next_launch(). A memcpy or memset counts as
+ * a launch of its own. For each access the policy answers which blocks to
+ * evict first and whether the accessed block must be copied in.
+ *
+ * Cost model (what "bytes moved" counts):
+ * - A block's first access ever is a first touch: it is created on the device,
+ *   nothing is copied.
+ * - An access to a block that is not resident is a fault: it is copied
+ *   host->device (size bytes) and becomes resident and clean.
+ * - A write makes a resident block dirty (the device copy is newer).
+ * - Evicting a dirty block copies it device->host (size bytes); evicting a
+ *   clean block costs nothing (its host copy is current). Either way the
+ *   host copy is current afterwards.
+ * - Blocks already accessed in the current launch are pinned: a kernel needs
+ *   all of its blocks at once, so they are never chosen as victims.
+ * - resident bytes <= budget always holds after every call.
+ *
+ * Everything returns 0 or a negative errno. No locking inside: the caller
+ * serialises calls on one policy (the shim holds its swap lock). No CUDA, no
+ * dl*: libc and uthash only. */
+#ifndef IPCSHIM_SWAP_H
+#define IPCSHIM_SWAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A logical time that never comes: "no next use predicted". */
+#define SWAP_NEVER UINT64_MAX
+
+/* ---- access history ---------------------------------------------------- */
+
+/* Bounded-memory access recorder: a ring of the last events (logical time,
+ * block, bytes, read/write), a ring of per-launch signatures, and one
+ * fixed-size record per live block. It learns the period of the launch
+ * sequence and predicts each block's next use from it (see swap_history.c). */
+struct swap_history;
+
+/* Defaults for the two ring capacities (0 in create() picks them). */
+#define SWAP_HISTORY_DEFAULT_EVENTS (1u << 16)
+#define SWAP_HISTORY_DEFAULT_LAUNCHES (1u << 13)
+
+/* Create a recorder holding at most max_events accesses and max_launches
+ * launch signatures (0 = default). A period longer than half the retained
+ * launches (or events) cannot be learned. -EINVAL, -ENOMEM. */
+int swap_history_create(uint32_t max_events, uint32_t max_launches, struct swap_history **out);
+void swap_history_destroy(struct swap_history *h);
+
+/* Record one access of the current launch. -ENOMEM if a new block record
+ * cannot be allocated (the history is left as it was). */
+int swap_history_record(struct swap_history *h, uint64_t block, uint64_t bytes, bool is_write);
+
+/* Close the current launch (its signature enters the ring) and start the
+ * next; re-learns the period from time to time. Never fails. */
+void swap_history_next_launch(struct swap_history *h);
+
+/* Drop a freed block's record, so that a new block at the same id starts
+ * with no past. */
+void swap_history_forget(struct swap_history *h, uint64_t block);
+
+/* The current launch's logical time. */
+uint64_t swap_history_now(const struct swap_history *h);
+
+/* The learned period in launches, 0 while none is learned. */
+uint64_t swap_history_period(const struct swap_history *h);
+
+/* Predicted logical time of the block's next access, >= now: now means
+ * "later in this launch". SWAP_NEVER when the block was not accessed during
+ * the last period (the pattern does not use it). Only meaningful while
+ * swap_history_period() != 0. */
+uint64_t swap_history_predict(const struct swap_history *h, uint64_t block);
+
+/* Bytes the recorder holds (rings + block records): bounded by the ring
+ * capacities plus a fixed amount per live block. */
+size_t swap_history_memory(const struct swap_history *h);
+
+/* ---- eviction policy --------------------------------------------------- */
+
+enum swap_policy_kind {
+    SWAP_POLICY_LRU,     /* evict the least recently used block */
+    SWAP_POLICY_HISTORY, /* evict the furthest predicted next use; LRU until a period is learned */
+    SWAP_POLICY_MIN,     /* replay only: furthest known next use, given by swap_policy_access_known() */
+};
+
+struct swap_params {
+    enum swap_policy_kind kind;
+    uint64_t budget_bytes;     /* device-resident bytes allowed, > 0 */
+    uint32_t history_events;   /* history ring capacities (HISTORY only), 0 = default */
+    uint32_t history_launches;
+};
+
+struct swap_counters {
+    uint64_t h2d_bytes;      /* fetched host->device */
+    uint64_t d2h_bytes;      /* written back device->host (dirty evictions) */
+    uint64_t faults;         /* accesses that needed a fetch */
+    uint64_t first_touches;  /* first accesses (no copy) */
+    uint64_t evictions;      /* all evictions */
+    uint64_t dirty_evictions;
+    uint64_t overflows;      /* accesses refused with -ENOSPC */
+    uint64_t launches;       /* completed launches */
+};
+
+/* One block to evict before the access. */
+struct swap_evict {
+    uint64_t block;
+    uint64_t bytes;
+    bool writeback; /* dirty: copy device->host first; else just drop the device copy */
+};
+
+/* The answer to one access. evict points into the policy and stays valid
+ * until the next call on it. Evictions come first, in order, then the fetch. */
+struct swap_decision {
+    const struct swap_evict *evict;
+    size_t n_evict;
+    bool fetch;       /* copy the block host->device */
+    bool first_touch; /* first access: create on the device, nothing to copy */
+};
+
+struct swap_policy;
+
+/* Create a policy with the default history sizes. -EINVAL (budget 0, unknown
+ * kind), -ENOMEM. */
+int swap_policy_create(enum swap_policy_kind kind, uint64_t budget_bytes, struct swap_policy **out);
+int swap_policy_create_params(const struct swap_params *params, struct swap_policy **out);
+void swap_policy_destroy(struct swap_policy *p);
+
+/* Report that the current launch accesses block (size bytes, its current
+ * size; a changed size counts as a reallocation at the same id). Fills *out.
+ * -EINVAL: size 0, or kind MIN (use swap_policy_access_known).
+ * -ENOSPC: the block cannot fit even after evicting every unpinned block (it
+ *   is larger than the budget, or this launch's pinned blocks fill it); the
+ *   block is left non-resident, nothing else changes but the overflow count,
+ *   and the caller leaves it to the hardware's demand paging.
+ * -ENOMEM: no memory for a new block record. */
+int swap_policy_access(struct swap_policy *p, uint64_t block, uint64_t size, bool is_write,
+                       struct swap_decision *out);
+
+/* Replay only, for kind MIN: the same, with the logical time of this block's
+ * next access after this one (SWAP_NEVER if none) known from the trace. */
+int swap_policy_access_known(struct swap_policy *p, uint64_t block, uint64_t size, bool is_write,
+                             uint64_t next_use, struct swap_decision *out);
+
+/* The block was freed: it leaves the device budget without a write-back.
+ * -ENOENT if the policy never saw it. */
+int swap_policy_free(struct swap_policy *p, uint64_t block);
+
+/* The current launch is complete; unpins its blocks and advances time. */
+void swap_policy_next_launch(struct swap_policy *p);
+
+void swap_policy_counters(const struct swap_policy *p, struct swap_counters *out);
+uint64_t swap_policy_resident_bytes(const struct swap_policy *p);
+bool swap_policy_is_resident(const struct swap_policy *p, uint64_t block);
+
+/* The policy's history (HISTORY kind), NULL otherwise. */
+const struct swap_history *swap_policy_history(const struct swap_policy *p);
+
+/* Replay only: rank clean blocks as if their next use were w times further
+ * away (default 2; 1 = plain furthest-next-use). See swap_policy.c. */
+void swap_policy_set_clean_weight(struct swap_policy *p, double w);
+
+const char *swap_policy_kind_name(enum swap_policy_kind kind);
+/* "lru", "history", "min" -> kind; -EINVAL otherwise. */
+int swap_policy_kind_parse(const char *name, enum swap_policy_kind *out);
+
+#endif

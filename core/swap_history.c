@@ -1,0 +1,305 @@
+/* swap_history: the bounded-memory access recorder behind the history policy.
+ *
+ * Three structures, all bounded:
+ * - an event ring: the last max_events accesses (logical time, block, bytes,
+ *   read/write). Each event links to the previous event of the same block by
+ *   sequence number, so a block's recent accesses are a short walk away; a
+ *   link whose slot has since been overwritten is detected by the sequence
+ *   number stored in the slot and ends the walk.
+ * - a launch ring: one 64-bit signature per completed launch (a hash of the
+ *   ordered (block, read/write) list it touched; sizes are left out so that
+ *   shape jitter does not change it), for the last max_launches launches.
+ * - a uthash table with one fixed-size record per live block (its latest
+ *   event), removed when the block is freed.
+ * Memory is therefore capacities x record sizes + live blocks x record size,
+ * whatever the length of the run.
+ *
+ * Period detection and next-use prediction are explained at the top of
+ * swap_policy.c; this file implements them. */
+#include "swap.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "uthash_wrap.h"
+
+#define NO_SEQ UINT64_MAX
+/* A repeat may land this many launches early or late (an extra kernel here,
+ * a missing one there) and still count as a match. */
+#define PHASE_SLACK 4
+/* Share of launches that must repeat at the candidate period. */
+#define MATCH_MIN 0.90
+/* A longer candidate replaces a shorter one only if it matches this much better. */
+#define MATCH_BETTER 0.01
+/* Candidate periods verified per detection, at most. */
+#define MAX_CANDIDATES 32
+/* A walk longer than this means the block is used many times per period: hot. */
+#define MAX_WALK 64
+
+struct hist_event {
+    uint64_t seq; /* which write of this slot; a link to another seq is stale */
+    uint64_t time;
+    uint64_t block;
+    uint64_t bytes;
+    uint64_t prev_seq; /* the same block's previous event, or NO_SEQ */
+    uint8_t is_write;
+};
+
+struct hist_block {
+    uint64_t id;
+    uint64_t last_seq;
+    UT_hash_handle hh;
+};
+
+struct swap_history {
+    struct hist_event *ev;
+    uint32_t ev_cap;
+    uint64_t ev_count; /* events ever recorded; the next seq */
+    uint64_t *sig;     /* sig[t % sig_cap] for completed launches t */
+    uint32_t sig_cap;
+    uint64_t now;     /* current launch; launches < now are complete */
+    uint64_t cur_sig; /* signature of the current launch so far */
+    struct hist_block *blocks;
+    uint64_t period;      /* 0 = none learned */
+    uint64_t shift;       /* the period as seen at the latest launch (phase-corrected) */
+    uint64_t next_detect; /* launch at which to (re)detect */
+};
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
+int swap_history_create(uint32_t max_events, uint32_t max_launches, struct swap_history **out)
+{
+    if (!out) return -EINVAL;
+    *out = NULL;
+    struct swap_history *h = calloc(1, sizeof(*h));
+    if (!h) return -ENOMEM;
+    h->ev_cap = max_events ? max_events : SWAP_HISTORY_DEFAULT_EVENTS;
+    h->sig_cap = max_launches ? max_launches : SWAP_HISTORY_DEFAULT_LAUNCHES;
+    h->ev = calloc(h->ev_cap, sizeof(*h->ev));
+    h->sig = calloc(h->sig_cap, sizeof(*h->sig));
+    if (!h->ev || !h->sig) {
+        swap_history_destroy(h);
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < h->ev_cap; i++) h->ev[i].seq = NO_SEQ;
+    *out = h;
+    return 0;
+}
+
+void swap_history_destroy(struct swap_history *h)
+{
+    if (!h) return;
+    struct hist_block *b, *tmp;
+    HASH_ITER(hh, h->blocks, b, tmp)
+    {
+        HASH_DEL(h->blocks, b);
+        free(b);
+    }
+    free(h->ev);
+    free(h->sig);
+    free(h);
+}
+
+static const struct hist_event *event_at(const struct swap_history *h, uint64_t seq)
+{
+    if (seq == NO_SEQ) return NULL;
+    const struct hist_event *e = &h->ev[seq % h->ev_cap];
+    return e->seq == seq ? e : NULL;
+}
+
+int swap_history_record(struct swap_history *h, uint64_t block, uint64_t bytes, bool is_write)
+{
+    struct hist_block *b;
+    HASH_FIND(hh, h->blocks, &block, sizeof(block), b);
+    if (!b) {
+        b = calloc(1, sizeof(*b));
+        if (!b) return -ENOMEM;
+        b->id = block;
+        b->last_seq = NO_SEQ;
+        HASH_ADD(hh, h->blocks, id, sizeof(b->id), b);
+        if (!UTH_ADDED(b, hh)) {
+            free(b);
+            return -ENOMEM;
+        }
+    }
+    uint64_t seq = h->ev_count++;
+    struct hist_event *e = &h->ev[seq % h->ev_cap];
+    *e = (struct hist_event){.seq = seq, .time = h->now, .block = block, .bytes = bytes,
+                             .prev_seq = b->last_seq, .is_write = is_write};
+    b->last_seq = seq;
+    h->cur_sig = mix64(h->cur_sig ^ mix64(block * 2 + (is_write ? 1 : 0)));
+    return 0;
+}
+
+void swap_history_forget(struct swap_history *h, uint64_t block)
+{
+    struct hist_block *b;
+    HASH_FIND(hh, h->blocks, &block, sizeof(block), b);
+    if (!b) return;
+    HASH_DEL(h->blocks, b);
+    free(b);
+}
+
+uint64_t swap_history_now(const struct swap_history *h) { return h->now; }
+uint64_t swap_history_period(const struct swap_history *h) { return h->period; }
+
+size_t swap_history_memory(const struct swap_history *h)
+{
+    size_t n = sizeof(*h) + (size_t)h->ev_cap * sizeof(*h->ev) + (size_t)h->sig_cap * sizeof(*h->sig);
+    n += (size_t)HASH_COUNT(h->blocks) * sizeof(struct hist_block);
+    if (h->blocks) n += HASH_OVERHEAD(hh, h->blocks);
+    return n;
+}
+
+/* Oldest launch whose signature is still in the ring. */
+static uint64_t oldest_launch(const struct swap_history *h)
+{
+    return h->now > h->sig_cap ? h->now - h->sig_cap : 0;
+}
+
+/* Logical time of the oldest event still in the ring (now if none). */
+static uint64_t oldest_event_time(const struct swap_history *h)
+{
+    if (h->ev_count == 0) return h->now;
+    uint64_t seq = h->ev_count > h->ev_cap ? h->ev_count - h->ev_cap : 0;
+    return h->ev[seq % h->ev_cap].time;
+}
+
+static bool sig_at(const struct swap_history *h, uint64_t t, uint64_t *out)
+{
+    if (t >= h->now || t < oldest_launch(h)) return false;
+    *out = h->sig[t % h->sig_cap];
+    return true;
+}
+
+/* Signature of a launch known to be in the ring. */
+static uint64_t sig_of(const struct swap_history *h, uint64_t t) { return h->sig[t % h->sig_cap]; }
+
+/* How far a repeat at period P may land from its place: PHASE_SLACK, less
+ * for short periods so that the search never reaches the launch itself. */
+static uint64_t slack(uint64_t P) { return P / 2 < PHASE_SLACK ? (P ? (P - 1) / 2 : 0) : PHASE_SLACK; }
+
+/* Time of a launch with signature s within slack(P) of target, closest
+ * first; false if none. */
+static bool find_near(const struct swap_history *h, uint64_t s, uint64_t target, uint64_t P,
+                      uint64_t *found)
+{
+    for (uint64_t d = 0; d <= slack(P); d++) {
+        uint64_t v;
+        if (sig_at(h, target - d, &v) && v == s && target >= d) {
+            *found = target - d;
+            return true;
+        }
+        if (d && sig_at(h, target + d, &v) && v == s) {
+            *found = target + d;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Share of the last `window` launches whose signature recurs about P
+ * launches earlier. Gives up (returns 0) once more than max_miss miss. */
+static double match_share(const struct swap_history *h, uint64_t P, uint64_t window,
+                          uint64_t max_miss)
+{
+    uint64_t last = h->now - 1, miss = 0, dummy;
+    for (uint64_t i = last - window + 1; i <= last; i++) {
+        if (!find_near(h, sig_of(h, i), i - P, P, &dummy) && ++miss > max_miss) return 0.0;
+    }
+    return 1.0 - (double)miss / (double)window;
+}
+
+/* Verify candidate P against the recent launches (see swap_policy.c): it
+ * is kept if it beats the best so far under the rules there. */
+static void try_candidate(const struct swap_history *h, uint64_t P, uint64_t n, uint64_t *best_p,
+                          double *best)
+{
+    uint64_t window = n - P - PHASE_SLACK;
+    if (window > n / 2) window = n / 2;
+    double floor = *best > 0 ? *best + MATCH_BETTER : MATCH_MIN;
+    if (floor > 1.0) return;
+    uint64_t max_miss = (uint64_t)((1.0 - floor) * (double)window);
+    double share = match_share(h, P, window, max_miss);
+    if (share >= floor) {
+        *best = share;
+        *best_p = P;
+    }
+}
+
+/* Learn the period. Candidates: the current period, if any (so that one
+ * odd launch does not make it forgotten), and the distances back to earlier
+ * launches with the latest launch's signature. Verified shortest first; a
+ * longer one replaces a shorter one only if it repeats clearly better
+ * (accumulation: the micro-batch repeats, the optimizer step only once per
+ * full period). */
+static void detect_period(struct swap_history *h)
+{
+    uint64_t first = oldest_launch(h), last = h->now - 1, s = sig_of(h, last);
+    uint64_t n = h->now - first;
+    uint64_t covered = h->now - oldest_event_time(h); /* launches the event ring reaches back */
+    uint64_t cand[MAX_CANDIDATES + 1];
+    int nc = 0;
+    for (uint64_t t = last; t-- > first && nc < MAX_CANDIDATES;) {
+        if (sig_of(h, t) != s) continue;
+        uint64_t P = last - t;
+        if (2 * P + PHASE_SLACK > n || P + PHASE_SLACK + 1 > covered) break;
+        cand[nc++] = P;
+    }
+    uint64_t best_p = 0;
+    double best = 0.0;
+    bool current_done = !h->period || 2 * h->period + PHASE_SLACK > n ||
+                        h->period + PHASE_SLACK + 1 > covered;
+    for (int i = 0; i <= nc; i++) {
+        uint64_t P = i < nc ? cand[i] : UINT64_MAX;
+        if (!current_done && h->period <= P) {
+            current_done = true;
+            if (h->period < P) try_candidate(h, h->period, n, &best_p, &best);
+        }
+        if (i < nc) try_candidate(h, P, n, &best_p, &best);
+    }
+    if (best_p != h->period) h->shift = best_p;
+    h->period = best_p;
+}
+
+void swap_history_next_launch(struct swap_history *h)
+{
+    h->sig[h->now % h->sig_cap] = h->cur_sig;
+    h->cur_sig = 0;
+    h->now++;
+    if (h->now >= h->next_detect) {
+        detect_period(h);
+        h->next_detect = h->now + (h->period ? (h->period > 16 ? h->period : 16) : 8);
+    }
+    /* Phase correction: where did the launch just completed occur one period
+     * ago? An inserted or dropped kernel shifts the rest of the period by one. */
+    if (h->period) {
+        uint64_t last = h->now - 1, at;
+        if (last >= h->period && find_near(h, sig_of(h, last), last - h->period, h->period, &at)) h->shift = last - at;
+    }
+}
+
+uint64_t swap_history_predict(const struct swap_history *h, uint64_t block)
+{
+    if (!h->period) return SWAP_NEVER;
+    struct hist_block *b;
+    HASH_FIND(hh, h->blocks, &block, sizeof(block), b);
+    if (!b) return SWAP_NEVER;
+    uint64_t from = h->now >= h->shift ? h->now - h->shift : 0;
+    uint64_t earliest = SWAP_NEVER;
+    int steps = 0;
+    for (const struct hist_event *e = event_at(h, b->last_seq); e && e->time >= from;
+         e = event_at(h, e->prev_seq)) {
+        earliest = e->time;
+        if (++steps > MAX_WALK) return h->now + 1;
+    }
+    return earliest == SWAP_NEVER ? SWAP_NEVER : earliest + h->shift;
+}

@@ -1,0 +1,305 @@
+/* swap_min: offline replay of a trace through the policies, with Belady's
+ * MIN fed the true next uses, and a fractional lower bound. Replay only: the
+ * shim never links against the future.
+ *
+ * Why MIN is "an offline schedule between two bounds" and not the optimum
+ * is explained at the top of swap_policy.c. In short: min here is a feasible
+ * schedule with perfect knowledge of the future (an upper bound on the
+ * optimum), and swap_replay_lower_bound() gives bytes no schedule can beat
+ * in host->device traffic. */
+#include "swap_trace.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "uthash_wrap.h"
+
+struct next_entry {
+    uint64_t id;
+    uint64_t next; /* next access: logical time (min) or event index (bound) */
+    UT_hash_handle hh;
+};
+
+static void next_table_free(struct next_entry **tab)
+{
+    struct next_entry *e, *tmp;
+    HASH_ITER(hh, *tab, e, tmp)
+    {
+        HASH_DEL(*tab, e);
+        free(e);
+    }
+}
+
+/* For every access event i: when the same block is next accessed, measured
+ * in launches (by_launch) or in event indices, SWAP_NEVER if it is freed
+ * first or never accessed again. Scans backwards. */
+static int next_uses(const struct swap_trace *t, bool by_launch, uint64_t **out)
+{
+    uint64_t *next = malloc((t->n ? t->n : 1) * sizeof(*next));
+    if (!next) return -ENOMEM;
+    uint64_t launches = 0;
+    for (size_t i = 0; i < t->n; i++)
+        if (t->ev[i].kind == SWAP_EV_LAUNCH) launches++;
+    struct next_entry *tab = NULL, *e;
+    int rc = 0;
+    uint64_t now = launches; /* launch of event i, counted down */
+    for (size_t i = t->n; i-- > 0;) {
+        const struct swap_event *ev = &t->ev[i];
+        next[i] = SWAP_NEVER;
+        if (ev->kind == SWAP_EV_LAUNCH) {
+            now--;
+            continue;
+        }
+        if (ev->kind != SWAP_EV_ACCESS && ev->kind != SWAP_EV_FREE) continue;
+        HASH_FIND(hh, tab, &ev->block, sizeof(ev->block), e);
+        if (!e) {
+            if (!(e = calloc(1, sizeof(*e)))) {
+                rc = -ENOMEM;
+                break;
+            }
+            e->id = ev->block;
+            e->next = SWAP_NEVER;
+            HASH_ADD(hh, tab, id, sizeof(e->id), e);
+            if (!UTH_ADDED(e, hh)) {
+                free(e);
+                rc = -ENOMEM;
+                break;
+            }
+        }
+        if (ev->kind == SWAP_EV_FREE) {
+            e->next = SWAP_NEVER;
+        } else {
+            next[i] = e->next;
+            e->next = by_launch ? now : i;
+        }
+    }
+    next_table_free(&tab);
+    if (rc) {
+        free(next);
+        return rc;
+    }
+    *out = next;
+    return 0;
+}
+
+/* Per-iteration snapshots of the counters, turned into steady-state means. */
+struct snaps {
+    struct swap_counters *c;
+    size_t n, cap;
+};
+
+static int snap_push(struct snaps *s, const struct swap_counters *c)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        struct swap_counters *a = realloc(s->c, cap * sizeof(*a));
+        if (!a) return -ENOMEM;
+        s->c = a;
+        s->cap = cap;
+    }
+    s->c[s->n++] = *c;
+    return 0;
+}
+
+static void steady(const struct snaps *s, unsigned warmup, struct swap_replay_result *r)
+{
+    size_t n = s->n, lo, hi;
+    if (n >= (size_t)warmup + 2) {
+        lo = warmup;
+        hi = n - 1;
+    } else if (n > warmup) {
+        lo = warmup;
+        hi = n;
+    } else {
+        lo = 0;
+        hi = n;
+    }
+    r->iterations = n;
+    r->steady_iterations = hi - lo;
+    if (hi <= lo) return;
+    struct swap_counters zero = {0};
+    const struct swap_counters *a = lo ? &s->c[lo - 1] : &zero, *b = &s->c[hi - 1];
+    double k = (double)(hi - lo);
+    r->steady_h2d = (double)(b->h2d_bytes - a->h2d_bytes) / k;
+    r->steady_d2h = (double)(b->d2h_bytes - a->d2h_bytes) / k;
+    r->steady_bytes = r->steady_h2d + r->steady_d2h;
+}
+
+/* Trailing events after the last I (or a trace without I) form one more
+ * iteration if they hold anything. */
+static bool open_iteration(const struct swap_trace *t)
+{
+    return t->n && t->ev[t->n - 1].kind != SWAP_EV_ITER;
+}
+
+static int replay_once(const struct swap_trace *t, const struct swap_params *prm,
+                       const uint64_t *next, double clean_weight, unsigned warmup,
+                       struct swap_replay_result *r)
+{
+    struct swap_policy *p;
+    int rc = swap_policy_create_params(prm, &p);
+    if (rc) return rc;
+    if (clean_weight > 0) swap_policy_set_clean_weight(p, clean_weight);
+    struct snaps s = {0};
+    struct swap_counters c;
+    for (size_t i = 0; i < t->n && !rc; i++) {
+        const struct swap_event *e = &t->ev[i];
+        struct swap_decision d;
+        switch (e->kind) {
+        case SWAP_EV_ACCESS:
+            rc = next ? swap_policy_access_known(p, e->block, e->bytes, e->is_write, next[i], &d)
+                      : swap_policy_access(p, e->block, e->bytes, e->is_write, &d);
+            if (rc == -ENOSPC) rc = 0;
+            break;
+        case SWAP_EV_LAUNCH:
+            swap_policy_next_launch(p);
+            break;
+        case SWAP_EV_FREE:
+            swap_policy_free(p, e->block);
+            break;
+        case SWAP_EV_ITER:
+            swap_policy_counters(p, &c);
+            rc = snap_push(&s, &c);
+            break;
+        }
+    }
+    swap_policy_counters(p, &c);
+    if (!rc && open_iteration(t)) rc = snap_push(&s, &c);
+    if (!rc) {
+        *r = (struct swap_replay_result){.total = c, .clean_weight = clean_weight};
+        steady(&s, warmup, r);
+    }
+    free(s.c);
+    swap_policy_destroy(p);
+    return rc;
+}
+
+int swap_replay(const struct swap_trace *t, const struct swap_params *prm, unsigned warmup,
+                struct swap_replay_result *r)
+{
+    if (!t || !prm || !r) return -EINVAL;
+    if (prm->kind != SWAP_POLICY_MIN) return replay_once(t, prm, NULL, 0, warmup, r);
+    uint64_t *next;
+    int rc = next_uses(t, true, &next);
+    if (rc) return rc;
+    /* See swap_policy.c, "The MIN bound": the best of a family of offline
+     * furthest-next-use schedules, from plain Belady (1) to strongly
+     * write-back-averse (8). */
+    static const double weights[] = {1.0, 1.5, 2.0, 3.0, 4.0, 8.0};
+    for (size_t k = 0; k < sizeof(weights) / sizeof(weights[0]) && !rc; k++) {
+        struct swap_replay_result one;
+        rc = replay_once(t, prm, next, weights[k], warmup, &one);
+        if (!rc && (k == 0 || one.steady_bytes < r->steady_bytes)) *r = one;
+    }
+    free(next);
+    return rc;
+}
+
+/* ---- fractional lower bound --------------------------------------------- */
+
+struct lb_block {
+    uint64_t id;
+    uint64_t seen;     /* largest size seen: bytes below it have content */
+    uint64_t resident; /* bytes on the device, possibly a part */
+    uint64_t next;     /* event index of the next access */
+    UT_hash_handle hh;
+};
+
+static int by_next_desc(const void *x, const void *y)
+{
+    const struct lb_block *a = *(struct lb_block *const *)x, *b = *(struct lb_block *const *)y;
+    return a->next < b->next ? 1 : a->next > b->next ? -1 : 0;
+}
+
+/* Belady on bytes: an access makes all its bytes resident, fetching those
+ * that were evicted (bytes never seen before are first touches); room is
+ * made by evicting the bytes whose next access is furthest, partially if
+ * that suffices. With unit pages (bytes) this is optimal in pages fetched,
+ * and allowing partial blocks and dropping the "whole launch at once"
+ * constraint only relaxes the real problem, hence a lower bound. */
+int swap_replay_lower_bound(const struct swap_trace *t, uint64_t budget, unsigned warmup,
+                            struct swap_replay_result *r)
+{
+    if (!t || !r || budget == 0) return -EINVAL;
+    uint64_t *next;
+    int rc = next_uses(t, false, &next);
+    if (rc) return rc;
+    struct lb_block *tab = NULL, *b, *tmp, **cand = NULL;
+    size_t ncand_cap = 0;
+    struct snaps s = {0};
+    struct swap_counters c = {0};
+    uint64_t total = 0;
+    for (size_t i = 0; i < t->n && !rc; i++) {
+        const struct swap_event *e = &t->ev[i];
+        if (e->kind == SWAP_EV_ITER) {
+            rc = snap_push(&s, &c);
+            continue;
+        }
+        if (e->kind != SWAP_EV_ACCESS && e->kind != SWAP_EV_FREE) continue;
+        HASH_FIND(hh, tab, &e->block, sizeof(e->block), b);
+        if (e->kind == SWAP_EV_FREE) {
+            if (b) {
+                total -= b->resident;
+                HASH_DEL(tab, b);
+                free(b);
+            }
+            continue;
+        }
+        if (!b) {
+            if (!(b = calloc(1, sizeof(*b)))) {
+                rc = -ENOMEM;
+                break;
+            }
+            b->id = e->block;
+            HASH_ADD(hh, tab, id, sizeof(b->id), b);
+            if (!UTH_ADDED(b, hh)) {
+                free(b);
+                rc = -ENOMEM;
+                break;
+            }
+        }
+        b->next = next[i];
+        if (e->bytes > budget || b->resident >= e->bytes) continue;
+        uint64_t missing = e->bytes - b->resident;
+        uint64_t cold = e->bytes > b->seen ? e->bytes - b->seen : 0;
+        if (total + missing > budget) {
+            size_t n = 0, cnt = HASH_COUNT(tab);
+            if (cnt > ncand_cap) {
+                struct lb_block **a = realloc(cand, cnt * sizeof(*a));
+                if (!a) {
+                    rc = -ENOMEM;
+                    break;
+                }
+                cand = a;
+                ncand_cap = cnt;
+            }
+            for (struct lb_block *o = tab; o; o = o->hh.next)
+                if (o != b && o->resident) cand[n++] = o;
+            qsort(cand, n, sizeof(*cand), by_next_desc);
+            for (size_t k = 0; k < n && total + missing > budget; k++) {
+                uint64_t take = total + missing - budget;
+                if (take > cand[k]->resident) take = cand[k]->resident;
+                cand[k]->resident -= take;
+                total -= take;
+            }
+        }
+        c.h2d_bytes += missing - cold;
+        if (e->bytes > b->seen) b->seen = e->bytes;
+        b->resident = e->bytes;
+        total += missing;
+    }
+    if (!rc && open_iteration(t)) rc = snap_push(&s, &c);
+    if (!rc) {
+        *r = (struct swap_replay_result){.total = c};
+        steady(&s, warmup, r);
+    }
+    HASH_ITER(hh, tab, b, tmp)
+    {
+        HASH_DEL(tab, b);
+        free(b);
+    }
+    free(cand);
+    free(s.c);
+    free(next);
+    return rc;
+}

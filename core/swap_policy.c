@@ -1,0 +1,339 @@
+/* swap_policy: keeps device-resident bytes under a budget by choosing which
+ * blocks to evict to host memory. Three kinds share one engine (block table,
+ * residency, dirty bits, pinning, counters) and differ only in how victims
+ * are ranked:
+ *
+ *   lru      least recently used first.
+ *   history  furthest predicted next use first, the prediction coming from
+ *            the access history's learned period; lru until one is learned.
+ *   min      furthest known next use first (Belady's MIN); the replay tool
+ *            passes the true next use with every access. Replay only.
+ *
+ * Invariants: resident bytes <= budget after every call; blocks accessed in
+ * the current launch (pinned) are never victims; a victim is written back
+ * iff it is dirty; a block's host copy is current once it has been evicted.
+ *
+ * How history predicts (swap_history.c implements it)
+ * ---------------------------------------------------
+ * Every completed launch gets a signature: a hash of the ordered list of
+ * (block, read/write) it touched. A training loop repeats the same sequence
+ * of signatures every iteration, so the sequence has a period P. To learn it,
+ * take the latest launch's signature and the distances back to its earlier
+ * occurrences as candidates; a candidate passes if at least 90% of the
+ * recent launches (half the retained window, which holds at least two
+ * periods) find their own signature about P launches earlier (within +-4
+ * launches, so that an inserted or dropped kernel does not break the match).
+ * The shortest passing candidate wins unless a longer one matches clearly
+ * better: with gradient accumulation the micro-batch repeats but the
+ * optimizer only once per full step, so the full step matches ~100% and the
+ * micro-batch ~85-95%. Detection runs every 8 launches until a period is
+ * found, then every period to confirm or replace it.
+ *
+ * Next use. If the pattern repeats with period P, what block b does next is
+ * what it did one period ago: its predicted next use is t + P, where t is
+ * the earliest access of b at or after now - P (found by walking b's chain of
+ * events in the ring). t = now - P means "later in this very launch" and
+ * gives the lowest score. No access in the last period means the pattern
+ * does not use b: predicted never, evicted first. P is phase-corrected at
+ * every launch: if the launch just completed matched a launch P +- d ago,
+ * the shift d is applied to the predictions until the next correction.
+ *
+ * Ranking. The victim is the block with the largest
+ *     score = (next_use - now) * (dirty ? 1 : CLEAN_WEIGHT)
+ * A dirty victim costs a write-back now and a fetch later (2x its size); a
+ * clean one only the fetch, so a clean block is treated as if its next use
+ * were CLEAN_WEIGHT times further away. Size enters through the greedy
+ * order: victims are taken in score order until the access fits, which is
+ * the byte-level (fractional) form of Belady's rule, optimal for the
+ * relaxation in which a block may be partly resident.
+ *
+ * The MIN bound with variable sizes. With equal sizes and no write-backs,
+ * furthest-next-use is optimal (Belady). With variable sizes, or with
+ * write-back costs, the offline optimum is NP-hard (weighted/"generalised"
+ * caching, Chrobak et al.; with write-back costs it is NP-hard even with
+ * unit sizes: local register allocation, Farach-Colton & Liberatore). So the replay's "min" is an offline
+ * schedule, not a proof: it runs this engine with the true next uses under
+ * clean weights 1 (plain Belady), 1.5, 2, 3, 4 and 8 and keeps the cheapest
+ * in steady state. Each is a feasible schedule, so min is an upper bound on
+ * the true optimum, and history/min <= 1 is possible: a greedy schedule's
+ * steady state depends on the state it starts from. The replay also prints
+ * a lower bound (swap_min.c): the host->device bytes of fractional
+ * byte-level Belady, which no schedule can go below. The optimum's total
+ * therefore lies between lb(h2d) and min; on the generated training traces
+ * min's own h2d is within ~10% of lb(h2d), and the rest of min is
+ * write-backs of blocks that the loop writes every iteration. */
+#include "swap.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "uthash_wrap.h"
+
+#define NOT_PINNED UINT64_MAX
+/* See "Ranking" above. */
+#define CLEAN_WEIGHT 2.0
+
+struct blk {
+    uint64_t id;
+    uint64_t size;
+    uint64_t last_use;   /* access counter at its latest access (lru order) */
+    uint64_t pin_launch; /* launch of its latest access: pinned while == now */
+    uint64_t next_use;   /* min: true next use after its latest access */
+    bool resident, dirty, has_host;
+    UT_hash_handle hh;
+};
+
+struct cand {
+    struct blk *b;
+    double score; /* larger = evict first */
+};
+
+struct swap_policy {
+    struct swap_params prm;
+    double clean_weight;
+    uint64_t resident; /* bytes */
+    uint64_t now;      /* current launch */
+    uint64_t access_count;
+    struct blk *blocks;
+    struct swap_history *hist;
+    struct swap_counters c;
+    struct swap_evict *evict;
+    size_t evict_cap;
+    struct cand *cand;
+    size_t cand_cap;
+};
+
+int swap_policy_create_params(const struct swap_params *prm, struct swap_policy **out)
+{
+    if (!out) return -EINVAL;
+    *out = NULL;
+    if (!prm || prm->budget_bytes == 0 || prm->kind > SWAP_POLICY_MIN) return -EINVAL;
+    struct swap_policy *p = calloc(1, sizeof(*p));
+    if (!p) return -ENOMEM;
+    p->prm = *prm;
+    p->clean_weight = CLEAN_WEIGHT;
+    if (prm->kind == SWAP_POLICY_HISTORY) {
+        int rc = swap_history_create(prm->history_events, prm->history_launches, &p->hist);
+        if (rc) {
+            free(p);
+            return rc;
+        }
+    }
+    *out = p;
+    return 0;
+}
+
+int swap_policy_create(enum swap_policy_kind kind, uint64_t budget_bytes, struct swap_policy **out)
+{
+    struct swap_params prm = {.kind = kind, .budget_bytes = budget_bytes};
+    return swap_policy_create_params(&prm, out);
+}
+
+void swap_policy_destroy(struct swap_policy *p)
+{
+    if (!p) return;
+    struct blk *b, *tmp;
+    HASH_ITER(hh, p->blocks, b, tmp)
+    {
+        HASH_DEL(p->blocks, b);
+        free(b);
+    }
+    swap_history_destroy(p->hist);
+    free(p->evict);
+    free(p->cand);
+    free(p);
+}
+
+void swap_policy_set_clean_weight(struct swap_policy *p, double w) { p->clean_weight = w; }
+
+static bool pinned(const struct swap_policy *p, const struct blk *b)
+{
+    return b->pin_launch == p->now;
+}
+
+static int grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return 0;
+    size_t n = *cap ? *cap : 16;
+    while (n < need) n *= 2;
+    void *a = realloc(*arr, n * elem);
+    if (!a) return -ENOMEM;
+    *arr = a;
+    *cap = n;
+    return 0;
+}
+
+static int by_score_desc(const void *x, const void *y)
+{
+    const struct cand *a = x, *b = y;
+    if (a->score != b->score) return a->score > b->score ? -1 : 1;
+    /* ties (e.g. all "never"): older first */
+    return a->b->last_use < b->b->last_use ? -1 : a->b->last_use > b->b->last_use;
+}
+
+/* Ranks every resident unpinned block other than self into p->cand, best
+ * victim first; returns how many, or -ENOMEM. */
+static int rank_victims(struct swap_policy *p, const struct blk *self)
+{
+    size_t n = 0;
+    if (grow((void **)&p->cand, &p->cand_cap, HASH_COUNT(p->blocks), sizeof(*p->cand)))
+        return -ENOMEM;
+    bool predict = p->prm.kind == SWAP_POLICY_MIN ||
+                   (p->prm.kind == SWAP_POLICY_HISTORY && swap_history_period(p->hist));
+    for (struct blk *b = p->blocks; b; b = b->hh.next) {
+        if (!b->resident || b == self || pinned(p, b)) continue;
+        double score;
+        if (!predict) {
+            score = -(double)b->last_use;
+        } else {
+            uint64_t next = p->prm.kind == SWAP_POLICY_MIN ? b->next_use
+                                                           : swap_history_predict(p->hist, b->id);
+            double dist = next == SWAP_NEVER ? 1e30 : (double)(next - p->now);
+            score = b->dirty ? dist : dist * p->clean_weight;
+            if (next == SWAP_NEVER && !b->dirty) score = 2e30; /* free to drop */
+        }
+        p->cand[n++] = (struct cand){.b = b, .score = score};
+    }
+    qsort(p->cand, n, sizeof(*p->cand), by_score_desc);
+    return (int)n;
+}
+
+static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, bool is_write,
+                         uint64_t next_use, struct swap_decision *out)
+{
+    if (!p || !out || size == 0) return -EINVAL;
+    *out = (struct swap_decision){.evict = p->evict};
+    if (p->hist) {
+        int rc = swap_history_record(p->hist, block, size, is_write);
+        if (rc) return rc;
+    }
+    struct blk *b;
+    HASH_FIND(hh, p->blocks, &block, sizeof(block), b);
+    if (!b) {
+        b = calloc(1, sizeof(*b));
+        if (!b) return -ENOMEM;
+        b->id = block;
+        b->size = size;
+        b->pin_launch = NOT_PINNED;
+        HASH_ADD(hh, p->blocks, id, sizeof(b->id), b);
+        if (!UTH_ADDED(b, hh)) {
+            free(b);
+            return -ENOMEM;
+        }
+    }
+    /* Bytes this access adds to the resident total (a resident block may
+     * have been reallocated larger at the same id). */
+    uint64_t old = b->resident ? b->size : 0;
+    uint64_t after = p->resident - old + size;
+    if (after > p->prm.budget_bytes) {
+        uint64_t movable = 0;
+        for (struct blk *o = p->blocks; o; o = o->hh.next)
+            if (o->resident && o != b && !pinned(p, o)) movable += o->size;
+        if (after - movable > p->prm.budget_bytes) {
+            p->c.overflows++;
+            return -ENOSPC;
+        }
+        int n = rank_victims(p, b);
+        if (n < 0) return n;
+        if (grow((void **)&p->evict, &p->evict_cap, (size_t)n, sizeof(*p->evict)))
+            return -ENOMEM;
+        out->evict = p->evict;
+        for (int i = 0; i < n && after > p->prm.budget_bytes; i++) {
+            struct blk *v = p->cand[i].b;
+            p->evict[out->n_evict++] = (struct swap_evict){
+                .block = v->id, .bytes = v->size, .writeback = v->dirty};
+            p->c.evictions++;
+            if (v->dirty) {
+                p->c.dirty_evictions++;
+                p->c.d2h_bytes += v->size;
+            }
+            v->resident = false;
+            v->dirty = false;
+            v->has_host = true;
+            after -= v->size;
+        }
+    }
+    if (!b->resident) {
+        if (b->has_host) {
+            out->fetch = true;
+            p->c.faults++;
+            p->c.h2d_bytes += size;
+        } else {
+            out->first_touch = true;
+            p->c.first_touches++;
+        }
+    }
+    p->resident = after;
+    b->size = size;
+    b->resident = true;
+    b->dirty = b->dirty || is_write;
+    b->last_use = ++p->access_count;
+    b->pin_launch = p->now;
+    b->next_use = next_use;
+    return 0;
+}
+
+int swap_policy_access(struct swap_policy *p, uint64_t block, uint64_t size, bool is_write,
+                       struct swap_decision *out)
+{
+    if (p && p->prm.kind == SWAP_POLICY_MIN) return -EINVAL;
+    return access_common(p, block, size, is_write, SWAP_NEVER, out);
+}
+
+int swap_policy_access_known(struct swap_policy *p, uint64_t block, uint64_t size, bool is_write,
+                             uint64_t next_use, struct swap_decision *out)
+{
+    if (!p || p->prm.kind != SWAP_POLICY_MIN) return -EINVAL;
+    return access_common(p, block, size, is_write, next_use, out);
+}
+
+int swap_policy_free(struct swap_policy *p, uint64_t block)
+{
+    if (!p) return -EINVAL;
+    if (p->hist) swap_history_forget(p->hist, block);
+    struct blk *b;
+    HASH_FIND(hh, p->blocks, &block, sizeof(block), b);
+    if (!b) return -ENOENT;
+    if (b->resident) p->resident -= b->size;
+    HASH_DEL(p->blocks, b);
+    free(b);
+    return 0;
+}
+
+void swap_policy_next_launch(struct swap_policy *p)
+{
+    if (!p) return;
+    p->now++;
+    p->c.launches++;
+    if (p->hist) swap_history_next_launch(p->hist);
+}
+
+void swap_policy_counters(const struct swap_policy *p, struct swap_counters *out) { *out = p->c; }
+uint64_t swap_policy_resident_bytes(const struct swap_policy *p) { return p->resident; }
+
+bool swap_policy_is_resident(const struct swap_policy *p, uint64_t block)
+{
+    struct blk *b;
+    HASH_FIND(hh, p->blocks, &block, sizeof(block), b);
+    return b && b->resident;
+}
+
+const struct swap_history *swap_policy_history(const struct swap_policy *p) { return p->hist; }
+
+static const char *const kind_names[] = {"lru", "history", "min"};
+
+const char *swap_policy_kind_name(enum swap_policy_kind kind)
+{
+    return kind <= SWAP_POLICY_MIN ? kind_names[kind] : "?";
+}
+
+int swap_policy_kind_parse(const char *name, enum swap_policy_kind *out)
+{
+    for (int k = 0; k <= SWAP_POLICY_MIN; k++)
+        if (name && strcmp(name, kind_names[k]) == 0) {
+            *out = (enum swap_policy_kind)k;
+            return 0;
+        }
+    return -EINVAL;
+}

@@ -1,0 +1,97 @@
+/* swap_trace: access traces for host swap, as text and in memory, and their
+ * offline replay through the policies (swap_min.c).
+ *
+ * Text format, version 1. One event per line; '#' starts a comment line;
+ * blank lines are ignored; fields are separated by single spaces.
+ *
+ *   # ipcshim swap trace v1         header (written; optional on read)
+ *   A <block> <bytes> <r|w>         the current launch accesses block
+ *   L                               the current launch is complete
+ *   F <block>                       block freed
+ *   I                               iteration boundary (generators only)
+ *
+ * <block> is any 64-bit id (the shim writes device pointers, "0x..."; any
+ * strtoull base-0 form is read), <bytes> a decimal count > 0. Accesses
+ * before the first L belong to launch 0; launch k is the logical time k, as
+ * in swap.h. A trace with no I line is one iteration. The shim appends
+ * events one line at a time (swap_trace_write_event) under IPCSHIM_TRACE. */
+#ifndef IPCSHIM_SWAP_TRACE_H
+#define IPCSHIM_SWAP_TRACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "swap.h"
+
+enum swap_event_kind {
+    SWAP_EV_ACCESS = 'A',
+    SWAP_EV_LAUNCH = 'L',
+    SWAP_EV_FREE = 'F',
+    SWAP_EV_ITER = 'I',
+};
+
+struct swap_event {
+    uint64_t block; /* ACCESS, FREE */
+    uint64_t bytes; /* ACCESS */
+    uint8_t kind;   /* enum swap_event_kind */
+    bool is_write;  /* ACCESS */
+};
+
+/* A growable array of events. Zero-initialised is empty and valid. */
+struct swap_trace {
+    struct swap_event *ev;
+    size_t n, cap;
+};
+
+void swap_trace_fini(struct swap_trace *t);
+int swap_trace_push(struct swap_trace *t, struct swap_event e); /* -ENOMEM */
+
+/* Write one event as one line (no header). -EIO on a write error. */
+int swap_trace_write_event(FILE *f, const struct swap_event *e);
+/* Header plus every event. -EIO. */
+int swap_trace_write(FILE *f, const struct swap_trace *t);
+/* Append the events of a text trace to t. -EINVAL on a malformed line (its
+ * number in *bad_line when not NULL), -ENOMEM, -EIO. */
+int swap_trace_read(FILE *f, struct swap_trace *t, size_t *bad_line);
+int swap_trace_save(const char *path, const struct swap_trace *t);
+int swap_trace_load(const char *path, struct swap_trace *t, size_t *bad_line);
+
+/* Working set: the largest sum of distinct block sizes touched in one
+ * iteration from iteration `warmup` on (all of them if there are fewer).
+ * *max_launch (if not NULL): the largest sum of distinct block sizes in one
+ * launch, the smallest budget under which nothing overflows. */
+uint64_t swap_trace_working_set(const struct swap_trace *t, unsigned warmup, uint64_t *max_launch);
+
+/* ---- replay (swap_min.c) ----------------------------------------------- */
+
+struct swap_replay_result {
+    struct swap_counters total;
+    uint64_t iterations;        /* I lines, or 1 when there are none */
+    uint64_t steady_iterations; /* those measured */
+    double steady_bytes;        /* (h2d + d2h) per steady-state iteration */
+    double steady_h2d, steady_d2h;
+    double clean_weight; /* min: the ranking weight of the cheaper run */
+};
+
+/* Run the trace through a fresh policy of kind prm->kind and budget
+ * prm->budget_bytes. Steady state is iterations [warmup, iterations - 1):
+ * the warm-up learns, and the last iteration is left out because MIN sees
+ * the end of the trace coming (fewer if the trace is short). For kind MIN
+ * the true next uses are computed from the trace and the replay is run with
+ * several clean weights (1 = plain Belady .. 8), keeping the cheapest.
+ * An access refused with -ENOSPC is counted and skipped. -EINVAL, -ENOMEM. */
+int swap_replay(const struct swap_trace *t, const struct swap_params *prm, unsigned warmup,
+                struct swap_replay_result *r);
+
+/* Lower bound on the host->device bytes any schedule moves under budget:
+ * fractional byte-level Belady (evict the bytes whose next access is
+ * furthest, one access at a time, partial blocks allowed). Exact as a bound
+ * when block sizes do not change; with changing sizes (jitter) a close
+ * estimate. Fills steady_h2d and steady_bytes (= steady_h2d) the same way as
+ * swap_replay. -ENOMEM. */
+int swap_replay_lower_bound(const struct swap_trace *t, uint64_t budget, unsigned warmup,
+                            struct swap_replay_result *r);
+
+#endif

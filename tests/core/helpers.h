@@ -1,0 +1,139 @@
+/* helpers: shared by the core suites. Each test gets its own registry domain
+ * ("<suite>-<pid>"), set through the environment and options_reload() before
+ * ipc_init, and removed in .fini. Children are plain fork()s that report
+ * through pipes and leave with _exit() (never Criterion's exit path). */
+#ifndef IPCSHIM_TESTS_CORE_HELPERS_H
+#define IPCSHIM_TESTS_CORE_HELPERS_H
+
+#include "ipc.h"
+#include "options.h"
+#include "registry.h"
+
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char test_domain[64];
+
+/* Domain for this test process; call from .init before any ipc_*. */
+static inline void test_domain_setup(const char *suite)
+{
+    snprintf(test_domain, sizeof test_domain, "%s-%d", suite, (int)getpid());
+    setenv("IPCSHIM_DOMAIN", test_domain, 1);
+    setenv("IPCSHIM_LOG", "error", 0);
+    options_reload();
+}
+
+static inline void test_domain_teardown(void)
+{
+    char name[128];
+    if (registry_name(test_domain, name, sizeof name) == 0) shm_unlink(name);
+}
+
+/* Set IPCSHIM_<NAME>=value and re-read the options (before the first ipc call). */
+static inline void test_option(const char *name, const char *value)
+{
+    char env[64];
+    snprintf(env, sizeof env, "IPCSHIM_%s", name);
+    setenv(env, value, 1);
+    options_reload();
+}
+
+/* Fake device: records deferred frees, visible across threads. */
+#define FAKE_MAX_FREES 64
+static uint64_t fake_freed[FAKE_MAX_FREES];
+static int fake_frees;
+static uint64_t fake_last_free_ns;
+
+static inline uint64_t test_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int fake_free_block(uint64_t base, int device, uint64_t ctx)
+{
+    (void)device, (void)ctx;
+    int i = __atomic_fetch_add(&fake_frees, 1, __ATOMIC_SEQ_CST);
+    if (i < FAKE_MAX_FREES) fake_freed[i] = base;
+    __atomic_store_n(&fake_last_free_ns, test_now_ns(), __ATOMIC_SEQ_CST);
+    return 0;
+}
+
+static const struct device_ops fake_ops = {.free_block = fake_free_block};
+
+static inline int fake_free_count(void) { return __atomic_load_n(&fake_frees, __ATOMIC_SEQ_CST); }
+
+static inline struct ipc_handle make_handle(unsigned seed)
+{
+    struct ipc_handle h;
+    memset(&h, 0, sizeof h);
+    for (int i = 0; i < IPC_HANDLE_BYTES; i++) h.bytes[i] = (uint8_t)(seed * 31 + i * 7 + 1);
+    memcpy(h.bytes, &seed, sizeof seed);
+    return h;
+}
+
+/* A pipe pair for a parent and one child: each side sends and receives one
+ * 64-bit value at a time. */
+struct chan {
+    int to_child[2], to_parent[2];
+};
+
+static inline void chan_open(struct chan *c)
+{
+    cr_assert_eq(pipe(c->to_child), 0);
+    cr_assert_eq(pipe(c->to_parent), 0);
+}
+
+static inline void chan_send(int fd, uint64_t v)
+{
+    if (write(fd, &v, sizeof v) != sizeof v) _exit(90);
+}
+
+static inline uint64_t chan_recv(int fd)
+{
+    uint64_t v = 0;
+    if (read(fd, &v, sizeof v) != sizeof v) _exit(91);
+    return v;
+}
+
+/* In the child: send to / receive from the parent. */
+#define CHILD_SEND(c, v) chan_send((c)->to_parent[1], (v))
+#define CHILD_RECV(c) chan_recv((c)->to_child[0])
+/* In the parent. */
+#define PARENT_SEND(c, v) chan_send((c)->to_child[1], (v))
+#define PARENT_RECV(c) chan_recv((c)->to_parent[0])
+
+/* Wait for a child and return its exit status (or 128+signal). */
+static inline int child_wait(pid_t pid)
+{
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static inline void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+/* A second view of this test's registry (its own descriptor): for looking
+ * at records and forging them. */
+static inline void open_view(struct registry *view)
+{
+    struct reg_caps caps = {(uint32_t)options_get()->max_holders,
+                            (uint32_t)options_get()->max_blocks,
+                            (uint32_t)options_get()->max_leases};
+    cr_assert_eq(registry_open(view, options_get()->domain, &caps), 0);
+}
+
+#endif

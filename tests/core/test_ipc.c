@@ -1,0 +1,786 @@
+/* ipc: the lifecycle across processes. The test process is usually the
+ * exporter; importers are fork() children driven through a pipe. The fake
+ * device_ops records deferred frees. */
+#include "helpers.h"
+#include "ipcshim.h"
+#include "liveness.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+
+#define BASE 0x10000000ull
+#define CTX 0xc0ull
+
+static void setup(void)
+{
+    test_domain_setup("ipc");
+    test_option("COLLECTOR", "0");
+    test_option("MAX_BLOCKS", "256");
+    test_option("MAX_HOLDERS", "16");
+    test_option("MAX_LEASES", "512");
+    ipc_init(&fake_ops);
+}
+
+TestSuite(ipc, .init = setup, .fini = test_domain_teardown, .timeout = 20);
+
+static struct ipcshim_stats stats(void)
+{
+    struct ipcshim_stats s;
+    memset(&s, 0, sizeof s);
+    ipc_stats(&s);
+    return s;
+}
+
+/* ---- an importer child, driven by commands ---- */
+
+enum { CMD_OPEN = 1, CMD_CLOSE, CMD_EXIT, CMD_STALE_ABORT, CMD_LOCK_AND_DIE, CMD_CLOSE_LATER };
+
+struct importer {
+    pid_t pid;
+    struct chan c;
+};
+
+static void importer_loop(struct chan *c, struct ipc_handle h)
+{
+    struct ipc_open last;
+    memset(&last, 0, sizeof last);
+    for (;;) {
+        uint64_t cmd = CHILD_RECV(c), arg = CHILD_RECV(c);
+        switch (cmd) {
+        case CMD_OPEN: {
+            struct ipc_open t;
+            uint64_t ptr = 0;
+            int r = ipc_open_begin(&h, arg, &t, &ptr);
+            if (r == IPC_REAL) {
+                ptr = 0x7000000000ull + (arg << 20);
+                ipc_open_commit(&t, ptr);
+                last = t;
+            }
+            CHILD_SEND(c, (uint64_t)(int64_t)r);
+            CHILD_SEND(c, ptr);
+            break;
+        }
+        case CMD_CLOSE_LATER:
+            sleep_ms(150);
+            /* fall through */
+        case CMD_CLOSE: {
+            struct ipc_close t;
+            int r = ipc_close_begin(arg, &t);
+            if (r == IPC_REAL) ipc_close_finish(&t);
+            CHILD_SEND(c, (uint64_t)(int64_t)r);
+            CHILD_SEND(c, test_now_ns());
+            break;
+        }
+        case CMD_STALE_ABORT:
+            ipc_open_abort(&last); /* a ticket from an earlier generation */
+            CHILD_SEND(c, 0);
+            CHILD_SEND(c, 0);
+            break;
+        case CMD_LOCK_AND_DIE: {
+            struct registry v;
+            open_view(&v);
+            registry_lock(&v);
+            kill(getpid(), SIGKILL);
+            _exit(3);
+        }
+        case CMD_EXIT:
+        default:
+            _exit(0);
+        }
+    }
+}
+
+static void importer_start(struct importer *im, struct ipc_handle h)
+{
+    chan_open(&im->c);
+    im->pid = fork();
+    cr_assert_geq(im->pid, 0);
+    if (im->pid == 0) importer_loop(&im->c, h);
+}
+
+static int importer_cmd(struct importer *im, uint64_t cmd, uint64_t arg, uint64_t *out)
+{
+    PARENT_SEND(&im->c, cmd);
+    PARENT_SEND(&im->c, arg);
+    int r = (int)(int64_t)PARENT_RECV(&im->c);
+    uint64_t v = PARENT_RECV(&im->c);
+    if (out) *out = v;
+    return r;
+}
+
+static int importer_open(struct importer *im, uint64_t ctx, uint64_t *ptr)
+{
+    return importer_cmd(im, CMD_OPEN, ctx, ptr);
+}
+
+static int importer_close(struct importer *im, uint64_t ptr)
+{
+    return importer_cmd(im, CMD_CLOSE, ptr, NULL);
+}
+
+static void importer_stop(struct importer *im)
+{
+    PARENT_SEND(&im->c, CMD_EXIT);
+    PARENT_SEND(&im->c, 0);
+    cr_assert_eq(child_wait(im->pid), 0);
+}
+
+static void importer_kill(struct importer *im)
+{
+    kill(im->pid, SIGKILL);
+    child_wait(im->pid);
+}
+
+static uint32_t holder_of(struct registry *v, pid_t pid)
+{
+    for (uint32_t i = 0; i < v->max_holders; i++)
+        if (v->holders[i].state == HOLDER_ACTIVE && v->holders[i].pid == pid) return i;
+    return REG_NONE;
+}
+
+static unsigned records_with(struct registry *v, const struct ipc_handle *h)
+{
+    unsigned n = 0;
+    for (uint32_t i = 0; i < v->max_blocks; i++)
+        if (v->blocks[i].state != BLOCK_FREE && !memcmp(v->blocks[i].handle, h->bytes, 64)) n++;
+    return n;
+}
+
+/* ---- tests ---- */
+
+Test(ipc, export_open_free_close_reclaim)
+{
+    struct ipc_handle h = make_handle(1);
+    cr_assert_eq(ipc_export(&h, BASE, 4096, 0, CTX), 0);
+    cr_assert(ipc_active());
+    struct registry v;
+    open_view(&v);
+    uint32_t bi = reg_block_find(&v, &h);
+    cr_assert_neq(bi, REG_NONE);
+    cr_assert_eq(v.blocks[bi].pending, 1);
+
+    struct importer im;
+    importer_start(&im, h);
+    uint64_t ptr;
+    cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
+    cr_assert_eq(v.blocks[bi].pending, 0, "the open claimed the hand-off");
+    cr_assert_eq(reg_block_leases(&v, bi), 1);
+    cr_assert_eq(v.leases[v.blocks[bi].lease_head].intent, LEASE_OPEN);
+
+    cr_assert_eq(ipc_free_begin(BASE), IPC_DONE);
+    struct ipcshim_stats s = stats();
+    cr_assert_eq(s.frees_deferred, 1);
+    cr_assert_eq(s.limbo_blocks, 1);
+    cr_assert_eq(s.limbo_bytes, 4096);
+    cr_assert_eq(v.blocks[bi].state, BLOCK_LIMBO);
+    cr_assert_eq(ipc_collect(), 0);
+    cr_assert_eq(fake_free_count(), 0);
+
+    cr_assert_eq(importer_close(&im, ptr), IPC_REAL);
+    cr_assert_eq(ipc_collect(), 1);
+    cr_assert_eq(fake_free_count(), 1);
+    cr_assert_eq(fake_freed[0], BASE);
+    s = stats();
+    cr_assert_eq(s.frees_reclaimed, 1);
+    cr_assert_eq(s.bytes_reclaimed, 4096);
+    cr_assert_eq(s.limbo_blocks, 0);
+    cr_assert_gt(s.longest_limbo_ns, 0);
+    cr_assert_eq(reg_block_find(&v, &h), REG_NONE, "recycled");
+    cr_assert_eq(importer_open(&im, 1, &ptr), IPC_PASS, "an unknown handle again");
+    importer_stop(&im);
+}
+
+Test(ipc, free_with_nothing_holding_is_real)
+{
+    test_option("HANDOFF_TIMEOUT", "0ms");
+    struct ipc_handle h = make_handle(2);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    cr_assert_eq(ipc_free_begin(BASE), IPC_REAL);
+    struct registry v;
+    open_view(&v);
+    uint32_t bi = reg_block_find(&v, &h);
+    cr_assert_eq(v.blocks[bi].state, BLOCK_RETIRED);
+    struct importer im;
+    importer_start(&im, h);
+    uint64_t ptr;
+    cr_assert_eq(importer_open(&im, 1, &ptr), -ENOENT, "retired: no open can succeed");
+    ipc_free_finish(BASE);
+    cr_assert_eq(reg_block_find(&v, &h), REG_NONE);
+    cr_assert_eq(fake_free_count(), 0, "the program's own free did it");
+    cr_assert_eq(stats().handoffs_expired, 1);
+    importer_stop(&im);
+}
+
+Test(ipc, same_allocation_exported_twice_is_one_record)
+{
+    struct ipc_handle h = make_handle(3);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    struct registry v;
+    open_view(&v);
+    cr_assert_eq(records_with(&v, &h), 1);
+    uint32_t bi = reg_block_find(&v, &h);
+    cr_assert_eq(v.blocks[bi].pending, 2);
+    cr_assert_eq(stats().exports, 2);
+    struct importer a, b;
+    importer_start(&a, h);
+    importer_start(&b, h);
+    uint64_t pa, pb;
+    cr_assert_eq(importer_open(&a, 1, &pa), IPC_REAL);
+    cr_assert_eq(importer_open(&b, 1, &pb), IPC_REAL);
+    cr_assert_eq(v.blocks[bi].pending, 0);
+    cr_assert_eq(reg_block_leases(&v, bi), 2);
+    importer_stop(&a);
+    importer_stop(&b);
+}
+
+Test(ipc, handle_reuse_gets_new_generation)
+{
+    test_option("HANDOFF_TIMEOUT", "0ms");
+    struct ipc_handle h = make_handle(4);
+    struct registry v;
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    open_view(&v);
+    uint32_t b1 = reg_block_find(&v, &h);
+    uint64_t g1 = v.blocks[b1].generation;
+    struct importer im;
+    importer_start(&im, h);
+    uint64_t ptr;
+    cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
+    cr_assert_eq(importer_close(&im, ptr), IPC_REAL);
+    cr_assert_eq(ipc_free_begin(BASE), IPC_REAL);
+    ipc_free_finish(BASE);
+    /* Same address, same handle bytes: a new allocation. */
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    uint32_t b2 = reg_block_find(&v, &h);
+    cr_assert_eq(b2, b1, "the record is reused");
+    cr_assert_gt(v.blocks[b2].generation, g1);
+    cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
+    cr_assert_eq(reg_block_leases(&v, b2), 1);
+    /* The importer's ticket from the first generation touches nothing. */
+    cr_assert_eq(importer_cmd(&im, CMD_STALE_ABORT, 0, NULL), 0);
+    cr_assert_eq(reg_block_leases(&v, b2), 1);
+    cr_assert_eq(v.leases[v.blocks[b2].lease_head].count, 1);
+    cr_assert_eq(v.blocks[b2].pending, 0, "no hand-off re-credited");
+    cr_assert_eq(importer_close(&im, ptr), IPC_REAL);
+    cr_assert_eq(reg_block_leases(&v, b2), 0);
+    importer_stop(&im);
+}
+
+Test(ipc, own_export_open_returns_base)
+{
+    struct ipc_handle h = make_handle(5);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    struct ipc_open t;
+    uint64_t ptr = 0;
+    cr_assert_eq(ipc_open_begin(&h, CTX, &t, &ptr), IPC_DONE);
+    cr_assert_eq(ptr, BASE);
+    cr_assert_eq(ipc_open_begin(&h, 77, &t, &ptr), IPC_DONE);
+    struct ipc_close c;
+    cr_assert_eq(ipc_close_begin(BASE, &c), IPC_DONE);
+    cr_assert_eq(ipc_close_begin(BASE, &c), IPC_DONE);
+    cr_assert_eq(ipc_close_begin(BASE, &c), IPC_PASS);
+    struct registry v;
+    open_view(&v);
+    uint32_t bi = reg_block_find(&v, &h);
+    cr_assert_eq(reg_block_leases(&v, bi), 0, "no lease on one's own export");
+    cr_assert_eq(v.blocks[bi].pending, 1, "and no hand-off claimed");
+    struct ipcshim_stats s = stats();
+    cr_assert_eq(s.opens, 2);
+    cr_assert_eq(s.closes, 2);
+}
+
+Test(ipc, open_twice_counts_and_double_close_passes)
+{
+    struct ipc_handle h = make_handle(6);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    struct registry v;
+    open_view(&v);
+    uint32_t bi = reg_block_find(&v, &h);
+    struct importer im;
+    importer_start(&im, h);
+    uint64_t p1, p1b, p2;
+    cr_assert_eq(importer_open(&im, 1, &p1), IPC_REAL);
+    cr_assert_eq(importer_open(&im, 1, &p1b), IPC_DONE);
+    cr_assert_eq(p1b, p1);
+    cr_assert_eq(importer_open(&im, 2, &p2), IPC_REAL, "another context maps it again");
+    cr_assert_neq(p2, p1);
+    cr_assert_eq(reg_block_leases(&v, bi), 1, "one lease per (block, process)");
+    cr_assert_eq(v.leases[v.blocks[bi].lease_head].count, 2);
+    cr_assert_eq(importer_close(&im, p1), IPC_DONE);
+    cr_assert_eq(importer_close(&im, p1), IPC_REAL);
+    cr_assert_eq(importer_close(&im, p1), IPC_PASS, "a double close is the driver's business");
+    cr_assert_eq(reg_block_leases(&v, bi), 1);
+    cr_assert_eq(importer_close(&im, p2), IPC_REAL);
+    cr_assert_eq(reg_block_leases(&v, bi), 0);
+    importer_stop(&im);
+}
+
+Test(ipc, unknown_pointers_pass)
+{
+    cr_assert_eq(ipc_free_begin(0x1234), IPC_PASS);
+    struct ipc_close c;
+    cr_assert_eq(ipc_close_begin(0x1234, &c), IPC_PASS);
+    struct ipc_handle h = make_handle(7), other = make_handle(8);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    cr_assert_eq(ipc_free_begin(0x1234), IPC_PASS);
+    cr_assert_eq(ipc_free_begin(BASE + 8), IPC_PASS, "only the base is tracked");
+    struct ipc_open t;
+    uint64_t ptr;
+    cr_assert_eq(ipc_open_begin(&other, CTX, &t, &ptr), IPC_PASS);
+}
+
+Test(ipc, handoff_expires)
+{
+    test_option("HANDOFF_TIMEOUT", "200ms");
+    struct ipc_handle h = make_handle(9);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    cr_assert_eq(ipc_free_begin(BASE), IPC_DONE, "an unclaimed hand-off keeps it");
+    cr_assert_eq(ipc_collect(), 0);
+    sleep_ms(250);
+    cr_assert_eq(ipc_collect(), 1);
+    cr_assert_eq(stats().handoffs_expired, 1);
+    cr_assert_eq(fake_freed[0], BASE);
+}
+
+Test(ipc, pressure_expires_oldest_first)
+{
+    test_option("HANDOFF_TIMEOUT", "60s");
+    struct ipc_handle a = make_handle(10), b = make_handle(11);
+    cr_assert_eq(ipc_export(&a, BASE, 100, 0, CTX), 0);
+    sleep_ms(1100);
+    cr_assert_eq(ipc_export(&b, BASE + 0x1000, 100, 0, CTX), 0);
+    cr_assert_eq(ipc_free_begin(BASE), IPC_DONE);
+    cr_assert_eq(ipc_free_begin(BASE + 0x1000), IPC_DONE);
+    cr_assert_eq(ipc_collect(), 0);
+    cr_assert_eq(ipc_collect_pressure(), 1, "only the hand-off older than a second");
+    cr_assert_eq(fake_freed[0], BASE);
+    cr_assert_eq(ipc_collect_pressure(), 1, "then the rest");
+    cr_assert_eq(fake_freed[1], BASE + 0x1000);
+    cr_assert_eq(stats().handoffs_expired, 2);
+}
+
+Test(ipc, pressure_never_breaks_a_lease)
+{
+    struct ipc_handle h = make_handle(12);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    struct importer im;
+    importer_start(&im, h);
+    uint64_t ptr;
+    cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
+    cr_assert_eq(ipc_free_begin(BASE), IPC_DONE);
+    cr_assert_eq(ipc_collect_pressure(), 0);
+    cr_assert_eq(importer_close(&im, ptr), IPC_REAL);
+    cr_assert_eq(ipc_collect_pressure(), 1);
+    importer_stop(&im);
+}
+
+Test(ipc, window_mode_rearms_after_last_close)
+{
+    test_option("HANDOFF", "window");
+    test_option("HANDOFF_TIMEOUT", "300ms");
+    struct ipc_handle h = make_handle(13);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    struct registry v;
+    open_view(&v);
+    uint32_t bi = reg_block_find(&v, &h);
+    struct importer a, b;
+    importer_start(&a, h);
+    importer_start(&b, h);
+    uint64_t pa, pb;
+    cr_assert_eq(importer_open(&a, 1, &pa), IPC_REAL);
+    cr_assert_eq(ipc_free_begin(BASE), IPC_DONE);
+    cr_assert_eq(importer_close(&a, pa), IPC_REAL);
+    cr_assert_eq(v.blocks[bi].pending, 1, "re-armed by the last close");
+    cr_assert_eq(ipc_collect(), 0);
+    cr_assert_eq(importer_open(&b, 1, &pb), IPC_REAL, "a late importer is covered");
+    cr_assert_eq(importer_close(&b, pb), IPC_REAL);
+    cr_assert_eq(ipc_collect(), 0);
+    sleep_ms(350);
+    cr_assert_eq(ipc_collect(), 1);
+    importer_stop(&a);
+    importer_stop(&b);
+}
+
+Test(ipc, send_mode_does_not_rearm)
+{
+    struct ipc_handle h = make_handle(14);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    struct importer a;
+    importer_start(&a, h);
+    uint64_t pa;
+    cr_assert_eq(importer_open(&a, 1, &pa), IPC_REAL);
+    cr_assert_eq(ipc_free_begin(BASE), IPC_DONE);
+    cr_assert_eq(importer_close(&a, pa), IPC_REAL);
+    cr_assert_eq(ipc_collect(), 1);
+    importer_stop(&a);
+}
+
+Test(ipc, killed_importer_is_reclaimed)
+{
+    struct ipc_handle h = make_handle(15);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    struct importer im;
+    importer_start(&im, h);
+    uint64_t ptr;
+    cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
+    cr_assert_eq(ipc_free_begin(BASE), IPC_DONE);
+    cr_assert_eq(ipc_collect(), 0);
+    importer_kill(&im);
+    cr_assert_eq(ipc_collect(), 1);
+    struct registry v;
+    open_view(&v);
+    cr_assert_eq(holder_of(&v, im.pid), REG_NONE, "the dead holder's slot is free");
+}
+
+Test(ipc, forged_holder_with_wrong_start_time_is_dead)
+{
+    test_option("HANDOFF_TIMEOUT", "0ms");
+    struct ipc_handle h = make_handle(16);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    /* A holder with a live pid (ours) whose lock byte is held (by the
+     * view's own description), holding a lease on the block. */
+    struct registry v;
+    open_view(&v);
+    cr_assert_eq(registry_lock(&v), 0);
+    uint32_t f = reg_holder_attach(&v, 0xf0f0);
+    uint32_t bi = reg_block_find(&v, &h);
+    uint32_t li = reg_lease_create(&v, bi, f);
+    v.leases[li].intent = LEASE_OPEN;
+    registry_unlock(&v);
+    cr_assert_eq(ipc_free_begin(BASE), IPC_DONE);
+    cr_assert_eq(ipc_collect(), 0, "lock held, pid alive, start time right: alive");
+    v.holders[f].start_time += 1;
+    cr_assert_eq(ipc_collect(), 1, "a different start time: the pid was reused");
+    cr_assert_eq(v.holders[f].state, HOLDER_FREE);
+}
+
+Test(ipc, death_holding_the_lock_is_repaired)
+{
+    struct ipc_handle h = make_handle(17);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    struct importer im;
+    importer_start(&im, h);
+    uint64_t ptr;
+    cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
+    PARENT_SEND(&im.c, CMD_LOCK_AND_DIE);
+    PARENT_SEND(&im.c, 0);
+    cr_assert_eq(child_wait(im.pid), 128 + SIGKILL);
+    cr_assert_eq(ipc_free_begin(BASE), IPC_DONE, "the next locker repairs and goes on");
+    cr_assert_eq(ipc_collect(), 1, "and the dead importer's lease goes");
+    struct registry v;
+    open_view(&v);
+    cr_assert_eq(v.hdr->repairs, 1);
+}
+
+Test(ipc, full_registry_is_untracked)
+{
+    test_option("MAX_BLOCKS", "2");
+    test_option("MAX_LEASES", "1");
+    struct ipc_handle h1 = make_handle(18), h2 = make_handle(19), h3 = make_handle(20);
+    cr_assert_eq(ipc_export(&h1, BASE, 100, 0, CTX), 0);
+    cr_assert_eq(ipc_export(&h2, BASE + 0x1000, 100, 0, CTX), 0);
+    cr_assert_eq(ipc_export(&h3, BASE + 0x2000, 100, 0, CTX), -ENOSPC);
+    cr_assert_eq(ipc_free_begin(BASE + 0x2000), IPC_PASS);
+    struct importer a, b;
+    importer_start(&a, h3);
+    uint64_t ptr;
+    cr_assert_eq(importer_open(&a, 1, &ptr), IPC_PASS);
+    importer_stop(&a);
+    importer_start(&a, h1);
+    importer_start(&b, h1);
+    cr_assert_eq(importer_open(&a, 1, &ptr), IPC_REAL);
+    cr_assert_eq(importer_open(&b, 1, &ptr), IPC_PASS, "no lease left: untracked");
+    importer_stop(&a);
+    importer_stop(&b);
+}
+
+Test(ipc, collector_frees_promptly_after_last_close)
+{
+    test_option("COLLECTOR", "1");
+    struct ipc_handle h = make_handle(21);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    struct importer im;
+    importer_start(&im, h);
+    uint64_t ptr, closed_at;
+    cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
+    cr_assert_eq(ipc_free_begin(BASE), IPC_DONE);
+    sleep_ms(50); /* let the collector settle into its wait */
+    cr_assert_eq(fake_free_count(), 0);
+    cr_assert_eq(importer_cmd(&im, CMD_CLOSE, ptr, &closed_at), IPC_REAL);
+    for (int i = 0; i < 2000 && fake_free_count() == 0; i++) sleep_ms(1);
+    cr_assert_eq(fake_free_count(), 1);
+    uint64_t latency = __atomic_load_n(&fake_last_free_ns, __ATOMIC_SEQ_CST) - closed_at;
+    cr_log_info("close-to-free latency: %llu us", (unsigned long long)latency / 1000);
+    cr_assert_lt(latency, 100000000ull, "latency %llu ns", (unsigned long long)latency);
+    importer_stop(&im);
+}
+
+Test(ipc, fork_child_is_a_new_holder)
+{
+    struct ipc_handle h = make_handle(22);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    struct ipc_open t;
+    uint64_t ptr;
+    cr_assert_eq(ipc_open_begin(&h, CTX, &t, &ptr), IPC_DONE); /* own export, counted */
+    struct registry v;
+    open_view(&v);
+    uint32_t me = holder_of(&v, getpid());
+    cr_assert_neq(me, REG_NONE);
+    struct chan c;
+    chan_open(&c);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct ipc_close cl;
+        /* The parent's indexes were not inherited... */
+        if (ipc_close_begin(BASE, &cl) != IPC_PASS) _exit(1);
+        if (ipc_free_begin(BASE) != IPC_PASS) _exit(2);
+        /* ...and the parent's export is somebody else's now. */
+        struct ipc_open ct;
+        uint64_t p;
+        if (ipc_open_begin(&h, CTX, &ct, &p) != IPC_REAL) _exit(3);
+        ipc_open_commit(&ct, 0x5000);
+        CHILD_SEND(&c, 1);
+        CHILD_RECV(&c);
+        _exit(0);
+    }
+    cr_assert_eq(PARENT_RECV(&c), 1);
+    uint32_t child = holder_of(&v, pid);
+    cr_assert_neq(child, REG_NONE);
+    cr_assert_neq(child, me);
+    cr_assert_neq(v.holders[child].nonce, v.holders[me].nonce);
+    uint32_t bi = reg_block_find(&v, &h);
+    cr_assert_neq(reg_lease_find(&v, bi, child), REG_NONE);
+    cr_assert_eq(reg_lease_find(&v, bi, me), REG_NONE);
+    cr_assert(reg_holder_alive(&v, me), "the child did not take the parent's lock along");
+    PARENT_SEND(&c, 0);
+    cr_assert_eq(child_wait(pid), 0);
+    cr_assert_eq(ipc_collect(), 0);
+    cr_assert_eq(reg_lease_find(&v, bi, child), REG_NONE, "swept after it exited");
+}
+
+#ifdef SYS_fork
+Test(ipc, raw_fork_without_atfork_is_detected)
+{
+    struct ipc_handle h = make_handle(23);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    struct chan c;
+    chan_open(&c);
+    pid_t pid = (pid_t)syscall(SYS_fork); /* no atfork handlers run */
+    if (pid == 0) {
+        struct ipc_open t;
+        uint64_t p;
+        int r = ipc_open_begin(&h, CTX, &t, &p);
+        if (r == IPC_REAL) ipc_open_commit(&t, 0x5000);
+        CHILD_SEND(&c, (uint64_t)(int64_t)r);
+        _exit(0);
+    }
+    cr_assert_eq((int)(int64_t)PARENT_RECV(&c), IPC_REAL, "the child is not the exporter");
+    cr_assert_eq(child_wait(pid), 0);
+}
+#endif
+
+Test(ipc, shutdown_waits_then_orphans)
+{
+    test_option("EXIT_WAIT", "300ms");
+    test_option("COLLECTOR", "1");
+    struct ipc_handle h = make_handle(24);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    struct registry v;
+    open_view(&v);
+    uint32_t bi = reg_block_find(&v, &h);
+    struct importer im;
+    importer_start(&im, h);
+    uint64_t ptr;
+    cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
+    cr_assert_eq(ipc_free_begin(BASE), IPC_DONE);
+    uint64_t t0 = test_now_ns();
+    ipc_shutdown();
+    uint64_t waited = test_now_ns() - t0;
+    cr_assert(waited >= 280000000ull && waited < 2000000000ull, "waited %llu ns",
+              (unsigned long long)waited);
+    cr_assert_eq(v.blocks[bi].state, BLOCK_ORPHANED);
+    cr_assert_eq(holder_of(&v, getpid()), REG_NONE, "the slot was given back");
+    cr_assert_eq(fake_free_count(), 0);
+    ipc_shutdown(); /* idempotent */
+    cr_assert_not(ipc_active());
+    cr_assert_eq(ipc_free_begin(BASE), IPC_PASS);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), -ENODEV);
+    struct importer late;
+    importer_start(&late, h);
+    cr_assert_eq(importer_open(&late, 1, &ptr), -ENOENT, "orphaned: no new opens");
+    importer_stop(&late);
+    cr_assert_eq(importer_close(&im, ptr), IPC_REAL);
+    cr_assert_eq(reg_block_find(&v, &h), REG_NONE, "recycled with its last lease");
+    importer_stop(&im);
+}
+
+Test(ipc, shutdown_returns_once_drained)
+{
+    test_option("EXIT_WAIT", "5s");
+    struct ipc_handle h = make_handle(25);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    struct importer im;
+    importer_start(&im, h);
+    uint64_t ptr;
+    cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
+    cr_assert_eq(ipc_free_begin(BASE), IPC_DONE);
+    PARENT_SEND(&im.c, CMD_CLOSE_LATER);
+    PARENT_SEND(&im.c, ptr);
+    uint64_t t0 = test_now_ns();
+    ipc_shutdown();
+    uint64_t waited = test_now_ns() - t0;
+    cr_assert_lt(waited, 2000000000ull);
+    cr_assert_eq(fake_free_count(), 1);
+    cr_assert_eq((int)(int64_t)PARENT_RECV(&im.c), IPC_REAL);
+    PARENT_RECV(&im.c);
+    importer_stop(&im);
+}
+
+/* ---- one process, several threads ---- */
+
+struct opener {
+    struct ipc_handle h;
+    int result;
+    uint64_t ptr;
+    int done;
+};
+
+static void *open_in_thread(void *arg)
+{
+    struct opener *o = arg;
+    struct ipc_open t;
+    o->result = ipc_open_begin(&o->h, CTX, &t, &o->ptr);
+    __atomic_store_n(&o->done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+Test(ipc, concurrent_opens_share_one_pointer)
+{
+    struct ipc_handle h = make_handle(26);
+    struct chan c;
+    chan_open(&c);
+    pid_t pid = fork(); /* the exporter, this time */
+    if (pid == 0) {
+        if (ipc_export(&h, BASE, 100, 0, CTX) != 0) _exit(1);
+        CHILD_SEND(&c, 1);
+        CHILD_RECV(&c);
+        _exit(0);
+    }
+    cr_assert_eq(PARENT_RECV(&c), 1);
+    struct ipc_open t;
+    uint64_t ptr;
+    cr_assert_eq(ipc_open_begin(&h, CTX, &t, &ptr), IPC_REAL);
+    struct opener o = {.h = h};
+    pthread_t th;
+    pthread_create(&th, NULL, open_in_thread, &o);
+    sleep_ms(50);
+    cr_assert_eq(__atomic_load_n(&o.done, __ATOMIC_SEQ_CST), 0, "waits for the first open");
+    ipc_open_commit(&t, 0x9000);
+    pthread_join(th, NULL);
+    cr_assert_eq(o.result, IPC_DONE);
+    cr_assert_eq(o.ptr, 0x9000);
+    struct ipc_close cl;
+    cr_assert_eq(ipc_close_begin(0x9000, &cl), IPC_DONE);
+    cr_assert_eq(ipc_close_begin(0x9000, &cl), IPC_REAL);
+    ipc_close_finish(&cl);
+    PARENT_SEND(&c, 0);
+    cr_assert_eq(child_wait(pid), 0);
+}
+
+Test(ipc, aborted_open_gives_the_handoff_back)
+{
+    struct ipc_handle h = make_handle(27);
+    struct chan c;
+    chan_open(&c);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (ipc_export(&h, BASE, 100, 0, CTX) != 0) _exit(1);
+        CHILD_SEND(&c, 1);
+        CHILD_RECV(&c);
+        _exit(0);
+    }
+    cr_assert_eq(PARENT_RECV(&c), 1);
+    struct registry v;
+    open_view(&v);
+    uint32_t bi = reg_block_find(&v, &h);
+    struct ipc_open t;
+    uint64_t ptr;
+    cr_assert_eq(ipc_open_begin(&h, CTX, &t, &ptr), IPC_REAL);
+    cr_assert_eq(v.blocks[bi].pending, 0);
+    cr_assert_eq(v.leases[v.blocks[bi].lease_head].intent, LEASE_OPENING);
+    ipc_open_abort(&t);
+    cr_assert_eq(v.blocks[bi].pending, 1);
+    cr_assert_eq(reg_block_leases(&v, bi), 0);
+    cr_assert_eq(ipc_open_begin(&h, CTX, &t, &ptr), IPC_REAL, "nothing cached by the abort");
+    ipc_open_abort(&t);
+    PARENT_SEND(&c, 0);
+    cr_assert_eq(child_wait(pid), 0);
+    cr_assert_eq(ipc_open_begin(&h, CTX, &t, &ptr), -ENOENT, "its exporter is gone");
+}
+
+/* Open+close must not grow with the number of live blocks. */
+static uint64_t time_open_close(struct importer *im, unsigned rounds)
+{
+    uint64_t best = UINT64_MAX;
+    for (int batch = 0; batch < 5; batch++) {
+        PARENT_SEND(&im->c, CMD_OPEN + 100);
+        PARENT_SEND(&im->c, rounds);
+        PARENT_RECV(&im->c);
+        uint64_t ns = PARENT_RECV(&im->c);
+        if (ns < best) best = ns;
+    }
+    return best;
+}
+
+static void bench_loop(struct chan *c, struct ipc_handle h)
+{
+    for (;;) {
+        uint64_t cmd = CHILD_RECV(c), rounds = CHILD_RECV(c);
+        if (cmd != CMD_OPEN + 100) _exit(0);
+        uint64_t t0 = test_now_ns();
+        for (uint64_t i = 0; i < rounds; i++) {
+            struct ipc_open t;
+            struct ipc_close cl;
+            uint64_t p;
+            if (ipc_open_begin(&h, CTX, &t, &p) != IPC_REAL) _exit(5);
+            ipc_open_commit(&t, 0x5000);
+            if (ipc_close_begin(0x5000, &cl) != IPC_REAL) _exit(6);
+            ipc_close_finish(&cl);
+        }
+        CHILD_SEND(c, 0);
+        CHILD_SEND(c, test_now_ns() - t0);
+    }
+}
+
+Test(ipc, open_close_cost_flat_in_live_blocks, .timeout = 120)
+{
+    test_option("MAX_BLOCKS", "131072");
+    test_option("MAX_LEASES", "1024");
+    test_option("HANDOFF_TIMEOUT", "0ms");
+    struct ipc_handle probe = make_handle(0xabcdef);
+    cr_assert_eq(ipc_export(&probe, 0x1000, 100, 0, CTX), 0);
+    unsigned n = 1;
+    for (; n < 1000; n++) {
+        struct ipc_handle h = make_handle(n);
+        cr_assert_eq(ipc_export(&h, BASE + (uint64_t)n * 0x1000, 100, 0, CTX), 0);
+    }
+    struct importer im;
+    chan_open(&im.c);
+    im.pid = fork();
+    if (im.pid == 0) bench_loop(&im.c, probe);
+    uint64_t small = time_open_close(&im, 2000);
+    for (; n < 100000; n++) {
+        struct ipc_handle h = make_handle(n);
+        cr_assert_eq(ipc_export(&h, BASE + (uint64_t)n * 0x1000, 100, 0, CTX), 0);
+    }
+    uint64_t large = time_open_close(&im, 2000);
+    cr_log_info("open+close: %llu ns with 1k blocks, %llu ns with 100k",
+                (unsigned long long)small / 2000, (unsigned long long)large / 2000);
+    cr_assert_lt(large, small * 3 / 2, "1k: %llu ns, 100k: %llu ns", (unsigned long long)small,
+                 (unsigned long long)large);
+    PARENT_SEND(&im.c, CMD_EXIT);
+    PARENT_SEND(&im.c, 0);
+    child_wait(im.pid);
+}

@@ -1,0 +1,327 @@
+/* registry: the shared segment's layout, creation, attach checks, robust-lock
+ * repair and the derived indexes. */
+#include "helpers.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <sys/stat.h>
+
+static void setup(void)
+{
+    test_domain_setup("reg");
+    test_option("MAX_BLOCKS", "64");
+    test_option("MAX_HOLDERS", "8");
+    test_option("MAX_LEASES", "128");
+}
+
+TestSuite(registry, .init = setup, .fini = test_domain_teardown, .timeout = 20);
+
+Test(registry, layout_pinned)
+{
+    cr_assert_eq(sizeof(struct reg_header), 256);
+    cr_assert_eq(offsetof(struct reg_header, magic), 0);
+    cr_assert_eq(offsetof(struct reg_header, abi), 8);
+    cr_assert_eq(offsetof(struct reg_header, ready), 12);
+    cr_assert_eq(offsetof(struct reg_header, size), 16);
+    cr_assert_eq(offsetof(struct reg_header, max_holders), 24);
+    cr_assert_eq(offsetof(struct reg_header, max_blocks), 28);
+    cr_assert_eq(offsetof(struct reg_header, max_leases), 32);
+    cr_assert_eq(offsetof(struct reg_header, nbuckets), 36);
+    cr_assert_eq(offsetof(struct reg_header, block_free), 40);
+    cr_assert_eq(offsetof(struct reg_header, lease_free), 44);
+    cr_assert_eq(offsetof(struct reg_header, repairs), 48);
+    cr_assert_eq(offsetof(struct reg_header, creator_pid), 52);
+    cr_assert_eq(offsetof(struct reg_header, created_ns), 56);
+    cr_assert_eq(offsetof(struct reg_header, lock), 64);
+    cr_assert_eq(offsetof(struct reg_header, reserved), 128);
+
+    cr_assert_eq(sizeof(struct reg_holder), 64);
+    cr_assert_eq(offsetof(struct reg_holder, start_time), 0);
+    cr_assert_eq(offsetof(struct reg_holder, nonce), 8);
+    cr_assert_eq(offsetof(struct reg_holder, attach_ns), 16);
+    cr_assert_eq(offsetof(struct reg_holder, pid), 24);
+    cr_assert_eq(offsetof(struct reg_holder, state), 28);
+    cr_assert_eq(offsetof(struct reg_holder, wake), 32);
+    cr_assert_eq(offsetof(struct reg_holder, reserved), 36);
+
+    cr_assert_eq(sizeof(struct reg_block), 160);
+    cr_assert_eq(offsetof(struct reg_block, handle), 0);
+    cr_assert_eq(offsetof(struct reg_block, base), 64);
+    cr_assert_eq(offsetof(struct reg_block, size), 72);
+    cr_assert_eq(offsetof(struct reg_block, generation), 80);
+    cr_assert_eq(offsetof(struct reg_block, exporter_nonce), 88);
+    cr_assert_eq(offsetof(struct reg_block, first_export_ns), 96);
+    cr_assert_eq(offsetof(struct reg_block, last_export_ns), 104);
+    cr_assert_eq(offsetof(struct reg_block, limbo_since_ns), 112);
+    cr_assert_eq(offsetof(struct reg_block, device), 120);
+    cr_assert_eq(offsetof(struct reg_block, exporter), 124);
+    cr_assert_eq(offsetof(struct reg_block, state), 128);
+    cr_assert_eq(offsetof(struct reg_block, pending), 132);
+    cr_assert_eq(offsetof(struct reg_block, hash_next), 136);
+    cr_assert_eq(offsetof(struct reg_block, lease_head), 140);
+    cr_assert_eq(offsetof(struct reg_block, reserved), 144);
+
+    cr_assert_eq(sizeof(struct reg_lease), 32);
+    cr_assert_eq(offsetof(struct reg_lease, block_gen), 0);
+    cr_assert_eq(offsetof(struct reg_lease, block), 8);
+    cr_assert_eq(offsetof(struct reg_lease, holder), 12);
+    cr_assert_eq(offsetof(struct reg_lease, count), 16);
+    cr_assert_eq(offsetof(struct reg_lease, intent), 20);
+    cr_assert_eq(offsetof(struct reg_lease, next), 24);
+
+    /* The default capacities: 512 holders, 16384 blocks, 65536 leases. */
+    struct reg_caps caps = {512, 16384, 65536};
+    struct reg_layout l;
+    cr_assert_eq(registry_layout(&caps, &l), 0);
+    cr_assert_eq(l.locks, 256);
+    cr_assert_eq(l.holders, 256 + 512);
+    cr_assert_eq(l.blocks, 256 + 512 + 512 * 64);
+    cr_assert_eq(l.leases, l.blocks + 16384 * 160);
+    cr_assert_eq(l.buckets, l.leases + 65536 * 32);
+    cr_assert_eq(l.nbuckets, 16384);
+    cr_assert_eq(l.size, l.buckets + 16384 * 4);
+    cr_assert_eq(l.size, 4817664); /* about 4.6 MiB */
+    struct reg_caps bad = {0, 1, 1};
+    cr_assert_eq(registry_layout(&bad, &l), -EINVAL);
+}
+
+Test(registry, domain_names)
+{
+    char buf[128];
+    cr_assert_eq(registry_name("a.b_c-9", buf, sizeof buf), 0);
+    char want[128];
+    snprintf(want, sizeof want, "/ipcshim-%u-a.b_c-9", (unsigned)geteuid());
+    cr_assert_str_eq(buf, want);
+    cr_assert_eq(registry_name("", buf, sizeof buf), -EINVAL);
+    cr_assert_eq(registry_name("a/b", buf, sizeof buf), -EINVAL);
+    cr_assert_eq(registry_name("..x y", buf, sizeof buf), -EINVAL);
+    char longname[80];
+    memset(longname, 'x', 65);
+    longname[65] = 0;
+    cr_assert_eq(registry_name(longname, buf, sizeof buf), -EINVAL);
+    longname[64] = 0;
+    cr_assert_eq(registry_name(longname, buf, sizeof buf), 0);
+}
+
+Test(registry, bad_domain_refused_by_ipc)
+{
+    test_option("DOMAIN", "no/slashes");
+    ipc_init(&fake_ops);
+    struct ipc_handle h = make_handle(1);
+    cr_assert_eq(ipc_export(&h, 0x1000, 4096, 0, 1), -ENODEV);
+    struct ipc_open t;
+    uint64_t p;
+    cr_assert_eq(ipc_open_begin(&h, 1, &t, &p), IPC_PASS);
+    cr_assert_not(ipc_active());
+}
+
+Test(registry, create_then_attach)
+{
+    struct registry a, b;
+    open_view(&a);
+    cr_assert_eq(a.hdr->magic, REG_MAGIC);
+    cr_assert_eq(a.hdr->ready, 1);
+    cr_assert_eq(a.max_blocks, 64);
+    struct stat st;
+    cr_assert_eq(fstat(a.fd, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0600);
+    cr_assert_eq((size_t)st.st_size, a.size);
+    /* An attacher asking for other capacities gets the creator's. */
+    struct reg_caps other = {4, 1000, 2000};
+    cr_assert_eq(registry_open(&b, test_domain, &other), 0);
+    cr_assert_eq(b.max_blocks, 64);
+    cr_assert_eq(b.max_holders, 8);
+    cr_assert_eq(b.size, a.size);
+    a.hdr->repairs = 7;
+    cr_assert_eq(b.hdr->repairs, 7, "both views map the same memory");
+    registry_close(&b);
+    registry_close(&a);
+}
+
+/* Creates the segment, damages it with `how`, and checks that both a fresh
+ * view and the ipc layer refuse it. */
+static void refuse_after(void (*how)(struct registry *r), int want)
+{
+    struct registry a, b;
+    open_view(&a);
+    how(&a);
+    struct reg_caps caps = {8, 64, 128};
+    cr_assert_eq(registry_open(&b, test_domain, &caps), want);
+    cr_assert_eq(b.base, NULL);
+    registry_close(&a);
+    ipc_init(&fake_ops);
+    struct ipc_handle h = make_handle(2);
+    cr_assert_eq(ipc_export(&h, 0x1000, 4096, 0, 1), -ENODEV);
+    struct ipc_open t;
+    uint64_t p;
+    cr_assert_eq(ipc_open_begin(&h, 1, &t, &p), IPC_PASS);
+    cr_assert_eq(ipc_free_begin(0x1000), IPC_PASS);
+    cr_assert_not(ipc_active());
+}
+
+static void bad_magic(struct registry *r) { r->hdr->magic ^= 1; }
+static void bad_abi(struct registry *r) { r->hdr->abi = REG_ABI + 1; }
+static void truncated(struct registry *r) { cr_assert_eq(ftruncate(r->fd, 4096), 0); }
+static void grown(struct registry *r) { cr_assert_eq(ftruncate(r->fd, (off_t)r->size + 4096), 0); }
+static void bad_caps(struct registry *r) { r->hdr->max_blocks = 1u << 30; }
+static void shared_mode(struct registry *r) { cr_assert_eq(fchmod(r->fd, 0644), 0); }
+
+Test(registry, refuses_wrong_magic) { refuse_after(bad_magic, -EPROTO); }
+Test(registry, refuses_wrong_abi) { refuse_after(bad_abi, -EPROTO); }
+Test(registry, refuses_truncated) { refuse_after(truncated, -EPROTO); }
+Test(registry, refuses_wrong_size) { refuse_after(grown, -EPROTO); }
+Test(registry, refuses_absurd_capacities) { refuse_after(bad_caps, -EPROTO); }
+Test(registry, refuses_group_access) { refuse_after(shared_mode, -EPERM); }
+
+Test(registry, refuses_never_initialised, .timeout = 10)
+{
+    char name[128];
+    cr_assert_eq(registry_name(test_domain, name, sizeof name), 0);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(ftruncate(fd, 1 << 20), 0); /* a creator that died before "ready" */
+    close(fd);
+    struct registry r;
+    struct reg_caps caps = {8, 64, 128};
+    uint64_t t0 = test_now_ns();
+    cr_assert_eq(registry_open(&r, test_domain, &caps), -ETIMEDOUT);
+    uint64_t waited = test_now_ns() - t0;
+    cr_assert(waited >= 1500000000ull && waited < 5000000000ull, "waited %llu ns",
+              (unsigned long long)waited);
+}
+
+Test(registry, records_and_hash)
+{
+    struct registry r;
+    open_view(&r);
+    cr_assert_eq(registry_lock(&r), 0);
+    uint32_t me = reg_holder_attach(&r, 42);
+    cr_assert_neq(me, REG_NONE);
+    struct ipc_handle h1 = make_handle(1), h2 = make_handle(2);
+    uint32_t b1 = reg_block_create(&r, &h1, 0x1000, 10, 0, me, 5);
+    uint32_t b2 = reg_block_create(&r, &h2, 0x2000, 20, 0, me, 5);
+    cr_assert_neq(b1, b2);
+    cr_assert_eq(reg_block_find(&r, &h1), b1);
+    cr_assert_eq(reg_block_find(&r, &h2), b2);
+    cr_assert_eq(r.blocks[b1].pending, 1);
+    uint64_t gen = r.blocks[b1].generation;
+    uint32_t l = reg_lease_create(&r, b1, me);
+    cr_assert_eq(reg_lease_find(&r, b1, me), l);
+    cr_assert_eq(reg_block_leases(&r, b1), 1);
+    reg_block_recycle(&r, b1);
+    cr_assert_eq(reg_block_find(&r, &h1), REG_NONE);
+    cr_assert_eq(r.leases[l].intent, LEASE_FREE, "recycling drops the block's leases");
+    uint32_t b3 = reg_block_create(&r, &h1, 0x1000, 10, 0, me, 6);
+    cr_assert_eq(b3, b1, "the free list is LIFO");
+    cr_assert_gt(r.blocks[b3].generation, gen, "a reused record has a new generation");
+    registry_unlock(&r);
+    registry_close(&r);
+}
+
+Test(registry, full_tables)
+{
+    struct registry r;
+    open_view(&r);
+    cr_assert_eq(registry_lock(&r), 0);
+    uint32_t me = reg_holder_attach(&r, 1);
+    for (unsigned i = 0; i < 64; i++) {
+        struct ipc_handle h = make_handle(i);
+        cr_assert_neq(reg_block_create(&r, &h, 0x1000 * (i + 1), 1, 0, me, 1), REG_NONE);
+    }
+    struct ipc_handle h = make_handle(999);
+    cr_assert_eq(reg_block_create(&r, &h, 1, 1, 0, me, 1), REG_NONE);
+    for (unsigned i = 0; i < 128; i++) cr_assert_neq(reg_lease_create(&r, i % 64, me), REG_NONE);
+    cr_assert_eq(reg_lease_create(&r, 0, me), REG_NONE);
+    registry_unlock(&r);
+    registry_close(&r);
+}
+
+/* Scrambles every derived structure; repair must rebuild them from records. */
+Test(registry, repair_rebuilds_derived)
+{
+    struct registry r;
+    open_view(&r);
+    cr_assert_eq(registry_lock(&r), 0);
+    uint32_t me = reg_holder_attach(&r, 7);
+    struct ipc_handle h1 = make_handle(1), h2 = make_handle(2);
+    uint32_t b1 = reg_block_create(&r, &h1, 0x1000, 10, 0, me, 5);
+    uint32_t b2 = reg_block_create(&r, &h2, 0x2000, 20, 0, me, 5);
+    uint32_t l1 = reg_lease_create(&r, b1, me);
+    r.leases[l1].intent = LEASE_OPEN;
+    for (uint32_t i = 0; i < r.nbuckets; i++) r.buckets[i] = 0xdeadbeef;
+    for (uint32_t i = 0; i < r.max_blocks; i++) r.blocks[i].hash_next = i; /* cycles */
+    for (uint32_t i = 0; i < r.max_blocks; i++) r.blocks[i].lease_head = 0x7fffffff;
+    for (uint32_t i = 0; i < r.max_leases; i++) r.leases[i].next = i;
+    r.hdr->block_free = 3;
+    r.hdr->lease_free = 12345;
+    /* Hostile indexes never crash lookups (bounded walks, checked indexes). */
+    cr_assert_eq(reg_block_find(&r, &h1), REG_NONE);
+    cr_assert_eq(reg_lease_find(&r, b1, me), REG_NONE);
+    registry_repair(&r);
+    cr_assert_eq(reg_block_find(&r, &h1), b1);
+    cr_assert_eq(reg_block_find(&r, &h2), b2);
+    cr_assert_eq(reg_lease_find(&r, b1, me), l1);
+    cr_assert_eq(reg_block_leases(&r, b2), 0);
+    struct ipc_handle h3 = make_handle(3);
+    uint32_t b3 = reg_block_create(&r, &h3, 0x3000, 1, 0, me, 5);
+    cr_assert(b3 != REG_NONE && b3 != b1 && b3 != b2);
+    cr_assert_neq(reg_lease_create(&r, b2, me), l1);
+    registry_unlock(&r);
+    registry_close(&r);
+}
+
+/* A process that dies holding the lock: the next locker repairs and goes on. */
+Test(registry, lock_owner_death_repaired)
+{
+    struct registry r;
+    open_view(&r);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct registry c;
+        struct reg_caps caps = {8, 64, 128};
+        if (registry_open(&c, test_domain, &caps) || registry_lock(&c)) _exit(1);
+        _exit(0); /* dies holding it */
+    }
+    cr_assert_eq(child_wait(pid), 0);
+    cr_assert_eq(registry_lock(&r), 0);
+    cr_assert_eq(r.hdr->repairs, 1);
+    registry_unlock(&r);
+    cr_assert_eq(registry_lock(&r), 0, "the lock is consistent again");
+    cr_assert_eq(r.hdr->repairs, 1);
+    registry_unlock(&r);
+    registry_close(&r);
+}
+
+/* Killed in the middle of a mutation, with derived indexes half-written. */
+Test(registry, killed_mid_mutation_repaired)
+{
+    struct registry r;
+    open_view(&r);
+    cr_assert_eq(registry_lock(&r), 0);
+    uint32_t me = reg_holder_attach(&r, 9);
+    struct ipc_handle h1 = make_handle(1);
+    uint32_t b1 = reg_block_create(&r, &h1, 0x1000, 10, 0, me, 5);
+    registry_unlock(&r);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct registry c;
+        struct reg_caps caps = {8, 64, 128};
+        if (registry_open(&c, test_domain, &caps) || registry_lock(&c)) _exit(1);
+        c.hdr->block_free = b1; /* a free list pointing at a live record */
+        c.buckets[0] = 0xffff0000;
+        c.hdr->lease_free = 77777;
+        kill(getpid(), SIGKILL);
+        _exit(2);
+    }
+    cr_assert_eq(child_wait(pid), 128 + SIGKILL);
+    cr_assert_eq(registry_lock(&r), 0);
+    cr_assert_eq(r.hdr->repairs, 1);
+    cr_assert_eq(reg_block_find(&r, &h1), b1);
+    struct ipc_handle h2 = make_handle(2);
+    uint32_t b2 = reg_block_create(&r, &h2, 0x2000, 10, 0, me, 5);
+    cr_assert(b2 != REG_NONE && b2 != b1);
+    cr_assert_neq(reg_lease_create(&r, b1, me), REG_NONE);
+    registry_unlock(&r);
+    registry_close(&r);
+}

@@ -1,0 +1,36 @@
+/* run.h: running an end-to-end program on the simulated machine, with or
+ * without the shim preloaded, and reading what it printed.
+ *
+ * Each test gets its own simulated machine and registry domain, named after
+ * the test and its pid, and removes both when it ends (run_cleanup). The
+ * build folders come from the environment meson sets for these tests:
+ * E2E_BIN_DIR, IPCSHIM_LIB, SIMCUDA_DIR. */
+#ifndef E2E_RUN_H
+#define E2E_RUN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct run_result {
+    int status; /* exit status, or 128 + signal */
+    char out[16384];
+};
+
+/* Name this test's machine and domain; call from .init. */
+void run_setup(const char *test_name);
+
+/* Remove this test's shared-memory objects; call from .fini. */
+void run_cleanup(void);
+
+/* Run E2E_BIN_DIR/prog with the NULL-terminated argv tail, under the shim
+ * when shim is true, with extra "NAME=value" environment entries (NULL-
+ * terminated list, may be NULL). Captures stdout. */
+void run_prog(struct run_result *r, const char *prog, bool shim, const char *const *env, const char *const *args);
+
+/* The value after "key" on its line in out ("consumer 0: ok" -> "ok"), or NULL. */
+const char *run_field(const struct run_result *r, const char *key, char *buf, size_t len);
+
+/* Number of lines of out that start with prefix. */
+int run_count(const struct run_result *r, const char *prefix);
+
+#endif

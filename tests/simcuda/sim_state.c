@@ -1,0 +1,685 @@
+/*
+ * sim_state.c: the shared simulated machine (see sim_state.h for the layout
+ * and its invariants).
+ *
+ * Creation races are settled by O_EXCL: the winner sizes and initialises the
+ * segment, creates the device files and then publishes `ready`; everybody
+ * else waits (bounded) for `ready` and checks owner, mode, magic, ABI and
+ * size before trusting it. Device memory is sub-allocated in 512-byte
+ * granules with a next-fit search over a bitmap, so alloc and free cost a
+ * short scan from the hint in the common case; a pointer maps back to its
+ * table entry through the start bitmap and start_entry, without touching the
+ * table. Processes are tracked in a holder table; the allocations of a holder
+ * that is gone (no such pid, a different start time, or a zombie) are swept:
+ * at attach, on cuMemGetInfo, before an allocation failure is reported, and
+ * on IPC open. This file knows nothing about CUDA types.
+ */
+#include "sim_state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct sim_machine *sim_m;
+struct sim_proc_counters sim_counters;
+
+static size_t g_map_size;
+static char g_name[128];
+static pid_t g_pid;      /* pid that attached; 0 = not attached (or a fork child) */
+static uint64_t g_start; /* its start time */
+static uint32_t g_holder = SIM_NO_INDEX;
+static uint8_t *_Atomic g_win[SIM_MAX_DEVICES];
+static pthread_mutex_t g_win_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#define WAIT_STEP_NS 1000000L /* 1 ms */
+#define WAIT_STEPS 5000       /* 5 s for a creator to publish the machine */
+
+static void fork_child(void)
+{
+    /* The child keeps the mappings but is a new process: it must cuInit
+     * again to get a holder slot of its own. */
+    g_pid = 0;
+    g_holder = SIM_NO_INDEX;
+    pthread_mutex_init(&g_win_lock, NULL);
+    memset(&sim_counters, 0, sizeof(sim_counters));
+}
+
+__attribute__((constructor)) static void sim_state_init(void)
+{
+    pthread_atfork(NULL, NULL, fork_child);
+}
+
+static uint64_t round_up(uint64_t v, uint64_t to)
+{
+    return (v + to - 1) / to * to;
+}
+
+static void sleep_step(void)
+{
+    struct timespec ts = {0, WAIT_STEP_NS};
+    nanosleep(&ts, NULL);
+}
+
+void sim_object_name(char *buf, size_t len, const char *name, int dev)
+{
+    char clean[101];
+    size_t i;
+    for (i = 0; name[i] && i < sizeof(clean) - 1; i++) {
+        char c = name[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '-' || c == '_' || c == '.';
+        clean[i] = ok ? c : '_';
+    }
+    clean[i] = '\0';
+    if (dev < 0)
+        snprintf(buf, len, "/simcuda-%u-%s", (unsigned)geteuid(), clean);
+    else
+        snprintf(buf, len, "/simcuda-%u-%s-dev%d", (unsigned)geteuid(), clean, dev);
+}
+
+int sim_parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s) return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k':
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        shift = 40;
+        end++;
+        break;
+    default:
+        break;
+    }
+    if (shift && *end == 'i') end++;
+    if (*end == 'b' || *end == 'B') end++;
+    if (*end != '\0' || (shift && v > (~0ull >> shift))) return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+uint64_t sim_proc_start(pid_t pid, int *zombie)
+{
+    char path[64], buf[1024];
+    *zombie = 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    int saved = errno;
+    close(fd);
+    if (n <= 0) {
+        errno = saved;
+        return 0;
+    }
+    buf[n] = '\0';
+    /* The command name (field 2) may contain spaces and parentheses: the
+     * fields after it start after the last ')'. */
+    char *p = strrchr(buf, ')');
+    if (!p || p[1] != ' ') return 0;
+    p += 2;
+    if (*p == 'Z' || *p == 'X') *zombie = 1;
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p, ' ');
+        if (!p) return 0;
+        p++;
+    }
+    return strtoull(p, NULL, 10);
+}
+
+/* Whether holder (pid, start) may still be running. Unknown means alive: a
+ * leak is acceptable, releasing a live process's memory is not. */
+static int proc_alive(pid_t pid, uint64_t start)
+{
+    if (pid <= 0) return 0;
+    if (kill(pid, 0) < 0 && errno == ESRCH) return 0;
+    int zombie;
+    errno = 0;
+    uint64_t now = sim_proc_start(pid, &zombie);
+    if (now == 0) return errno != ENOENT && errno != ESRCH;
+    return !zombie && now == start;
+}
+
+/* ---- layout helpers (caller holds the mutex where state is mutated) ---- */
+
+static struct sim_holder *holders(void)
+{
+    return (struct sim_holder *)((uint8_t *)sim_m + sim_m->off_holders);
+}
+
+struct sim_alloc *sim_entry(uint32_t index)
+{
+    return (struct sim_alloc *)((uint8_t *)sim_m + sim_m->off_allocs) + index;
+}
+
+static uint64_t *alloc_bits(unsigned dev)
+{
+    return (uint64_t *)((uint8_t *)sim_m + sim_m->dev[dev].off);
+}
+
+static uint64_t *start_bits(unsigned dev)
+{
+    return alloc_bits(dev) + sim_m->bits_words;
+}
+
+static uint32_t *start_entry(unsigned dev)
+{
+    return (uint32_t *)(alloc_bits(dev) + 2 * sim_m->bits_words);
+}
+
+static int bit_get(const uint64_t *bits, uint64_t u)
+{
+    return (bits[u / 64] >> (u % 64)) & 1;
+}
+
+/* Sets (val = 1) or clears granules [s, s + n). */
+static void bits_set(uint64_t *bits, uint64_t s, uint64_t n, int val)
+{
+    while (n) {
+        uint64_t w = s / 64, b = s % 64;
+        uint64_t take = 64 - b < n ? 64 - b : n;
+        uint64_t mask = take == 64 ? ~0ull : ((1ull << take) - 1) << b;
+        if (val)
+            bits[w] |= mask;
+        else
+            bits[w] &= ~mask;
+        s += take;
+        n -= take;
+    }
+}
+
+/* First run of n clear bits inside [lo, hi), or -1. Skips full and empty
+ * words whole. */
+static int64_t find_run(const uint64_t *bits, uint64_t lo, uint64_t hi, uint64_t n)
+{
+    uint64_t run = 0, run_start = lo, u = lo;
+    while (u < hi) {
+        if (u % 64 == 0 && u + 64 <= hi) {
+            uint64_t w = bits[u / 64];
+            if (w == ~0ull) {
+                run = 0;
+                u += 64;
+                continue;
+            }
+            if (w == 0) {
+                if (run == 0) run_start = u;
+                run += 64;
+                u += 64;
+                if (run >= n) return (int64_t)run_start;
+                continue;
+            }
+        }
+        if (bit_get(bits, u)) {
+            run = 0;
+        } else {
+            if (run == 0) run_start = u;
+            if (++run >= n) return (int64_t)run_start;
+        }
+        u++;
+    }
+    return -1;
+}
+
+static void compute_layout(struct sim_machine *h, unsigned ndev, uint64_t capacity)
+{
+    const uint64_t page = 4096;
+    h->ndev = ndev;
+    h->granule = SIM_GRANULE;
+    h->capacity = capacity;
+    h->units = capacity / SIM_GRANULE;
+    h->bits_words = (h->units + 63) / 64;
+    h->max_allocs = SIM_MAX_ALLOCS;
+    h->max_holders = SIM_MAX_HOLDERS;
+    h->off_holders = round_up(sizeof(struct sim_machine), page);
+    h->off_allocs =
+        round_up(h->off_holders + (uint64_t)SIM_MAX_HOLDERS * sizeof(struct sim_holder), page);
+    uint64_t off =
+        round_up(h->off_allocs + (uint64_t)SIM_MAX_ALLOCS * sizeof(struct sim_alloc), page);
+    for (unsigned d = 0; d < ndev; d++) {
+        h->dev[d].off = off;
+        off = round_up(off + 2 * h->bits_words * 8 + h->units * 4, page);
+    }
+    h->total_size = off;
+}
+
+/* ---- attach ---- */
+
+static int create_machine(int fd, const char *name, unsigned ndev, uint64_t capacity)
+{
+    struct sim_machine h;
+    memset(&h, 0, sizeof(h));
+    compute_layout(&h, ndev, capacity);
+    if (fchmod(fd, 0600) < 0 || ftruncate(fd, (off_t)h.total_size) < 0) return SIM_EOS;
+    void *p = mmap(NULL, h.total_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (p == MAP_FAILED) return SIM_EOS;
+    struct sim_machine *m = p;
+    for (unsigned d = 0; d < ndev; d++) {
+        char path[160];
+        sim_object_name(path, sizeof(path), name, (int)d);
+        shm_unlink(path); /* a stale file from an earlier machine of this name */
+        int dfd = shm_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (dfd < 0 || ftruncate(dfd, (off_t)capacity) < 0) {
+            if (dfd >= 0) close(dfd);
+            munmap(p, h.total_size);
+            return SIM_EOS;
+        }
+        close(dfd);
+    }
+    memcpy(m, &h, sizeof(h));
+    m->magic = SIM_MAGIC;
+    m->abi = SIM_ABI;
+    if (getrandom(&m->machine_id, sizeof(m->machine_id), 0) != sizeof(m->machine_id))
+        m->machine_id = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
+    m->machine_id |= 1; /* never 0: a zeroed handle is never valid */
+    m->next_serial = 1;
+    m->free_head = SIM_NO_INDEX;
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&m->lock.mutex, &a);
+    pthread_mutexattr_destroy(&a);
+    __atomic_store_n(&m->ready, 1, __ATOMIC_RELEASE);
+    sim_m = m;
+    g_map_size = h.total_size;
+    return SIM_OK;
+}
+
+static int join_machine(int fd)
+{
+    struct stat st;
+    int i;
+    for (i = 0; i < WAIT_STEPS; i++) {
+        if (fstat(fd, &st) < 0) return SIM_EOS;
+        if (st.st_uid != geteuid() || (st.st_mode & 077))
+            return SIM_EOS; /* not ours, or readable by others: refuse */
+        if ((uint64_t)st.st_size >= sizeof(struct sim_machine)) break;
+        sleep_step();
+    }
+    if (i == WAIT_STEPS) return SIM_EOS;
+    struct sim_machine *h = mmap(NULL, sizeof(struct sim_machine), PROT_READ, MAP_SHARED, fd, 0);
+    if (h == MAP_FAILED) return SIM_EOS;
+    for (i = 0; i < WAIT_STEPS && !__atomic_load_n(&h->ready, __ATOMIC_ACQUIRE); i++)
+        sleep_step();
+    int ok = i < WAIT_STEPS && h->magic == SIM_MAGIC && h->abi == SIM_ABI && h->ndev >= 1 &&
+             h->ndev <= SIM_MAX_DEVICES && h->max_allocs == SIM_MAX_ALLOCS &&
+             h->max_holders == SIM_MAX_HOLDERS && h->granule == SIM_GRANULE;
+    uint64_t total = h->total_size;
+    if (ok) {
+        struct sim_machine check;
+        memset(&check, 0, sizeof(check));
+        compute_layout(&check, h->ndev, h->capacity);
+        ok = check.total_size == total && fstat(fd, &st) == 0 && (uint64_t)st.st_size == total;
+    }
+    munmap(h, sizeof(struct sim_machine));
+    if (!ok) return SIM_EOS;
+    void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (p == MAP_FAILED) return SIM_EOS;
+    sim_m = p;
+    g_map_size = total;
+    return SIM_OK;
+}
+
+static int map_machine(const char *name, unsigned ndev, uint64_t capacity)
+{
+    char path[160];
+    sim_object_name(path, sizeof(path), name, -1);
+    for (int attempt = 0; attempt < 100; attempt++) {
+        int fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            int rc = create_machine(fd, name, ndev, capacity);
+            close(fd);
+            if (rc != SIM_OK) shm_unlink(path);
+            return rc;
+        }
+        if (errno != EEXIST) return SIM_EOS;
+        fd = shm_open(path, O_RDWR | O_CLOEXEC, 0);
+        if (fd < 0) {
+            if (errno == ENOENT) continue; /* unlinked between our two opens: race again */
+            return SIM_EOS;
+        }
+        int rc = join_machine(fd);
+        close(fd);
+        return rc;
+    }
+    return SIM_EOS;
+}
+
+void sim_lock(void)
+{
+    int rc = pthread_mutex_lock(&sim_m->lock.mutex);
+    if (rc == EOWNERDEAD) pthread_mutex_consistent(&sim_m->lock.mutex);
+}
+
+void sim_unlock(void)
+{
+    pthread_mutex_unlock(&sim_m->lock.mutex);
+}
+
+int sim_attached(void)
+{
+    return sim_m != NULL && g_pid != 0;
+}
+
+int sim_attach(const char *name, unsigned ndev, uint64_t capacity)
+{
+    if (sim_attached()) return SIM_OK;
+    if (ndev < 1 || ndev > SIM_MAX_DEVICES || capacity < SIM_GRANULE || capacity > SIM_MAX_CAPACITY)
+        return SIM_EINVAL;
+    capacity -= capacity % SIM_GRANULE;
+    if (sim_m) {
+        if (strcmp(name, g_name) != 0)
+            return SIM_EINVAL; /* one machine per process, even across fork */
+    } else {
+        int rc = map_machine(name, ndev, capacity);
+        if (rc != SIM_OK) return rc;
+        snprintf(g_name, sizeof(g_name), "%s", name);
+    }
+    int zombie;
+    pid_t pid = getpid();
+    uint64_t start = sim_proc_start(pid, &zombie);
+    int rc = SIM_ENOMEM;
+    sim_lock();
+    sim_sweep_locked();
+    struct sim_holder *h = holders();
+    for (uint32_t i = 0; i < sim_m->max_holders; i++) {
+        if (h[i].pid != 0) continue;
+        h[i].pid = pid;
+        h[i].start = start;
+        h[i].live = 0;
+        if (i >= sim_m->holder_hw) sim_m->holder_hw = i + 1;
+        g_holder = i;
+        g_pid = pid;
+        g_start = start;
+        rc = SIM_OK;
+        break;
+    }
+    sim_unlock();
+    return rc == SIM_OK ? SIM_OK : SIM_EOS;
+}
+
+/* ---- device windows ---- */
+
+uint8_t *sim_window(unsigned dev)
+{
+    if (!sim_m || dev >= sim_m->ndev) return NULL;
+    uint8_t *w = atomic_load(&g_win[dev]);
+    if (w) return w;
+    pthread_mutex_lock(&g_win_lock);
+    w = atomic_load(&g_win[dev]);
+    if (!w) {
+        char path[160];
+        sim_object_name(path, sizeof(path), g_name, (int)dev);
+        int fd = shm_open(path, O_RDWR | O_CLOEXEC, 0);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == geteuid() &&
+            (uint64_t)st.st_size >= sim_m->capacity) {
+            void *p = mmap(NULL, sim_m->capacity, PROT_READ | PROT_WRITE,
+                           MAP_SHARED | MAP_NORESERVE, fd, 0);
+            if (p != MAP_FAILED) {
+                w = p;
+                atomic_store(&g_win[dev], w);
+            }
+        }
+        if (fd >= 0) close(fd);
+    }
+    pthread_mutex_unlock(&g_win_lock);
+    return w;
+}
+
+int sim_window_of(uintptr_t p, uint64_t *off)
+{
+    if (!sim_m) return -1;
+    for (unsigned d = 0; d < sim_m->ndev; d++) {
+        uint8_t *w = atomic_load(&g_win[d]);
+        if (w && p >= (uintptr_t)w && p < (uintptr_t)w + sim_m->capacity) {
+            *off = p - (uintptr_t)w;
+            return (int)d;
+        }
+    }
+    return -1;
+}
+
+/* ---- allocation ---- */
+
+int sim_is_mine(const struct sim_alloc *a)
+{
+    return g_pid != 0 && a->holder == g_holder && a->owner_pid == g_pid &&
+           a->owner_start == g_start;
+}
+
+static void poison(const struct sim_alloc *a)
+{
+    uint8_t *w = sim_window(a->device);
+    if (!w) return;
+    uint32_t *p = (uint32_t *)(w + a->offset);
+    for (uint64_t i = 0; i < a->rsize / 4; i++)
+        p[i] = SIMCUDA_POISON_WORD;
+}
+
+/* Releases LIVE entry `index`. Caller holds the mutex. */
+static void release_locked(uint32_t index)
+{
+    struct sim_alloc *a = sim_entry(index);
+    unsigned dev = a->device;
+    uint64_t u = a->offset / SIM_GRANULE, n = a->rsize / SIM_GRANULE;
+    if (a->flags & SIM_F_EXPORTED) {
+        poison(a);
+        sim_m->poisoned_frees++;
+        sim_counters.poisoned_frees++;
+    }
+    bits_set(alloc_bits(dev), u, n, 0);
+    bits_set(start_bits(dev), u, 1, 0);
+    start_entry(dev)[u] = SIM_NO_INDEX;
+    sim_m->dev[dev].used -= a->rsize;
+    if (a->holder < sim_m->max_holders) {
+        struct sim_holder *h = &holders()[a->holder];
+        if (h->pid == a->owner_pid && h->live) h->live--;
+    }
+    sim_m->live--;
+    memset(a, 0, sizeof(*a));
+    a->state = SIM_SLOT_FREE;
+    a->next_free = sim_m->free_head;
+    sim_m->free_head = index;
+    sim_counters.frees++;
+}
+
+static int try_alloc_locked(unsigned dev, uint64_t size, uint64_t ctx_id, uint32_t flags,
+                            uint32_t *index, uint64_t *offset)
+{
+    struct sim_machine *m = sim_m;
+    if (m->free_head == SIM_NO_INDEX && m->high_water >= m->max_allocs) return SIM_ENOMEM;
+    uint64_t n = (size + SIM_GRANULE - 1) / SIM_GRANULE;
+    uint64_t hint = m->dev[dev].hint < m->units ? m->dev[dev].hint : 0;
+    int64_t s = find_run(alloc_bits(dev), hint, m->units, n);
+    if (s < 0 && hint > 0) s = find_run(alloc_bits(dev), 0, m->units, n);
+    if (s < 0) return SIM_ENOMEM;
+    uint32_t i;
+    if (m->free_head != SIM_NO_INDEX) {
+        i = m->free_head;
+        m->free_head = sim_entry(i)->next_free;
+    } else {
+        i = m->high_water++;
+    }
+    struct sim_alloc *a = sim_entry(i);
+    memset(a, 0, sizeof(*a));
+    a->state = SIM_SLOT_LIVE;
+    a->device = dev;
+    a->holder = g_holder;
+    a->flags = flags & ~SIM_F_EXPORTED;
+    a->offset = (uint64_t)s * SIM_GRANULE;
+    a->size = size;
+    a->rsize = n * SIM_GRANULE;
+    a->serial = m->next_serial++;
+    a->ctx_id = ctx_id;
+    a->owner_pid = g_pid;
+    a->owner_start = g_start;
+    a->next_free = SIM_NO_INDEX;
+    bits_set(alloc_bits(dev), (uint64_t)s, n, 1);
+    bits_set(start_bits(dev), (uint64_t)s, 1, 1);
+    start_entry(dev)[s] = i;
+    m->dev[dev].used += a->rsize;
+    m->dev[dev].hint = (uint64_t)s + n >= m->units ? 0 : (uint64_t)s + n;
+    holders()[g_holder].live++;
+    m->live++;
+    *index = i;
+    *offset = a->offset;
+    return SIM_OK;
+}
+
+int sim_alloc(unsigned dev, uint64_t size, uint64_t ctx_id, uint32_t flags, uint32_t *index,
+              uint64_t *offset)
+{
+    if (!sim_attached() || dev >= sim_m->ndev || size == 0) return SIM_EINVAL;
+    if (size > sim_m->capacity) return SIM_ENOMEM;
+    sim_lock();
+    int rc = try_alloc_locked(dev, size, ctx_id, flags, index, offset);
+    if (rc == SIM_ENOMEM && sim_sweep_locked() > 0)
+        rc = try_alloc_locked(dev, size, ctx_id, flags, index, offset);
+    sim_unlock();
+    return rc;
+}
+
+uint32_t sim_find_locked(unsigned dev, uint64_t offset)
+{
+    if (dev >= sim_m->ndev || offset >= sim_m->capacity) return SIM_NO_INDEX;
+    uint64_t u = offset / SIM_GRANULE;
+    if (!bit_get(alloc_bits(dev), u)) return SIM_NO_INDEX;
+    const uint64_t *sb = start_bits(dev);
+    uint64_t w = u / 64, b = u % 64;
+    uint64_t word = sb[w] & (b == 63 ? ~0ull : (2ull << b) - 1);
+    while (!word) {
+        if (w == 0) return SIM_NO_INDEX;
+        word = sb[--w];
+    }
+    uint64_t s = w * 64 + 63 - (uint64_t)__builtin_clzll(word);
+    uint32_t i = start_entry(dev)[s];
+    if (i >= sim_m->max_allocs) return SIM_NO_INDEX;
+    struct sim_alloc *a = sim_entry(i);
+    if (a->state != SIM_SLOT_LIVE || a->device != dev || offset < a->offset ||
+        offset >= a->offset + a->size)
+        return SIM_NO_INDEX;
+    return i;
+}
+
+int sim_free(unsigned dev, uint64_t offset)
+{
+    if (!sim_attached() || dev >= sim_m->ndev || offset % SIM_GRANULE) return SIM_EINVAL;
+    int rc = SIM_EINVAL;
+    sim_lock();
+    uint32_t i = sim_find_locked(dev, offset);
+    if (i != SIM_NO_INDEX && sim_entry(i)->offset == offset && sim_is_mine(sim_entry(i))) {
+        release_locked(i);
+        rc = SIM_OK;
+    }
+    sim_unlock();
+    return rc;
+}
+
+/* Releases this process's allocations: all of them, or those of context
+ * ctx_id. Caller holds the mutex. */
+static void release_mine_locked(int all, uint64_t ctx_id)
+{
+    for (uint32_t i = 0; i < sim_m->high_water; i++) {
+        struct sim_alloc *a = sim_entry(i);
+        if (a->state == SIM_SLOT_LIVE && sim_is_mine(a) && (all || a->ctx_id == ctx_id))
+            release_locked(i);
+    }
+}
+
+void sim_free_ctx(uint64_t ctx_id)
+{
+    if (!sim_attached()) return;
+    sim_lock();
+    release_mine_locked(0, ctx_id);
+    sim_unlock();
+}
+
+void sim_detach(void)
+{
+    if (!sim_attached()) return;
+    sim_lock();
+    release_mine_locked(1, 0);
+    if (g_holder < sim_m->max_holders) memset(&holders()[g_holder], 0, sizeof(struct sim_holder));
+    sim_unlock();
+    g_pid = 0;
+    g_holder = SIM_NO_INDEX;
+}
+
+unsigned sim_sweep_locked(void)
+{
+    unsigned released = 0;
+    struct sim_holder *h = holders();
+    for (uint32_t k = 0; k < sim_m->holder_hw && k < sim_m->max_holders; k++) {
+        if (h[k].pid == 0 || (k == g_holder && g_pid != 0)) continue;
+        if (proc_alive(h[k].pid, h[k].start)) continue;
+        if (h[k].live) {
+            for (uint32_t i = 0; i < sim_m->high_water; i++) {
+                struct sim_alloc *a = sim_entry(i);
+                if (a->state == SIM_SLOT_LIVE && a->holder == k && a->owner_pid == h[k].pid) {
+                    release_locked(i);
+                    released++;
+                }
+            }
+        }
+        memset(&h[k], 0, sizeof(h[k]));
+    }
+    sim_counters.swept += released;
+    return released;
+}
+
+void sim_machine_stats(struct simcuda_stats *out)
+{
+    if (!sim_m) return;
+    sim_lock();
+    out->devices = sim_m->ndev;
+    out->live_allocs = sim_m->live;
+    out->capacity = sim_m->capacity;
+    for (unsigned d = 0; d < sim_m->ndev; d++)
+        out->used[d] = sim_m->dev[d].used;
+    out->machine_poisoned_frees = sim_m->poisoned_frees;
+    sim_unlock();
+}
+
+SIMCUDA_API int simcuda_unlink_machine(const char *name)
+{
+    char path[160];
+    int removed = 0;
+    if (!name) {
+        name = getenv(SIMCUDA_ENV_MACHINE);
+        if (!name || !*name) name = "default";
+    }
+    sim_object_name(path, sizeof(path), name, -1);
+    removed += shm_unlink(path) == 0;
+    for (int d = 0; d < SIM_MAX_DEVICES; d++) {
+        sim_object_name(path, sizeof(path), name, d);
+        removed += shm_unlink(path) == 0;
+    }
+    return removed;
+}

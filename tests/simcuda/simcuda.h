@@ -1,0 +1,106 @@
+/*
+ * simcuda.h: the small public face of the simulated CUDA driver (libcuda.so.1
+ * built from tests/simcuda). Shared by the driver, the simulated runtime and
+ * the tests: environment variable names, the poison word written over freed
+ * exported memory, and a few test-only entry points exported from libcuda
+ * next to the cu* API. Nothing here exists in NVIDIA's driver; code that must
+ * also run on real hardware looks these up with dlsym and copes with NULL.
+ */
+#ifndef SIMCUDA_H
+#define SIMCUDA_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Written over every byte of an allocation that was ever exported with
+ * cuIpcGetMemHandle when it is really released (cuMemFree, context
+ * destruction, owner exit or death), so an importer still mapping it reads
+ * 0xDEADBEEF words instead of plausible data. */
+#define SIMCUDA_POISON_WORD 0xDEADBEEFu
+
+/* Environment, read once per process at the first cuInit (see README.md). */
+#define SIMCUDA_ENV_MACHINE "SIMCUDA_MACHINE"               /* machine name, default "default" */
+#define SIMCUDA_ENV_DEVICES "SIMCUDA_DEVICES"               /* device count, 1..8, default 1 */
+#define SIMCUDA_ENV_DEVICE_MEMORY "SIMCUDA_DEVICE_MEMORY"   /* bytes per device, K/M/G, default 1G \
+                                                             */
+#define SIMCUDA_ENV_FAIL_ALLOC "SIMCUDA_FAIL_ALLOC"         /* next N allocations fail */
+#define SIMCUDA_ENV_FAIL_IPC_GET "SIMCUDA_FAIL_IPC_GET"     /* next N cuIpcGetMemHandle fail */
+#define SIMCUDA_ENV_FAIL_IPC_OPEN "SIMCUDA_FAIL_IPC_OPEN"   /* next N cuIpcOpenMemHandle fail */
+#define SIMCUDA_ENV_FAIL_IPC_CLOSE "SIMCUDA_FAIL_IPC_CLOSE" /* next N cuIpcCloseMemHandle fail */
+#define SIMCUDA_ENV_FAIL_LAUNCH "SIMCUDA_FAIL_LAUNCH"       /* next N kernel launches fail */
+
+#define SIMCUDA_MAX_DEVICES 8
+
+/* Fault kinds for simcuda_inject(); the same counters the SIMCUDA_FAIL_*
+ * variables set. */
+enum simcuda_fault {
+    SIMCUDA_FAULT_ALLOC = 0, /* cuMemAlloc*: CUDA_ERROR_OUT_OF_MEMORY */
+    SIMCUDA_FAULT_IPC_GET,   /* cuIpcGetMemHandle: CUDA_ERROR_OUT_OF_MEMORY */
+    SIMCUDA_FAULT_IPC_OPEN,  /* cuIpcOpenMemHandle*: CUDA_ERROR_MAP_FAILED */
+    SIMCUDA_FAULT_IPC_CLOSE, /* cuIpcCloseMemHandle: CUDA_ERROR_INVALID_CONTEXT */
+    SIMCUDA_FAULT_LAUNCH,    /* cuLaunchKernel*: CUDA_ERROR_LAUNCH_FAILED */
+    SIMCUDA_FAULT_COUNT
+};
+
+/* Counters. "proc_" fields count what this process did since its cuInit;
+ * the others describe the whole simulated machine at the time of the call. */
+struct simcuda_stats {
+    uint64_t proc_allocs;         /* successful device allocations */
+    uint64_t proc_frees;          /* allocations this process released (incl. sweeps) */
+    uint64_t proc_poisoned_frees; /* of those, how many were poisoned */
+    uint64_t proc_ipc_gets;
+    uint64_t proc_ipc_opens; /* successful opens, counting repeats */
+    uint64_t proc_ipc_closes;
+    uint64_t proc_launches;
+    uint64_t proc_swept; /* allocations of dead owners this process reclaimed */
+    uint32_t devices;
+    uint32_t live_allocs; /* machine-wide live allocations */
+    uint64_t capacity;    /* bytes per device */
+    uint64_t used[SIMCUDA_MAX_DEVICES];
+    uint64_t machine_poisoned_frees;
+};
+
+/* A recorded kernel launch (kernels are never executed). */
+struct simcuda_launch {
+    void *func;
+    unsigned int grid[3];
+    unsigned int block[3];
+    unsigned int shared_mem;
+    void *stream;
+    void **params;
+    void **extra;
+};
+
+#if defined(__GNUC__)
+#define SIMCUDA_API __attribute__((visibility("default")))
+#else
+#define SIMCUDA_API
+#endif
+
+/* Number of kernel launches recorded in this process since it was loaded. */
+SIMCUDA_API unsigned long simcuda_launch_count(void);
+
+/* Copies the launch `back` launches ago (0 = the latest) into *out; returns 0,
+ * or -1 when there is no such launch (the log keeps the last 1024). */
+SIMCUDA_API int simcuda_last_launch(unsigned back, struct simcuda_launch *out);
+
+/* Fills *out; zeroes it when cuInit has not succeeded in this process. */
+SIMCUDA_API void simcuda_stats(struct simcuda_stats *out);
+
+/* Makes the next n operations of `kind` in this process fail. */
+SIMCUDA_API void simcuda_inject(enum simcuda_fault kind, unsigned n);
+
+/* Removes the shared-memory objects of machine `name` (NULL: the one named
+ * by SIMCUDA_MACHINE, else "default") for the calling user. Processes that
+ * still map them keep working on the unlinked objects. Returns the number of
+ * objects removed. */
+SIMCUDA_API int simcuda_unlink_machine(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SIMCUDA_H */

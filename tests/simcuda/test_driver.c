@@ -1,0 +1,1117 @@
+/*
+ * test_driver.c: Criterion tests of the simulated CUDA driver (libcuda.so.1
+ * from tests/simcuda), linked directly against it.
+ *
+ * Every test runs in its own process and uses its own simulated machine,
+ * named after the test and the pid (SIMCUDA_MACHINE, set in .init before any
+ * cuInit); .fini unlinks the machine's shared-memory objects. Tests that need
+ * a second process fork(): the child calls cuInit again (the driver supports
+ * that: the child keeps the parent's mappings but becomes a holder of its
+ * own), reports failures on stderr and through its exit status, and leaves
+ * with _exit() so Criterion's own exit handlers do not run twice.
+ */
+#include <cuda.h>
+#include <criterion/criterion.h>
+
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sim_state.h"
+#include "simcuda.h"
+
+static char g_machine[160];
+
+static void setup(void)
+{
+    snprintf(g_machine, sizeof(g_machine), "t-%s-%d", criterion_current_test->name, (int)getpid());
+    setenv(SIMCUDA_ENV_MACHINE, g_machine, 1);
+    setenv(SIMCUDA_ENV_DEVICE_MEMORY, "64M", 1);
+    unsetenv(SIMCUDA_ENV_DEVICES);
+    unsetenv(SIMCUDA_ENV_FAIL_ALLOC);
+    unsetenv(SIMCUDA_ENV_FAIL_IPC_GET);
+    unsetenv(SIMCUDA_ENV_FAIL_IPC_OPEN);
+    unsetenv(SIMCUDA_ENV_FAIL_IPC_CLOSE);
+    unsetenv(SIMCUDA_ENV_FAIL_LAUNCH);
+}
+
+static void teardown(void)
+{
+    simcuda_unlink_machine(g_machine);
+}
+
+TestSuite(simcuda, .init = setup, .fini = teardown, .timeout = 30);
+
+#define OK(expr)                                                                                   \
+    do {                                                                                           \
+        CUresult r_ = (expr);                                                                      \
+        cr_assert_eq(r_, CUDA_SUCCESS, "%s returned %d", #expr, (int)r_);                          \
+    } while (0)
+#define FAILS(expr, code)                                                                          \
+    do {                                                                                           \
+        CUresult r_ = (expr);                                                                      \
+        cr_assert_eq(r_, (code), "%s returned %d, expected %d", #expr, (int)r_, (int)(code));      \
+    } while (0)
+
+/* In forked children: no Criterion asserts, report and fail. */
+#define CHILD_OK(expr)                                                                             \
+    do {                                                                                           \
+        CUresult r_ = (expr);                                                                      \
+        if (r_ != CUDA_SUCCESS) {                                                                  \
+            fprintf(stderr, "child line %d: %s returned %d\n", __LINE__, #expr, (int)r_);          \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+#define CHILD_EXPECT(cond)                                                                         \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "child line %d: %s is false\n", __LINE__, #cond);                      \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+/* cuInit plus a current primary context on device `dev`. */
+static CUresult init_on(int dev)
+{
+    CUresult r = cuInit(0);
+    CUcontext c;
+    if (r == CUDA_SUCCESS) r = cuDevicePrimaryCtxRetain(&c, dev);
+    if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(c);
+    return r;
+}
+
+static size_t free_bytes(void)
+{
+    size_t f = 0, t = 0;
+    OK(cuMemGetInfo(&f, &t));
+    return f;
+}
+
+/* Runs fn(arg) in a forked child; returns its exit status (or 128+signal). */
+static int run_child(int (*fn)(void *), void *arg)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) _exit(fn(arg));
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void write_all(int fd, const void *p, size_t n)
+{
+    cr_assert_eq(write(fd, p, n), (ssize_t)n);
+}
+
+/* ---- initialisation, devices ---- */
+
+Test(simcuda, init_and_devices)
+{
+    int v = 0, n = 0;
+    OK(cuDriverGetVersion(&v));
+    cr_assert_eq(v, 13000);
+    FAILS(cuDeviceGetCount(&n), CUDA_ERROR_NOT_INITIALIZED);
+    FAILS(cuInit(1), CUDA_ERROR_INVALID_VALUE);
+    setenv(SIMCUDA_ENV_DEVICES, "2", 1);
+    OK(cuInit(0));
+    OK(cuInit(0)); /* idempotent */
+    OK(cuDeviceGetCount(&n));
+    cr_assert_eq(n, 2);
+    CUdevice d;
+    OK(cuDeviceGet(&d, 1));
+    cr_assert_eq(d, 1);
+    FAILS(cuDeviceGet(&d, 2), CUDA_ERROR_INVALID_DEVICE);
+    FAILS(cuDeviceGet(NULL, 0), CUDA_ERROR_INVALID_VALUE);
+    char name[64];
+    OK(cuDeviceGetName(name, sizeof(name), 0));
+    cr_assert(strstr(name, "SimCUDA") != NULL);
+    static const struct {
+        CUdevice_attribute a;
+        int v;
+    } attrs[] = {
+        {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 9},
+        {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0},
+        {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 132},
+        {CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1},
+        {CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 1},
+        {CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 1},
+        {CU_DEVICE_ATTRIBUTE_WARP_SIZE, 32},
+    };
+    for (size_t i = 0; i < sizeof(attrs) / sizeof(attrs[0]); i++) {
+        int x = -1;
+        OK(cuDeviceGetAttribute(&x, attrs[i].a, 1));
+        cr_assert_eq(x, attrs[i].v, "attribute %d = %d", (int)attrs[i].a, x);
+    }
+    int x;
+    FAILS(cuDeviceGetAttribute(&x, CU_DEVICE_ATTRIBUTE_MAX, 0), CUDA_ERROR_INVALID_VALUE);
+    size_t total = 0;
+    OK(cuDeviceTotalMem(&total, 0));
+    cr_assert_eq(total, 64u << 20);
+    CUuuid u0, u1;
+    OK(cuDeviceGetUuid(&u0, 0));
+    OK(cuDeviceGetUuid(&u1, 1));
+    cr_assert(memcmp(&u0, &u1, sizeof(u0)) != 0);
+}
+
+Test(simcuda, bad_env_values_fall_back)
+{
+    setenv(SIMCUDA_ENV_DEVICES, "99", 1);
+    setenv(SIMCUDA_ENV_DEVICE_MEMORY, "lots", 1);
+    OK(cuInit(0));
+    int n;
+    size_t total;
+    OK(cuDeviceGetCount(&n));
+    OK(cuDeviceTotalMem(&total, 0));
+    cr_assert_eq(n, 1);
+    cr_assert_eq(total, 1u << 30);
+}
+
+/* ---- contexts ---- */
+
+Test(simcuda, contexts)
+{
+    setenv(SIMCUDA_ENV_DEVICES, "2", 1);
+    OK(cuInit(0));
+    CUdeviceptr p;
+    CUcontext cur = (CUcontext)0x1;
+    FAILS(cuMemAlloc(&p, 16), CUDA_ERROR_INVALID_CONTEXT);
+    OK(cuCtxGetCurrent(&cur));
+    cr_assert_null(cur);
+    FAILS(cuCtxPopCurrent(&cur), CUDA_ERROR_INVALID_CONTEXT);
+    FAILS(cuCtxSetCurrent((CUcontext)0x1234), CUDA_ERROR_INVALID_CONTEXT);
+    FAILS(cuCtxPushCurrent((CUcontext)0x1234), CUDA_ERROR_INVALID_CONTEXT);
+
+    CUcontext a, b;
+    OK(cuCtxCreate(&a, NULL, 0, 1)); /* cuCtxCreate_v4; pushed current */
+    OK(cuCtxGetCurrent(&cur));
+    cr_assert_eq(cur, a);
+    CUdevice d;
+    OK(cuCtxGetDevice(&d));
+    cr_assert_eq(d, 1);
+    OK(cuDevicePrimaryCtxRetain(&b, 0));
+    OK(cuCtxPushCurrent(b));
+    OK(cuCtxGetDevice(&d));
+    cr_assert_eq(d, 0);
+    OK(cuCtxPopCurrent(&cur));
+    cr_assert_eq(cur, b);
+    OK(cuCtxGetCurrent(&cur));
+    cr_assert_eq(cur, a);
+
+    /* Allocations belong to the current context's device and die with it. */
+    OK(cuMemAlloc(&p, 1 << 20));
+    struct simcuda_stats st;
+    simcuda_stats(&st);
+    cr_assert_eq(st.used[1], 1u << 20);
+    cr_assert_eq(st.used[0], 0);
+    int ord = -1;
+    OK(cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p));
+    cr_assert_eq(ord, 1);
+    CUcontext owner = NULL;
+    OK(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, p));
+    cr_assert_eq(owner, a);
+    OK(cuCtxDestroy(a));
+    simcuda_stats(&st);
+    cr_assert_eq(st.used[1], 0);
+    FAILS(cuCtxDestroy(a), CUDA_ERROR_INVALID_CONTEXT);
+    FAILS(cuCtxDestroy(b), CUDA_ERROR_INVALID_CONTEXT); /* primary */
+    OK(cuCtxGetCurrent(&cur));
+    cr_assert_null(cur); /* destroyed context was popped */
+
+    unsigned flags;
+    int active;
+    OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+    cr_assert_eq(active, 1);
+    OK(cuDevicePrimaryCtxSetFlags(0, CU_CTX_SCHED_BLOCKING_SYNC));
+    OK(cuDevicePrimaryCtxRelease(0));
+    OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+    cr_assert_eq(active, 0);
+    cr_assert_eq(flags, CU_CTX_SCHED_BLOCKING_SYNC);
+    FAILS(cuDevicePrimaryCtxRelease(0), CUDA_ERROR_INVALID_CONTEXT);
+    FAILS(cuCtxSetCurrent(b), CUDA_ERROR_INVALID_CONTEXT); /* inactive primary */
+}
+
+static void *thread_current(void *arg)
+{
+    CUcontext c = (CUcontext)0x1;
+    cuCtxGetCurrent(&c);
+    *(CUcontext *)arg = c;
+    return NULL;
+}
+
+Test(simcuda, current_context_is_per_thread)
+{
+    OK(init_on(0));
+    CUcontext seen = (CUcontext)0x1;
+    pthread_t t;
+    pthread_create(&t, NULL, thread_current, &seen);
+    pthread_join(t, NULL);
+    cr_assert_null(seen);
+}
+
+/* ---- memory ---- */
+
+Test(simcuda, capacity_and_out_of_memory)
+{
+    setenv(SIMCUDA_ENV_DEVICE_MEMORY, "1M", 1);
+    OK(init_on(0));
+    size_t f, t;
+    OK(cuMemGetInfo(&f, &t));
+    cr_assert_eq(t, 1u << 20);
+    cr_assert_eq(f, 1u << 20);
+    CUdeviceptr a, b, c;
+    OK(cuMemAlloc(&a, 512 << 10));
+    OK(cuMemAlloc(&b, 512 << 10));
+    FAILS(cuMemAlloc(&c, 1), CUDA_ERROR_OUT_OF_MEMORY);
+    FAILS(cuMemAlloc(&c, 2 << 20), CUDA_ERROR_OUT_OF_MEMORY);
+    FAILS(cuMemAlloc(&c, 0), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuMemAlloc(NULL, 16), CUDA_ERROR_INVALID_VALUE);
+    cr_assert_eq(free_bytes(), 0);
+    OK(cuMemFree(a));
+    cr_assert_eq(free_bytes(), 512u << 10);
+    FAILS(cuMemFree(a), CUDA_ERROR_INVALID_VALUE);       /* double free */
+    FAILS(cuMemFree(b + 512), CUDA_ERROR_INVALID_VALUE); /* interior pointer */
+    FAILS(cuMemFree(0), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuMemFree((CUdeviceptr)(uintptr_t)&f), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemAlloc(&c, 1)); /* rounded to one 512-byte granule */
+    cr_assert_eq(free_bytes(), (512u << 10) - 512);
+    OK(cuMemAlloc(&a, 513));
+    cr_assert_eq(free_bytes(), (512u << 10) - 512 - 1024);
+    cr_assert_eq(c % 512, 0);
+    cr_assert_eq(a % 512, 0);
+    size_t pitch;
+    OK(cuMemAllocPitch(&a, &pitch, 100, 4, 4));
+    cr_assert_eq(pitch, 512);
+    FAILS(cuMemAllocPitch(&a, &pitch, 100, 4, 3), CUDA_ERROR_INVALID_VALUE);
+}
+
+Test(simcuda, many_allocations_are_fast, .timeout = 60)
+{
+    enum { N = 100000 };
+    OK(init_on(0));
+    CUdeviceptr *p = malloc(N * sizeof(*p));
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < N; i++)
+        OK(cuMemAlloc(&p[i], 256 + (size_t)(i % 3) * 100));
+    for (int i = 0; i < N; i += 2)
+        OK(cuMemFree(p[i]));
+    for (int i = 0; i < N; i += 2)
+        OK(cuMemAlloc(&p[i], 200));
+    for (int i = 0; i < N; i++)
+        OK(cuMemFree(p[i]));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    cr_log_info("300k alloc/free calls: %.3f s", s);
+    cr_assert_lt(s, 10.0);
+    cr_assert_eq(free_bytes(), 64u << 20);
+    free(p);
+}
+
+Test(simcuda, copies_sets_and_pointer_attributes)
+{
+    OK(init_on(0));
+    CUdeviceptr a, b;
+    OK(cuMemAlloc(&a, 1000));
+    OK(cuMemAlloc(&b, 1000));
+    unsigned char host[1000], back[1000];
+    for (int i = 0; i < 1000; i++)
+        host[i] = (unsigned char)i;
+    OK(cuMemcpyHtoD(a, host, sizeof(host)));
+    OK(cuMemcpyDtoD(b, a, sizeof(host)));
+    memset(back, 0, sizeof(back));
+    OK(cuMemcpyDtoH(back, b, sizeof(back)));
+    cr_assert_arr_eq(back, host, sizeof(host));
+    OK(cuMemcpy((CUdeviceptr)(uintptr_t)back, a + 10, 10));
+    cr_assert_eq(back[0], 10);
+    FAILS(cuMemcpyHtoD(a, host, 1001), CUDA_ERROR_INVALID_VALUE); /* past the end */
+    FAILS(cuMemcpyHtoD(a + 999, host, 2), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuMemcpyHtoD(a, NULL, 1), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuMemcpyHtoD((CUdeviceptr)(uintptr_t)host, host, 1), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuMemcpyHtoDAsync(a, host, 1, (CUstream)0x1234), CUDA_ERROR_INVALID_HANDLE);
+    OK(cuMemcpyHtoDAsync(a, host, 1, CU_STREAM_PER_THREAD));
+    OK(cuMemsetD8(a, 0xab, 1000));
+    OK(cuMemsetD32(b, 0x01020304, 250));
+    OK(cuMemcpyDtoH(back, a, 4));
+    cr_assert_eq(back[3], 0xab);
+    unsigned w;
+    OK(cuMemcpyDtoH(&w, b + 996, 4));
+    cr_assert_eq(w, 0x01020304);
+    FAILS(cuMemsetD32(b + 2, 0, 1), CUDA_ERROR_INVALID_VALUE); /* misaligned */
+    FAILS(cuMemsetD32(b, 0, 251), CUDA_ERROR_INVALID_VALUE);   /* past the end */
+
+    CUdeviceptr base;
+    size_t size;
+    OK(cuMemGetAddressRange(&base, &size, a + 123));
+    cr_assert_eq(base, a);
+    cr_assert_eq(size, 1000);
+    FAILS(cuMemGetAddressRange(&base, &size, a + 1000), CUDA_ERROR_NOT_FOUND);
+    FAILS(cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)host), CUDA_ERROR_NOT_FOUND);
+
+    unsigned type = 0;
+    unsigned char managed = 7;
+    unsigned long long id_a = 0, id_b = 0;
+    OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a + 5));
+    cr_assert_eq(type, CU_MEMORYTYPE_DEVICE);
+    OK(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, a));
+    cr_assert_eq(managed, 0);
+    OK(cuPointerGetAttribute(&id_a, CU_POINTER_ATTRIBUTE_BUFFER_ID, a));
+    OK(cuPointerGetAttribute(&id_b, CU_POINTER_ATTRIBUTE_BUFFER_ID, b + 999));
+    cr_assert_neq(id_a, id_b);
+    CUdeviceptr start = 0, dp = 0;
+    size_t rsize = 0;
+    OK(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, a + 7));
+    OK(cuPointerGetAttribute(&rsize, CU_POINTER_ATTRIBUTE_RANGE_SIZE, a + 7));
+    OK(cuPointerGetAttribute(&dp, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, a + 7));
+    cr_assert_eq(start, a);
+    cr_assert_eq(rsize, 1000);
+    cr_assert_eq(dp, a + 7);
+    FAILS(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                (CUdeviceptr)(uintptr_t)host),
+          CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuPointerGetAttribute(NULL, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a),
+          CUDA_ERROR_INVALID_VALUE);
+
+    CUpointer_attribute which[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_CONTEXT,
+                                    CU_POINTER_ATTRIBUTE_BUFFER_ID};
+    CUcontext ctx = (CUcontext)0x1;
+    unsigned long long id = 1;
+    type = 99;
+    void *data[3] = {&type, &ctx, &id};
+    OK(cuPointerGetAttributes(3, which, data, (CUdeviceptr)(uintptr_t)host));
+    cr_assert_eq(type, 0);
+    cr_assert_null(ctx);
+    cr_assert_eq(id, 0);
+    OK(cuPointerGetAttributes(3, which, data, b));
+    cr_assert_eq(type, CU_MEMORYTYPE_DEVICE);
+    cr_assert_eq(id, id_b);
+
+    void *pinned;
+    OK(cuMemAllocHost(&pinned, 4096));
+    OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                             (CUdeviceptr)(uintptr_t)pinned));
+    cr_assert_eq(type, CU_MEMORYTYPE_HOST);
+    OK(cuMemcpyDtoH(pinned, a, 1000));
+    OK(cuMemFreeHost(pinned));
+    FAILS(cuMemFreeHost(pinned), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemFree(a));
+    FAILS(cuMemcpyDtoH(back, a, 1), CUDA_ERROR_INVALID_VALUE); /* freed */
+}
+
+/* ---- IPC within one process ---- */
+
+static int handles_equal(const CUipcMemHandle *x, const CUipcMemHandle *y)
+{
+    return memcmp(x, y, sizeof(*x)) == 0;
+}
+
+Test(simcuda, ipc_handles_of_one_allocation_are_equal)
+{
+    setenv(SIMCUDA_ENV_DEVICE_MEMORY, "4K", 1); /* room for one: the offset must be reused */
+    OK(init_on(0));
+    CUdeviceptr p, q;
+    CUipcMemHandle h1, h2, h3;
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuIpcGetMemHandle(&h1, p));
+    OK(cuIpcGetMemHandle(&h2, p + 1000)); /* interior pointer */
+    cr_assert(handles_equal(&h1, &h2));
+    OK(cuMemFree(p));
+    FAILS(cuIpcGetMemHandle(&h3, p), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemAlloc(&q, 4096));
+    cr_assert_eq(q, p);
+    OK(cuIpcGetMemHandle(&h3, q));
+    cr_assert_not(handles_equal(&h1, &h3), "a reused offset must give a new handle");
+    FAILS(cuIpcGetMemHandle(NULL, q), CUDA_ERROR_INVALID_VALUE);
+    int x;
+    FAILS(cuIpcGetMemHandle(&h3, (CUdeviceptr)(uintptr_t)&x), CUDA_ERROR_INVALID_VALUE);
+}
+
+Test(simcuda, ipc_open_in_exporter_and_garbage_handles_fail)
+{
+    OK(init_on(0));
+    CUdeviceptr p, o;
+    CUipcMemHandle h, bad;
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuIpcGetMemHandle(&h, p));
+    FAILS(cuIpcOpenMemHandle(&o, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+          CUDA_ERROR_INVALID_CONTEXT);
+    memset(&bad, 0, sizeof(bad));
+    FAILS(cuIpcOpenMemHandle(&o, bad, 0), CUDA_ERROR_INVALID_VALUE);
+    srand(7);
+    for (int i = 0; i < 1000; i++) {
+        for (size_t k = 0; k < sizeof(bad); k++)
+            bad.reserved[k] = (char)rand();
+        FAILS(cuIpcOpenMemHandle(&o, bad, 0), CUDA_ERROR_INVALID_VALUE);
+    }
+    bad = h;
+    bad.reserved[20] ^= 1; /* one flipped bit */
+    FAILS(cuIpcOpenMemHandle(&o, bad, 0), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuIpcOpenMemHandle(NULL, h, 0), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuIpcOpenMemHandle(&o, h, 0x100), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuIpcCloseMemHandle(p), CUDA_ERROR_INVALID_VALUE); /* never opened */
+}
+
+/* ---- IPC across processes ---- */
+
+struct ipc_args {
+    CUipcMemHandle h;
+    int to_parent[2];
+    int to_child[2];
+};
+
+static int child_open_twice(void *arg)
+{
+    struct ipc_args *a = arg;
+    CHILD_OK(init_on(0));
+    CUdeviceptr p1, p2;
+    CHILD_OK(cuIpcOpenMemHandle(&p1, a->h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+    CHILD_OK(cuIpcOpenMemHandle(&p2, a->h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+    CHILD_EXPECT(p1 == p2);
+    unsigned v[4];
+    CHILD_OK(cuMemcpyDtoH(v, p1 + 16, sizeof(v)));
+    CHILD_EXPECT(v[0] == 0x11111111u && v[3] == 0x11111111u);
+    CUdeviceptr base;
+    size_t size;
+    CHILD_OK(cuMemGetAddressRange(&base, &size, p1 + 100));
+    CHILD_EXPECT(base == p1 && size == 4096);
+    unsigned type;
+    CHILD_OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p1 + 1));
+    CHILD_EXPECT(type == CU_MEMORYTYPE_DEVICE);
+    CHILD_EXPECT(cuMemFree(p1) == CUDA_ERROR_INVALID_VALUE); /* not ours to free */
+    CHILD_OK(cuMemsetD32(p1, 0x22222222u, 1024));
+    CHILD_OK(cuIpcCloseMemHandle(p1));
+    CHILD_OK(cuMemcpyDtoH(v, p1, 4)); /* still open once */
+    CHILD_OK(cuIpcCloseMemHandle(p1));
+    CHILD_EXPECT(cuIpcCloseMemHandle(p1) == CUDA_ERROR_INVALID_VALUE);
+    CHILD_EXPECT(cuMemcpyDtoH(v, p1, 4) == CUDA_ERROR_INVALID_VALUE); /* closed */
+    CHILD_OK(cuIpcOpenMemHandle(&p2, a->h, 0));                       /* reopen after full close */
+    struct simcuda_stats st;
+    simcuda_stats(&st);
+    CHILD_EXPECT(st.proc_ipc_opens == 3 && st.proc_ipc_closes == 2);
+    return 0;
+}
+
+Test(simcuda, ipc_open_in_another_process)
+{
+    OK(init_on(0));
+    struct ipc_args a;
+    CUdeviceptr p;
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuMemsetD32(p, 0x11111111u, 1024));
+    OK(cuIpcGetMemHandle(&a.h, p));
+    cr_assert_eq(run_child(child_open_twice, &a), 0);
+    unsigned v;
+    OK(cuMemcpyDtoH(&v, p + 4092, 4)); /* the child's write; exporter unaffected */
+    cr_assert_eq(v, 0x22222222u);
+    OK(cuMemFree(p));
+}
+
+static int child_open_fails(void *arg)
+{
+    struct ipc_args *a = arg;
+    CHILD_OK(init_on(0));
+    CUdeviceptr p;
+    CUresult r = cuIpcOpenMemHandle(&p, a->h, 0);
+    if (r != CUDA_ERROR_INVALID_VALUE) {
+        fprintf(stderr, "open of a dead handle returned %d\n", (int)r);
+        return 1;
+    }
+    return 0;
+}
+
+Test(simcuda, ipc_open_after_free_fails)
+{
+    setenv(SIMCUDA_ENV_DEVICE_MEMORY, "4K", 1); /* room for one: the offset must be reused */
+    OK(init_on(0));
+    struct ipc_args a;
+    CUdeviceptr p, q;
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuIpcGetMemHandle(&a.h, p));
+    OK(cuMemFree(p));
+    cr_assert_eq(run_child(child_open_fails, &a), 0);
+    OK(cuMemAlloc(&q, 4096)); /* same offset, new serial: the old handle stays dead */
+    cr_assert_eq(q, p);
+    OK(cuIpcGetMemHandle(&a.h, q)); /* (exported again, under a new handle) */
+    CUipcMemHandle fresh = a.h;
+    OK(cuMemFree(q));
+    a.h = fresh;
+    cr_assert_eq(run_child(child_open_fails, &a), 0);
+}
+
+Test(simcuda, fork_child_must_reinit)
+{
+    OK(init_on(0));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int n;
+        CUdeviceptr p;
+        int bad = cuDeviceGetCount(&n) != CUDA_ERROR_NOT_INITIALIZED ||
+                  cuMemAlloc(&p, 1) != CUDA_ERROR_NOT_INITIALIZED;
+        bad |= cuInit(0) != CUDA_SUCCESS;
+        bad |= cuMemAlloc(&p, 1) != CUDA_ERROR_INVALID_CONTEXT; /* parent's context is gone */
+        _exit(bad);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static int child_poison_reader(void *arg)
+{
+    struct ipc_args *a = arg;
+    CHILD_OK(init_on(0));
+    CUdeviceptr p;
+    CHILD_OK(cuIpcOpenMemHandle(&p, a->h, 0));
+    unsigned v[1024];
+    CHILD_OK(cuMemcpyDtoH(v, p, sizeof(v)));
+    CHILD_EXPECT(v[0] == 0x5a5a5a5au);
+    char c = 'o';
+    CHILD_EXPECT(write(a->to_parent[1], &c, 1) == 1);
+    CHILD_EXPECT(read(a->to_child[0], &c, 1) == 1); /* parent has freed */
+    CHILD_OK(cuMemcpyDtoH(v, p, sizeof(v)));        /* still mapped here */
+    for (int i = 0; i < 1024; i++)
+        CHILD_EXPECT(v[i] == SIMCUDA_POISON_WORD);
+    CHILD_EXPECT(((volatile unsigned *)(uintptr_t)p)[17] == SIMCUDA_POISON_WORD);
+    CHILD_OK(cuIpcCloseMemHandle(p));
+    return 0;
+}
+
+Test(simcuda, poison_on_free_is_visible_to_importer)
+{
+    OK(init_on(0));
+    struct ipc_args a;
+    cr_assert_eq(pipe(a.to_parent), 0);
+    cr_assert_eq(pipe(a.to_child), 0);
+    CUdeviceptr p, q;
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuMemAlloc(&q, 4096));
+    OK(cuMemsetD32(p, 0x5a5a5a5au, 1024));
+    OK(cuIpcGetMemHandle(&a.h, p));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) _exit(child_poison_reader(&a));
+    char c;
+    cr_assert_eq(read(a.to_parent[0], &c, 1), 1);
+    OK(cuMemFree(p));
+    OK(cuMemFree(q)); /* never exported: not poisoned */
+    write_all(a.to_child[1], "f", 1);
+    int st;
+    waitpid(pid, &st, 0);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    struct simcuda_stats s;
+    simcuda_stats(&s);
+    cr_assert_eq(s.proc_frees, 2);
+    cr_assert_eq(s.proc_poisoned_frees, 1);
+}
+
+static int child_alloc_and_hang(void *arg)
+{
+    struct ipc_args *a = arg;
+    CHILD_OK(init_on(0));
+    CUdeviceptr p[10];
+    for (int i = 0; i < 10; i++)
+        CHILD_OK(cuMemAlloc(&p[i], 1 << 20));
+    CHILD_OK(cuMemsetD32(p[3], 0x77777777u, 1024));
+    CUipcMemHandle h;
+    CHILD_OK(cuIpcGetMemHandle(&h, p[3]));
+    CHILD_EXPECT(write(a->to_parent[1], &h, sizeof(h)) == sizeof(h));
+    for (;;)
+        pause();
+}
+
+Test(simcuda, allocations_of_a_killed_process_are_released)
+{
+    OK(init_on(0));
+    size_t baseline = free_bytes();
+    struct ipc_args a;
+    cr_assert_eq(pipe(a.to_parent), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) _exit(child_alloc_and_hang(&a));
+    CUipcMemHandle h;
+    cr_assert_eq(read(a.to_parent[0], &h, sizeof(h)), (ssize_t)sizeof(h));
+    cr_assert_eq(free_bytes(), baseline - (10u << 20));
+    CUdeviceptr imp;
+    OK(cuIpcOpenMemHandle(&imp, h, 0));
+    unsigned v;
+    OK(cuMemcpyDtoH(&v, imp, 4));
+    cr_assert_eq(v, 0x77777777u);
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    cr_assert_eq(free_bytes(), baseline);
+    OK(cuMemcpyDtoH(&v, imp, 4)); /* our mapping survives, over poisoned memory */
+    cr_assert_eq(v, SIMCUDA_POISON_WORD);
+    CUdeviceptr again;
+    FAILS(cuIpcOpenMemHandle(&again, h, 0), CUDA_ERROR_INVALID_VALUE); /* owner dead */
+    OK(cuIpcCloseMemHandle(imp));
+    struct simcuda_stats s;
+    simcuda_stats(&s);
+    cr_assert_eq(s.proc_swept, 10);
+    cr_assert_eq(s.live_allocs, 0);
+}
+
+Test(simcuda, zombie_owner_counts_as_dead)
+{
+    OK(init_on(0));
+    size_t baseline = free_bytes();
+    struct ipc_args a;
+    cr_assert_eq(pipe(a.to_parent), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) _exit(child_alloc_and_hang(&a));
+    CUipcMemHandle h;
+    cr_assert_eq(read(a.to_parent[0], &h, sizeof(h)), (ssize_t)sizeof(h));
+    kill(pid, SIGKILL);
+    siginfo_t si;
+    waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT); /* dead but not reaped */
+    cr_assert_eq(free_bytes(), baseline);
+    waitpid(pid, NULL, 0);
+}
+
+static int child_exit_normally(void *arg)
+{
+    (void)arg;
+    CHILD_OK(init_on(0));
+    CUdeviceptr p;
+    CHILD_OK(cuMemAlloc(&p, 4 << 20));
+    exit(0); /* runs the library destructor */
+}
+
+Test(simcuda, normal_exit_releases_allocations)
+{
+    OK(init_on(0));
+    size_t baseline = free_bytes();
+    cr_assert_eq(run_child(child_exit_normally, NULL), 0);
+    struct simcuda_stats s;
+    simcuda_stats(&s);
+    cr_assert_eq(s.live_allocs, 0); /* released by the child itself, not by a sweep */
+    cr_assert_eq(free_bytes(), baseline);
+}
+
+static int child_init(void *arg)
+{
+    (void)arg;
+    setenv(SIMCUDA_ENV_DEVICES, "3", 1);
+    CHILD_OK(cuInit(0));
+    int n;
+    CHILD_OK(cuDeviceGetCount(&n));
+    CUuuid u;
+    CHILD_OK(cuDeviceGetUuid(&u, 0));
+    return n == 3 ? 0 : 1;
+}
+
+Test(simcuda, concurrent_first_init_creates_one_machine, .timeout = 60)
+{
+    /* Eight processes race to create the machine; all must attach to one. */
+    enum { N = 8 };
+    pid_t pids[N];
+    fflush(NULL);
+    for (int i = 0; i < N; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) _exit(child_init(NULL));
+    }
+    for (int i = 0; i < N; i++) {
+        int st;
+        waitpid(pids[i], &st, 0);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    setenv(SIMCUDA_ENV_DEVICES, "1", 1); /* the existing machine's geometry wins */
+    OK(cuInit(0));
+    int n;
+    OK(cuDeviceGetCount(&n));
+    cr_assert_eq(n, 3);
+}
+
+/* ---- fault injection ---- */
+
+static int child_open_fault(void *arg)
+{
+    struct ipc_args *a = arg;
+    setenv(SIMCUDA_ENV_FAIL_IPC_OPEN, "1", 1);
+    CHILD_OK(init_on(0));
+    CUdeviceptr p;
+    CHILD_EXPECT(cuIpcOpenMemHandle(&p, a->h, 0) == CUDA_ERROR_MAP_FAILED);
+    CHILD_OK(cuIpcOpenMemHandle(&p, a->h, 0));
+    simcuda_inject(SIMCUDA_FAULT_IPC_CLOSE, 1);
+    CHILD_EXPECT(cuIpcCloseMemHandle(p) == CUDA_ERROR_INVALID_CONTEXT);
+    CHILD_OK(cuIpcCloseMemHandle(p));
+    return 0;
+}
+
+Test(simcuda, fault_injection)
+{
+    setenv(SIMCUDA_ENV_FAIL_ALLOC, "2", 1);
+    setenv(SIMCUDA_ENV_FAIL_IPC_GET, "1", 1);
+    OK(init_on(0));
+    CUdeviceptr p;
+    FAILS(cuMemAlloc(&p, 64), CUDA_ERROR_OUT_OF_MEMORY);
+    FAILS(cuMemAlloc(&p, 64), CUDA_ERROR_OUT_OF_MEMORY);
+    OK(cuMemAlloc(&p, 64));
+    struct ipc_args a;
+    FAILS(cuIpcGetMemHandle(&a.h, p), CUDA_ERROR_OUT_OF_MEMORY);
+    OK(cuIpcGetMemHandle(&a.h, p));
+    cr_assert_eq(run_child(child_open_fault, &a), 0);
+    simcuda_inject(SIMCUDA_FAULT_ALLOC, 1);
+    FAILS(cuMemAlloc(&p, 64), CUDA_ERROR_OUT_OF_MEMORY);
+    OK(cuMemAlloc(&p, 64));
+
+    int dummy;
+    CUfunction f = (CUfunction)&dummy;
+    void *params[1] = {&p};
+    simcuda_inject(SIMCUDA_FAULT_LAUNCH, 1);
+    FAILS(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL), CUDA_ERROR_LAUNCH_FAILED);
+    cr_assert_eq(simcuda_launch_count(), 0);
+}
+
+/* ---- kernels, streams, events ---- */
+
+Test(simcuda, launches_are_recorded)
+{
+    OK(init_on(0));
+    int dummy;
+    CUfunction f = (CUfunction)&dummy;
+    CUdeviceptr p = 0;
+    void *params[1] = {&p};
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    OK(cuLaunchKernel(f, 2, 3, 4, 32, 2, 1, 128, s, params, NULL));
+    void *ptsz = dlsym(RTLD_DEFAULT, "cuLaunchKernel_ptsz");
+    cr_assert_not_null(ptsz);
+    OK(((CUresult(*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                     unsigned, CUstream, void **, void **))ptsz)(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL,
+                                                                 NULL));
+    CUlaunchConfig cfg = {.gridDimX = 5,
+                          .gridDimY = 1,
+                          .gridDimZ = 1,
+                          .blockDimX = 64,
+                          .blockDimY = 1,
+                          .blockDimZ = 1,
+                          .hStream = s};
+    OK(cuLaunchKernelEx(&cfg, f, params, NULL));
+    cr_assert_eq(simcuda_launch_count(), 3);
+    struct simcuda_launch l;
+    cr_assert_eq(simcuda_last_launch(2, &l), 0);
+    cr_assert_eq(l.func, (void *)f);
+    cr_assert_eq(l.grid[1], 3);
+    cr_assert_eq(l.block[0], 32);
+    cr_assert_eq(l.shared_mem, 128);
+    cr_assert_eq(l.stream, (void *)s);
+    cr_assert_eq(l.params, params);
+    cr_assert_eq(simcuda_last_launch(0, &l), 0);
+    cr_assert_eq(l.grid[0], 5);
+    cr_assert_eq(simcuda_last_launch(3, &l), -1);
+    FAILS(cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_INVALID_HANDLE);
+    FAILS(cuLaunchKernel(f, 0, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, (CUstream)0x99, NULL, NULL),
+          CUDA_ERROR_INVALID_HANDLE);
+    OK(cuStreamDestroy(s));
+    FAILS(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL), CUDA_ERROR_INVALID_HANDLE);
+    struct simcuda_stats st;
+    simcuda_stats(&st);
+    cr_assert_eq(st.proc_launches, 3);
+}
+
+Test(simcuda, streams_and_events)
+{
+    OK(init_on(0));
+    CUstream s;
+    CUevent a, b, ip, opened;
+    OK(cuStreamCreate(&s, 0));
+    OK(cuStreamQuery(s));
+    OK(cuStreamSynchronize(s));
+    OK(cuStreamSynchronize(NULL));
+    OK(cuStreamQuery(CU_STREAM_PER_THREAD));
+    FAILS(cuStreamCreate(&s, 0x80), CUDA_ERROR_INVALID_VALUE);
+    OK(cuEventCreate(&a, CU_EVENT_DEFAULT));
+    OK(cuEventCreate(&b, CU_EVENT_DEFAULT));
+    float ms = -1;
+    FAILS(cuEventElapsedTime(&ms, a, b), CUDA_ERROR_INVALID_HANDLE); /* not recorded */
+    OK(cuEventRecord(a, s));
+    OK(cuEventRecord(b, s));
+    OK(cuEventQuery(b));
+    OK(cuEventSynchronize(b));
+    OK(cuStreamWaitEvent(s, b, 0));
+    OK(cuEventElapsedTime(&ms, a, b));
+    cr_assert_geq(ms, 0.0f);
+    FAILS(cuEventCreate(&ip, CU_EVENT_INTERPROCESS), CUDA_ERROR_INVALID_VALUE);
+    OK(cuEventCreate(&ip, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
+    CUipcEventHandle eh, bad;
+    FAILS(cuIpcGetEventHandle(&eh, a), CUDA_ERROR_INVALID_VALUE); /* not interprocess */
+    OK(cuIpcGetEventHandle(&eh, ip));
+    OK(cuIpcOpenEventHandle(&opened, eh));
+    cr_assert_neq(opened, ip);
+    OK(cuEventQuery(opened));
+    FAILS(cuEventElapsedTime(&ms, opened, b), CUDA_ERROR_INVALID_HANDLE); /* no timing */
+    memset(&bad, 0x5c, sizeof(bad));
+    FAILS(cuIpcOpenEventHandle(&opened, bad), CUDA_ERROR_INVALID_VALUE);
+    OK(cuEventDestroy(a));
+    FAILS(cuEventDestroy(a), CUDA_ERROR_INVALID_HANDLE);
+    FAILS(cuEventRecord(a, NULL), CUDA_ERROR_INVALID_HANDLE);
+    FAILS(cuEventQuery((CUevent)0x1234), CUDA_ERROR_INVALID_HANDLE);
+    OK(cuStreamDestroy(s));
+    FAILS(cuStreamDestroy(s), CUDA_ERROR_INVALID_HANDLE);
+    FAILS(cuStreamSynchronize((CUstream)0x1234), CUDA_ERROR_INVALID_HANDLE);
+}
+
+/* ---- resolver ---- */
+
+static void *sym(const char *name)
+{
+    void *p = dlsym(RTLD_DEFAULT, name);
+    cr_assert_not_null(p, "%s is not exported", name);
+    return p;
+}
+
+static void *resolve(const char *name, int version, cuuint64_t flags)
+{
+    void *fn = (void *)0x1;
+    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    CUresult r = cuGetProcAddress(name, &fn, version, flags, &st);
+    cr_assert_eq(r, CUDA_SUCCESS, "%s@%d/%llu returned %d", name, version,
+                 (unsigned long long)flags, (int)r);
+    cr_assert_eq(st, CU_GET_PROC_ADDRESS_SUCCESS);
+    return fn;
+}
+
+Test(simcuda, resolver_versions_and_flags)
+{
+    const cuuint64_t PT = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+    const cuuint64_t LEG = CU_GET_PROC_ADDRESS_LEGACY_STREAM;
+    /* Works before cuInit, like the real one. */
+    cr_assert_eq(resolve("cuMemAlloc", 13000, 0), sym("cuMemAlloc_v2"));
+    cr_assert_eq(resolve("cuMemAlloc", 3020, 0), sym("cuMemAlloc_v2"));
+    cr_assert_eq(resolve("cuMemAlloc", 3010, 0), sym("cuMemAlloc"));
+    cr_assert_eq(resolve("cuMemFree", 12000, PT), sym("cuMemFree_v2"));
+    cr_assert_eq(resolve("cuMemGetInfo", 12000, 0), sym("cuMemGetInfo_v2"));
+    cr_assert_eq(resolve("cuIpcOpenMemHandle", 11000, 0), sym("cuIpcOpenMemHandle_v2"));
+    cr_assert_eq(resolve("cuIpcOpenMemHandle", 10020, 0), sym("cuIpcOpenMemHandle"));
+    cr_assert_eq(resolve("cuIpcGetMemHandle", 12000, PT), sym("cuIpcGetMemHandle"));
+    cr_assert_eq(resolve("cuCtxCreate", 13000, 0), sym("cuCtxCreate_v4"));
+    cr_assert_eq(resolve("cuCtxCreate", 12000, 0), sym("cuCtxCreate_v3"));
+    cr_assert_eq(resolve("cuCtxCreate", 11000, 0), sym("cuCtxCreate_v2"));
+    cr_assert_eq(resolve("cuCtxDestroy", 12000, 0), sym("cuCtxDestroy_v2"));
+    cr_assert_eq(resolve("cuCtxGetDevice", 12080, 0), sym("cuCtxGetDevice"));
+    cr_assert_eq(resolve("cuCtxGetDevice", 13000, 0), sym("cuCtxGetDevice_v2"));
+    cr_assert_eq(resolve("cuDevicePrimaryCtxRelease", 11000, 0),
+                 sym("cuDevicePrimaryCtxRelease_v2"));
+    cr_assert_eq(resolve("cuDevicePrimaryCtxRelease", 10000, 0), sym("cuDevicePrimaryCtxRelease"));
+    cr_assert_eq(resolve("cuDeviceGetUuid", 11040, 0), sym("cuDeviceGetUuid_v2"));
+    cr_assert_eq(resolve("cuEventElapsedTime", 12080, PT), sym("cuEventElapsedTime_v2"));
+    cr_assert_eq(resolve("cuEventElapsedTime", 12000, 0), sym("cuEventElapsedTime"));
+    cr_assert_eq(resolve("cuGetProcAddress", 12000, 0), sym("cuGetProcAddress_v2"));
+    cr_assert_eq(resolve("cuGetProcAddress", 11030, 0), sym("cuGetProcAddress"));
+
+    /* Per-thread variants only when asked for and when they qualify. */
+    cr_assert_eq(resolve("cuMemcpyHtoD", 12000, PT), sym("cuMemcpyHtoD_v2_ptds"));
+    cr_assert_eq(resolve("cuMemcpyHtoD", 12000, LEG), sym("cuMemcpyHtoD_v2"));
+    cr_assert_eq(resolve("cuMemcpyHtoD", 12000, 0), sym("cuMemcpyHtoD_v2"));
+    cr_assert_eq(resolve("cuMemcpyHtoD", 3020, PT), sym("cuMemcpyHtoD_v2"));
+    cr_assert_eq(resolve("cuMemcpyHtoDAsync", 12000, PT), sym("cuMemcpyHtoDAsync_v2_ptsz"));
+    cr_assert_eq(resolve("cuMemcpy", 12000, PT), sym("cuMemcpy_ptds"));
+    cr_assert_eq(resolve("cuMemcpyAsync", 12000, PT), sym("cuMemcpyAsync_ptsz"));
+    cr_assert_eq(resolve("cuMemsetD32Async", 12000, PT), sym("cuMemsetD32Async_ptsz"));
+    cr_assert_eq(resolve("cuMemsetD8", 12000, PT), sym("cuMemsetD8_v2_ptds"));
+    cr_assert_eq(resolve("cuLaunchKernel", 12000, PT), sym("cuLaunchKernel_ptsz"));
+    cr_assert_eq(resolve("cuLaunchKernel", 12000, 0), sym("cuLaunchKernel"));
+    cr_assert_eq(resolve("cuLaunchKernelEx", 12000, PT), sym("cuLaunchKernelEx_ptsz"));
+    cr_assert_eq(resolve("cuStreamSynchronize", 12000, PT), sym("cuStreamSynchronize_ptsz"));
+    cr_assert_eq(resolve("cuEventRecord", 12000, PT), sym("cuEventRecord_ptsz"));
+
+    /* Failures. */
+    void *fn = (void *)0x1;
+    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
+    FAILS(cuGetProcAddress("cuNoSuchFunction", &fn, 12000, 0, &st), CUDA_ERROR_NOT_FOUND);
+    cr_assert_null(fn);
+    cr_assert_eq(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    FAILS(cuGetProcAddress("cuMemAlloc_v2", &fn, 12000, 0, &st), CUDA_ERROR_NOT_FOUND);
+    cr_assert_eq(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND); /* base names only */
+    fn = (void *)0x1;
+    FAILS(cuGetProcAddress("cuLaunchKernelEx", &fn, 11050, 0, &st), CUDA_ERROR_NOT_FOUND);
+    cr_assert_null(fn);
+    cr_assert_eq(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    FAILS(cuGetProcAddress("cuMemAlloc", &fn, 1000, 0, &st), CUDA_ERROR_NOT_FOUND);
+    cr_assert_eq(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    FAILS(cuGetProcAddress(NULL, &fn, 12000, 0, &st), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuGetProcAddress("cuMemAlloc", NULL, 12000, 0, &st), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuGetProcAddress("cuMemAlloc", &fn, 12000, 4, &st), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuGetProcAddress("cuMemAlloc", &fn, 13010, 0, &st), CUDA_ERROR_INVALID_VALUE);
+    OK(cuGetProcAddress("cuMemAlloc", &fn, 12000, 0, NULL)); /* status is optional */
+
+    /* The legacy 4-argument entry point, as old runtimes call it. */
+    typedef CUresult (*v1_t)(const char *, void **, int, cuuint64_t);
+    v1_t v1 = (v1_t)sym("cuGetProcAddress");
+    fn = NULL;
+    OK(v1("cuMemFree", &fn, 12000, 0));
+    cr_assert_eq(fn, sym("cuMemFree_v2"));
+    FAILS(v1("cuNoSuchFunction", &fn, 12000, 0), CUDA_ERROR_NOT_FOUND);
+
+    /* What the simulated runtime does: dlopen + dlsym + resolve, then call. */
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    cr_assert_not_null(h);
+    CUresult (*gpa)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *) =
+        (CUresult(*)(const char *, void **, int, cuuint64_t,
+                     CUdriverProcAddressQueryResult *))dlsym(h, "cuGetProcAddress_v2");
+    cr_assert_not_null(gpa);
+    CUresult (*init)(unsigned) = NULL;
+    OK(gpa("cuInit", (void **)&init, 13000, 0, &st));
+    OK(init(0));
+    dlclose(h);
+}
+
+Test(simcuda, every_v1_and_v2_name_is_exported)
+{
+    static const char *const names[] = {
+        "cuMemAlloc",
+        "cuMemAlloc_v2",
+        "cuMemFree",
+        "cuMemFree_v2",
+        "cuMemGetInfo",
+        "cuMemGetInfo_v2",
+        "cuMemAllocPitch",
+        "cuMemAllocPitch_v2",
+        "cuMemGetAddressRange",
+        "cuMemGetAddressRange_v2",
+        "cuMemAllocHost",
+        "cuMemAllocHost_v2",
+        "cuCtxCreate",
+        "cuCtxCreate_v2",
+        "cuCtxCreate_v3",
+        "cuCtxCreate_v4",
+        "cuCtxDestroy",
+        "cuCtxDestroy_v2",
+        "cuCtxPushCurrent",
+        "cuCtxPushCurrent_v2",
+        "cuCtxPopCurrent",
+        "cuCtxPopCurrent_v2",
+        "cuDeviceTotalMem",
+        "cuDeviceTotalMem_v2",
+        "cuIpcOpenMemHandle",
+        "cuIpcOpenMemHandle_v2",
+        "cuDevicePrimaryCtxRelease",
+        "cuDevicePrimaryCtxRelease_v2",
+        "cuDevicePrimaryCtxReset",
+        "cuDevicePrimaryCtxReset_v2",
+        "cuDevicePrimaryCtxSetFlags",
+        "cuDevicePrimaryCtxSetFlags_v2",
+        "cuStreamDestroy",
+        "cuStreamDestroy_v2",
+        "cuEventDestroy",
+        "cuEventDestroy_v2",
+        "cuMemcpyHtoD",
+        "cuMemcpyHtoD_v2",
+        "cuMemcpyHtoD_v2_ptds",
+        "cuMemcpyDtoH_v2_ptds",
+        "cuMemcpyDtoD_v2_ptds",
+        "cuMemcpyHtoDAsync_v2_ptsz",
+        "cuMemcpyDtoHAsync_v2_ptsz",
+        "cuMemcpyDtoDAsync_v2_ptsz",
+        "cuMemsetD8_v2_ptds",
+        "cuMemsetD32_v2_ptds",
+        "cuMemsetD8Async_ptsz",
+        "cuMemsetD32Async_ptsz",
+        "cuGetProcAddress",
+        "cuGetProcAddress_v2",
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        sym(names[i]);
+    cr_assert_null(dlsym(RTLD_DEFAULT, "sim_alloc"), "internal symbols must stay hidden");
+}
+
+Test(simcuda, legacy_entry_points)
+{
+    OK(init_on(0));
+    CUresult (*getinfo)(unsigned int *, unsigned int *) =
+        (CUresult(*)(unsigned int *, unsigned int *))sym("cuMemGetInfo");
+    CUresult (*alloc32)(unsigned int *, unsigned int) =
+        (CUresult(*)(unsigned int *, unsigned int))sym("cuMemAlloc");
+    CUresult (*ctx_create1)(CUcontext *, unsigned int, CUdevice) =
+        (CUresult(*)(CUcontext *, unsigned int, CUdevice))sym("cuCtxCreate");
+    CUresult (*ctx_destroy1)(CUcontext) = (CUresult(*)(CUcontext))sym("cuCtxDestroy");
+    unsigned int f = 0, t = 0, p32 = 0;
+    OK(getinfo(&f, &t));
+    cr_assert_eq(t, 64u << 20);
+    FAILS(alloc32(&p32, 64), CUDA_ERROR_NOT_SUPPORTED); /* pointers never fit 32 bits */
+    CUcontext c;
+    OK(ctx_create1(&c, 0, 0));
+    OK(ctx_destroy1(c));
+}
+
+Test(simcuda, error_strings)
+{
+    static const CUresult codes[] = {
+        CUDA_SUCCESS,
+        CUDA_ERROR_INVALID_VALUE,
+        CUDA_ERROR_OUT_OF_MEMORY,
+        CUDA_ERROR_NOT_INITIALIZED,
+        CUDA_ERROR_DEINITIALIZED,
+        CUDA_ERROR_INVALID_DEVICE,
+        CUDA_ERROR_INVALID_CONTEXT,
+        CUDA_ERROR_MAP_FAILED,
+        CUDA_ERROR_OPERATING_SYSTEM,
+        CUDA_ERROR_INVALID_HANDLE,
+        CUDA_ERROR_NOT_FOUND,
+        CUDA_ERROR_LAUNCH_FAILED,
+        CUDA_ERROR_NOT_SUPPORTED,
+        CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE,
+        CUDA_ERROR_UNKNOWN,
+    };
+    for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+        const char *s = NULL, *n = NULL;
+        OK(cuGetErrorString(codes[i], &s));
+        OK(cuGetErrorName(codes[i], &n));
+        cr_assert(s && *s && n && strncmp(n, "CUDA_", 5) == 0);
+    }
+    const char *s = NULL;
+    OK(cuGetErrorName(CUDA_ERROR_OUT_OF_MEMORY, &s));
+    cr_assert_str_eq(s, "CUDA_ERROR_OUT_OF_MEMORY");
+    OK(cuGetErrorString(CUDA_ERROR_INVALID_VALUE, &s));
+    cr_assert_str_eq(s, "invalid argument");
+    FAILS(cuGetErrorString((CUresult)12345, &s), CUDA_ERROR_INVALID_VALUE);
+    cr_assert_null(s);
+    FAILS(cuGetErrorName(CUDA_SUCCESS, NULL), CUDA_ERROR_INVALID_VALUE);
+}
+
+Test(simcuda, bad_input_never_crashes)
+{
+    OK(init_on(0));
+    void *junk = (void *)0x12345678;
+    FAILS(cuCtxGetCurrent(NULL), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuCtxGetDevice(NULL), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuCtxDestroy((CUcontext)junk), CUDA_ERROR_INVALID_CONTEXT);
+    FAILS(cuCtxGetDevice_v2(&(CUdevice){0}, (CUcontext)junk), CUDA_ERROR_INVALID_CONTEXT);
+    FAILS(cuStreamDestroy((CUstream)junk), CUDA_ERROR_INVALID_HANDLE);
+    FAILS(cuStreamCreate(NULL, 0), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuEventCreate(NULL, 0), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuEventElapsedTime(NULL, (CUevent)junk, (CUevent)junk), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuEventDestroy((CUevent)junk), CUDA_ERROR_INVALID_HANDLE);
+    FAILS(cuIpcGetEventHandle(&(CUipcEventHandle){0}, (CUevent)junk), CUDA_ERROR_INVALID_HANDLE);
+    FAILS(cuIpcCloseMemHandle((CUdeviceptr)(uintptr_t)junk), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuMemcpyDtoH(junk, (CUdeviceptr)(uintptr_t)junk, 8), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuMemsetD8((CUdeviceptr)(uintptr_t)junk, 0, 8), CUDA_ERROR_INVALID_VALUE);
+}
+
+Test(simcuda, shared_layout_is_pinned)
+{
+    /* The segment is shared between builds of this library: any change here
+     * must bump SIM_ABI. */
+    cr_assert_eq(sizeof(struct sim_alloc), 72);
+    cr_assert_eq(offsetof(struct sim_alloc, offset), 16);
+    cr_assert_eq(offsetof(struct sim_alloc, serial), 40);
+    cr_assert_eq(offsetof(struct sim_alloc, owner_pid), 56);
+    cr_assert_eq(offsetof(struct sim_alloc, owner_start), 64);
+    cr_assert_eq(sizeof(struct sim_holder), 32);
+    cr_assert_eq(sizeof(struct sim_dev_state), 24);
+    cr_assert_eq(offsetof(struct sim_machine, lock), 88);
+    cr_assert_eq(offsetof(struct sim_machine, next_serial), 152);
+    cr_assert_eq(offsetof(struct sim_machine, poisoned_frees), 176);
+    cr_assert_eq(offsetof(struct sim_machine, dev), 184);
+    cr_assert_eq(sizeof(struct sim_machine), 184 + 24 * SIM_MAX_DEVICES);
+    cr_assert_eq(sizeof(CUipcMemHandle), 64);
+}

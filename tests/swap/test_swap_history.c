@@ -1,0 +1,152 @@
+/* Tests of swap_history: period learning, next-use prediction, phase
+ * correction, forgetting, and bounded memory. */
+#include <criterion/criterion.h>
+#include <errno.h>
+
+#include "swap.h"
+
+static struct swap_history *make(uint32_t events, uint32_t launches)
+{
+    struct swap_history *h = NULL;
+    cr_assert_eq(swap_history_create(events, launches, &h), 0);
+    return h;
+}
+
+/* One launch reading the given blocks. */
+static void launch(struct swap_history *h, const uint64_t *blocks, int n)
+{
+    for (int i = 0; i < n; i++) cr_assert_eq(swap_history_record(h, blocks[i], 64, i == n - 1), 0);
+    swap_history_next_launch(h);
+}
+
+/* Loop: launch k of a period touches block k (and block 100 every launch). */
+static void loop_launch(struct swap_history *h, int k)
+{
+    uint64_t b[2] = {100, (uint64_t)k};
+    launch(h, b, 2);
+}
+
+Test(swap_history, learns_a_loop_period_after_two_periods)
+{
+    const int P = 7;
+    struct swap_history *h = make(0, 0);
+    for (int k = 0; k < P; k++) loop_launch(h, k);
+    cr_expect_eq(swap_history_period(h), 0, "one period is not a pattern yet");
+    for (int r = 0; r < 4; r++)
+        for (int k = 0; k < P; k++) loop_launch(h, k);
+    cr_expect_eq(swap_history_period(h), (uint64_t)P);
+    swap_history_destroy(h);
+}
+
+Test(swap_history, predicts_the_next_use_one_period_after_the_last)
+{
+    const int P = 10;
+    struct swap_history *h = make(0, 0);
+    for (int r = 0; r < 5; r++)
+        for (int k = 0; k < P; k++) loop_launch(h, k);
+    cr_assert_eq(swap_history_period(h), (uint64_t)P);
+    uint64_t now = swap_history_now(h); /* the start of a period: launch 0 is next */
+    for (int k = 0; k < P; k++)
+        cr_expect_eq(swap_history_predict(h, (uint64_t)k), now + (uint64_t)k, "block %d", k);
+    cr_expect_eq(swap_history_predict(h, 100), now, "used by every launch: this one");
+    cr_expect_eq(swap_history_predict(h, 555), SWAP_NEVER, "never seen");
+    /* half-way through the next period */
+    for (int k = 0; k < P / 2; k++) loop_launch(h, k);
+    now = swap_history_now(h);
+    cr_expect_eq(swap_history_predict(h, 0), now + P / 2, "next period's first launch");
+    cr_expect_eq(swap_history_predict(h, P / 2), now);
+    swap_history_forget(h, 3);
+    cr_expect_eq(swap_history_predict(h, 3), SWAP_NEVER, "forgotten when freed");
+    swap_history_destroy(h);
+}
+
+/* A block the pattern stopped using is predicted never to come back. */
+Test(swap_history, a_block_outside_the_pattern_is_never_needed)
+{
+    struct swap_history *h = make(0, 0);
+    uint64_t stray = 999;
+    launch(h, &stray, 1);
+    for (int r = 0; r < 6; r++)
+        for (int k = 0; k < 5; k++) loop_launch(h, k);
+    cr_assert_eq(swap_history_period(h), 5);
+    cr_expect_eq(swap_history_predict(h, stray), SWAP_NEVER);
+    swap_history_destroy(h);
+}
+
+/* Gradient accumulation: a micro-batch of m launches repeats k times, then
+ * an optimizer section; the period is the whole step, not the micro-batch. */
+Test(swap_history, learns_the_full_step_under_accumulation)
+{
+    const int m = 8, k = 4, opt = 3, steps = 6;
+    struct swap_history *h = make(0, 0);
+    for (int s = 0; s < steps; s++) {
+        for (int j = 0; j < k; j++)
+            for (int i = 0; i < m; i++) loop_launch(h, i);
+        for (int i = 0; i < opt; i++) loop_launch(h, 50 + i);
+    }
+    cr_expect_eq(swap_history_period(h), (uint64_t)(k * m + opt));
+    swap_history_destroy(h);
+}
+
+/* An extra kernel in one iteration shifts the rest of it by one launch: the
+ * period is kept and predictions follow the shift. */
+Test(swap_history, an_inserted_launch_shifts_predictions)
+{
+    const int P = 12;
+    struct swap_history *h = make(0, 0);
+    for (int r = 0; r < 5; r++)
+        for (int k = 0; k < P; k++) loop_launch(h, k);
+    for (int k = 0; k < 4; k++) loop_launch(h, k);
+    uint64_t extra = 77;
+    launch(h, &extra, 1);
+    for (int k = 4; k < 8; k++) loop_launch(h, k);
+    cr_expect_eq(swap_history_period(h), (uint64_t)P);
+    uint64_t now = swap_history_now(h);
+    /* block 8 comes next, block 10 two launches later, block 0 after the wrap */
+    cr_expect_eq(swap_history_predict(h, 8), now);
+    cr_expect_eq(swap_history_predict(h, 10), now + 2);
+    cr_expect_eq(swap_history_predict(h, 0), now + (P - 8));
+    swap_history_destroy(h);
+}
+
+Test(swap_history, no_period_in_noise)
+{
+    struct swap_history *h = make(0, 0);
+    uint64_t x = 12345;
+    for (int i = 0; i < 2000; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        uint64_t b = (x >> 33) % 1000;
+        launch(h, &b, 1);
+    }
+    cr_expect_eq(swap_history_period(h), 0);
+    swap_history_destroy(h);
+}
+
+/* Memory is bounded by the ring capacities and the live blocks, however
+ * long the run; a period longer than the rings hold is not learned. */
+Test(swap_history, memory_stays_bounded_under_a_long_trace)
+{
+    struct swap_history *h = make(4096, 1024);
+    size_t base = swap_history_memory(h);
+    for (int r = 0; r < 2000; r++)
+        for (int k = 0; k < 50; k++) loop_launch(h, k);
+    size_t after_100k = swap_history_memory(h);
+    for (int r = 0; r < 20000; r++)
+        for (int k = 0; k < 50; k++) loop_launch(h, k);
+    size_t after_1m = swap_history_memory(h);
+    cr_expect_eq(after_1m, after_100k, "%zu vs %zu", after_1m, after_100k);
+    cr_expect_lt(after_1m - base, 51 * 256, "one small record per live block");
+    cr_expect_eq(swap_history_period(h), 50);
+    swap_history_destroy(h);
+
+    h = make(4096, 64); /* 64 launches of history: a period of 50 needs 100 */
+    for (int r = 0; r < 20; r++)
+        for (int k = 0; k < 50; k++) loop_launch(h, k);
+    cr_expect_eq(swap_history_period(h), 0);
+    swap_history_destroy(h);
+}
+
+Test(swap_history, create_rejects_null)
+{
+    cr_expect_eq(swap_history_create(0, 0, NULL), -EINVAL);
+}

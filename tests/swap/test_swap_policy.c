@@ -1,0 +1,274 @@
+/* Tests of swap_policy: small hand-made traces whose right answer is known. */
+#include <criterion/criterion.h>
+#include <errno.h>
+
+#include "swap.h"
+
+#define SZ 100u
+
+static struct swap_policy *make(enum swap_policy_kind kind, uint64_t budget)
+{
+    struct swap_policy *p = NULL;
+    cr_assert_eq(swap_policy_create(kind, budget, &p), 0);
+    return p;
+}
+
+/* One launch touching one block. */
+static struct swap_decision touch(struct swap_policy *p, uint64_t b, uint64_t size, bool w)
+{
+    struct swap_decision d;
+    cr_assert_eq(swap_policy_access(p, b, size, w, &d), 0);
+    swap_policy_next_launch(p);
+    return d;
+}
+
+static struct swap_decision touch_known(struct swap_policy *p, uint64_t b, uint64_t next)
+{
+    struct swap_decision d;
+    cr_assert_eq(swap_policy_access_known(p, b, SZ, false, next, &d), 0);
+    swap_policy_next_launch(p);
+    return d;
+}
+
+Test(swap_policy, create_rejects_bad_arguments)
+{
+    struct swap_policy *p;
+    cr_expect_eq(swap_policy_create(SWAP_POLICY_LRU, 0, &p), -EINVAL);
+    cr_expect_eq(swap_policy_create((enum swap_policy_kind)9, 10, &p), -EINVAL);
+    p = make(SWAP_POLICY_LRU, 10);
+    struct swap_decision d;
+    cr_expect_eq(swap_policy_access(p, 1, 0, false, &d), -EINVAL);
+    cr_expect_eq(swap_policy_access_known(p, 1, 5, false, 3, &d), -EINVAL);
+    swap_policy_destroy(p);
+    p = make(SWAP_POLICY_MIN, 10);
+    cr_expect_eq(swap_policy_access(p, 1, 5, false, &d), -EINVAL);
+    swap_policy_destroy(p);
+}
+
+Test(swap_policy, min_evicts_the_furthest_next_use)
+{
+    struct swap_policy *p = make(SWAP_POLICY_MIN, 3 * SZ);
+    touch_known(p, 'A', 5);
+    touch_known(p, 'B', 10);
+    touch_known(p, 'C', 7);
+    struct swap_decision d = touch_known(p, 'D', SWAP_NEVER);
+    cr_assert_eq(d.n_evict, 1);
+    cr_expect_eq(d.evict[0].block, 'B');
+    cr_expect(d.first_touch);
+    swap_policy_destroy(p);
+}
+
+Test(swap_policy, min_prefers_a_clean_victim_at_similar_distance)
+{
+    struct swap_policy *p = make(SWAP_POLICY_MIN, 2 * SZ);
+    struct swap_decision d;
+    cr_assert_eq(swap_policy_access_known(p, 'A', SZ, true, 10, &d), 0); /* dirty, furthest */
+    swap_policy_next_launch(p);
+    touch_known(p, 'B', 8); /* clean, a little nearer */
+    d = touch_known(p, 'C', SWAP_NEVER);
+    cr_assert_eq(d.n_evict, 1);
+    cr_expect_eq(d.evict[0].block, 'B');
+    cr_expect_not(d.evict[0].writeback);
+    swap_policy_destroy(p);
+}
+
+/* A loop of n blocks with room for n-1: LRU always evicts the block needed
+ * next, so every access after the first round faults; MIN does not. */
+Test(swap_policy, lru_is_pathological_on_a_loop_bigger_than_memory)
+{
+    const int n = 5, rounds = 20;
+    struct swap_policy *p = make(SWAP_POLICY_LRU, (n - 1) * SZ);
+    for (int r = 0; r < rounds; r++)
+        for (int b = 0; b < n; b++) touch(p, b, SZ, false);
+    struct swap_counters c;
+    swap_policy_counters(p, &c);
+    cr_expect_eq(c.first_touches, n);
+    cr_expect_eq(c.faults, (uint64_t)(rounds - 1) * n);
+    cr_expect_eq(c.h2d_bytes, c.faults * SZ);
+    cr_expect_eq(c.d2h_bytes, 0, "clean blocks are dropped, not written back");
+    swap_policy_destroy(p);
+
+    /* MIN on the same loop: about one fault per n-1 accesses. */
+    p = make(SWAP_POLICY_MIN, (n - 1) * SZ);
+    for (int r = 0; r < rounds; r++)
+        for (int b = 0; b < n; b++) {
+            int t = r * n + b;
+            touch_known(p, b, r + 1 < rounds ? (uint64_t)(t + n) : SWAP_NEVER);
+        }
+    swap_policy_counters(p, &c);
+    cr_expect_leq(c.faults, (uint64_t)((rounds - 1) * n / (n - 1) + 1));
+    swap_policy_destroy(p);
+}
+
+/* The history policy learns the loop's period and then faults exactly as
+ * often as MIN per round. */
+Test(swap_policy, history_learns_the_period_and_matches_min)
+{
+    const int n = 6, rounds = 30, warm = 4;
+    struct swap_policy *h = make(SWAP_POLICY_HISTORY, (n - 2) * SZ);
+    struct swap_policy *m = make(SWAP_POLICY_MIN, (n - 2) * SZ);
+    uint64_t hf[rounds], mf[rounds];
+    struct swap_counters c;
+    for (int r = 0; r < rounds; r++) {
+        for (int b = 0; b < n; b++) {
+            touch(h, b, SZ, b % 2);
+            struct swap_decision d;
+            cr_assert_eq(swap_policy_access_known(m, b, SZ, b % 2, (uint64_t)(r * n + b + n), &d),
+                         0);
+            swap_policy_next_launch(m);
+        }
+        swap_policy_counters(h, &c);
+        hf[r] = c.h2d_bytes + c.d2h_bytes;
+        swap_policy_counters(m, &c);
+        mf[r] = c.h2d_bytes + c.d2h_bytes;
+    }
+    cr_expect_eq(swap_history_period(swap_policy_history(h)), (uint64_t)n);
+    uint64_t hs = hf[rounds - 1] - hf[warm], ms = mf[rounds - 1] - mf[warm];
+    cr_expect_eq(hs, ms, "history %lu vs min %lu bytes after warm-up", (unsigned long)hs,
+                 (unsigned long)ms);
+    /* and it beats its own LRU fallback */
+    struct swap_policy *l = make(SWAP_POLICY_LRU, (n - 2) * SZ);
+    for (int r = 0; r < rounds; r++)
+        for (int b = 0; b < n; b++) touch(l, b, SZ, b % 2);
+    swap_policy_counters(l, &c);
+    struct swap_counters hc;
+    swap_policy_counters(h, &hc);
+    cr_expect_lt(hc.h2d_bytes + hc.d2h_bytes, c.h2d_bytes + c.d2h_bytes);
+    swap_policy_destroy(h);
+    swap_policy_destroy(m);
+    swap_policy_destroy(l);
+}
+
+Test(swap_policy, dirty_evictions_write_back_and_clean_ones_do_not)
+{
+    struct swap_policy *p = make(SWAP_POLICY_LRU, 2 * SZ);
+    touch(p, 'A', SZ, true);
+    touch(p, 'B', SZ, false);
+    struct swap_decision d = touch(p, 'C', SZ, false); /* evicts A, dirty */
+    cr_assert_eq(d.n_evict, 1);
+    cr_expect_eq(d.evict[0].block, 'A');
+    cr_expect(d.evict[0].writeback);
+    d = touch(p, 'D', SZ, false); /* evicts B, clean */
+    cr_assert_eq(d.n_evict, 1);
+    cr_expect_eq(d.evict[0].block, 'B');
+    cr_expect_not(d.evict[0].writeback);
+    d = touch(p, 'A', SZ, false); /* A comes back: a fetch; evicts C, clean */
+    cr_expect(d.fetch);
+    cr_expect_not(d.first_touch);
+    cr_expect_not(d.evict[0].writeback);
+    d = touch(p, 'E', SZ, false); /* evicts D; A was fetched clean and read only */
+    d = touch(p, 'F', SZ, false); /* evicts A: clean now, its host copy is current */
+    cr_expect_eq(d.evict[0].block, 'A');
+    cr_expect_not(d.evict[0].writeback);
+    struct swap_counters c;
+    swap_policy_counters(p, &c);
+    cr_expect_eq(c.d2h_bytes, SZ);
+    cr_expect_eq(c.dirty_evictions, 1);
+    cr_expect_eq(c.h2d_bytes, SZ);
+    cr_expect_eq(c.faults, 1);
+    swap_policy_destroy(p);
+}
+
+Test(swap_policy, blocks_of_the_current_launch_are_pinned)
+{
+    struct swap_policy *p = make(SWAP_POLICY_LRU, 3 * SZ);
+    struct swap_decision d;
+    touch(p, 'X', SZ, false);
+    cr_assert_eq(swap_policy_access(p, 'A', SZ, false, &d), 0);
+    cr_assert_eq(swap_policy_access(p, 'B', SZ, false, &d), 0);
+    cr_assert_eq(swap_policy_access(p, 'C', SZ, false, &d), 0); /* must evict X, not A or B */
+    cr_assert_eq(d.n_evict, 1);
+    cr_expect_eq(d.evict[0].block, 'X');
+    cr_expect_eq(swap_policy_access(p, 'D', SZ, false, &d), -ENOSPC, "all resident are pinned");
+    cr_expect_eq(swap_policy_access(p, 'Z', 4 * SZ, false, &d), -ENOSPC, "larger than the budget");
+    struct swap_counters c;
+    swap_policy_counters(p, &c);
+    cr_expect_eq(c.overflows, 2);
+    cr_expect_eq(swap_policy_resident_bytes(p), 3 * SZ);
+    cr_expect_not(swap_policy_is_resident(p, 'D'));
+    swap_policy_next_launch(p);
+    cr_expect_eq(swap_policy_access(p, 'D', SZ, false, &d), 0, "unpinned once the launch ends");
+    swap_policy_destroy(p);
+}
+
+Test(swap_policy, freed_blocks_drop_out)
+{
+    struct swap_policy *p = make(SWAP_POLICY_HISTORY, 2 * SZ);
+    touch(p, 'A', SZ, true);
+    touch(p, 'B', SZ, false);
+    cr_expect_eq(swap_policy_free(p, 'A'), 0);
+    cr_expect_eq(swap_policy_resident_bytes(p), SZ);
+    cr_expect_not(swap_policy_is_resident(p, 'A'));
+    cr_expect_eq(swap_policy_free(p, 'A'), -ENOENT);
+    struct swap_decision d = touch(p, 'C', SZ, false);
+    cr_expect_eq(d.n_evict, 0, "the freed block's room is free");
+    d = touch(p, 'A', SZ, false); /* a new block at the same id */
+    cr_expect(d.first_touch);
+    cr_expect_not(d.fetch);
+    struct swap_counters c;
+    swap_policy_counters(p, &c);
+    cr_expect_eq(c.d2h_bytes, 0, "a freed dirty block is not written back");
+    swap_policy_destroy(p);
+}
+
+static uint64_t rng = 88172645463325252ULL;
+static uint64_t xorshift(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+/* Random launches of random blocks and sizes, including reallocations at
+ * the same id and frees: resident bytes never exceed the budget, and the
+ * bytes reported as evicted/fetched add up. */
+Test(swap_policy, budget_is_never_exceeded)
+{
+    const uint64_t budget = 1000;
+    for (int kind = SWAP_POLICY_LRU; kind <= SWAP_POLICY_MIN; kind++) {
+        struct swap_policy *p = make((enum swap_policy_kind)kind, budget);
+        uint64_t evicted_wb = 0, fetched = 0;
+        for (int launch = 0; launch < 3000; launch++) {
+            int n = 1 + (int)(xorshift() % 4);
+            for (int k = 0; k < n; k++) {
+                uint64_t b = xorshift() % 40, size = 1 + xorshift() % 240;
+                bool w = xorshift() % 3 == 0;
+                struct swap_decision d;
+                int rc = kind == SWAP_POLICY_MIN
+                             ? swap_policy_access_known(p, b, size, w, launch + xorshift() % 50, &d)
+                             : swap_policy_access(p, b, size, w, &d);
+                cr_assert(rc == 0 || rc == -ENOSPC, "rc %d", rc);
+                cr_assert_leq(swap_policy_resident_bytes(p), budget);
+                if (rc) continue;
+                for (size_t i = 0; i < d.n_evict; i++) {
+                    cr_assert_neq(d.evict[i].block, b);
+                    cr_assert_not(swap_policy_is_resident(p, d.evict[i].block));
+                    if (d.evict[i].writeback) evicted_wb += d.evict[i].bytes;
+                }
+                if (d.fetch) fetched += size;
+                cr_assert(swap_policy_is_resident(p, b));
+            }
+            if (xorshift() % 10 == 0) swap_policy_free(p, xorshift() % 40);
+            swap_policy_next_launch(p);
+        }
+        struct swap_counters c;
+        swap_policy_counters(p, &c);
+        cr_expect_eq(c.d2h_bytes, evicted_wb);
+        cr_expect_eq(c.h2d_bytes, fetched);
+        cr_expect_gt(c.evictions, 0);
+        swap_policy_destroy(p);
+    }
+}
+
+Test(swap_policy, kind_names_round_trip)
+{
+    for (int k = SWAP_POLICY_LRU; k <= SWAP_POLICY_MIN; k++) {
+        enum swap_policy_kind out;
+        cr_expect_eq(swap_policy_kind_parse(swap_policy_kind_name((enum swap_policy_kind)k), &out),
+                     0);
+        cr_expect_eq((int)out, k);
+    }
+    enum swap_policy_kind out;
+    cr_expect_eq(swap_policy_kind_parse("belady", &out), -EINVAL);
+}
