@@ -72,8 +72,9 @@ uint64_t swap_history_period(const struct swap_history *h);
 
 /* Predicted logical time of the block's next access, >= now: now means
  * "later in this launch". SWAP_NEVER when the block was not accessed during
- * the last period (the pattern does not use it). Only meaningful while
- * swap_history_period() != 0. */
+ * the last period (the pattern does not use it); now + 1 for a block used
+ * more than 64 times in the last period (hot; the walk stops there). Only
+ * meaningful while swap_history_period() != 0. */
 uint64_t swap_history_predict(const struct swap_history *h, uint64_t block);
 
 /* Bytes the recorder holds (rings + block records): bounded by the ring
@@ -85,25 +86,25 @@ size_t swap_history_memory(const struct swap_history *h);
 enum swap_policy_kind {
     SWAP_POLICY_LRU,     /* evict the least recently used block */
     SWAP_POLICY_HISTORY, /* evict the furthest predicted next use; LRU until a period is learned */
-    SWAP_POLICY_MIN,     /* replay only: furthest known next use, given by swap_policy_access_known() */
+    SWAP_POLICY_MIN, /* replay only: furthest known next use, given by swap_policy_access_known() */
 };
 
 struct swap_params {
     enum swap_policy_kind kind;
-    uint64_t budget_bytes;     /* device-resident bytes allowed, > 0 */
-    uint32_t history_events;   /* history ring capacities (HISTORY only), 0 = default */
+    uint64_t budget_bytes;   /* device-resident bytes allowed, > 0 */
+    uint32_t history_events; /* history ring capacities (HISTORY only), 0 = default */
     uint32_t history_launches;
 };
 
 struct swap_counters {
-    uint64_t h2d_bytes;      /* fetched host->device */
-    uint64_t d2h_bytes;      /* written back device->host (dirty evictions) */
-    uint64_t faults;         /* accesses that needed a fetch */
-    uint64_t first_touches;  /* first accesses (no copy) */
-    uint64_t evictions;      /* all evictions */
+    uint64_t h2d_bytes;     /* fetched host->device */
+    uint64_t d2h_bytes;     /* written back device->host (dirty evictions) */
+    uint64_t faults;        /* accesses that needed a fetch */
+    uint64_t first_touches; /* first accesses (no copy) */
+    uint64_t evictions;     /* all evictions */
     uint64_t dirty_evictions;
-    uint64_t overflows;      /* accesses refused with -ENOSPC */
-    uint64_t launches;       /* completed launches */
+    uint64_t overflows; /* accesses refused with -ENOSPC */
+    uint64_t launches;  /* completed launches */
 };
 
 /* One block to evict before the access. */
@@ -134,9 +135,10 @@ void swap_policy_destroy(struct swap_policy *p);
  * size; a changed size counts as a reallocation at the same id). Fills *out.
  * -EINVAL: size 0, or kind MIN (use swap_policy_access_known).
  * -ENOSPC: the block cannot fit even after evicting every unpinned block (it
- *   is larger than the budget, or this launch's pinned blocks fill it); the
- *   block is left non-resident, nothing else changes but the overflow count,
- *   and the caller leaves it to the hardware's demand paging.
+ *   is larger than the budget, or this launch's pinned blocks fill it); it
+ *   is left non-resident and nothing is evicted (the access still enters the
+ *   history and the overflow count), and the caller leaves it to the
+ *   hardware's demand paging.
  * -ENOMEM: no memory for a new block record. */
 int swap_policy_access(struct swap_policy *p, uint64_t block, uint64_t size, bool is_write,
                        struct swap_decision *out);

@@ -89,7 +89,8 @@ int swap_history_create(uint32_t max_events, uint32_t max_launches, struct swap_
         swap_history_destroy(h);
         return -ENOMEM;
     }
-    for (uint32_t i = 0; i < h->ev_cap; i++) h->ev[i].seq = NO_SEQ;
+    for (uint32_t i = 0; i < h->ev_cap; i++)
+        h->ev[i].seq = NO_SEQ;
     *out = h;
     return 0;
 }
@@ -132,8 +133,12 @@ int swap_history_record(struct swap_history *h, uint64_t block, uint64_t bytes, 
     }
     uint64_t seq = h->ev_count++;
     struct hist_event *e = &h->ev[seq % h->ev_cap];
-    *e = (struct hist_event){.seq = seq, .time = h->now, .block = block, .bytes = bytes,
-                             .prev_seq = b->last_seq, .is_write = is_write};
+    *e = (struct hist_event){.seq = seq,
+                             .time = h->now,
+                             .block = block,
+                             .bytes = bytes,
+                             .prev_seq = b->last_seq,
+                             .is_write = is_write};
     b->last_seq = seq;
     h->cur_sig = mix64(h->cur_sig ^ mix64(block * 2 + (is_write ? 1 : 0)));
     return 0;
@@ -148,12 +153,19 @@ void swap_history_forget(struct swap_history *h, uint64_t block)
     free(b);
 }
 
-uint64_t swap_history_now(const struct swap_history *h) { return h->now; }
-uint64_t swap_history_period(const struct swap_history *h) { return h->period; }
+uint64_t swap_history_now(const struct swap_history *h)
+{
+    return h->now;
+}
+uint64_t swap_history_period(const struct swap_history *h)
+{
+    return h->period;
+}
 
 size_t swap_history_memory(const struct swap_history *h)
 {
-    size_t n = sizeof(*h) + (size_t)h->ev_cap * sizeof(*h->ev) + (size_t)h->sig_cap * sizeof(*h->sig);
+    size_t n =
+        sizeof(*h) + (size_t)h->ev_cap * sizeof(*h->ev) + (size_t)h->sig_cap * sizeof(*h->sig);
     n += (size_t)HASH_COUNT(h->blocks) * sizeof(struct hist_block);
     if (h->blocks) n += HASH_OVERHEAD(hh, h->blocks);
     return n;
@@ -181,11 +193,17 @@ static bool sig_at(const struct swap_history *h, uint64_t t, uint64_t *out)
 }
 
 /* Signature of a launch known to be in the ring. */
-static uint64_t sig_of(const struct swap_history *h, uint64_t t) { return h->sig[t % h->sig_cap]; }
+static uint64_t sig_of(const struct swap_history *h, uint64_t t)
+{
+    return h->sig[t % h->sig_cap];
+}
 
 /* How far a repeat at period P may land from its place: PHASE_SLACK, less
  * for short periods so that the search never reaches the launch itself. */
-static uint64_t slack(uint64_t P) { return P / 2 < PHASE_SLACK ? (P ? (P - 1) / 2 : 0) : PHASE_SLACK; }
+static uint64_t slack(uint64_t P)
+{
+    return P / 2 < PHASE_SLACK ? (P ? (P - 1) / 2 : 0) : PHASE_SLACK;
+}
 
 /* Time of a launch with signature s within slack(P) of target, closest
  * first; false if none. */
@@ -256,8 +274,8 @@ static void detect_period(struct swap_history *h)
     }
     uint64_t best_p = 0;
     double best = 0.0;
-    bool current_done = !h->period || 2 * h->period + PHASE_SLACK > n ||
-                        h->period + PHASE_SLACK + 1 > covered;
+    bool current_done =
+        !h->period || 2 * h->period + PHASE_SLACK > n || h->period + PHASE_SLACK + 1 > covered;
     for (int i = 0; i <= nc; i++) {
         uint64_t P = i < nc ? cand[i] : UINT64_MAX;
         if (!current_done && h->period <= P) {
@@ -283,7 +301,8 @@ void swap_history_next_launch(struct swap_history *h)
      * ago? An inserted or dropped kernel shifts the rest of the period by one. */
     if (h->period) {
         uint64_t last = h->now - 1, at;
-        if (last >= h->period && find_near(h, sig_of(h, last), last - h->period, h->period, &at)) h->shift = last - at;
+        if (last >= h->period && find_near(h, sig_of(h, last), last - h->period, h->period, &at))
+            h->shift = last - at;
     }
 }
 

@@ -18,11 +18,13 @@
  * Every completed launch gets a signature: a hash of the ordered list of
  * (block, read/write) it touched. A training loop repeats the same sequence
  * of signatures every iteration, so the sequence has a period P. To learn it,
- * take the latest launch's signature and the distances back to its earlier
- * occurrences as candidates; a candidate passes if at least 90% of the
+ * take as candidates the current period (if any, so that one odd launch
+ * does not erase it) and the distances back to earlier occurrences of the
+ * latest launch's signature; a candidate passes if at least 90% of the
  * recent launches (half the retained window, which holds at least two
  * periods) find their own signature about P launches earlier (within +-4
- * launches, so that an inserted or dropped kernel does not break the match).
+ * launches, so that an inserted or dropped kernel does not break the match;
+ * less for periods under 8, so that a launch never matches itself).
  * The shortest passing candidate wins unless a longer one matches clearly
  * better: with gradient accumulation the micro-batch repeats but the
  * optimizer only once per full step, so the full step matches ~100% and the
@@ -42,26 +44,27 @@
  *     score = (next_use - now) * (dirty ? 1 : CLEAN_WEIGHT)
  * A dirty victim costs a write-back now and a fetch later (2x its size); a
  * clean one only the fetch, so a clean block is treated as if its next use
- * were CLEAN_WEIGHT times further away. Size enters through the greedy
- * order: victims are taken in score order until the access fits, which is
- * the byte-level (fractional) form of Belady's rule, optimal for the
- * relaxation in which a block may be partly resident.
+ * were CLEAN_WEIGHT times further away (2 was the best single weight over
+ * the generated traces). Size enters through the greedy order: victims are
+ * taken in score order until the access fits; with weight 1 that is the
+ * byte-level form of Belady's rule, optimal in fetched bytes when a block
+ * may be partly resident (the lower bound below).
  *
  * The MIN bound with variable sizes. With equal sizes and no write-backs,
  * furthest-next-use is optimal (Belady). With variable sizes, or with
- * write-back costs, the offline optimum is NP-hard (weighted/"generalised"
- * caching, Chrobak et al.; with write-back costs it is NP-hard even with
- * unit sizes: local register allocation, Farach-Colton & Liberatore). So the replay's "min" is an offline
- * schedule, not a proof: it runs this engine with the true next uses under
- * clean weights 1 (plain Belady), 1.5, 2, 3, 4 and 8 and keeps the cheapest
- * in steady state. Each is a feasible schedule, so min is an upper bound on
- * the true optimum, and history/min <= 1 is possible: a greedy schedule's
- * steady state depends on the state it starts from. The replay also prints
- * a lower bound (swap_min.c): the host->device bytes of fractional
- * byte-level Belady, which no schedule can go below. The optimum's total
- * therefore lies between lb(h2d) and min; on the generated training traces
- * min's own h2d is within ~10% of lb(h2d), and the rest of min is
- * write-backs of blocks that the loop writes every iteration. */
+ * write-back costs, the offline optimum is NP-hard (generalised caching,
+ * Chrobak et al.; with write-back costs even for unit sizes: local register
+ * allocation, Farach-Colton & Liberatore). So the replay's "min" is an
+ * offline schedule, not a proof: it runs this engine with the true next
+ * uses under clean weights 1 (plain Belady), 1.5, 2, 3, 4 and 8 and keeps
+ * the cheapest in steady state. Each is a feasible schedule, so min is an
+ * upper bound on the true optimum, and history/min < 1 is possible (a
+ * greedy schedule's steady state depends on the state it starts from). The
+ * replay also prints a lower bound (swap_min.c): the host->device bytes of
+ * fractional byte-level Belady, which no schedule can go below. The
+ * optimum's total therefore lies between lb(h2d) and min; on the generated
+ * training traces min's own h2d is within ~10% of lb(h2d), and the rest of
+ * min is write-backs of blocks that the loop writes every iteration. */
 #include "swap.h"
 
 #include <errno.h>
@@ -145,7 +148,10 @@ void swap_policy_destroy(struct swap_policy *p)
     free(p);
 }
 
-void swap_policy_set_clean_weight(struct swap_policy *p, double w) { p->clean_weight = w; }
+void swap_policy_set_clean_weight(struct swap_policy *p, double w)
+{
+    p->clean_weight = w;
+}
 
 static bool pinned(const struct swap_policy *p, const struct blk *b)
 {
@@ -156,7 +162,8 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap) return 0;
     size_t n = *cap ? *cap : 16;
-    while (n < need) n *= 2;
+    while (n < need)
+        n *= 2;
     void *a = realloc(*arr, n * elem);
     if (!a) return -ENOMEM;
     *arr = a;
@@ -187,8 +194,8 @@ static int rank_victims(struct swap_policy *p, const struct blk *self)
         if (!predict) {
             score = -(double)b->last_use;
         } else {
-            uint64_t next = p->prm.kind == SWAP_POLICY_MIN ? b->next_use
-                                                           : swap_history_predict(p->hist, b->id);
+            uint64_t next =
+                p->prm.kind == SWAP_POLICY_MIN ? b->next_use : swap_history_predict(p->hist, b->id);
             double dist = next == SWAP_NEVER ? 1e30 : (double)(next - p->now);
             score = b->dirty ? dist : dist * p->clean_weight;
             if (next == SWAP_NEVER && !b->dirty) score = 2e30; /* free to drop */
@@ -236,13 +243,12 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
         }
         int n = rank_victims(p, b);
         if (n < 0) return n;
-        if (grow((void **)&p->evict, &p->evict_cap, (size_t)n, sizeof(*p->evict)))
-            return -ENOMEM;
+        if (grow((void **)&p->evict, &p->evict_cap, (size_t)n, sizeof(*p->evict))) return -ENOMEM;
         out->evict = p->evict;
         for (int i = 0; i < n && after > p->prm.budget_bytes; i++) {
             struct blk *v = p->cand[i].b;
-            p->evict[out->n_evict++] = (struct swap_evict){
-                .block = v->id, .bytes = v->size, .writeback = v->dirty};
+            p->evict[out->n_evict++] =
+                (struct swap_evict){.block = v->id, .bytes = v->size, .writeback = v->dirty};
             p->c.evictions++;
             if (v->dirty) {
                 p->c.dirty_evictions++;
@@ -309,8 +315,14 @@ void swap_policy_next_launch(struct swap_policy *p)
     if (p->hist) swap_history_next_launch(p->hist);
 }
 
-void swap_policy_counters(const struct swap_policy *p, struct swap_counters *out) { *out = p->c; }
-uint64_t swap_policy_resident_bytes(const struct swap_policy *p) { return p->resident; }
+void swap_policy_counters(const struct swap_policy *p, struct swap_counters *out)
+{
+    *out = p->c;
+}
+uint64_t swap_policy_resident_bytes(const struct swap_policy *p)
+{
+    return p->resident;
+}
 
 bool swap_policy_is_resident(const struct swap_policy *p, uint64_t block)
 {
@@ -319,7 +331,10 @@ bool swap_policy_is_resident(const struct swap_policy *p, uint64_t block)
     return b && b->resident;
 }
 
-const struct swap_history *swap_policy_history(const struct swap_policy *p) { return p->hist; }
+const struct swap_history *swap_policy_history(const struct swap_policy *p)
+{
+    return p->hist;
+}
 
 static const char *const kind_names[] = {"lru", "history", "min"};
 

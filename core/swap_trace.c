@@ -107,7 +107,8 @@ int swap_trace_read(FILE *f, struct swap_trace *t, size_t *bad_line)
     int rc = 0;
     while ((len = getline(&line, &cap, f)) >= 0) {
         lineno++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = '\0';
         if (len == 0 || line[0] == '#') continue;
         struct swap_event e;
         if (!parse_line(line, &e)) {

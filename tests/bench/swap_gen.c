@@ -25,13 +25,20 @@ int main(int argc, char **argv)
         const char *a = argv[i], *v = argv[++i];
         if (!strcmp(a, "--variant")) {
             if (swap_gen_variant_parse(v, &g.variant)) usage();
-        } else if (!strcmp(a, "--layers")) g.layers = (unsigned)strtoul(v, NULL, 0);
-        else if (!strcmp(a, "--iters")) g.iterations = (unsigned)strtoul(v, NULL, 0);
-        else if (!strcmp(a, "--accum")) g.accum_steps = (unsigned)strtoul(v, NULL, 0);
-        else if (!strcmp(a, "--jitter")) g.jitter = strtod(v, NULL);
-        else if (!strcmp(a, "--seed")) g.seed = strtoull(v, NULL, 0);
-        else if (!strcmp(a, "-o")) path = v;
-        else usage();
+        } else if (!strcmp(a, "--layers"))
+            g.layers = (unsigned)strtoul(v, NULL, 0);
+        else if (!strcmp(a, "--iters"))
+            g.iterations = (unsigned)strtoul(v, NULL, 0);
+        else if (!strcmp(a, "--accum"))
+            g.accum_steps = (unsigned)strtoul(v, NULL, 0);
+        else if (!strcmp(a, "--jitter"))
+            g.jitter = strtod(v, NULL);
+        else if (!strcmp(a, "--seed"))
+            g.seed = strtoull(v, NULL, 0);
+        else if (!strcmp(a, "-o"))
+            path = v;
+        else
+            usage();
     }
     struct swap_trace t = {0};
     int rc = swap_gen(&g, &t);

@@ -47,14 +47,18 @@ static uint64_t next_u64(struct gen *s)
     return z ^ (z >> 31);
 }
 
-static double uniform(struct gen *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
+static double uniform(struct gen *s)
+{
+    return (double)(next_u64(s) >> 11) * 0x1.0p-53;
+}
 
 /* Standard normal by Irwin-Hall (sum of 12 uniforms - 6): good enough and
  * needs no libm beyond exp(). */
 static double normal(struct gen *s)
 {
     double x = -6.0;
-    for (int i = 0; i < 12; i++) x += uniform(s);
+    for (int i = 0; i < 12; i++)
+        x += uniform(s);
     return x;
 }
 
@@ -76,8 +80,9 @@ static uint64_t lognormal(struct gen *s, double median_mib, double sigma)
 static void acc(struct gen *s, uint64_t id, uint64_t bytes, bool w)
 {
     if (!s->rc)
-        s->rc = swap_trace_push(s->t, (struct swap_event){.kind = SWAP_EV_ACCESS, .block = id,
-                                                          .bytes = bytes, .is_write = w});
+        s->rc = swap_trace_push(
+            s->t, (struct swap_event){
+                      .kind = SWAP_EV_ACCESS, .block = id, .bytes = bytes, .is_write = w});
 }
 
 static void mark(struct gen *s, enum swap_event_kind k)
@@ -177,7 +182,8 @@ int swap_gen(const struct swap_gen_params *gp, struct swap_trace *out)
         s.rc = -ENOMEM;
         goto out;
     }
-    for (unsigned l = 1; l <= g.layers; l++) m.w[l] = lognormal(&s, 32, 0.7);
+    for (unsigned l = 1; l <= g.layers; l++)
+        m.w[l] = lognormal(&s, 32, 0.7);
     for (unsigned l = 0; l <= g.layers; l++) {
         m.a[l] = lognormal(&s, 48, 0.5);
         uint64_t top = g.variant == SWAP_GEN_JITTER ? round_up(m.a[l] * (1 + g.jitter)) : m.a[l];
@@ -193,7 +199,8 @@ int swap_gen(const struct swap_gen_params *gp, struct swap_trace *out)
             infer_pass(&s, &m);
             break;
         case SWAP_GEN_ACCUM:
-            for (unsigned k = 0; k < g.accum_steps; k++) train_pass(&s, &m);
+            for (unsigned k = 0; k < g.accum_steps; k++)
+                train_pass(&s, &m);
             adam(&s, &m);
             break;
         case SWAP_GEN_TRAIN:

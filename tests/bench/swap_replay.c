@@ -12,8 +12,7 @@
 
 static void usage(void)
 {
-    fprintf(stderr,
-            "usage: swap-replay TRACE (--budget SIZE[K|M|G] | --oversub X) [--warmup N]\n");
+    fprintf(stderr, "usage: swap-replay TRACE (--budget SIZE[K|M|G] | --oversub X) [--warmup N]\n");
     exit(2);
 }
 
@@ -22,17 +21,30 @@ static uint64_t parse_size(const char *s)
     char *end;
     double v = strtod(s, &end);
     switch (*end) {
-    case 'G': case 'g': v *= 1024; /* fall through */
-    case 'M': case 'm': v *= 1024; /* fall through */
-    case 'K': case 'k': v *= 1024; end++; break;
-    case '\0': break;
-    default: usage();
+    case 'G':
+    case 'g':
+        v *= 1024; /* fall through */
+    case 'M':
+    case 'm':
+        v *= 1024; /* fall through */
+    case 'K':
+    case 'k':
+        v *= 1024;
+        end++;
+        break;
+    case '\0':
+        break;
+    default:
+        usage();
     }
     if (*end || v < 1) usage();
     return (uint64_t)v;
 }
 
-static double mib(double b) { return b / (1024.0 * 1024.0); }
+static double mib(double b)
+{
+    return b / (1024.0 * 1024.0);
+}
 
 int main(int argc, char **argv)
 {
@@ -41,25 +53,33 @@ int main(int argc, char **argv)
     double oversub = 0;
     unsigned warmup = 3;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--budget") && i + 1 < argc) budget = parse_size(argv[++i]);
-        else if (!strcmp(argv[i], "--oversub") && i + 1 < argc) oversub = strtod(argv[++i], NULL);
-        else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = (unsigned)atoi(argv[++i]);
-        else if (argv[i][0] != '-' && !path) path = argv[i];
-        else usage();
+        if (!strcmp(argv[i], "--budget") && i + 1 < argc)
+            budget = parse_size(argv[++i]);
+        else if (!strcmp(argv[i], "--oversub") && i + 1 < argc)
+            oversub = strtod(argv[++i], NULL);
+        else if (!strcmp(argv[i], "--warmup") && i + 1 < argc)
+            warmup = (unsigned)atoi(argv[++i]);
+        else if (argv[i][0] != '-' && !path)
+            path = argv[i];
+        else
+            usage();
     }
     if (!path || (!budget && oversub <= 0)) usage();
     struct swap_trace t = {0};
     size_t bad = 0;
     int rc = swap_trace_load(path, &t, &bad);
     if (rc) {
-        if (rc == -EINVAL) fprintf(stderr, "swap-replay: %s:%zu: malformed line\n", path, bad);
-        else fprintf(stderr, "swap-replay: %s: %s\n", path, strerror(-rc));
+        if (rc == -EINVAL)
+            fprintf(stderr, "swap-replay: %s:%zu: malformed line\n", path, bad);
+        else
+            fprintf(stderr, "swap-replay: %s: %s\n", path, strerror(-rc));
         return 1;
     }
     uint64_t max_launch, ws = swap_trace_working_set(&t, warmup, &max_launch);
     if (!budget) budget = (uint64_t)((double)ws / oversub);
     printf("trace %s: %zu events, working set %.1f MiB, largest launch %.1f MiB, budget %.1f MiB "
-           "(%.2fx)\n", path, t.n, mib((double)ws), mib((double)max_launch), mib((double)budget),
+           "(%.2fx)\n",
+           path, t.n, mib((double)ws), mib((double)max_launch), mib((double)budget),
            (double)ws / (double)budget);
     struct swap_replay_result lb;
     if ((rc = swap_replay_lower_bound(&t, budget, warmup, &lb))) goto fail;
@@ -77,7 +97,8 @@ int main(int argc, char **argv)
                mib(r.steady_bytes), mib(r.steady_h2d), mib(r.steady_d2h),
                mib((double)(r.total.h2d_bytes + r.total.d2h_bytes)),
                (unsigned long long)r.total.faults, (unsigned long long)r.total.overflows);
-        if (k != SWAP_POLICY_MIN && min_bytes > 0) printf("  (%.3fx min)", r.steady_bytes / min_bytes);
+        if (k != SWAP_POLICY_MIN && min_bytes > 0)
+            printf("  (%.3fx min)", r.steady_bytes / min_bytes);
         printf("\n");
     }
     printf("steady state: %llu of %llu iterations (warm-up %u, last left out)\n",

@@ -28,8 +28,14 @@ struct row {
     uint64_t period;
 };
 
-static double mib(double b) { return b / (1024.0 * 1024.0); }
-static double ratio(double a, double b) { return b > 0 ? a / b : (a > 0 ? 1e9 : 1.0); }
+static double mib(double b)
+{
+    return b / (1024.0 * 1024.0);
+}
+static double ratio(double a, double b)
+{
+    return b > 0 ? a / b : (a > 0 ? 1e9 : 1.0);
+}
 
 static void usage(void)
 {
@@ -46,9 +52,12 @@ static uint64_t learned_period(const struct swap_trace *t, uint64_t budget)
     struct swap_decision d;
     for (size_t i = 0; i < t->n; i++) {
         const struct swap_event *e = &t->ev[i];
-        if (e->kind == SWAP_EV_ACCESS) swap_policy_access(p, e->block, e->bytes, e->is_write, &d);
-        else if (e->kind == SWAP_EV_LAUNCH) swap_policy_next_launch(p);
-        else if (e->kind == SWAP_EV_FREE) swap_policy_free(p, e->block);
+        if (e->kind == SWAP_EV_ACCESS)
+            swap_policy_access(p, e->block, e->bytes, e->is_write, &d);
+        else if (e->kind == SWAP_EV_LAUNCH)
+            swap_policy_next_launch(p);
+        else if (e->kind == SWAP_EV_FREE)
+            swap_policy_free(p, e->block);
     }
     uint64_t per = swap_history_period(swap_policy_history(p));
     swap_policy_destroy(p);
@@ -62,20 +71,26 @@ int main(int argc, char **argv)
     unsigned warmup = 3;
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) usage();
-        if (!strcmp(argv[i], "--json")) json = argv[++i];
-        else if (!strcmp(argv[i], "--layers")) base.layers = (unsigned)atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--iters")) base.iterations = (unsigned)atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--warmup")) warmup = (unsigned)atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--seed")) base.seed = strtoull(argv[++i], NULL, 0);
-        else usage();
+        if (!strcmp(argv[i], "--json"))
+            json = argv[++i];
+        else if (!strcmp(argv[i], "--layers"))
+            base.layers = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--iters"))
+            base.iterations = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--warmup"))
+            warmup = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seed"))
+            base.seed = strtoull(argv[++i], NULL, 0);
+        else
+            usage();
     }
     struct row rows[NV * NO];
     size_t nr = 0;
     double worst = 0;
-    printf("%-7s %7s %9s %9s %9s %9s %9s %8s %8s %6s\n", "trace", "oversub", "budgetMiB",
-           "lb(h2d)", "min", "history", "lru", "hist/min", "lru/min", "period");
-    printf("%-7s %7s %9s %9s %9s %9s %9s %8s %8s %6s\n", "", "", "", "MiB/it", "MiB/it",
-           "MiB/it", "MiB/it", "", "", "");
+    printf("%-7s %7s %9s %9s %9s %9s %9s %8s %8s %6s\n", "trace", "oversub", "budgetMiB", "lb(h2d)",
+           "min", "history", "lru", "hist/min", "lru/min", "period");
+    printf("%-7s %7s %9s %9s %9s %9s %9s %8s %8s %6s\n", "", "", "", "MiB/it", "MiB/it", "MiB/it",
+           "MiB/it", "", "", "");
     for (size_t vi = 0; vi < NV; vi++) {
         struct swap_gen_params g = base;
         g.variant = variants[vi];
@@ -139,8 +154,8 @@ int main(int argc, char **argv)
                     (unsigned long long)r->budget, r->lb.steady_bytes, r->min.steady_bytes,
                     r->hist.steady_bytes, r->lru.steady_bytes,
                     ratio(r->hist.steady_bytes, r->min.steady_bytes),
-                    ratio(r->lru.steady_bytes, r->min.steady_bytes),
-                    (unsigned long long)r->period, i + 1 < nr ? "," : "");
+                    ratio(r->lru.steady_bytes, r->min.steady_bytes), (unsigned long long)r->period,
+                    i + 1 < nr ? "," : "");
         }
         fprintf(f, "  ]\n}\n");
         if (fclose(f)) {

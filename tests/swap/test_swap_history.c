@@ -15,7 +15,8 @@ static struct swap_history *make(uint32_t events, uint32_t launches)
 /* One launch reading the given blocks. */
 static void launch(struct swap_history *h, const uint64_t *blocks, int n)
 {
-    for (int i = 0; i < n; i++) cr_assert_eq(swap_history_record(h, blocks[i], 64, i == n - 1), 0);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(swap_history_record(h, blocks[i], 64, i == n - 1), 0);
     swap_history_next_launch(h);
 }
 
@@ -30,10 +31,12 @@ Test(swap_history, learns_a_loop_period_after_two_periods)
 {
     const int P = 7;
     struct swap_history *h = make(0, 0);
-    for (int k = 0; k < P; k++) loop_launch(h, k);
+    for (int k = 0; k < P; k++)
+        loop_launch(h, k);
     cr_expect_eq(swap_history_period(h), 0, "one period is not a pattern yet");
     for (int r = 0; r < 4; r++)
-        for (int k = 0; k < P; k++) loop_launch(h, k);
+        for (int k = 0; k < P; k++)
+            loop_launch(h, k);
     cr_expect_eq(swap_history_period(h), (uint64_t)P);
     swap_history_destroy(h);
 }
@@ -43,7 +46,8 @@ Test(swap_history, predicts_the_next_use_one_period_after_the_last)
     const int P = 10;
     struct swap_history *h = make(0, 0);
     for (int r = 0; r < 5; r++)
-        for (int k = 0; k < P; k++) loop_launch(h, k);
+        for (int k = 0; k < P; k++)
+            loop_launch(h, k);
     cr_assert_eq(swap_history_period(h), (uint64_t)P);
     uint64_t now = swap_history_now(h); /* the start of a period: launch 0 is next */
     for (int k = 0; k < P; k++)
@@ -51,7 +55,8 @@ Test(swap_history, predicts_the_next_use_one_period_after_the_last)
     cr_expect_eq(swap_history_predict(h, 100), now, "used by every launch: this one");
     cr_expect_eq(swap_history_predict(h, 555), SWAP_NEVER, "never seen");
     /* half-way through the next period */
-    for (int k = 0; k < P / 2; k++) loop_launch(h, k);
+    for (int k = 0; k < P / 2; k++)
+        loop_launch(h, k);
     now = swap_history_now(h);
     cr_expect_eq(swap_history_predict(h, 0), now + P / 2, "next period's first launch");
     cr_expect_eq(swap_history_predict(h, P / 2), now);
@@ -67,7 +72,8 @@ Test(swap_history, a_block_outside_the_pattern_is_never_needed)
     uint64_t stray = 999;
     launch(h, &stray, 1);
     for (int r = 0; r < 6; r++)
-        for (int k = 0; k < 5; k++) loop_launch(h, k);
+        for (int k = 0; k < 5; k++)
+            loop_launch(h, k);
     cr_assert_eq(swap_history_period(h), 5);
     cr_expect_eq(swap_history_predict(h, stray), SWAP_NEVER);
     swap_history_destroy(h);
@@ -81,8 +87,10 @@ Test(swap_history, learns_the_full_step_under_accumulation)
     struct swap_history *h = make(0, 0);
     for (int s = 0; s < steps; s++) {
         for (int j = 0; j < k; j++)
-            for (int i = 0; i < m; i++) loop_launch(h, i);
-        for (int i = 0; i < opt; i++) loop_launch(h, 50 + i);
+            for (int i = 0; i < m; i++)
+                loop_launch(h, i);
+        for (int i = 0; i < opt; i++)
+            loop_launch(h, 50 + i);
     }
     cr_expect_eq(swap_history_period(h), (uint64_t)(k * m + opt));
     swap_history_destroy(h);
@@ -95,11 +103,14 @@ Test(swap_history, an_inserted_launch_shifts_predictions)
     const int P = 12;
     struct swap_history *h = make(0, 0);
     for (int r = 0; r < 5; r++)
-        for (int k = 0; k < P; k++) loop_launch(h, k);
-    for (int k = 0; k < 4; k++) loop_launch(h, k);
+        for (int k = 0; k < P; k++)
+            loop_launch(h, k);
+    for (int k = 0; k < 4; k++)
+        loop_launch(h, k);
     uint64_t extra = 77;
     launch(h, &extra, 1);
-    for (int k = 4; k < 8; k++) loop_launch(h, k);
+    for (int k = 4; k < 8; k++)
+        loop_launch(h, k);
     cr_expect_eq(swap_history_period(h), (uint64_t)P);
     uint64_t now = swap_history_now(h);
     /* block 8 comes next, block 10 two launches later, block 0 after the wrap */
@@ -129,10 +140,12 @@ Test(swap_history, memory_stays_bounded_under_a_long_trace)
     struct swap_history *h = make(4096, 1024);
     size_t base = swap_history_memory(h);
     for (int r = 0; r < 2000; r++)
-        for (int k = 0; k < 50; k++) loop_launch(h, k);
+        for (int k = 0; k < 50; k++)
+            loop_launch(h, k);
     size_t after_100k = swap_history_memory(h);
     for (int r = 0; r < 20000; r++)
-        for (int k = 0; k < 50; k++) loop_launch(h, k);
+        for (int k = 0; k < 50; k++)
+            loop_launch(h, k);
     size_t after_1m = swap_history_memory(h);
     cr_expect_eq(after_1m, after_100k, "%zu vs %zu", after_1m, after_100k);
     cr_expect_lt(after_1m - base, 51 * 256, "one small record per live block");
@@ -141,7 +154,8 @@ Test(swap_history, memory_stays_bounded_under_a_long_trace)
 
     h = make(4096, 64); /* 64 launches of history: a period of 50 needs 100 */
     for (int r = 0; r < 20; r++)
-        for (int k = 0; k < 50; k++) loop_launch(h, k);
+        for (int k = 0; k < 50; k++)
+            loop_launch(h, k);
     cr_expect_eq(swap_history_period(h), 0);
     swap_history_destroy(h);
 }

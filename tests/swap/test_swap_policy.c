@@ -79,7 +79,8 @@ Test(swap_policy, lru_is_pathological_on_a_loop_bigger_than_memory)
     const int n = 5, rounds = 20;
     struct swap_policy *p = make(SWAP_POLICY_LRU, (n - 1) * SZ);
     for (int r = 0; r < rounds; r++)
-        for (int b = 0; b < n; b++) touch(p, b, SZ, false);
+        for (int b = 0; b < n; b++)
+            touch(p, b, SZ, false);
     struct swap_counters c;
     swap_policy_counters(p, &c);
     cr_expect_eq(c.first_touches, n);
@@ -129,7 +130,8 @@ Test(swap_policy, history_learns_the_period_and_matches_min)
     /* and it beats its own LRU fallback */
     struct swap_policy *l = make(SWAP_POLICY_LRU, (n - 2) * SZ);
     for (int r = 0; r < rounds; r++)
-        for (int b = 0; b < n; b++) touch(l, b, SZ, b % 2);
+        for (int b = 0; b < n; b++)
+            touch(l, b, SZ, b % 2);
     swap_policy_counters(l, &c);
     struct swap_counters hc;
     swap_policy_counters(h, &hc);

@@ -10,8 +10,10 @@
 
 static void push(struct swap_trace *t, char kind, uint64_t block, uint64_t bytes, bool w)
 {
-    cr_assert_eq(swap_trace_push(t, (struct swap_event){.kind = (uint8_t)kind, .block = block,
-                                                        .bytes = bytes, .is_write = w}),
+    cr_assert_eq(swap_trace_push(t, (struct swap_event){.kind = (uint8_t)kind,
+                                                        .block = block,
+                                                        .bytes = bytes,
+                                                        .is_write = w}),
                  0);
 }
 
@@ -52,8 +54,8 @@ Test(swap_trace, writer_and_reader_round_trip)
 
 Test(swap_trace, reader_is_strict)
 {
-    const char *bad[] = {"A 12 0 r\n", "A 12 10 x\n", "A 12 10\n", "Q\n", "L x\n", "F\n",
-                         "A 12 10 r extra\n", "A -1 10 r\n"};
+    const char *bad[] = {"A 12 0 r\n", "A 12 10 x\n", "A 12 10\n",         "Q\n",
+                         "L x\n",      "F\n",         "A 12 10 r extra\n", "A -1 10 r\n"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char text[128];
         snprintf(text, sizeof(text), "# c\n\nA 1 2 w\n%s", bad[i]);
@@ -70,8 +72,8 @@ Test(swap_trace, reader_is_strict)
 Test(swap_trace, generator_is_deterministic)
 {
     for (int v = SWAP_GEN_TRAIN; v <= SWAP_GEN_JITTER; v++) {
-        struct swap_gen_params g = {.variant = (enum swap_gen_variant)v, .layers = 6,
-                                    .iterations = 5, .seed = 42};
+        struct swap_gen_params g = {
+            .variant = (enum swap_gen_variant)v, .layers = 6, .iterations = 5, .seed = 42};
         struct swap_trace a = {0}, b = {0}, c = {0};
         cr_assert_eq(swap_gen(&g, &a), 0);
         cr_assert_eq(swap_gen(&g, &b), 0);

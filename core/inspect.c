@@ -1,0 +1,326 @@
+/* inspect: read-only snapshots of a registry; see inspect.h for what a
+ * snapshot promises (and that it may be torn). The checks mirror
+ * registry.c's attach(): a segment the shim itself would refuse is refused
+ * here too, with the reason. */
+#include "inspect.h"
+#include "liveness.h"
+#include "registry.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { READY_WAIT_MS = 2000 };
+
+#define LOAD_STATE(field) __atomic_load_n(&(field), __ATOMIC_ACQUIRE)
+
+static int fail(int rc, char *why, size_t len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int fail(int rc, char *why, size_t len, const char *fmt, ...)
+{
+    if (why && len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, len, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+const char *inspect_block_state(uint32_t state)
+{
+    switch (state) {
+    case BLOCK_LIVE: return "live";
+    case BLOCK_LIMBO: return "limbo";
+    case BLOCK_ORPHANED: return "orphaned";
+    case BLOCK_RETIRED: return "retired";
+    default: return "?";
+    }
+}
+
+const char *inspect_lease_intent(uint32_t intent)
+{
+    switch (intent) {
+    case LEASE_OPENING: return "opening";
+    case LEASE_OPEN: return "open";
+    case LEASE_CLOSING: return "closing";
+    default: return "?";
+    }
+}
+
+const struct inspect_holder *inspect_holder_by_slot(const struct inspect_snapshot *s, uint32_t slot)
+{
+    for (uint32_t i = 0; i < s->nholders; i++)
+        if (s->holders[i].slot == slot) return &s->holders[i];
+    return NULL;
+}
+
+void inspect_free(struct inspect_snapshot *s)
+{
+    free(s->holders);
+    free(s->blocks);
+    free(s->leases);
+    memset(s, 0, sizeof *s);
+}
+
+static uint64_t clock_ns(clockid_t c)
+{
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void read_comm(pid_t pid, char *out, size_t len)
+{
+    char path[64];
+    out[0] = 0;
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, out, len - 1);
+    close(fd);
+    if (n <= 0) n = 0;
+    out[n] = 0;
+    out[strcspn(out, "\n")] = 0;
+}
+
+/* Validates the segment behind fd the way attach() does and fills *l.
+ * The caller maps nothing before this succeeds. */
+static int validate(int fd, const char *name, struct reg_caps *caps, struct reg_layout *l, char *why,
+                    size_t len)
+{
+    struct stat st;
+    struct reg_header *h = MAP_FAILED;
+    uint64_t deadline = clock_ns(CLOCK_MONOTONIC) + READY_WAIT_MS * 1000000ull;
+    int rc = 0;
+    /* A creator may be between shm_open and publishing ready. */
+    for (;;) {
+        if (fstat(fd, &st) != 0) {
+            rc = fail(-errno, why, len, "cannot stat %s: %s", name, strerror(errno));
+            goto out;
+        }
+        if (st.st_uid != geteuid()) {
+            rc = fail(-EPERM, why, len, "registry %s is owned by uid %u, not by you (uid %u)", name,
+                      (unsigned)st.st_uid, (unsigned)geteuid());
+            goto out;
+        }
+        if (st.st_mode & 077) {
+            rc = fail(-EPERM, why, len, "registry %s has mode %o (group/other access); the shim refuses it too",
+                      name, (unsigned)(st.st_mode & 0777));
+            goto out;
+        }
+        if ((size_t)st.st_size >= sizeof *h) {
+            if (h == MAP_FAILED) h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, fd, 0);
+            if (h == MAP_FAILED) {
+                rc = fail(-errno, why, len, "cannot map %s: %s", name, strerror(errno));
+                goto out;
+            }
+            if (__atomic_load_n(&h->ready, __ATOMIC_ACQUIRE) == 1) break;
+        }
+        if (clock_ns(CLOCK_MONOTONIC) > deadline) {
+            rc = fail(-ETIMEDOUT, why, len,
+                      "registry %s was never initialised (its creator died?); remove /dev/shm%s to reset it",
+                      name, name);
+            goto out;
+        }
+        usleep(1000);
+    }
+    *caps = (struct reg_caps){h->max_holders, h->max_blocks, h->max_leases};
+    const char *bad = NULL;
+    if (h->magic != REG_MAGIC) bad = "bad magic (not an ipcshim registry)";
+    else if (h->abi != REG_ABI) bad = "a different ABI version (made by another ipcshim release)";
+    else if (registry_layout(caps, l) != 0) bad = "impossible capacities";
+    else if (h->size != l->size || h->nbuckets != l->nbuckets) bad = "a header that does not add up";
+    else if ((uint64_t)st.st_size != l->size) bad = "the wrong size";
+    if (bad) {
+        if (h->magic == REG_MAGIC && h->abi != REG_ABI)
+            rc = fail(-EPROTO, why, len, "registry %s has ABI %u, this tool reads ABI %u", name, h->abi, REG_ABI);
+        else
+            rc = fail(-EPROTO, why, len, "registry %s has %s", name, bad);
+    }
+out:
+    if (h != MAP_FAILED) munmap(h, sizeof *h);
+    return rc;
+}
+
+static int by_block_then_holder(const void *a, const void *b)
+{
+    const struct inspect_lease *x = a, *y = b;
+    if (x->block != y->block) return x->block < y->block ? -1 : 1;
+    if (x->holder != y->holder) return x->holder < y->holder ? -1 : 1;
+    return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
+/* Copies the records in use out of the mapped registry r (fd open). */
+static int copy_records(struct registry *r, struct inspect_snapshot *s)
+{
+    uint32_t *holder_at = malloc(r->max_holders * sizeof *holder_at); /* slot -> snapshot index */
+    uint64_t *nonces = malloc(r->max_holders * sizeof *nonces);
+    uint32_t *block_at = malloc(r->max_blocks * sizeof *block_at);
+    s->holders = calloc(r->max_holders, sizeof *s->holders);
+    s->blocks = calloc(r->max_blocks, sizeof *s->blocks);
+    s->leases = calloc(r->max_leases, sizeof *s->leases);
+    int rc = 0;
+    if (!holder_at || !nonces || !block_at || !s->holders || !s->blocks || !s->leases) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (uint32_t i = 0; i < r->max_holders; i++) {
+        holder_at[i] = REG_NONE;
+        const struct reg_holder *h = &r->holders[i];
+        uint32_t state = LOAD_STATE(h->state);
+        if (state == HOLDER_FREE) continue;
+        if (state != HOLDER_ACTIVE) {
+            s->skipped++;
+            continue;
+        }
+        struct inspect_holder *o = &s->holders[s->nholders];
+        o->slot = i;
+        o->pid = h->pid;
+        o->start_time = h->start_time;
+        o->attach_ns = h->attach_ns;
+        nonces[i] = h->nonce;
+        o->alive = liveness_alive(r->fd, r->lock_base + i, h->pid, h->start_time);
+        if (o->alive) read_comm(h->pid, o->comm, sizeof o->comm);
+        holder_at[i] = s->nholders++;
+    }
+    for (uint32_t i = 0; i < r->max_blocks; i++) {
+        block_at[i] = REG_NONE;
+        const struct reg_block *b = &r->blocks[i];
+        uint32_t state = LOAD_STATE(b->state);
+        if (state == BLOCK_FREE) continue;
+        if (state > BLOCK_RETIRED) {
+            s->skipped++;
+            continue;
+        }
+        struct inspect_block *o = &s->blocks[s->nblocks];
+        o->slot = i;
+        o->state = state;
+        o->base = b->base;
+        o->size = b->size;
+        o->generation = b->generation;
+        o->first_export_ns = b->first_export_ns;
+        o->last_export_ns = b->last_export_ns;
+        o->limbo_since_ns = b->limbo_since_ns;
+        o->device = b->device;
+        o->pending = b->pending;
+        o->exporter = b->exporter < r->max_holders ? b->exporter : REG_NONE;
+        o->exporter_current =
+            o->exporter != REG_NONE && holder_at[o->exporter] != REG_NONE && nonces[o->exporter] == b->exporter_nonce;
+        o->first_lease = UINT32_MAX;
+        memcpy(o->handle, b->handle, sizeof o->handle);
+        block_at[i] = s->nblocks++;
+    }
+    for (uint32_t i = 0; i < r->max_leases; i++) {
+        const struct reg_lease *l = &r->leases[i];
+        uint32_t intent = LOAD_STATE(l->intent);
+        if (intent == LEASE_FREE) continue;
+        uint32_t block = l->block, holder = l->holder, count = l->count;
+        uint64_t gen = l->block_gen;
+        bool ok = intent <= LEASE_CLOSING && block < r->max_blocks && block_at[block] != REG_NONE &&
+                  s->blocks[block_at[block]].generation == gen && holder < r->max_holders &&
+                  holder_at[holder] != REG_NONE && count > 0;
+        if (!ok) {
+            s->skipped++;
+            continue;
+        }
+        s->leases[s->nleases++] = (struct inspect_lease){i, block, holder, count, intent};
+    }
+    qsort(s->leases, s->nleases, sizeof *s->leases, by_block_then_holder);
+    for (uint32_t i = 0; i < s->nleases; i++) {
+        struct inspect_lease *l = &s->leases[i];
+        struct inspect_block *b = &s->blocks[block_at[l->block]];
+        if (b->first_lease == UINT32_MAX) b->first_lease = i;
+        b->nleases++;
+        struct inspect_holder *h = &s->holders[holder_at[l->holder]];
+        h->imports++;
+        h->opens += l->count;
+    }
+    for (uint32_t i = 0; i < s->nblocks; i++) {
+        struct inspect_block *b = &s->blocks[i];
+        if (b->exporter == REG_NONE || holder_at[b->exporter] == REG_NONE) continue;
+        struct inspect_holder *h = &s->holders[holder_at[b->exporter]];
+        if (!b->exporter_current) continue;
+        h->exports++;
+        if (b->state != BLOCK_LIMBO) continue;
+        h->limbo_blocks++;
+        h->limbo_bytes += b->size;
+        if (!h->oldest_limbo_ns || b->limbo_since_ns < h->oldest_limbo_ns) h->oldest_limbo_ns = b->limbo_since_ns;
+    }
+out:
+    free(holder_at);
+    free(nonces);
+    free(block_at);
+    return rc;
+}
+
+int inspect_snapshot(const char *domain, struct inspect_snapshot *s, char *why, size_t whylen)
+{
+    memset(s, 0, sizeof *s);
+    if (why && whylen) why[0] = 0;
+    if (registry_name(domain, s->name, sizeof s->name) != 0)
+        return fail(-EINVAL, why, whylen, "\"%s\" is not a domain name (1-64 of A-Z a-z 0-9 . _ -)", domain ? domain : "");
+    int fd = shm_open(s->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ENOENT)
+            return fail(-ENOENT, why, whylen,
+                        "no registry for domain \"%s\" (/dev/shm%s does not exist): no program of this user has "
+                        "exported or opened a block under the shim in this domain yet",
+                        domain, s->name);
+        return fail(-e, why, whylen, "cannot open /dev/shm%s: %s", s->name, strerror(e));
+    }
+    struct reg_caps caps;
+    struct reg_layout l;
+    int rc = validate(fd, s->name, &caps, &l, why, whylen);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    void *p = mmap(NULL, l.size, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        rc = fail(-errno, why, whylen, "cannot map %s: %s", s->name, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    /* A registry view over the read-only mapping, laid out as registry.c does. */
+    struct registry r;
+    memset(&r, 0, sizeof r);
+    r.fd = fd;
+    r.base = p;
+    r.size = l.size;
+    r.hdr = p;
+    r.holders = (struct reg_holder *)(r.base + l.holders);
+    r.blocks = (struct reg_block *)(r.base + l.blocks);
+    r.leases = (struct reg_lease *)(r.base + l.leases);
+    r.buckets = (uint32_t *)(r.base + l.buckets);
+    r.max_holders = caps.max_holders;
+    r.max_blocks = caps.max_blocks;
+    r.max_leases = caps.max_leases;
+    r.nbuckets = l.nbuckets;
+    r.lock_base = (off_t)l.locks;
+
+    s->abi = r.hdr->abi;
+    s->size = l.size;
+    s->max_holders = caps.max_holders;
+    s->max_blocks = caps.max_blocks;
+    s->max_leases = caps.max_leases;
+    s->repairs = r.hdr->repairs;
+    s->creator_pid = r.hdr->creator_pid;
+    s->created_ns = r.hdr->created_ns;
+    s->taken_ns = clock_ns(CLOCK_MONOTONIC);
+    s->taken_real_ns = clock_ns(CLOCK_REALTIME);
+    rc = copy_records(&r, s);
+    munmap(p, l.size);
+    close(fd);
+    if (rc) {
+        inspect_free(s);
+        return fail(rc, why, whylen, "out of memory reading the registry");
+    }
+    return 0;
+}
