@@ -14,7 +14,8 @@ static int started, stopping, running;
 static void *loop(void *arg)
 {
     (void)arg;
-    while (!__atomic_load_n(&stopping, __ATOMIC_ACQUIRE)) ipc_collector_step();
+    while (!__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
+        ipc_collector_step();
     __atomic_store_n(&running, 0, __ATOMIC_RELEASE);
     return NULL;
 }
@@ -51,7 +52,10 @@ void collector_stop(void)
     }
 }
 
-bool collector_stopping(void) { return __atomic_load_n(&stopping, __ATOMIC_ACQUIRE); }
+bool collector_stopping(void)
+{
+    return __atomic_load_n(&stopping, __ATOMIC_ACQUIRE);
+}
 
 void collector_after_fork(void)
 {

@@ -46,11 +46,11 @@ enum {
     TICKET_CLAIMED = 1, /* ipc_open.flags: this open claimed a hand-off */
 };
 
-#define SWEEP_INTERVAL_NS 1000000000ull   /* full dead-holder sweep from background paths */
+#define SWEEP_INTERVAL_NS 1000000000ull      /* full dead-holder sweep from background paths */
 #define FREE_COLLECT_INTERVAL_NS 50000000ull /* collect on untracked frees at most this often */
 #define PRESSURE_AGE_NS 1000000000ull
 #define IDLE_WAIT_NS 10000000000ull
-#define LIMBO_POLL_NS 1000000000ull       /* catch importers that die without closing */
+#define LIMBO_POLL_NS 1000000000ull /* catch importers that die without closing */
 
 static const struct device_ops *ops;
 static struct registry reg;
@@ -69,7 +69,10 @@ static struct {
 
 #define STAT_ADD(field, n) __atomic_fetch_add(&st.field, (n), __ATOMIC_RELAXED)
 
-static uint64_t timeout_ns(void) { return options_get()->handoff_timeout * 1000000ull; }
+static uint64_t timeout_ns(void)
+{
+    return options_get()->handoff_timeout * 1000000ull;
+}
 
 /* ---- fork ---- */
 
@@ -104,8 +107,14 @@ static void check_fork(void)
     if (forked()) after_fork(false);
 }
 
-static void atfork_prepare(void) { local_lock(); }
-static void atfork_parent(void) { local_unlock(); }
+static void atfork_prepare(void)
+{
+    local_lock();
+}
+static void atfork_parent(void)
+{
+    local_unlock();
+}
 static void atfork_child(void)
 {
     /* The prepare handler held the local mutex across fork, so the tables
@@ -147,7 +156,10 @@ static void turn_off(void)
     __atomic_store_n(&state, S_OFF, __ATOMIC_RELEASE);
 }
 
-static uint32_t cap32(uint64_t v) { return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v; }
+static uint32_t cap32(uint64_t v)
+{
+    return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
 
 static uint64_t new_nonce(void)
 {
@@ -183,8 +195,9 @@ static int ready_locked(void)
         self = reg_holder_attach(&reg, self_nonce);
         registry_unlock(&reg);
         if (self == REG_NONE) {
-            LOG_ONCE(LOG_WARN, "registry %s has no free holder slot (IPCSHIM_MAX_HOLDERS); "
-                               "not tracking for now",
+            LOG_ONCE(LOG_WARN,
+                     "registry %s has no free holder slot (IPCSHIM_MAX_HOLDERS); "
+                     "not tracking for now",
                      reg.name);
             return -ENOSPC;
         }
@@ -213,8 +226,9 @@ static void expire_handoffs(struct reg_block *b, uint64_t now, bool force)
 {
     if (!b->pending || (!force && now < b->last_export_ns + timeout_ns())) return;
     STAT_ADD(handoffs_expired, b->pending);
-    LOG_ONCE(LOG_INFO, "a hand-off expired unclaimed (block of %llu bytes); "
-                       "further expiries are counted in stats only",
+    LOG_ONCE(LOG_INFO,
+             "a hand-off expired unclaimed (block of %llu bytes); "
+             "further expiries are counted in stats only",
              (unsigned long long)b->size);
     b->pending = 0;
 }
@@ -225,8 +239,10 @@ static void let_go(uint32_t idx)
 {
     struct reg_block *b = reg_block_at(&reg, idx);
     if (!b) return;
-    if (b->lease_head == REG_NONE) reg_block_recycle(&reg, idx);
-    else b->state = BLOCK_ORPHANED;
+    if (b->lease_head == REG_NONE)
+        reg_block_recycle(&reg, idx);
+    else
+        b->state = BLOCK_ORPHANED;
 }
 
 /* ---- export ---- */
@@ -278,8 +294,9 @@ int ipc_export(const struct ipc_handle *h, uint64_t base, uint64_t size, int dev
     if (idx == REG_NONE) {
         free(ne);
         local_unlock();
-        LOG_ONCE(LOG_WARN, "registry %s is full (IPCSHIM_MAX_BLOCKS=%u): new exports are not "
-                           "tracked",
+        LOG_ONCE(LOG_WARN,
+                 "registry %s is full (IPCSHIM_MAX_BLOCKS=%u): new exports are not "
+                 "tracked",
                  reg.name, reg.max_blocks);
         return -ENOSPC;
     }
@@ -320,7 +337,13 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
         return IPC_PASS;
     }
     struct local_map *m;
-    while ((m = local_map_find(h, ctx)) && m->pending) local_wait();
+    while ((m = local_map_find(h, ctx)) && m->pending) {
+        local_wait();
+        if (shut) { /* ipc_shutdown ran meanwhile and emptied the tables */
+            local_unlock();
+            return IPC_PASS;
+        }
+    }
     if (m) {
         m->count++;
         *ptr = m->ptr;
@@ -381,8 +404,9 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
     } else {
         li = reg_lease_create(&reg, bi, self);
         if (li == REG_NONE) {
-            LOG_ONCE(LOG_WARN, "registry %s has no free lease (IPCSHIM_MAX_LEASES=%u): opens "
-                               "are not tracked",
+            LOG_ONCE(LOG_WARN,
+                     "registry %s has no free lease (IPCSHIM_MAX_LEASES=%u): opens "
+                     "are not tracked",
                      reg.name, reg.max_leases);
             result = IPC_PASS;
             goto unlock;
@@ -495,8 +519,8 @@ int ipc_close_begin(uint64_t ptr, struct ipc_close *t)
         struct reg_lease *l = ticket_lease(m->lease, m->block, m->generation);
         uint32_t open = LEASE_OPEN;
         if (l && __atomic_load_n(&l->count, __ATOMIC_RELAXED) == 1)
-            __atomic_compare_exchange_n(&l->intent, &open, LEASE_CLOSING, false,
-                                        __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+            __atomic_compare_exchange_n(&l->intent, &open, LEASE_CLOSING, false, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED);
         local_map_del(m);
         result = IPC_REAL;
     } else {
@@ -537,8 +561,11 @@ struct victim {
     int device;
 };
 
-/* Sweeps the dead holders among the block's leases. Registry lock held. */
-static void sweep_lease_holders(uint32_t bi)
+/* Sweeps the dead holders among the block's leases. alive (max_holders
+ * bytes, or NULL) remembers holders found alive during one collect, so a
+ * long limbo costs one liveness check per importer, not per lease.
+ * Registry lock held. */
+static void sweep_lease_holders(uint32_t bi, uint8_t *alive)
 {
     struct reg_block *b = reg_block_at(&reg, bi);
     /* Each sweep edits the chain, so start over after one; bounded. */
@@ -548,9 +575,14 @@ static void sweep_lease_holders(uint32_t bi)
         for (uint32_t steps = 0; li != REG_NONE && steps < reg.max_leases; steps++) {
             struct reg_lease *l = reg_lease_at(&reg, li);
             if (!l) break;
-            if (l->holder != self && !reg_holder_alive(&reg, l->holder)) {
-                if (reg_holder_at(&reg, l->holder) &&
-                    reg.holders[l->holder].state == HOLDER_ACTIVE)
+            bool known =
+                l->holder == self || (alive && l->holder < reg.max_holders && alive[l->holder]);
+            if (!known && reg_holder_alive(&reg, l->holder)) {
+                if (alive && l->holder < reg.max_holders) alive[l->holder] = 1;
+                known = true;
+            }
+            if (!known) {
+                if (reg_holder_at(&reg, l->holder) && reg.holders[l->holder].state == HOLDER_ACTIVE)
                     reg_holder_sweep(&reg, l->holder);
                 else
                     reg_lease_drop(&reg, li); /* a lease of a free slot */
@@ -582,9 +614,11 @@ static int collect(bool full)
         return 0;
     }
     struct victim *v = cap ? calloc(cap, sizeof *v) : NULL;
+    uint8_t *alive = cap ? calloc(reg.max_holders, 1) : NULL;
     size_t n = 0;
     if ((cap && !v) || !lock_registry()) {
         free(v);
+        free(alive);
         local_unlock();
         return 0;
     }
@@ -593,29 +627,33 @@ static int collect(bool full)
         last_sweep_ns = now;
     }
     struct local_export *e, *tmp;
-    DL_FOREACH_SAFE(local_limbo_head(), e, tmp) {
+    DL_FOREACH_SAFE(local_limbo_head(), e, tmp)
+    {
         struct reg_block *b = reg_block_at(&reg, e->block);
         if (!own_block(b, e->generation) || b->state != BLOCK_LIMBO) {
             local_export_del(e); /* no longer ours to free */
             continue;
         }
         expire_handoffs(b, now, false);
-        sweep_lease_holders(e->block);
+        sweep_lease_holders(e->block, alive);
         if (b->lease_head != REG_NONE || b->pending || n == cap) continue;
         b->state = BLOCK_RETIRED; /* from here on no open can succeed */
-        v[n++] = (struct victim){e->base, e->size, e->ctx, e->generation, b->limbo_since_ns,
-                                 e->block, e->device};
+        v[n++] = (struct victim){e->base,           e->size,  e->ctx,   e->generation,
+                                 b->limbo_since_ns, e->block, e->device};
         local_export_del(e);
     }
     registry_unlock(&reg);
     local_unlock();
+    free(alive);
     if (!n) {
         free(v);
         return 0;
     }
     for (size_t i = 0; i < n; i++) {
         int rc = ops->free_block(v[i].base, v[i].device, v[i].ctx);
-        if (rc) LOG_RATE(LOG_WARN, "deferred free of 0x%llx failed (%d)", (unsigned long long)v[i].base, rc);
+        if (rc)
+            LOG_RATE(LOG_WARN, "deferred free of 0x%llx failed (%d)", (unsigned long long)v[i].base,
+                     rc);
     }
     now = reg_now_ns();
     if (lock_registry()) {
@@ -652,7 +690,8 @@ static void expire_limbo_older_than(uint64_t before)
     local_lock();
     if (ipc_active() && self != REG_NONE && !forked() && lock_registry()) {
         struct local_export *e;
-        DL_FOREACH(local_limbo_head(), e) {
+        DL_FOREACH(local_limbo_head(), e)
+        {
             struct reg_block *b = reg_block_at(&reg, e->block);
             if (own_block(b, e->generation) && b->state == BLOCK_LIMBO &&
                 b->last_export_ns <= before)
@@ -684,8 +723,7 @@ int ipc_free_begin(uint64_t ptr)
     check_fork();
     struct local_export *e = local_export_find(ptr);
     if (e && e->in_limbo) {
-        LOG_RATE(LOG_WARN, "0x%llx freed twice; ignoring the second free",
-                 (unsigned long long)ptr);
+        LOG_RATE(LOG_WARN, "0x%llx freed twice; ignoring the second free", (unsigned long long)ptr);
         result = IPC_DONE;
     } else if (e && state == S_ACTIVE && lock_registry()) {
         struct reg_block *b = reg_block_at(&reg, e->block);
@@ -714,8 +752,9 @@ int ipc_free_begin(uint64_t ptr)
     uint64_t since = reg_now_ns() - last_collect_ns;
     local_unlock();
     if (limbo > options_get()->limbo_warn)
-        LOG_ONCE(LOG_WARN, "limbo holds %zu blocks (more than IPCSHIM_LIMBO_WARN): importers are "
-                           "slow to close them, or hand-offs are never claimed",
+        LOG_ONCE(LOG_WARN,
+                 "limbo holds %zu blocks (more than IPCSHIM_LIMBO_WARN): importers are "
+                 "slow to close them, or hand-offs are never claimed",
                  limbo);
     if (result == IPC_DONE) ipc_collector_kick(); /* a new deadline to wait for */
     if (limbo && (result != IPC_PASS || since > FREE_COLLECT_INTERVAL_NS)) collect(false);
@@ -745,7 +784,8 @@ static uint64_t next_wait_ns(uint64_t now)
 {
     uint64_t wait = local_limbo_count() ? LIMBO_POLL_NS : IDLE_WAIT_NS;
     struct local_export *e;
-    DL_FOREACH(local_limbo_head(), e) {
+    DL_FOREACH(local_limbo_head(), e)
+    {
         struct reg_block *b = reg_block_at(&reg, e->block);
         if (!b || !__atomic_load_n(&b->pending, __ATOMIC_RELAXED)) continue;
         uint64_t due = __atomic_load_n(&b->last_export_ns, __ATOMIC_RELAXED) + timeout_ns();
@@ -847,7 +887,8 @@ void ipc_shutdown(void)
     local_lock();
     if (attached && !forked() && lock_registry()) {
         struct local_export *e;
-        DL_FOREACH(local_limbo_head(), e) {
+        DL_FOREACH(local_limbo_head(), e)
+        {
             struct reg_block *b = reg_block_at(&reg, e->block);
             if (own_block(b, e->generation)) report_held(b);
         }
@@ -859,5 +900,6 @@ void ipc_shutdown(void)
     }
     shut = true;
     local_reset(true);
+    local_broadcast(); /* opens waiting on a pending mapping give up */
     local_unlock();
 }

@@ -29,8 +29,10 @@ int liveness_start_time(pid_t pid, uint64_t *out)
     if (!p) return -EIO;
     p++;
     for (int field = 3; field < 22; field++) {
-        while (*p == ' ') p++;
-        while (*p && *p != ' ') p++;
+        while (*p == ' ')
+            p++;
+        while (*p && *p != ' ')
+            p++;
         if (!*p) return -EIO;
     }
     char *end;

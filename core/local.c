@@ -16,12 +16,27 @@ static uint64_t limbo_bytes;
 static struct local_map *maps, *maps_by_ptr;
 static struct local_retiring *retiring;
 
-void local_lock(void) { pthread_mutex_lock(&mu); }
-void local_unlock(void) { pthread_mutex_unlock(&mu); }
-void local_wait(void) { pthread_cond_wait(&cv, &mu); }
-void local_broadcast(void) { pthread_cond_broadcast(&cv); }
+void local_lock(void)
+{
+    pthread_mutex_lock(&mu);
+}
+void local_unlock(void)
+{
+    pthread_mutex_unlock(&mu);
+}
+void local_wait(void)
+{
+    pthread_cond_wait(&cv, &mu);
+}
+void local_broadcast(void)
+{
+    pthread_cond_broadcast(&cv);
+}
 
-bool local_has_exports(void) { return __atomic_load_n(&has_exports, __ATOMIC_RELAXED); }
+bool local_has_exports(void)
+{
+    return __atomic_load_n(&has_exports, __ATOMIC_RELAXED);
+}
 
 struct local_export *local_export_find(uint64_t base)
 {
@@ -58,9 +73,18 @@ void local_limbo_add(struct local_export *e)
     limbo_bytes += e->size;
 }
 
-struct local_export *local_limbo_head(void) { return limbo; }
-size_t local_limbo_count(void) { return limbo_count; }
-uint64_t local_limbo_bytes(void) { return limbo_bytes; }
+struct local_export *local_limbo_head(void)
+{
+    return limbo;
+}
+size_t local_limbo_count(void)
+{
+    return limbo_count;
+}
+uint64_t local_limbo_bytes(void)
+{
+    return limbo_bytes;
+}
 
 struct local_map *local_map_find(const struct ipc_handle *h, uint64_t ctx)
 {
@@ -134,16 +158,19 @@ void local_reset(bool free_memory)
         struct local_export *e, *et;
         struct local_map *m, *mt;
         struct local_retiring *r, *rt;
-        HASH_ITER(hh, exports, e, et) {
+        HASH_ITER(hh, exports, e, et)
+        {
             HASH_DELETE(hh, exports, e);
             free(e);
         }
         HASH_CLEAR(hh_ptr, maps_by_ptr);
-        HASH_ITER(hh, maps, m, mt) {
+        HASH_ITER(hh, maps, m, mt)
+        {
             HASH_DELETE(hh, maps, m);
             free(m);
         }
-        HASH_ITER(hh, retiring, r, rt) {
+        HASH_ITER(hh, retiring, r, rt)
+        {
             HASH_DELETE(hh, retiring, r);
             free(r);
         }

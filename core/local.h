@@ -61,8 +61,8 @@ void local_broadcast(void);
 bool local_has_exports(void);
 
 struct local_export *local_export_find(uint64_t base);
-int local_export_add(struct local_export *e); /* 0 or -ENOMEM; sets has_exports */
-void local_export_del(struct local_export *e);  /* also leaves limbo; frees e */
+int local_export_add(struct local_export *e);  /* 0 or -ENOMEM; sets has_exports */
+void local_export_del(struct local_export *e); /* also leaves limbo; frees e */
 void local_limbo_add(struct local_export *e);
 struct local_export *local_limbo_head(void);
 size_t local_limbo_count(void);
@@ -70,9 +70,9 @@ uint64_t local_limbo_bytes(void);
 
 struct local_map *local_map_find(const struct ipc_handle *h, uint64_t ctx);
 struct local_map *local_map_find_ptr(uint64_t ptr);
-int local_map_add(struct local_map *m);       /* by key; 0 or -ENOMEM */
+int local_map_add(struct local_map *m);                   /* by key; 0 or -ENOMEM */
 int local_map_set_ptr(struct local_map *m, uint64_t ptr); /* 0 or -ENOMEM */
-void local_map_del(struct local_map *m);      /* frees m */
+void local_map_del(struct local_map *m);                  /* frees m */
 
 int local_retiring_add(uint64_t base, uint32_t block, uint64_t generation);
 bool local_retiring_take(uint64_t base, uint32_t *block, uint64_t *generation);

@@ -39,7 +39,10 @@ enum {
 #define STORE_STATE(field, value) __atomic_store_n(&(field), (value), __ATOMIC_RELEASE)
 #define LOAD_STATE(field) __atomic_load_n(&(field), __ATOMIC_ACQUIRE)
 
-static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+static size_t round_up(size_t n, size_t to)
+{
+    return (n + to - 1) / to * to;
+}
 
 int registry_name(const char *domain, char *buf, size_t len)
 {
@@ -62,7 +65,8 @@ int registry_layout(const struct reg_caps *caps, struct reg_layout *out)
         caps->max_leases > MAX_LEASES_LIMIT)
         return -EINVAL;
     uint32_t nb = 64;
-    while (nb < caps->max_blocks) nb <<= 1;
+    while (nb < caps->max_blocks)
+        nb <<= 1;
     size_t off = sizeof(struct reg_header);
     out->locks = off;
     off += round_up(caps->max_holders, 64);
@@ -171,11 +175,16 @@ static int attach(struct registry *r, int fd)
     struct reg_caps caps = {h->max_holders, h->max_blocks, h->max_leases};
     struct reg_layout l;
     const char *why = NULL;
-    if (h->magic != REG_MAGIC) why = "bad magic";
-    else if (h->abi != REG_ABI) why = "a different ABI version";
-    else if (registry_layout(&caps, &l) != 0) why = "impossible capacities";
-    else if (h->size != l.size || h->nbuckets != l.nbuckets) why = "a header that does not add up";
-    else if ((uint64_t)st.st_size != l.size) why = "the wrong size";
+    if (h->magic != REG_MAGIC)
+        why = "bad magic";
+    else if (h->abi != REG_ABI)
+        why = "a different ABI version";
+    else if (registry_layout(&caps, &l) != 0)
+        why = "impossible capacities";
+    else if (h->size != l.size || h->nbuckets != l.nbuckets)
+        why = "a header that does not add up";
+    else if ((uint64_t)st.st_size != l.size)
+        why = "the wrong size";
     munmap(h, sizeof *h);
     if (why) {
         LOG_ONCE(LOG_ERROR, "registry %s has %s; not using it (remove /dev/shm%s to reset it)",
@@ -214,7 +223,8 @@ int registry_open(struct registry *r, const char *domain, const struct reg_caps 
         } else if (errno == EEXIST) {
             fd = shm_open(r->name, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
             if (fd < 0 && errno == ENOENT) continue; /* unlinked meanwhile: retry */
-            if (fd < 0) rc = -errno;
+            if (fd < 0)
+                rc = -errno;
             else {
                 r->fd = fd;
                 rc = attach(r, fd);
@@ -280,19 +290,24 @@ int registry_lock(struct registry *r)
     return -ENOTRECOVERABLE;
 }
 
-void registry_unlock(struct registry *r) { pthread_mutex_unlock(&r->hdr->lock.mutex); }
+void registry_unlock(struct registry *r)
+{
+    pthread_mutex_unlock(&r->hdr->lock.mutex);
+}
 
 static uint32_t bucket_of(const struct registry *r, const uint8_t *handle)
 {
     uint64_t x = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (int i = 0; i < IPC_HANDLE_BYTES; i++) x = (x ^ handle[i]) * 0x100000001b3ull;
+    for (int i = 0; i < IPC_HANDLE_BYTES; i++)
+        x = (x ^ handle[i]) * 0x100000001b3ull;
     return (uint32_t)(x ^ (x >> 32)) & (r->nbuckets - 1);
 }
 
 void registry_repair(struct registry *r)
 {
     struct reg_header *h = r->hdr;
-    for (uint32_t i = 0; i < r->nbuckets; i++) r->buckets[i] = REG_NONE;
+    for (uint32_t i = 0; i < r->nbuckets; i++)
+        r->buckets[i] = REG_NONE;
     h->block_free = REG_NONE;
     for (uint32_t i = r->max_blocks; i-- > 0;) {
         struct reg_block *b = &r->blocks[i];
@@ -389,8 +404,10 @@ void reg_holder_sweep(struct registry *r, uint32_t idx)
     for (uint32_t i = 0; i < r->max_blocks; i++) {
         struct reg_block *b = &r->blocks[i];
         if (b->state == BLOCK_FREE || b->exporter != idx) continue;
-        if (b->state == BLOCK_RETIRED || b->lease_head == REG_NONE) reg_block_recycle(r, i);
-        else b->state = BLOCK_ORPHANED;
+        if (b->state == BLOCK_RETIRED || b->lease_head == REG_NONE)
+            reg_block_recycle(r, i);
+        else
+            b->state = BLOCK_ORPHANED;
     }
     STORE_STATE(h->state, HOLDER_FREE);
 }

@@ -36,19 +36,19 @@ enum { BLOCK_FREE = 0, BLOCK_LIVE, BLOCK_LIMBO, BLOCK_ORPHANED, BLOCK_RETIRED };
 enum { LEASE_FREE = 0, LEASE_OPENING, LEASE_OPEN, LEASE_CLOSING };
 
 struct reg_header {
-    uint64_t magic;        /* REG_MAGIC */
-    uint32_t abi;          /* REG_ABI */
-    uint32_t ready;        /* 1 once the creator finished (release store) */
-    uint64_t size;         /* total bytes, recomputed and checked by attachers */
+    uint64_t magic; /* REG_MAGIC */
+    uint32_t abi;   /* REG_ABI */
+    uint32_t ready; /* 1 once the creator finished (release store) */
+    uint64_t size;  /* total bytes, recomputed and checked by attachers */
     uint32_t max_holders;
     uint32_t max_blocks;
     uint32_t max_leases;
-    uint32_t nbuckets;     /* power of two */
-    uint32_t block_free;   /* derived: free block list head */
-    uint32_t lease_free;   /* derived: free lease list head */
-    uint32_t repairs;      /* times the lock was recovered from a dead owner */
+    uint32_t nbuckets;   /* power of two */
+    uint32_t block_free; /* derived: free block list head */
+    uint32_t lease_free; /* derived: free lease list head */
+    uint32_t repairs;    /* times the lock was recovered from a dead owner */
     int32_t creator_pid;
-    uint64_t created_ns;   /* CLOCK_REALTIME */
+    uint64_t created_ns; /* CLOCK_REALTIME */
     union {
         pthread_mutex_t mutex; /* process-shared, robust */
         uint8_t bytes[64];
@@ -57,12 +57,12 @@ struct reg_header {
 };
 
 struct reg_holder {
-    uint64_t start_time;   /* field 22 of /proc/PID/stat */
-    uint64_t nonce;        /* random, new for every attach */
-    uint64_t attach_ns;    /* CLOCK_MONOTONIC */
+    uint64_t start_time; /* field 22 of /proc/PID/stat */
+    uint64_t nonce;      /* random, new for every attach */
+    uint64_t attach_ns;  /* CLOCK_MONOTONIC */
     int32_t pid;
-    uint32_t state;        /* HOLDER_* */
-    uint32_t wake;         /* futex word: bumped to wake this holder's collector */
+    uint32_t state; /* HOLDER_* */
+    uint32_t wake;  /* futex word: bumped to wake this holder's collector */
     uint32_t reserved[7];
 };
 
@@ -70,17 +70,17 @@ struct reg_block {
     uint8_t handle[IPC_HANDLE_BYTES];
     uint64_t base;
     uint64_t size;
-    uint64_t generation;      /* bumped every time the record is reused */
+    uint64_t generation; /* bumped every time the record is reused */
     uint64_t exporter_nonce;
     uint64_t first_export_ns; /* oldest pending hand-off */
     uint64_t last_export_ns;  /* newest pending hand-off; they expire after it */
     uint64_t limbo_since_ns;
     int32_t device;
-    uint32_t exporter;        /* holder index */
-    uint32_t state;           /* BLOCK_* */
-    uint32_t pending;         /* unclaimed hand-offs */
-    uint32_t hash_next;       /* derived: hash chain, or free list when FREE */
-    uint32_t lease_head;      /* derived: this block's leases */
+    uint32_t exporter;   /* holder index */
+    uint32_t state;      /* BLOCK_* */
+    uint32_t pending;    /* unclaimed hand-offs */
+    uint32_t hash_next;  /* derived: hash chain, or free list when FREE */
+    uint32_t lease_head; /* derived: this block's leases */
     uint64_t reserved[2];
 };
 
@@ -88,9 +88,9 @@ struct reg_lease {
     uint64_t block_gen;
     uint32_t block;
     uint32_t holder;
-    uint32_t count;           /* opens in that holder, all contexts, incl. in flight */
-    uint32_t intent;          /* LEASE_* */
-    uint32_t next;            /* derived: block's lease chain, or free list */
+    uint32_t count;  /* opens in that holder, all contexts, incl. in flight */
+    uint32_t intent; /* LEASE_* */
+    uint32_t next;   /* derived: block's lease chain, or free list */
     uint32_t reserved;
 };
 

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -69,13 +70,17 @@ static int fake_free_block(uint64_t base, int device, uint64_t ctx)
 
 static const struct device_ops fake_ops = {.free_block = fake_free_block};
 
-static inline int fake_free_count(void) { return __atomic_load_n(&fake_frees, __ATOMIC_SEQ_CST); }
+static inline int fake_free_count(void)
+{
+    return __atomic_load_n(&fake_frees, __ATOMIC_SEQ_CST);
+}
 
 static inline struct ipc_handle make_handle(unsigned seed)
 {
     struct ipc_handle h;
     memset(&h, 0, sizeof h);
-    for (int i = 0; i < IPC_HANDLE_BYTES; i++) h.bytes[i] = (uint8_t)(seed * 31 + i * 7 + 1);
+    for (int i = 0; i < IPC_HANDLE_BYTES; i++)
+        h.bytes[i] = (uint8_t)(seed * 31 + i * 7 + 1);
     memcpy(h.bytes, &seed, sizeof seed);
     return h;
 }
@@ -102,6 +107,22 @@ static inline uint64_t chan_recv(int fd)
     uint64_t v = 0;
     if (read(fd, &v, sizeof v) != sizeof v) _exit(91);
     return v;
+}
+
+/* After fork: each side closes the ends it does not use, so that a side
+ * that dies gives the other EOF instead of a hang; the child also dies with
+ * its parent. */
+static inline void chan_child(struct chan *c)
+{
+    close(c->to_child[1]);
+    close(c->to_parent[0]);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+}
+
+static inline void chan_parent(struct chan *c)
+{
+    close(c->to_child[0]);
+    close(c->to_parent[1]);
 }
 
 /* In the child: send to / receive from the parent. */

@@ -95,8 +95,8 @@ Test(liveness, lock_held_but_pid_gone)
     cr_assert(liveness_byte_locked(probe, 1));
     cr_assert_not(liveness_alive(probe, 1, pid, start));
     cr_assert(liveness_alive(probe, 1, getpid(), ({
-                                  uint64_t s;
-                                  liveness_start_time(getpid(), &s);
-                                  s;
-                              })));
+                                 uint64_t s;
+                                 liveness_start_time(getpid(), &s);
+                                 s;
+                             })));
 }

@@ -160,19 +160,55 @@ static void refuse_after(void (*how)(struct registry *r), int want)
     cr_assert_not(ipc_active());
 }
 
-static void bad_magic(struct registry *r) { r->hdr->magic ^= 1; }
-static void bad_abi(struct registry *r) { r->hdr->abi = REG_ABI + 1; }
-static void truncated(struct registry *r) { cr_assert_eq(ftruncate(r->fd, 4096), 0); }
-static void grown(struct registry *r) { cr_assert_eq(ftruncate(r->fd, (off_t)r->size + 4096), 0); }
-static void bad_caps(struct registry *r) { r->hdr->max_blocks = 1u << 30; }
-static void shared_mode(struct registry *r) { cr_assert_eq(fchmod(r->fd, 0644), 0); }
+static void bad_magic(struct registry *r)
+{
+    r->hdr->magic ^= 1;
+}
+static void bad_abi(struct registry *r)
+{
+    r->hdr->abi = REG_ABI + 1;
+}
+static void truncated(struct registry *r)
+{
+    cr_assert_eq(ftruncate(r->fd, 4096), 0);
+}
+static void grown(struct registry *r)
+{
+    cr_assert_eq(ftruncate(r->fd, (off_t)r->size + 4096), 0);
+}
+static void bad_caps(struct registry *r)
+{
+    r->hdr->max_blocks = 1u << 30;
+}
+static void shared_mode(struct registry *r)
+{
+    cr_assert_eq(fchmod(r->fd, 0644), 0);
+}
 
-Test(registry, refuses_wrong_magic) { refuse_after(bad_magic, -EPROTO); }
-Test(registry, refuses_wrong_abi) { refuse_after(bad_abi, -EPROTO); }
-Test(registry, refuses_truncated) { refuse_after(truncated, -EPROTO); }
-Test(registry, refuses_wrong_size) { refuse_after(grown, -EPROTO); }
-Test(registry, refuses_absurd_capacities) { refuse_after(bad_caps, -EPROTO); }
-Test(registry, refuses_group_access) { refuse_after(shared_mode, -EPERM); }
+Test(registry, refuses_wrong_magic)
+{
+    refuse_after(bad_magic, -EPROTO);
+}
+Test(registry, refuses_wrong_abi)
+{
+    refuse_after(bad_abi, -EPROTO);
+}
+Test(registry, refuses_truncated)
+{
+    refuse_after(truncated, -EPROTO);
+}
+Test(registry, refuses_wrong_size)
+{
+    refuse_after(grown, -EPROTO);
+}
+Test(registry, refuses_absurd_capacities)
+{
+    refuse_after(bad_caps, -EPROTO);
+}
+Test(registry, refuses_group_access)
+{
+    refuse_after(shared_mode, -EPERM);
+}
 
 Test(registry, refuses_never_initialised, .timeout = 10)
 {
@@ -231,7 +267,8 @@ Test(registry, full_tables)
     }
     struct ipc_handle h = make_handle(999);
     cr_assert_eq(reg_block_create(&r, &h, 1, 1, 0, me, 1), REG_NONE);
-    for (unsigned i = 0; i < 128; i++) cr_assert_neq(reg_lease_create(&r, i % 64, me), REG_NONE);
+    for (unsigned i = 0; i < 128; i++)
+        cr_assert_neq(reg_lease_create(&r, i % 64, me), REG_NONE);
     cr_assert_eq(reg_lease_create(&r, 0, me), REG_NONE);
     registry_unlock(&r);
     registry_close(&r);
@@ -249,10 +286,14 @@ Test(registry, repair_rebuilds_derived)
     uint32_t b2 = reg_block_create(&r, &h2, 0x2000, 20, 0, me, 5);
     uint32_t l1 = reg_lease_create(&r, b1, me);
     r.leases[l1].intent = LEASE_OPEN;
-    for (uint32_t i = 0; i < r.nbuckets; i++) r.buckets[i] = 0xdeadbeef;
-    for (uint32_t i = 0; i < r.max_blocks; i++) r.blocks[i].hash_next = i; /* cycles */
-    for (uint32_t i = 0; i < r.max_blocks; i++) r.blocks[i].lease_head = 0x7fffffff;
-    for (uint32_t i = 0; i < r.max_leases; i++) r.leases[i].next = i;
+    for (uint32_t i = 0; i < r.nbuckets; i++)
+        r.buckets[i] = 0xdeadbeef;
+    for (uint32_t i = 0; i < r.max_blocks; i++)
+        r.blocks[i].hash_next = i; /* cycles */
+    for (uint32_t i = 0; i < r.max_blocks; i++)
+        r.blocks[i].lease_head = 0x7fffffff;
+    for (uint32_t i = 0; i < r.max_leases; i++)
+        r.leases[i].next = i;
     r.hdr->block_free = 3;
     r.hdr->lease_free = 12345;
     /* Hostile indexes never crash lookups (bounded walks, checked indexes). */
