@@ -393,7 +393,11 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
         let_go(bi); /* its exporter's slot moved on: a stale record */
         goto unlock;
     }
-    if (!reg_holder_alive(&reg, b->exporter)) {
+    /* One syscall on the open path: an unheld lock byte means the exporter
+     * is dead for sure. A reused pid behind a held byte (a fork child that
+     * kept the descriptor) is left to the full rule in the sweeps; an open
+     * of freed memory then fails in the driver and the lease is dropped. */
+    if (!reg_holder_alive_quick(&reg, b->exporter)) {
         reg_holder_sweep(&reg, b->exporter);
         goto unlock;
     }
@@ -717,7 +721,11 @@ int ipc_collect_pressure(void)
 
 int ipc_free_begin(uint64_t ptr)
 {
-    if (!local_has_exports()) return IPC_PASS; /* the hot path: one relaxed load */
+    /* The hot path: a process that never exported, or a pointer that was
+     * never an export base while nothing waits in limbo, passes without a
+     * lock (two or three relaxed loads). */
+    if (!local_has_exports()) return IPC_PASS;
+    if (!local_maybe_export(ptr) && !local_limbo_pending()) return IPC_PASS;
     int result = IPC_PASS;
     local_lock();
     check_fork();
@@ -749,9 +757,9 @@ int ipc_free_begin(uint64_t ptr)
         registry_unlock(&reg);
     }
     size_t limbo = local_limbo_count();
-    uint64_t since = reg_now_ns() - last_collect_ns;
+    uint64_t since = limbo ? reg_now_ns() - last_collect_ns : 0;
     local_unlock();
-    if (limbo > options_get()->limbo_warn)
+    if (limbo && limbo > options_get()->limbo_warn)
         LOG_ONCE(LOG_WARN,
                  "limbo holds %zu blocks (more than IPCSHIM_LIMBO_WARN): importers are "
                  "slow to close them, or hand-offs are never claimed",

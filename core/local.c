@@ -38,6 +38,35 @@ bool local_has_exports(void)
     return __atomic_load_n(&has_exports, __ATOMIC_RELAXED);
 }
 
+/* The free path's negative filter: a counter per hash of the base, raised
+ * and lowered with the exports table (under the lock), read without it. A
+ * counter that reaches its ceiling stays there (a permanent false positive,
+ * never a false negative). */
+enum { FILTER_BITS = 16 };
+static uint16_t filter[1u << FILTER_BITS];
+
+static uint16_t *filter_slot(uint64_t base)
+{
+    return &filter[(base * 0x9E3779B97F4A7C15ull) >> (64 - FILTER_BITS)];
+}
+
+static void filter_change(uint64_t base, int delta)
+{
+    uint16_t *c = filter_slot(base), v = __atomic_load_n(c, __ATOMIC_RELAXED);
+    if (v == UINT16_MAX || (delta < 0 && v == 0)) return;
+    __atomic_store_n(c, (uint16_t)(v + delta), __ATOMIC_RELAXED);
+}
+
+bool local_maybe_export(uint64_t base)
+{
+    return __atomic_load_n(filter_slot(base), __ATOMIC_RELAXED) != 0;
+}
+
+bool local_limbo_pending(void)
+{
+    return __atomic_load_n(&limbo_count, __ATOMIC_RELAXED) != 0;
+}
+
 struct local_export *local_export_find(uint64_t base)
 {
     struct local_export *e;
@@ -49,6 +78,7 @@ int local_export_add(struct local_export *e)
 {
     HASH_ADD(hh, exports, base, sizeof e->base, e);
     if (!UTH_ADDED(e, hh)) return -ENOMEM;
+    filter_change(e->base, +1);
     __atomic_store_n(&has_exports, 1, __ATOMIC_RELAXED);
     return 0;
 }
@@ -57,9 +87,10 @@ void local_export_del(struct local_export *e)
 {
     if (e->in_limbo) {
         DL_DELETE(limbo, e);
-        limbo_count--;
+        __atomic_store_n(&limbo_count, limbo_count - 1, __ATOMIC_RELAXED);
         limbo_bytes -= e->size;
     }
+    filter_change(e->base, -1);
     HASH_DELETE(hh, exports, e);
     free(e);
 }
@@ -69,7 +100,7 @@ void local_limbo_add(struct local_export *e)
     if (e->in_limbo) return;
     e->in_limbo = true;
     DL_APPEND(limbo, e);
-    limbo_count++;
+    __atomic_store_n(&limbo_count, limbo_count + 1, __ATOMIC_RELAXED);
     limbo_bytes += e->size;
 }
 
@@ -178,8 +209,9 @@ void local_reset(bool free_memory)
     exports = limbo = NULL;
     maps = maps_by_ptr = NULL;
     retiring = NULL;
-    limbo_count = 0;
+    __atomic_store_n(&limbo_count, 0, __ATOMIC_RELAXED);
     limbo_bytes = 0;
+    memset(filter, 0, sizeof filter);
     __atomic_store_n(&has_exports, 0, __ATOMIC_RELAXED);
 }
 

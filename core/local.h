@@ -60,6 +60,13 @@ void local_broadcast(void);
 /* True once this process has exported anything: one relaxed load. */
 bool local_has_exports(void);
 
+/* False when base is certainly not an export of this process: a counting
+ * filter read without the lock (false positives only). */
+bool local_maybe_export(uint64_t base);
+
+/* True when limbo is not empty; a relaxed load, no lock. */
+bool local_limbo_pending(void);
+
 struct local_export *local_export_find(uint64_t base);
 int local_export_add(struct local_export *e);  /* 0 or -ENOMEM; sets has_exports */
 void local_export_del(struct local_export *e); /* also leaves limbo; frees e */

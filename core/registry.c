@@ -391,6 +391,13 @@ bool reg_holder_alive(struct registry *r, uint32_t idx)
     return liveness_alive(r->fd, r->lock_base + idx, h->pid, h->start_time);
 }
 
+bool reg_holder_alive_quick(struct registry *r, uint32_t idx)
+{
+    struct reg_holder *h = reg_holder_at(r, idx);
+    if (!h || LOAD_STATE(h->state) != HOLDER_ACTIVE) return false;
+    return liveness_byte_locked(r->fd, r->lock_base + idx);
+}
+
 void reg_holder_sweep(struct registry *r, uint32_t idx)
 {
     struct reg_holder *h = reg_holder_at(r, idx);

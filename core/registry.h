@@ -171,6 +171,9 @@ void reg_holder_release(struct registry *r, uint32_t idx);
 
 /* Liveness of another holder (see liveness.h). A free slot is not alive. */
 bool reg_holder_alive(struct registry *r, uint32_t idx);
+/* The cheap half of the rule (one fcntl): false only when the holder's lock
+ * byte is certainly unheld. For hot paths; sweeps use reg_holder_alive. */
+bool reg_holder_alive_quick(struct registry *r, uint32_t idx);
 
 /* Drop every lease of a dead holder, orphan or recycle its blocks, free its
  * slot. Redo-safe. Lock held. */

@@ -9,11 +9,64 @@
  * uncounted, so one operation counts once, at the door it entered. */
 #include "shim.h"
 
-#include <stdatomic.h>
+#include <pthread.h>
+#include <stdlib.h>
 
 __thread int shim_depth __attribute__((tls_model("initial-exec")));
 
-static atomic_llong calls[SYM_COUNT][DOOR_COUNT];
+/* Call counters, per thread so that counting costs no locked instruction on
+ * the hot path. A thread's table joins the list on its first counted call;
+ * when the thread exits its counts move into `retired` and the table goes. */
+struct counts {
+    long long n[SYM_COUNT][DOOR_COUNT];
+    struct counts *next;
+};
+static __thread struct counts *thread_counts __attribute__((tls_model("initial-exec")));
+static struct counts *all_counts, retired;
+static pthread_mutex_t counts_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_key_t counts_key;
+static pthread_once_t counts_once = PTHREAD_ONCE_INIT;
+static struct counts fallback; /* when a table cannot be had: shared, racy */
+
+static void retire_counts(void *p)
+{
+    struct counts *c = p;
+    thread_counts = NULL; /* runs in the exiting thread itself */
+    pthread_mutex_lock(&counts_lock);
+    for (struct counts **pp = &all_counts; *pp; pp = &(*pp)->next)
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    for (int id = 0; id < SYM_COUNT; id++)
+        for (int d = 0; d < DOOR_COUNT; d++) retired.n[id][d] += c->n[id][d];
+    pthread_mutex_unlock(&counts_lock);
+    free(c);
+}
+
+static void make_counts_key(void) { pthread_key_create(&counts_key, retire_counts); }
+
+static struct counts *join_counts(void)
+{
+    struct counts *c = calloc(1, sizeof *c);
+    pthread_once(&counts_once, make_counts_key);
+    if (!c || pthread_setspecific(counts_key, c)) {
+        free(c);
+        return &fallback;
+    }
+    pthread_mutex_lock(&counts_lock);
+    c->next = all_counts;
+    all_counts = c;
+    pthread_mutex_unlock(&counts_lock);
+    return thread_counts = c;
+}
+
+static inline void count_call(enum symbol_id id, enum door door)
+{
+    struct counts *c = thread_counts;
+    if (__builtin_expect(!c, 0)) c = join_counts();
+    __atomic_store_n(&c->n[id][door], c->n[id][door] + 1, __ATOMIC_RELAXED);
+}
 
 static const char *const names[SYM_COUNT] = {
 #define RUNTIME(ret, name, params, args) #name,
@@ -43,8 +96,7 @@ static const char *const names[SYM_COUNT] = {
     {                                                                                             \
         if (shim_depth > 0 && !RUNS_NESTED(name)) return CALL_REAL_##kind(name, args);            \
         resolve_all();                                                                            \
-        if (shim_depth == 0)                                                                      \
-            atomic_fetch_add_explicit(&calls[SYM_##name][door], 1, memory_order_relaxed);        \
+        if (shim_depth == 0) count_call(SYM_##name, door);                                        \
         shim_depth++;                                                                             \
         ret result = do_##name args;                                                              \
         shim_depth--;                                                                             \
@@ -90,5 +142,9 @@ const char *entry_name(enum symbol_id id) { return names[id]; }
 
 long long entry_calls(enum symbol_id id, enum door door)
 {
-    return atomic_load_explicit(&calls[id][door], memory_order_relaxed);
+    pthread_mutex_lock(&counts_lock);
+    long long n = retired.n[id][door] + __atomic_load_n(&fallback.n[id][door], __ATOMIC_RELAXED);
+    for (struct counts *c = all_counts; c; c = c->next) n += __atomic_load_n(&c->n[id][door], __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&counts_lock);
+    return n;
 }

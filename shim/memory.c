@@ -73,12 +73,15 @@ static void synchronize_context(uint64_t ctx)
 
 /* After an allocation failed for lack of memory: collect limbo (expiring
  * old hand-offs early) and say whether a retry may now succeed. */
-static bool collect_for_retry(int result, const struct door_codes *codes)
+static bool collect_for_retry_slow(const struct door_codes *codes)
 {
-    if (!tracking || result != codes->out_of_memory) return false;
-    if (ipc_collect_pressure() <= 0) return false;
+    if (!tracking || ipc_collect_pressure() <= 0) return false;
     if (codes == &runtime_codes && real_cudaGetLastError) real_cudaGetLastError(); /* forget the failure */
     return true;
+}
+static inline bool collect_for_retry(int result, const struct door_codes *codes)
+{
+    return result == codes->out_of_memory && collect_for_retry_slow(codes);
 }
 
 /* Free: limbo, untracked, or a tracked block nothing holds. */

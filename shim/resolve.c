@@ -44,7 +44,7 @@ static void *(*real_dlsym)(void *, const char *);
 static pthread_once_t dlsym_once = PTHREAD_ONCE_INIT;
 static pthread_once_t all_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t runtime_lock = PTHREAD_MUTEX_INITIALIZER;
-static int resolved;
+int resolve_done;
 
 static void find_real_dlsym(void)
 {
@@ -129,14 +129,10 @@ static void resolve_once(void)
     resolve_driver();
     resolve_runtime();
     memory_init();
-    __atomic_store_n(&resolved, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&resolve_done, 1, __ATOMIC_RELEASE);
 }
 
-void resolve_all(void)
-{
-    if (__builtin_expect(__atomic_load_n(&resolved, __ATOMIC_ACQUIRE), 1)) return;
-    pthread_once(&all_once, resolve_once);
-}
+void resolve_once_slow(void) { pthread_once(&all_once, resolve_once); }
 
 void *resolve_redirect(const char *symbol, void *real, int cudaVersion, cuuint64_t flags)
 {

@@ -62,8 +62,14 @@ enum symbol_id {
 /* resolve.c */
 
 /* Resolve every real function once (thread-safe, idempotent, never fails:
- * missing functions stay NULL and one warning is logged). */
-void resolve_all(void);
+ * missing functions stay NULL and one warning is logged). The check is
+ * inline: it runs on every intercepted call. */
+extern int resolve_done;
+void resolve_once_slow(void);
+static inline void resolve_all(void)
+{
+    if (__builtin_expect(!__atomic_load_n(&resolve_done, __ATOMIC_ACQUIRE), 0)) resolve_once_slow();
+}
 
 /* Resolve the runtime's real functions again if libcudart was loaded after
  * the first attempt. Cheap when already resolved. */

@@ -25,10 +25,10 @@ static inline uint64_t now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
-#define CK(call)                                                                                  \
-    do {                                                                                          \
-        cudaError_t ck_ = (call);                                                                 \
-        if (ck_ != cudaSuccess) bench_die(#call, (int)ck_, __FILE__, __LINE__);                   \
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t ck_ = (call);                                                                  \
+        if (ck_ != cudaSuccess) bench_die(#call, (int)ck_, __FILE__, __LINE__);                    \
     } while (0)
 
 _Noreturn void bench_die(const char *what, int code, const char *file, int line);
@@ -102,5 +102,7 @@ struct probe_lock_stats {
 /* Fills reg (the ipcshim registry lock) and sim (the simulator's machine
  * lock); false when the probe is not loaded. */
 bool probe_stats(struct probe_lock_stats *reg, struct probe_lock_stats *sim);
+/* Zero the probe's counters (no-op without the probe). */
+void probe_reset(void);
 
 #endif

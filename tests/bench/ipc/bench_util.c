@@ -19,7 +19,8 @@ extern char **environ;
 
 _Noreturn void bench_die(const char *what, int code, const char *file, int line)
 {
-    fprintf(stderr, "ipc-bench[%d]: %s failed with %d (%s:%d)\n", (int)getpid(), what, code, file, line);
+    fprintf(stderr, "ipc-bench[%d]: %s failed with %d (%s:%d)\n", (int)getpid(), what, code, file,
+            line);
     fflush(stdout);
     _exit(2);
 }
@@ -50,7 +51,8 @@ double median(double *v, size_t n)
 void print_values(const char *key, const double *v, size_t n)
 {
     printf("%s:", key);
-    for (size_t i = 0; i < n; i++) printf(" %.1f", v[i]);
+    for (size_t i = 0; i < n; i++)
+        printf(" %.1f", v[i]);
     printf("\n");
     fflush(stdout);
 }
@@ -92,8 +94,10 @@ uint32_t door_wait(struct chan *c, int d, uint32_t seen, uint64_t spin_ns)
     for (unsigned i = 0;; i++) {
         if ((v = door_seq(c, d)) != seen) return v;
         if (!spin_ns || ((i & 63) == 0 && now_ns() > until)) break;
-        if (i & 1) sched_yield();
-        else __builtin_ia32_pause();
+        if (i & 1)
+            sched_yield();
+        else
+            __builtin_ia32_pause();
     }
     while ((v = door_seq(c, d)) == seen)
         syscall(SYS_futex, &c->doors[d].seq, FUTEX_WAIT, seen, NULL, NULL, 0);
@@ -144,10 +148,17 @@ uint64_t shim_frees_reclaimed(void)
 bool probe_stats(struct probe_lock_stats *reg, struct probe_lock_stats *sim)
 {
     void (*get)(struct probe_lock_stats *, struct probe_lock_stats *) =
-        (void (*)(struct probe_lock_stats *, struct probe_lock_stats *))dlsym(RTLD_DEFAULT, "ipcbench_probe_get");
+        (void (*)(struct probe_lock_stats *, struct probe_lock_stats *))dlsym(RTLD_DEFAULT,
+                                                                              "ipcbench_probe_get");
     memset(reg, 0, sizeof *reg);
     memset(sim, 0, sizeof *sim);
     if (!get) return false;
     get(reg, sim);
     return true;
+}
+
+void probe_reset(void)
+{
+    void (*reset)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "ipcbench_probe_reset");
+    if (reset) reset();
 }

@@ -9,7 +9,6 @@
  * the time a caller spent blocked on that lock, measured without touching
  * core/ or shim/. Counters are per process; the benchmark reads them with
  * dlsym(RTLD_DEFAULT, "ipcbench_probe_get"). */
-#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -22,6 +21,10 @@
 #include "bench.h"
 
 extern int __pthread_mutex_lock(pthread_mutex_t *m);
+
+/* glibc's kind bit for robust mutexes (PTHREAD_MUTEX_ROBUST_NORMAL_NP,
+ * internal to glibc; stable since robust mutexes exist). */
+#define ROBUST_KIND_BIT 16
 
 enum { KIND_OTHER, KIND_REGISTRY, KIND_SIM };
 
@@ -46,9 +49,12 @@ static uintptr_t parse_hex(const char **p)
     uintptr_t v = 0;
     for (;; (*p)++) {
         char ch = **p;
-        if (ch >= '0' && ch <= '9') v = v * 16 + (uintptr_t)(ch - '0');
-        else if (ch >= 'a' && ch <= 'f') v = v * 16 + (uintptr_t)(ch - 'a' + 10);
-        else return v;
+        if (ch >= '0' && ch <= '9')
+            v = v * 16 + (uintptr_t)(ch - '0');
+        else if (ch >= 'a' && ch <= 'f')
+            v = v * 16 + (uintptr_t)(ch - 'a' + 10);
+        else
+            return v;
     }
 }
 
@@ -77,8 +83,10 @@ static int classify(uintptr_t addr)
             p++;
             uintptr_t hi = parse_hex(&p);
             if (addr < lo || addr >= hi) continue;
-            if (strstr(line, "/ipcshim-")) kind = KIND_REGISTRY;
-            else if (strstr(line, "/simcuda-")) kind = KIND_SIM;
+            if (strstr(line, "/ipcshim-"))
+                kind = KIND_REGISTRY;
+            else if (strstr(line, "/simcuda-"))
+                kind = KIND_SIM;
             done = true;
         }
     }
@@ -89,7 +97,7 @@ static int classify(uintptr_t addr)
 static int kind_of(pthread_mutex_t *m)
 {
     /* Only robust mutexes can be the registry's or the simulator's. */
-    if (!(m->__data.__kind & PTHREAD_MUTEX_ROBUST_NORMAL_NP)) return KIND_OTHER;
+    if (!(m->__data.__kind & ROBUST_KIND_BIT)) return KIND_OTHER;
     uintptr_t a = (uintptr_t)m;
     for (int i = 0; i < CACHE; i++) {
         uintptr_t c = atomic_load_explicit(&cache[i], memory_order_relaxed);
@@ -134,8 +142,19 @@ static void get(struct counters *c, struct probe_lock_stats *out)
     out->over_1ms = atomic_load(&c->over_1ms);
 }
 
+__attribute__((visibility("default"))) void ipcbench_probe_reset(void)
+{
+    for (int k = 0; k < 3; k++) {
+        atomic_store(&counts[k].acquisitions, 0);
+        atomic_store(&counts[k].contended, 0);
+        atomic_store(&counts[k].wait_ns, 0);
+        atomic_store(&counts[k].max_wait_ns, 0);
+        atomic_store(&counts[k].over_1ms, 0);
+    }
+}
+
 __attribute__((visibility("default"))) void ipcbench_probe_get(struct probe_lock_stats *reg,
-                                                                struct probe_lock_stats *sim)
+                                                               struct probe_lock_stats *sim)
 {
     get(&counts[KIND_REGISTRY], reg);
     get(&counts[KIND_SIM], sim);

@@ -1,0 +1,573 @@
+/* ipc-bench: the figures of scripts/bench that concern CUDA IPC, as an
+ * ordinary CUDA runtime program. scripts/bench runs each figure twice in one
+ * session, with and without LD_PRELOAD=libipcshim.so, and compares.
+ *
+ *   ipc-bench alloc   [--pairs N] [--reps R] [--size B] [--export] [--once]
+ *   ipc-bench cycle   [--cycles N] [--reps R] [--size B]
+ *   ipc-bench scale   [--blocks N] [--sample K] [--rounds R] [--size B]
+ *   ipc-bench reclaim [--samples N] [--size B] [--scratch-us U] [--timeout-ms T]
+ *   ipc-bench storm   [--procs P] [--blocks B] [--seconds S] [--size B]
+ *
+ * Output: one "key: value value ..." line per figure quantity (times in ns
+ * unless the key says otherwise); scripts/bench parses them. Each figure's
+ * method is described in docs/performance.md. Children are this executable
+ * again (posix_spawn of /proc/self/exe), so they inherit LD_PRELOAD and the
+ * simulator's environment; parent and children share a memfd channel. */
+#include "bench.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { D_TO_CHILD, D_TO_PARENT, D_READY, D_GO }; /* doors */
+#define SPIN_NS 2000000ull                       /* busy-wait up to 2 ms before sleeping */
+
+struct args {
+    long pairs, reps, size, cycles, blocks, sample, rounds, samples, scratch_us, timeout_ms, procs;
+    double seconds;
+    bool export_one, once;
+};
+
+static void parse(int argc, char **argv, struct args *a)
+{
+    for (int i = 2; i < argc; i++) {
+        const char *k = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : "0";
+#define OPT(name, field)                                                                           \
+    if (!strcmp(k, "--" name)) {                                                                   \
+        a->field = strtol(v, NULL, 0);                                                             \
+        i++;                                                                                       \
+        continue;                                                                                  \
+    }
+        OPT("pairs", pairs) OPT("reps", reps) OPT("size", size) OPT("cycles", cycles);
+        OPT("blocks", blocks) OPT("sample", sample) OPT("rounds", rounds) OPT("samples", samples);
+        OPT("scratch-us", scratch_us) OPT("timeout-ms", timeout_ms) OPT("procs", procs);
+#undef OPT
+        if (!strcmp(k, "--seconds")) {
+            a->seconds = strtod(v, NULL);
+            i++;
+        } else if (!strcmp(k, "--export")) {
+            a->export_one = true;
+        } else if (!strcmp(k, "--once")) {
+            a->once = true;
+        } else {
+            fprintf(stderr, "ipc-bench: unknown option %s\n", k);
+            exit(2);
+        }
+    }
+}
+
+static char *fmt_long(char *buf, long v)
+{
+    sprintf(buf, "%ld", v);
+    return buf;
+}
+
+/* ---- figure 1: cudaMalloc + cudaFree pairs ------------------------------ */
+
+/* The measured loop; callgrind counts instructions inside it only
+ * (--toggle-collect=bench_alloc_loop), so the warm-up is a twin. */
+#define ALLOC_LOOP(name)                                                                           \
+    __attribute__((noinline)) void name(long n, size_t size)                                       \
+    {                                                                                              \
+        for (long i = 0; i < n; i++) {                                                             \
+            void *p;                                                                               \
+            CK(cudaMalloc(&p, size));                                                              \
+            CK(cudaFree(p));                                                                       \
+        }                                                                                          \
+    }
+ALLOC_LOOP(bench_alloc_loop)
+ALLOC_LOOP(bench_alloc_warmup)
+
+static int fig_alloc(const struct args *a)
+{
+    cuda_ready();
+    if (a->export_one) {
+        /* Make this an exporting process: the shim's free path then looks
+         * every pointer up instead of answering from one flag. */
+        void *p;
+        cudaIpcMemHandle_t h;
+        CK(cudaMalloc(&p, 4096));
+        CK(cudaIpcGetMemHandle(&h, p));
+    }
+    bench_alloc_warmup(1000, (size_t)a->size); /* warm-up: resolution, caches */
+    if (a->once) {
+        bench_alloc_loop(a->pairs, (size_t)a->size);
+        printf("alloc_once: %ld\n", a->pairs);
+        return 0;
+    }
+    double *v = calloc((size_t)a->reps, sizeof *v);
+    for (long r = 0; r < a->reps; r++) {
+        uint64_t t0 = now_ns();
+        bench_alloc_loop(a->pairs, (size_t)a->size);
+        v[r] = (double)(now_ns() - t0) / (double)a->pairs;
+    }
+    print_values("alloc_ns", v, (size_t)a->reps);
+    free(v);
+    return 0;
+}
+
+/* ---- figure 2: export -> open -> read -> close -> free ------------------ */
+
+enum { CY_OPEN, CY_READ, CY_CLOSE }; /* child's stamps */
+
+static int cycle_child(struct chan *c, size_t size)
+{
+    cuda_ready();
+    void *host = malloc(size);
+    uint32_t seen = door_seq(c, D_TO_CHILD);
+    door_open(c, D_READY);
+    for (;;) {
+        seen = door_wait(c, D_TO_CHILD, seen, SPIN_NS);
+        if (atomic_load(&c->go)) break; /* stop */
+        cudaIpcMemHandle_t h;
+        void *p;
+        memcpy(&h, c->handle, sizeof h);
+        uint64_t t0 = now_ns();
+        CK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
+        uint64_t t1 = now_ns();
+        CK(cudaMemcpy(host, p, size, cudaMemcpyDeviceToHost));
+        uint64_t t2 = now_ns();
+        CK(cudaIpcCloseMemHandle(p));
+        uint64_t t3 = now_ns();
+        c->stamp[CY_OPEN] = t1 - t0;
+        c->stamp[CY_READ] = t2 - t1;
+        c->stamp[CY_CLOSE] = t3 - t2;
+        door_open(c, D_TO_PARENT);
+    }
+    free(host);
+    return 0;
+}
+
+static int fig_cycle(const struct args *a, const char *self)
+{
+    cuda_ready();
+    int fd;
+    struct chan *c = chan_create(0, &fd);
+    char fds[32], sz[32];
+    char *argv[] = {(char *)self, "cycle-child", fmt_long(fds, fd), fmt_long(sz, a->size), NULL};
+    uint32_t ready = door_seq(c, D_READY);
+    int pid = spawn_self(argv);
+    door_wait(c, D_READY, ready, 0);
+
+    long warm = a->cycles / 10 + 10, total = warm + a->cycles;
+    enum { ALLOC, EXPORT, OPEN, READ, CLOSE, FREE, CYCLE, NOPS };
+    static const char *names[NOPS] = {"alloc", "export", "open", "read", "close", "free", "cycle"};
+    double *t[NOPS];
+    for (int k = 0; k < NOPS; k++)
+        t[k] = calloc((size_t)a->cycles, sizeof(double));
+    uint32_t seen = door_seq(c, D_TO_PARENT);
+    for (long i = 0; i < total; i++) {
+        void *p;
+        cudaIpcMemHandle_t h;
+        uint64_t t0 = now_ns();
+        CK(cudaMalloc(&p, (size_t)a->size));
+        uint64_t t1 = now_ns();
+        CK(cudaIpcGetMemHandle(&h, p));
+        uint64_t t2 = now_ns();
+        memcpy(c->handle, &h, sizeof h);
+        door_open(c, D_TO_CHILD);
+        seen = door_wait(c, D_TO_PARENT, seen, SPIN_NS);
+        uint64_t t3 = now_ns();
+        CK(cudaFree(p));
+        uint64_t t4 = now_ns();
+        if (i < warm) continue;
+        long j = i - warm;
+        t[ALLOC][j] = (double)(t1 - t0);
+        t[EXPORT][j] = (double)(t2 - t1);
+        t[OPEN][j] = (double)c->stamp[CY_OPEN];
+        t[READ][j] = (double)c->stamp[CY_READ];
+        t[CLOSE][j] = (double)c->stamp[CY_CLOSE];
+        t[FREE][j] = (double)(t4 - t3);
+        t[CYCLE][j] = (double)(t4 - t0);
+    }
+    atomic_store(&c->go, 1);
+    door_open(c, D_TO_CHILD);
+    int status = wait_child(pid);
+
+    /* The cycle: the median of each repetition (consecutive slices). */
+    long per = a->cycles / a->reps;
+    double *reps = calloc((size_t)a->reps, sizeof *reps);
+    for (long r = 0; r < a->reps; r++) {
+        double *slice = malloc((size_t)per * sizeof *slice);
+        memcpy(slice, t[CYCLE] + r * per, (size_t)per * sizeof *slice);
+        reps[r] = median(slice, (size_t)per);
+        free(slice);
+    }
+    print_values("cycle_ns", reps, (size_t)a->reps);
+    for (int k = 0; k < NOPS - 1; k++) {
+        char key[32];
+        double m = median(t[k], (size_t)a->cycles);
+        snprintf(key, sizeof key, "cycle_%s_ns", names[k]);
+        print_values(key, &m, 1);
+    }
+    return status ? 2 : 0;
+}
+
+/* ---- figure 3: open + close with N live exported blocks ---------------- */
+
+static int scale_child(struct chan *c, long n, long k, long rounds)
+{
+    cuda_ready();
+    long *pick = calloc((size_t)k, sizeof *pick);
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (long i = 0; i < k; i++) { /* k distinct blocks spread over all n */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        pick[i] =
+            k >= n ? i : (long)(((double)i + (double)(x % 1000) / 1000.0) * (double)n / (double)k);
+        if (pick[i] >= n) pick[i] = n - 1;
+    }
+    for (long i = k - 1; i > 0; i--) { /* visit them in a scrambled order */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        long j = (long)(x % (uint64_t)(i + 1)), tmp = pick[i];
+        pick[i] = pick[j], pick[j] = tmp;
+    }
+    double *pair = calloc((size_t)k, sizeof *pair), *op = calloc((size_t)k, sizeof *op),
+           *cl = calloc((size_t)k, sizeof *cl);
+    double *rp = calloc((size_t)rounds, sizeof *rp), *ro = calloc((size_t)rounds, sizeof *ro),
+           *rc = calloc((size_t)rounds, sizeof *rc);
+    for (long r = -1; r < rounds; r++) { /* round -1: warm-up, not counted */
+        for (long i = 0; i < k; i++) {
+            cudaIpcMemHandle_t h;
+            void *p;
+            memcpy(&h, c->data + (size_t)pick[i] * 64, sizeof h);
+            uint64_t t0 = now_ns();
+            CK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
+            uint64_t t1 = now_ns();
+            CK(cudaIpcCloseMemHandle(p));
+            uint64_t t2 = now_ns();
+            pair[i] = (double)(t2 - t0);
+            op[i] = (double)(t1 - t0);
+            cl[i] = (double)(t2 - t1);
+        }
+        if (r < 0) continue;
+        rp[r] = median(pair, (size_t)k);
+        ro[r] = median(op, (size_t)k);
+        rc[r] = median(cl, (size_t)k);
+    }
+    print_values("scale_ns", rp, (size_t)rounds);
+    print_values("scale_open_ns", ro, (size_t)rounds);
+    print_values("scale_close_ns", rc, (size_t)rounds);
+    return 0;
+}
+
+static int fig_scale(const struct args *a, const char *self)
+{
+    cuda_ready();
+    int fd;
+    struct chan *c = chan_create((size_t)a->blocks * 64, &fd);
+    /* Block 0 first, untimed: the shim creates the registry (sized for
+     * IPCSHIM_MAX_BLOCKS) and starts its collector on the first export. */
+    for (long i = 0; i < 1; i++) {
+        void *p;
+        cudaIpcMemHandle_t h;
+        CK(cudaMalloc(&p, (size_t)a->size));
+        CK(cudaIpcGetMemHandle(&h, p));
+        memcpy(c->data, &h, 64);
+    }
+    uint64_t t0 = now_ns();
+    for (long i = 1; i < a->blocks; i++) {
+        void *p;
+        cudaIpcMemHandle_t h;
+        CK(cudaMalloc(&p, (size_t)a->size));
+        CK(cudaIpcGetMemHandle(&h, p));
+        memcpy(c->data + (size_t)i * 64, &h, 64);
+    }
+    double setup = (double)(now_ns() - t0);
+    double per_export = a->blocks > 1 ? setup / (double)(a->blocks - 1) : 0;
+    print_values("scale_setup_ms", (double[]){setup / 1e6}, 1);
+    print_values("scale_setup_per_block_ns", &per_export, 1);
+    fflush(stdout);
+    char fds[32], n[32], k[32], r[32];
+    long sample = a->sample < a->blocks ? a->sample : a->blocks;
+    char *argv[] = {(char *)self,
+                    "scale-child",
+                    fmt_long(fds, fd),
+                    fmt_long(n, a->blocks),
+                    fmt_long(k, sample),
+                    fmt_long(r, a->rounds),
+                    NULL};
+    int status = wait_child(spawn_self(argv));
+    /* The blocks stay exported and unfreed: exiting releases them. */
+    return status ? 2 : 0;
+}
+
+/* ---- figure 4: last close -> real free ---------------------------------- */
+
+enum { RC_CLOSE_AT }; /* child's stamp: CLOCK_MONOTONIC just before its close */
+
+static int reclaim_child(struct chan *c)
+{
+    cuda_ready();
+    uint32_t seen = door_seq(c, D_TO_CHILD);
+    door_open(c, D_READY);
+    for (;;) {
+        /* 1: open the handle in c->handle */
+        seen = door_wait(c, D_TO_CHILD, seen, 0);
+        if (atomic_load(&c->go)) break;
+        cudaIpcMemHandle_t h;
+        void *p;
+        memcpy(&h, c->handle, sizeof h);
+        CK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
+        door_open(c, D_TO_PARENT);
+        /* 2: close it (sleeping meanwhile: the exporter's threads get the CPUs) */
+        seen = door_wait(c, D_TO_CHILD, seen, 0);
+        __atomic_store_n(&c->stamp[RC_CLOSE_AT], now_ns(), __ATOMIC_RELEASE);
+        CK(cudaIpcCloseMemHandle(p));
+        door_open(c, D_TO_PARENT);
+    }
+    return 0;
+}
+
+static int fig_reclaim(const struct args *a, const char *self)
+{
+    cuda_ready();
+    bool shim = shim_loaded();
+    int fd;
+    struct chan *c = chan_create(0, &fd);
+    char fds[32];
+    char *argv[] = {(char *)self, "reclaim-child", fmt_long(fds, fd), NULL};
+    uint32_t ready = door_seq(c, D_READY);
+    int pid = spawn_self(argv);
+    door_wait(c, D_READY, ready, 0);
+    double *lat = calloc((size_t)a->samples, sizeof *lat);
+    long missed = 0;
+    uint32_t seen = door_seq(c, D_TO_PARENT);
+    uint64_t next_scratch = now_ns();
+    for (long i = 0; i < a->samples; i++) {
+        void *p;
+        cudaIpcMemHandle_t h;
+        CK(cudaMalloc(&p, (size_t)a->size));
+        CK(cudaIpcGetMemHandle(&h, p));
+        memcpy(c->handle, &h, sizeof h);
+        door_open(c, D_TO_CHILD);
+        seen = door_wait(c, D_TO_PARENT, seen, SPIN_NS); /* opened */
+        uint64_t t_free;
+        if (shim) {
+            /* Free while the child holds it: limbo. Then the child closes;
+             * we watch for the shim's real free (frees_reclaimed) while
+             * the program goes on with its own untracked allocations. */
+            uint64_t before = shim_frees_reclaimed();
+            CK(cudaFree(p));
+            door_open(c, D_TO_CHILD);
+            uint64_t deadline = now_ns() + (uint64_t)a->timeout_ms * 1000000ull;
+            for (;;) {
+                if (shim_frees_reclaimed() != before) {
+                    t_free = now_ns();
+                    break;
+                }
+                uint64_t t = now_ns();
+                if (t > deadline) {
+                    t_free = t;
+                    missed++;
+                    break;
+                }
+                if (a->scratch_us > 0 && t >= next_scratch) {
+                    void *s;
+                    CK(cudaMalloc(&s, 512));
+                    CK(cudaFree(s));
+                    next_scratch = t + (uint64_t)a->scratch_us * 1000ull;
+                }
+                sched_yield();
+            }
+            seen = door_wait(c, D_TO_PARENT, seen, SPIN_NS); /* closed */
+        } else {
+            /* Without the shim a correct program must wait for the
+             * importer's word before freeing: close, message, free. */
+            door_open(c, D_TO_CHILD);
+            seen = door_wait(c, D_TO_PARENT, seen, SPIN_NS);
+            CK(cudaFree(p));
+            t_free = now_ns();
+        }
+        uint64_t t_close = __atomic_load_n(&c->stamp[RC_CLOSE_AT], __ATOMIC_ACQUIRE);
+        lat[i] = (double)(t_free - t_close) / 1e3;
+    }
+    atomic_store(&c->go, 1);
+    door_open(c, D_TO_CHILD);
+    int status = wait_child(pid);
+    print_values("reclaim_us", lat, (size_t)a->samples);
+    double m = median(lat, (size_t)a->samples), p99 = quantile(lat, (size_t)a->samples, 0.99);
+    print_values("reclaim_median_us", &m, 1);
+    print_values("reclaim_p99_us", &p99, 1);
+    print_values("reclaim_missed", (double[]){(double)missed}, 1);
+    return status ? 2 : 0;
+}
+
+/* ---- figure 5: P importers opening and closing the same blocks ---------- */
+
+enum {
+    ST_OPS,
+    ST_MAX_NS,
+    ST_OVER_1MS,
+    ST_REG_CONT,
+    ST_REG_MAX,
+    ST_REG_OVER,
+    ST_REG_ACQ,
+    ST_SIM_CONT,
+    ST_SIM_MAX,
+    ST_SIM_OVER,
+    ST_REG_WAIT,
+    ST_SIM_WAIT,
+    ST_PROBE
+};
+
+static int storm_child(struct chan *c, long idx, long blocks)
+{
+    cuda_ready();
+    atomic_fetch_add(&c->ready, 1);
+    door_open(c, D_READY);
+    uint32_t go = 0;
+    while (!atomic_load(&c->go))
+        go = door_wait(c, D_GO, go, 0);
+    uint64_t stop = atomic_load(&c->t_stop_ns), max = 0, ops = 0, over = 0;
+    struct probe_lock_stats reg0, sim0, reg, sim;
+    probe_reset(); /* count the storm window only, not start-up */
+    probe_stats(&reg0, &sim0);
+    for (long k = 0;; k++) {
+        uint64_t t0 = now_ns();
+        if (t0 >= stop) break;
+        cudaIpcMemHandle_t h;
+        void *p;
+        memcpy(&h, c->data + (size_t)((idx + k) % blocks) * 64, sizeof h);
+        CK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
+        uint64_t t1 = now_ns();
+        CK(cudaIpcCloseMemHandle(p));
+        uint64_t t2 = now_ns();
+        uint64_t d1 = t1 - t0, d2 = t2 - t1;
+        if (d1 > max) max = d1;
+        if (d2 > max) max = d2;
+        over += (d1 > 1000000) + (d2 > 1000000);
+        ops += 2;
+    }
+    bool probe = probe_stats(&reg, &sim);
+    double *s = c->slot[idx];
+    s[ST_OPS] = (double)ops;
+    s[ST_MAX_NS] = (double)max;
+    s[ST_OVER_1MS] = (double)over;
+    s[ST_REG_ACQ] = (double)(reg.acquisitions - reg0.acquisitions);
+    s[ST_REG_CONT] = (double)(reg.contended - reg0.contended);
+    s[ST_REG_MAX] = (double)reg.max_wait_ns;
+    s[ST_REG_OVER] = (double)(reg.over_1ms - reg0.over_1ms);
+    s[ST_REG_WAIT] = (double)(reg.wait_ns - reg0.wait_ns);
+    s[ST_SIM_CONT] = (double)(sim.contended - sim0.contended);
+    s[ST_SIM_MAX] = (double)sim.max_wait_ns;
+    s[ST_SIM_OVER] = (double)(sim.over_1ms - sim0.over_1ms);
+    s[ST_SIM_WAIT] = (double)(sim.wait_ns - sim0.wait_ns);
+    s[ST_PROBE] = probe;
+    return 0;
+}
+
+static int fig_storm(const struct args *a, const char *self)
+{
+    cuda_ready();
+    if (a->procs > CHAN_SLOTS) bench_die("--procs above 128", (int)a->procs, __FILE__, __LINE__);
+    int fd;
+    struct chan *c = chan_create((size_t)a->blocks * 64, &fd);
+    for (long i = 0; i < a->blocks; i++) {
+        void *p;
+        cudaIpcMemHandle_t h;
+        CK(cudaMalloc(&p, (size_t)a->size));
+        CK(cudaIpcGetMemHandle(&h, p));
+        memcpy(c->data + (size_t)i * 64, &h, 64);
+    }
+    int *pids = calloc((size_t)a->procs, sizeof *pids);
+    char fds[32], bl[32];
+    uint64_t t_spawn = now_ns();
+    for (long i = 0; i < a->procs; i++) {
+        char idx[32];
+        char *argv[] = {(char *)self,     "storm-child",           fmt_long(fds, fd),
+                        fmt_long(idx, i), fmt_long(bl, a->blocks), NULL};
+        pids[i] = spawn_self(argv);
+    }
+    uint32_t seen = door_seq(c, D_READY);
+    while (atomic_load(&c->ready) < (uint32_t)a->procs)
+        seen = door_wait(c, D_READY, seen, 0);
+    double startup_ms = (double)(now_ns() - t_spawn) / 1e6;
+    uint64_t t0 = now_ns();
+    atomic_store(&c->t_start_ns, t0);
+    atomic_store(&c->t_stop_ns, t0 + (uint64_t)(a->seconds * 1e9));
+    atomic_store(&c->go, 1);
+    door_open(c, D_GO);
+    int status = 0;
+    for (long i = 0; i < a->procs; i++)
+        status |= wait_child(pids[i]) != 0;
+    double elapsed = (double)(now_ns() - t0) / 1e9;
+    double ops = 0, max = 0, over = 0, v[ST_PROBE + 1] = {0};
+    for (long i = 0; i < a->procs; i++) {
+        double *s = c->slot[i];
+        ops += s[ST_OPS];
+        over += s[ST_OVER_1MS];
+        if (s[ST_MAX_NS] > max) max = s[ST_MAX_NS];
+        for (int k = ST_REG_CONT; k <= ST_PROBE; k++) {
+            if (k == ST_REG_MAX || k == ST_SIM_MAX)
+                v[k] = s[k] > v[k] ? s[k] : v[k];
+            else
+                v[k] += s[k];
+        }
+    }
+    (void)elapsed;
+    print_values("storm_startup_ms", &startup_ms, 1);
+    print_values("storm_ops_per_s", (double[]){ops / a->seconds}, 1);
+    print_values("storm_max_call_us", (double[]){max / 1e3}, 1);
+    print_values("storm_calls_over_1ms", &over, 1);
+    print_values("storm_calls", &ops, 1);
+    if (v[ST_PROBE] > 0) {
+        print_values("storm_reg_lock_acquisitions", &v[ST_REG_ACQ], 1);
+        print_values("storm_reg_lock_contended", &v[ST_REG_CONT], 1);
+        print_values("storm_reg_lock_max_wait_us", (double[]){v[ST_REG_MAX] / 1e3}, 1);
+        print_values("storm_reg_lock_waits_over_1ms", &v[ST_REG_OVER], 1);
+        print_values("storm_reg_lock_wait_total_ms", (double[]){v[ST_REG_WAIT] / 1e6}, 1);
+        print_values("storm_sim_lock_contended", &v[ST_SIM_CONT], 1);
+        print_values("storm_sim_lock_max_wait_us", (double[]){v[ST_SIM_MAX] / 1e3}, 1);
+        print_values("storm_sim_lock_waits_over_1ms", &v[ST_SIM_OVER], 1);
+        print_values("storm_sim_lock_wait_total_ms", (double[]){v[ST_SIM_WAIT] / 1e6}, 1);
+    }
+    return status ? 2 : 0;
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 2) {
+        fprintf(stderr, "usage: ipc-bench alloc|cycle|scale|reclaim|storm [options]\n");
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "cycle-child"))
+        return cycle_child(chan_attach(atoi(argv[2])), (size_t)atol(argv[3]));
+    if (!strcmp(cmd, "scale-child"))
+        return scale_child(chan_attach(atoi(argv[2])), atol(argv[3]), atol(argv[4]), atol(argv[5]));
+    if (!strcmp(cmd, "reclaim-child")) return reclaim_child(chan_attach(atoi(argv[2])));
+    if (!strcmp(cmd, "storm-child"))
+        return storm_child(chan_attach(atoi(argv[2])), atol(argv[3]), atol(argv[4]));
+
+    struct args a = {.pairs = 100000,
+                     .reps = 7,
+                     .size = 4096,
+                     .cycles = 2000,
+                     .blocks = 1000,
+                     .sample = 1000,
+                     .rounds = 5,
+                     .samples = 200,
+                     .scratch_us = 1000,
+                     .timeout_ms = 2000,
+                     .procs = 64,
+                     .seconds = 1.0};
+    if (!strcmp(cmd, "scale")) a.size = 512;
+    if (!strcmp(cmd, "storm")) a.blocks = 8;
+    parse(argc, argv, &a);
+    if (a.reps < 1) a.reps = 1;
+    if (a.cycles < a.reps) a.cycles = a.reps;
+    if (!strcmp(cmd, "alloc")) return fig_alloc(&a);
+    if (!strcmp(cmd, "cycle")) return fig_cycle(&a, argv[0]);
+    if (!strcmp(cmd, "scale")) return fig_scale(&a, argv[0]);
+    if (!strcmp(cmd, "reclaim")) return fig_reclaim(&a, argv[0]);
+    if (!strcmp(cmd, "storm")) return fig_storm(&a, argv[0]);
+    fprintf(stderr, "ipc-bench: unknown figure %s\n", cmd);
+    return 2;
+}
