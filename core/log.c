@@ -28,15 +28,25 @@ void log_configure(int new_level, const char *file)
 
 bool log_enabled(int l) { return l <= level; }
 
-static void vlog(int l, const char *fmt, va_list ap)
+static void vlog_named(const char *name, const char *fmt, va_list ap)
 {
     char line[1024];
-    int n = snprintf(line, sizeof line, "ipcshim[%d]: %s: ", (int)getpid(), names[l]);
+    int n = snprintf(line, sizeof line, "ipcshim[%d]: %s: ", (int)getpid(), name);
     n += vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     if (n > (int)sizeof line - 2) n = (int)sizeof line - 2;
     line[n++] = '\n';
     ssize_t ignored = write(fd, line, (size_t)n);
     (void)ignored;
+}
+
+static void vlog(int l, const char *fmt, va_list ap) { vlog_named(names[l], fmt, ap); }
+
+void log_report(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog_named("report", fmt, ap);
+    va_end(ap);
 }
 
 void log_msg(int l, const char *fmt, ...)

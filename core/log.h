@@ -13,6 +13,10 @@ void log_configure(int level, const char *file);
 /* True when messages of this level are printed. */
 bool log_enabled(int level);
 
+/* A line printed whatever the level, labelled "report" (the IPCSHIM_STATS
+ * exit summary). */
+void log_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Print one line at the given level, if enabled. */
 void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

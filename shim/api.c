@@ -78,7 +78,7 @@ __attribute__((destructor)) static void report_at_exit(void)
     struct ipcshim_stats s;
     fill_stats(&s);
     if (!s.calls_runtime && !s.calls_driver && !s.calls_resolver) return;
-    log_msg(LOG_ERROR, "stats: exports %llu, opens %llu, closes %llu, deferred frees %llu, "
+    log_report("exports %llu, opens %llu, closes %llu, deferred frees %llu, "
             "reclaimed %llu blocks (%llu bytes), still in limbo %llu, longest limbo %.3f ms, "
             "hand-offs expired %llu",
             (unsigned long long)s.exports, (unsigned long long)s.opens, (unsigned long long)s.closes,
@@ -88,5 +88,5 @@ __attribute__((destructor)) static void report_at_exit(void)
     for (int id = 0; id < SYM_COUNT; id++)
         for (int d = 0; d < DOOR_COUNT; d++)
             if (entry_calls(id, d))
-                log_msg(LOG_ERROR, "stats: %s via %s: %lld", entry_name(id), door_names[d], entry_calls(id, d));
+                log_report("calls %s via %s: %lld", entry_name(id), door_names[d], entry_calls(id, d));
 }

@@ -40,8 +40,7 @@ static const struct device_ops device_ops = {.free_block = free_block};
 void memory_init(void)
 {
     const struct options *o = options_get();
-    tracking = !o->disable && real_cuMemFree_v2 && real_cuMemGetAddressRange_v2 && real_cuPointerGetAttribute &&
-               real_cuCtxGetCurrent;
+    tracking = !o->disable && real_cuMemFree_v2 && real_cuPointerGetAttributes && real_cuCtxGetCurrent;
     if (!o->disable && !tracking) LOG_ONCE(LOG_WARN, "driver functions missing; passing every call through");
     if (tracking) ipc_init(&device_ops);
 }
@@ -64,8 +63,11 @@ static uint64_t current_context(bool runtime_door)
 static void synchronize_context(uint64_t ctx)
 {
     if (!options_get()->close_sync || !ctx || !real_cuCtxSynchronize) return;
-    CUcontext previous;
-    if (real_cuCtxPushCurrent_v2 && real_cuCtxPushCurrent_v2((CUcontext)ctx) == CUDA_SUCCESS) {
+    CUcontext previous = NULL;
+    real_cuCtxGetCurrent(&previous);
+    if ((uint64_t)previous == ctx) {
+        real_cuCtxSynchronize();
+    } else if (real_cuCtxPushCurrent_v2 && real_cuCtxPushCurrent_v2((CUcontext)ctx) == CUDA_SUCCESS) {
         real_cuCtxSynchronize();
         real_cuCtxPopCurrent_v2(&previous);
     }
@@ -98,17 +100,18 @@ static int op_free(uint64_t ptr, int (*real_free)(uint64_t), const struct door_c
 /* Export: the real get-handle, then the block is recorded by its base. */
 static void note_export(const void *handle, uint64_t ptr)
 {
-    CUdeviceptr base;
-    size_t size;
+    CUdeviceptr base = 0;
+    size_t size = 0;
     CUcontext ctx = NULL;
     int device = -1;
-    if (real_cuMemGetAddressRange_v2(&base, &size, (CUdeviceptr)ptr) != CUDA_SUCCESS) {
+    CUpointer_attribute what[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                  CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+    void *into[] = {&base, &size, &ctx, &device};
+    if (real_cuPointerGetAttributes(4, what, into, (CUdeviceptr)ptr) != CUDA_SUCCESS || !base || !size) {
         LOG_RATE(LOG_WARN, "cannot find the allocation of exported pointer %#llx; left untracked",
                  (unsigned long long)ptr);
         return;
     }
-    real_cuPointerGetAttribute(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)ptr);
-    real_cuPointerGetAttribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)ptr);
     struct ipc_handle h;
     memcpy(h.bytes, handle, sizeof h.bytes);
     if (ipc_export(&h, base, size, device, (uint64_t)ctx) == 0) api_at_first_use();

@@ -4,8 +4,17 @@
  * Per-process state lives here: contexts (a per-thread current-context
  * stack), streams and events (all work is synchronous, so they only need to
  * exist), pinned host allocations (plain memory), the table of opened IPC
- * mappings, the kernel-launch log, the fault-injection counters. Shared
- * state (devices, allocations, ownership) lives in sim_state.c.
+ * mappings, modules and functions (kernel names and parameter layouts
+ * parsed from the image by sim_image.c; code is never run), the
+ * kernel-launch log, the fault-injection counters. Shared state (devices,
+ * allocations, ownership, managed residency) lives in sim_state.c.
+ *
+ * Managed memory: a launch whose parameters point into a managed allocation
+ * that is not resident on the launch's device counts a fault and migrates
+ * it there (sim_managed_move_locked), as a GPU's first touch would. The
+ * parameters are read with the function's layout (cuFuncGetParamInfo's
+ * answer); without a layout only an `extra` parameter buffer can be read,
+ * because kernelParams gives pointers but no sizes.
  *
  * Every handle a caller passes in (context, stream, event) is looked up in a
  * registry before it is dereferenced, and every device pointer is checked
@@ -21,6 +30,7 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
+#include "sim_image.h"
 #include "sim_state.h"
 
 #include <errno.h>
@@ -44,7 +54,7 @@ static int g_hash_oom;
 
 /* ---- registry of contexts, streams and events ---- */
 
-enum obj_kind { OBJ_CTX = 1, OBJ_STREAM, OBJ_EVENT };
+enum obj_kind { OBJ_CTX = 1, OBJ_STREAM, OBJ_EVENT, OBJ_MODULE, OBJ_FUNCTION };
 
 struct obj {
     void *key; /* the object's own address: the handle given to the caller */
@@ -75,6 +85,23 @@ struct sim_event {
     int recorded;
     struct timespec when;
     uint64_t serial;
+};
+
+/* Modules belong to the process, not to a context, and are never freed:
+ * cuModuleUnload marks a module and its functions dead (later use is
+ * CUDA_ERROR_INVALID_HANDLE), so a stale handle is always safe to look at. */
+struct sim_module {
+    struct obj o;
+    struct sim_image img;
+    struct sim_function **funcs; /* by kernel index, made on first get */
+    int dead;
+};
+
+struct sim_function {
+    struct obj o;
+    struct sim_module *mod;
+    const struct sim_kernel *k; /* in mod->img */
+    int dead;
 };
 
 /* An IPC mapping opened in this process. */
@@ -298,8 +325,18 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
             fprintf(stderr, "simcuda[%d]: ignoring %s=%s (want 512..256G)\n", (int)getpid(),
                     SIMCUDA_ENV_DEVICE_MEMORY, mem);
     }
+    uint64_t managed = capacity > SIM_MAX_CAPACITY / 4 ? SIM_MAX_CAPACITY : capacity * 4;
+    const char *mm = getenv(SIMCUDA_ENV_MANAGED_MEMORY);
+    if (mm && *mm) {
+        uint64_t v;
+        if (sim_parse_size(mm, &v) == 0 && v >= SIM_GRANULE && v <= SIM_MAX_CAPACITY)
+            managed = v;
+        else
+            fprintf(stderr, "simcuda[%d]: ignoring %s=%s (want 512..256G)\n", (int)getpid(),
+                    SIMCUDA_ENV_MANAGED_MEMORY, mm);
+    }
     pthread_mutex_lock(&g_lock);
-    int rc = sim_attach(name, ndev, capacity);
+    int rc = sim_attach(name, ndev, capacity, managed);
     if (rc == SIM_OK) {
         static const char *const fail_env[SIMCUDA_FAULT_COUNT] = {
             SIMCUDA_ENV_FAIL_ALLOC, SIMCUDA_ENV_FAIL_IPC_GET, SIMCUDA_ENV_FAIL_IPC_OPEN,
@@ -1091,7 +1128,7 @@ static enum ptr_kind classify(CUdeviceptr p, struct ptr_info *out)
         if (i != SIM_NO_INDEX && sim_is_mine(sim_entry(i))) {
             struct sim_alloc *a = sim_entry(i);
             out->kind = PTR_DEVICE;
-            out->dev = (unsigned)dev;
+            out->dev = (a->flags & SIM_F_MANAGED) ? a->home : (unsigned)dev;
             out->base = (CUdeviceptr)(uintptr_t)(win + a->offset);
             out->size = a->size;
             out->serial = a->serial;
@@ -1168,6 +1205,8 @@ static CUresult check_range(CUdeviceptr p, size_t n, enum access mode)
 
 /* ---- device memory ---- */
 
+/* Ordinary allocations come from the current device's pool, managed ones
+ * (flags SIM_F_MANAGED) from the managed pool, resident on the host. */
 static CUresult mem_alloc(CUdeviceptr *dptr, size_t bytesize, uint32_t flags)
 {
     ENTER();
@@ -1176,11 +1215,12 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t bytesize, uint32_t flags)
     if (!c) return CUDA_ERROR_INVALID_CONTEXT;
     if (bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
     if (fault(SIMCUDA_FAULT_ALLOC)) return CUDA_ERROR_OUT_OF_MEMORY;
-    uint8_t *win = sim_window(c->dev);
+    unsigned pool = (flags & SIM_F_MANAGED) ? SIM_POOL_MANAGED : c->dev;
+    uint8_t *win = sim_window(pool);
     if (!win) return CUDA_ERROR_OPERATING_SYSTEM;
     uint32_t index;
     uint64_t offset;
-    int rc = sim_alloc(c->dev, bytesize, c->id, flags, &index, &offset);
+    int rc = sim_alloc(pool, bytesize, c->id, flags, c->dev, &index, &offset);
     if (rc != SIM_OK) return rc == SIM_ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
     *dptr = (CUdeviceptr)(uintptr_t)(win + offset);
     count(&g_counts.allocs);
@@ -1230,7 +1270,8 @@ CUresult CUDAAPI cuMemGetInfo_v2(size_t *free, size_t *total)
     if (!c) return CUDA_ERROR_INVALID_CONTEXT;
     sim_lock();
     sim_sweep_locked();
-    uint64_t used = sim_m->dev[c->dev].used;
+    /* Managed memory resident on the device occupies it too. */
+    uint64_t used = sim_m->dev[c->dev].used + sim_m->dev[c->dev].managed;
     sim_unlock();
     if (free) *free = sim_m->capacity - used;
     if (total) *total = sim_m->capacity;
@@ -1266,8 +1307,10 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute attr, CUdevice
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
         *(CUdeviceptr *)data = known ? p : 0;
         break;
-    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        *(void **)data = pi->kind == PTR_HOST ? (void *)(uintptr_t)p : NULL;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: /* pinned and managed memory */
+        *(void **)data = pi->kind == PTR_HOST || (known && (pi->flags & SIM_F_MANAGED))
+                             ? (void *)(uintptr_t)p
+                             : NULL;
         break;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
     case CU_POINTER_ATTRIBUTE_MAPPED:
@@ -1320,7 +1363,8 @@ CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute
     struct ptr_info pi;
     enum ptr_kind k = classify(ptr, &pi);
     if (k == PTR_NONE || k == PTR_FOREIGN) return CUDA_ERROR_INVALID_VALUE;
-    if (attribute == CU_POINTER_ATTRIBUTE_HOST_POINTER && k != PTR_HOST)
+    if (attribute == CU_POINTER_ATTRIBUTE_HOST_POINTER && k != PTR_HOST &&
+        !(pi.flags & SIM_F_MANAGED))
         return CUDA_ERROR_INVALID_VALUE;
     return pointer_attribute(data, attribute, ptr, &pi);
 }
@@ -1621,6 +1665,177 @@ CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr_v1 *pbase, unsigned int *psize
         if (psize) *psize = (unsigned int)s;
     }
     return r;
+}
+
+/* ---- managed memory: prefetch and advice ---- */
+
+/* Residency is per allocation: a prefetch or advice on any part of an
+ * allocation applies to all of it. The range [p, p + count) must lie in
+ * managed allocations of this process (allocation after allocation; each
+ * one's 512-byte rounding counts as part of it). */
+
+enum managed_op { OP_MOVE, OP_ADVISE };
+
+struct advice {
+    CUmem_advise what;
+    int where; /* SIM_HOST or a device */
+};
+
+/* A CUmemLocation as SIM_HOST or a device ordinal; -3 if invalid.
+ * *bad is the error to report then. */
+static int location_of(CUmemLocation loc, CUresult *bad)
+{
+    switch (loc.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+        if (valid_device(loc.id)) return loc.id;
+        *bad = CUDA_ERROR_INVALID_DEVICE;
+        return -3;
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+        return SIM_HOST;
+    default:
+        *bad = CUDA_ERROR_INVALID_VALUE;
+        return -3;
+    }
+}
+
+/* A legacy CUdevice destination (CU_DEVICE_CPU = the host) as a location. */
+static CUmemLocation legacy_location(CUdevice d)
+{
+    CUmemLocation loc;
+    memset(&loc, 0, sizeof(loc));
+    loc.type = d == CU_DEVICE_CPU ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE;
+    loc.id = d == CU_DEVICE_CPU ? 0 : d;
+    if (d != CU_DEVICE_CPU && !valid_device(d)) loc.id = -1; /* invalid device */
+    return loc;
+}
+
+static void advise_locked(struct sim_alloc *a, const struct advice *adv)
+{
+    uint32_t bit = adv->where == SIM_HOST ? SIM_ACCESS_HOST : 1u << adv->where;
+    switch (adv->what) {
+    case CU_MEM_ADVISE_SET_READ_MOSTLY:
+        a->flags |= SIM_F_READ_MOSTLY;
+        break;
+    case CU_MEM_ADVISE_UNSET_READ_MOSTLY:
+        a->flags &= ~(uint32_t)SIM_F_READ_MOSTLY;
+        break;
+    case CU_MEM_ADVISE_SET_PREFERRED_LOCATION:
+        a->preferred = adv->where;
+        break;
+    case CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION:
+        a->preferred = SIM_NOWHERE;
+        break;
+    case CU_MEM_ADVISE_SET_ACCESSED_BY:
+        a->accessed_by |= bit;
+        break;
+    case CU_MEM_ADVISE_UNSET_ACCESSED_BY:
+        a->accessed_by &= ~bit;
+        break;
+    }
+}
+
+/* Checks that [p, p + count) is managed memory of this process, then moves
+ * (OP_MOVE, to `to`) or advises every allocation in it, under one hold of
+ * the machine mutex. */
+static CUresult managed_apply(CUdeviceptr p, size_t count, enum managed_op op, int to,
+                              const struct advice *adv)
+{
+    uint64_t off;
+    if (count == 0 || sim_window_of((uintptr_t)p, &off) != SIM_POOL_MANAGED ||
+        count > sim_m->managed_capacity - off)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t end = off + count;
+    CUresult r = CUDA_SUCCESS;
+    sim_lock();
+    for (int pass = 0; pass < 2 && r == CUDA_SUCCESS; pass++) {
+        for (uint64_t pos = off; pos < end;) {
+            uint32_t i = sim_find_locked(SIM_POOL_MANAGED, pos);
+            struct sim_alloc *a = i == SIM_NO_INDEX ? NULL : sim_entry(i);
+            if (!a || !sim_is_mine(a) || !(a->flags & SIM_F_MANAGED)) {
+                r = CUDA_ERROR_INVALID_VALUE;
+                break;
+            }
+            if (pass == 1) {
+                if (op == OP_MOVE)
+                    (void)sim_managed_move_locked(i, to); /* refused: stays, as pages do */
+                else
+                    advise_locked(a, adv);
+            }
+            pos = a->offset + a->rsize;
+        }
+    }
+    sim_unlock();
+    return r;
+}
+
+static CUresult prefetch(CUdeviceptr devPtr, size_t count, CUmemLocation location,
+                         unsigned int flags, CUstream hStream)
+{
+    ENTER();
+    if (!current_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+    CUresult r = check_stream(hStream);
+    if (r != CUDA_SUCCESS) return r;
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    int to = location_of(location, &r);
+    if (to == -3) return r;
+    return managed_apply(devPtr, count, OP_MOVE, to, NULL);
+}
+
+CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location,
+                                       unsigned int flags, CUstream hStream)
+{
+    return prefetch(devPtr, count, location, flags, hStream);
+}
+
+CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count,
+                                            CUmemLocation location, unsigned int flags,
+                                            CUstream hStream)
+{
+    return prefetch(devPtr, count, location, flags, hStream);
+}
+
+CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
+                                    CUstream hStream)
+{
+    return prefetch(devPtr, count, legacy_location(dstDevice), 0, hStream);
+}
+
+CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
+                                         CUstream hStream)
+{
+    return prefetch(devPtr, count, legacy_location(dstDevice), 0, hStream);
+}
+
+/* Advice is recorded (simcuda_managed_residency shows it) but changes no
+ * fault, migration or eviction decision. */
+CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
+                                CUmemLocation location)
+{
+    ENTER();
+    struct advice adv = {advice, SIM_HOST};
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    switch (advice) {
+    case CU_MEM_ADVISE_SET_READ_MOSTLY:
+    case CU_MEM_ADVISE_UNSET_READ_MOSTLY:
+    case CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION:
+        break; /* the location is ignored */
+    case CU_MEM_ADVISE_SET_PREFERRED_LOCATION:
+    case CU_MEM_ADVISE_SET_ACCESSED_BY:
+    case CU_MEM_ADVISE_UNSET_ACCESSED_BY:
+        adv.where = location_of(location, &r);
+        if (adv.where == -3) return r;
+        break;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return managed_apply(devPtr, count, OP_ADVISE, 0, &adv);
+}
+
+CUresult CUDAAPI cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device)
+{
+    return cuMemAdvise_v2(devPtr, count, advice, legacy_location(device));
 }
 
 /* ---- streams ---- */
@@ -1980,20 +2195,213 @@ CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
     return event_new(phEvent, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING);
 }
 
+/* ---- modules and functions: names and parameter layouts only ---- */
+
+static CUresult module_load(CUmodule *module, const void *image)
+{
+    ENTER();
+    if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
+    if (!current_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+    struct sim_module *m = calloc(1, sizeof(*m));
+    if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+    switch (sim_image_parse(image, &m->img)) {
+    case SIM_IMAGE_OK:
+        break;
+    case SIM_IMAGE_NOT_AN_IMAGE:
+        free(m);
+        return CUDA_ERROR_INVALID_IMAGE;
+    case SIM_IMAGE_NO_CODE:
+        free(m);
+        return CUDA_ERROR_NO_BINARY_FOR_GPU;
+    default:
+        free(m);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    m->funcs = calloc(m->img.nkernels + 1, sizeof(*m->funcs));
+    pthread_mutex_lock(&g_lock);
+    int rc = m->funcs ? obj_add(&m->o, OBJ_MODULE) : -1;
+    pthread_mutex_unlock(&g_lock);
+    if (rc < 0) {
+        sim_image_free(&m->img);
+        free(m->funcs);
+        free(m);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *module = (CUmodule)m;
+    return CUDA_SUCCESS;
+}
+
+/* Accepts a fat binary, nvcc's fat-binary wrapper, an ELF cubin or PTX. */
+CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
+{
+    return module_load(module, image);
+}
+
+CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
+{
+    return module_load(module, fatCubin);
+}
+
+CUresult CUDAAPI cuModuleUnload(CUmodule hmod)
+{
+    ENTER();
+    CUresult r = CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&g_lock);
+    struct sim_module *m = (struct sim_module *)obj_find(hmod, OBJ_MODULE);
+    if (m && !m->dead) {
+        m->dead = 1;
+        for (unsigned i = 0; i < m->img.nkernels; i++)
+            if (m->funcs[i]) m->funcs[i]->dead = 1;
+        r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+/* One handle per (module, kernel): repeated gets return the same one. */
+CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+    ENTER();
+    if (!hfunc || !name) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&g_lock);
+    struct sim_module *m = (struct sim_module *)obj_find(hmod, OBJ_MODULE);
+    const struct sim_kernel *k = m && !m->dead ? sim_image_find(&m->img, name) : NULL;
+    if (!m || m->dead) {
+        r = CUDA_ERROR_INVALID_HANDLE;
+    } else if (!k) {
+        r = CUDA_ERROR_NOT_FOUND;
+    } else {
+        size_t i = (size_t)(k - m->img.kernels);
+        if (!m->funcs[i]) {
+            struct sim_function *f = calloc(1, sizeof(*f));
+            if (f) {
+                f->mod = m;
+                f->k = k;
+                if (obj_add(&f->o, OBJ_FUNCTION) < 0) {
+                    free(f);
+                    f = NULL;
+                }
+            }
+            m->funcs[i] = f;
+        }
+        if (m->funcs[i])
+            *hfunc = (CUfunction)m->funcs[i];
+        else
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+/* The layout of a live function of a loaded module (layouts are immutable
+ * and never freed, so the pointer stays valid without the lock); NULL for
+ * any other handle. *dead is set for a function of an unloaded module. */
+static const struct sim_kernel *function_layout(CUfunction f, int *dead)
+{
+    pthread_mutex_lock(&g_lock);
+    struct sim_function *fn = (struct sim_function *)obj_find(f, OBJ_FUNCTION);
+    const struct sim_kernel *k = fn && !fn->dead ? fn->k : NULL;
+    *dead = fn && fn->dead;
+    pthread_mutex_unlock(&g_lock);
+    return k;
+}
+
+CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
+                                    size_t *paramSize)
+{
+    ENTER();
+    int dead;
+    const struct sim_kernel *k = function_layout(func, &dead);
+    if (!k) return CUDA_ERROR_INVALID_HANDLE;
+    if ((!paramOffset && !paramSize) || paramIndex >= k->nparams) return CUDA_ERROR_INVALID_VALUE;
+    if (paramOffset) *paramOffset = k->params[paramIndex].offset;
+    if (paramSize) *paramSize = k->params[paramIndex].size;
+    return CUDA_SUCCESS;
+}
+
 /* ---- kernels: recorded, never executed ---- */
+
+#define TOUCH_MAX 256 /* distinct managed allocations looked at per launch */
+
+struct touch_set {
+    uint64_t off[TOUCH_MAX]; /* managed-pool offsets found in parameter words */
+    unsigned n;
+};
+
+/* Notes the 8-byte words of [p, p + n) that sit at 8-aligned parameter
+ * offsets (`base` is p's offset in the parameter block) and point into this
+ * process's managed-pool window. */
+static void scan_words(struct touch_set *t, const uint8_t *p, size_t n, size_t base)
+{
+    for (size_t j = (8 - base % 8) % 8; j + 8 <= n && t->n < TOUCH_MAX; j += 8) {
+        uint64_t v, off;
+        memcpy(&v, p + j, 8);
+        if (v && sim_window_of((uintptr_t)v, &off) == SIM_POOL_MANAGED) t->off[t->n++] = off;
+    }
+}
+
+/* The managed allocations a launch on device `dev` touches fault and
+ * migrate there when not resident; resident ones count as used (LRU). */
+static void launch_touch(unsigned dev, const struct sim_kernel *k, void **params, void **extra)
+{
+    struct touch_set t;
+    t.n = 0;
+    if (extra) {
+        const uint8_t *buf = NULL;
+        size_t size = 0;
+        for (unsigned i = 0; i < 64 && extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+            if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = extra[i + 1];
+            if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1])
+                size = *(const size_t *)extra[i + 1];
+        }
+        if (buf && size) scan_words(&t, buf, size, 0);
+    } else if (params && k) {
+        for (unsigned i = 0; i < k->nparams; i++)
+            if (params[i]) scan_words(&t, params[i], k->params[i].size, k->params[i].offset);
+    }
+    if (t.n == 0) return;
+    uint32_t seen[TOUCH_MAX];
+    unsigned nseen = 0;
+    sim_lock();
+    for (unsigned w = 0; w < t.n; w++) {
+        uint32_t i = sim_find_locked(SIM_POOL_MANAGED, t.off[w]);
+        if (i == SIM_NO_INDEX || !sim_is_mine(sim_entry(i))) continue;
+        unsigned s;
+        for (s = 0; s < nseen && seen[s] != i; s++)
+            ;
+        if (s < nseen) continue; /* one touch per allocation per launch */
+        seen[nseen++] = i;
+        if (sim_entry(i)->resident != (int32_t)dev) {
+            sim_counters.faults++;
+            (void)sim_managed_move_locked(i, (int)dev);
+        } else {
+            sim_managed_touch_locked(i);
+        }
+    }
+    sim_unlock();
+}
 
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                        unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params,
                        void **extra)
 {
     ENTER();
-    if (!current_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+    struct sim_ctx *c = current_ctx();
+    if (!c) return CUDA_ERROR_INVALID_CONTEXT;
     if (!f) return CUDA_ERROR_INVALID_HANDLE;
+    /* A function of a loaded module brings its layout; any other non-NULL
+     * handle is accepted and recorded without one (the simulated runtime's
+     * kernels whose image could not be loaded). */
+    int dead;
+    const struct sim_kernel *k = function_layout(f, &dead);
+    if (dead) return CUDA_ERROR_INVALID_HANDLE;
     if (!gx || !gy || !gz || !bx || !by || !bz || (params && extra))
         return CUDA_ERROR_INVALID_VALUE;
     CUresult r = check_stream(s);
     if (r != CUDA_SUCCESS) return r;
     if (fault(SIMCUDA_FAULT_LAUNCH)) return CUDA_ERROR_LAUNCH_FAILED;
+    launch_touch(c->dev, k, params, extra);
     pthread_mutex_lock(&g_lock);
     struct simcuda_launch *l = &g_launches[g_launch_count % LAUNCH_LOG];
     l->func = (void *)f;
@@ -2081,6 +2489,35 @@ SIMCUDA_API void simcuda_stats(struct simcuda_stats *out)
     out->proc_swept = sim_counters.swept;
     sim_unlock();
     sim_machine_stats(out);
+}
+
+SIMCUDA_API void simcuda_managed_stats(struct simcuda_managed_stats *out)
+{
+    if (!out) return;
+    memset(out, 0, sizeof(*out));
+    if (sim_attached()) sim_managed_stats(out);
+}
+
+SIMCUDA_API void simcuda_reset_counters(void)
+{
+    if (!sim_attached()) return;
+    sim_lock();
+    sim_counters.faults = 0;
+    sim_counters.bytes_htod = sim_counters.bytes_dtoh = sim_counters.bytes_dtod = 0;
+    sim_counters.migrations = sim_counters.evictions = sim_counters.refused = 0;
+    sim_unlock();
+}
+
+SIMCUDA_API int simcuda_managed_residency(const void *ptr, struct simcuda_residency *out)
+{
+    uint64_t off;
+    struct simcuda_residency r;
+    if (!sim_attached() || sim_window_of((uintptr_t)ptr, &off) != SIM_POOL_MANAGED ||
+        sim_managed_query(off, &r) < 0)
+        return SIMCUDA_NOWHERE;
+    r.base += (uint64_t)(uintptr_t)sim_window(SIM_POOL_MANAGED);
+    if (out) *out = r;
+    return r.location;
 }
 
 SIMCUDA_API void simcuda_inject(enum simcuda_fault kind, unsigned n)

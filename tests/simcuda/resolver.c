@@ -9,7 +9,9 @@
  * PFN_<name>_v<version> typedefs of the toolkit's cudaTypedefs.h (CUDA 13.0):
  * cuMemAlloc 2000 -> cuMemAlloc, 3020 -> cuMemAlloc_v2; cuIpcOpenMemHandle
  * 4010 -> v1, 11000 -> _v2; cuCtxCreate 2000/3020/11040/12050 -> v1.._v4;
- * per-thread variants 7000 (cuLaunchKernelEx 11060), and so on.
+ * cuMemPrefetchAsync 8000 -> v1 (CUdevice), 12020 -> _v2 (CUmemLocation),
+ * each with a _ptsz twin; cuMemAdvise 8000/12020 -> v1/_v2; per-thread
+ * variants 7000 (cuLaunchKernelEx 11060), and so on.
  *
  * Resolution, as documented for the real driver:
  * - the newest row with version <= cudaVersion wins;
@@ -92,6 +94,12 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuMemAllocPitch, cuMemAllocPitch_v2, 3020, 0)                                                \
     X(cuMemAllocManaged, cuMemAllocManaged, 6000, 0)                                               \
     X(cuMemFree, cuMemFree, 2000, 0)                                                               \
+    X(cuMemPrefetchAsync, cuMemPrefetchAsync, 8000, 0)                                             \
+    X(cuMemPrefetchAsync, cuMemPrefetchAsync_ptsz, 8000, 1)                                        \
+    X(cuMemPrefetchAsync, cuMemPrefetchAsync_v2, 12020, 0)                                         \
+    X(cuMemPrefetchAsync, cuMemPrefetchAsync_v2_ptsz, 12020, 1)                                    \
+    X(cuMemAdvise, cuMemAdvise, 8000, 0)                                                           \
+    X(cuMemAdvise, cuMemAdvise_v2, 12020, 0)                                                       \
     X(cuMemFree, cuMemFree_v2, 3020, 0)                                                            \
     X(cuMemGetAddressRange, cuMemGetAddressRange, 2000, 0)                                         \
     X(cuMemGetAddressRange, cuMemGetAddressRange_v2, 3020, 0)                                      \
@@ -163,6 +171,11 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuIpcCloseMemHandle, cuIpcCloseMemHandle, 4010, 0)                                           \
     X(cuIpcGetEventHandle, cuIpcGetEventHandle, 4010, 0)                                           \
     X(cuIpcOpenEventHandle, cuIpcOpenEventHandle, 4010, 0)                                         \
+    X(cuModuleLoadData, cuModuleLoadData, 2000, 0)                                                 \
+    X(cuModuleLoadFatBinary, cuModuleLoadFatBinary, 2000, 0)                                       \
+    X(cuModuleUnload, cuModuleUnload, 2000, 0)                                                     \
+    X(cuModuleGetFunction, cuModuleGetFunction, 2000, 0)                                           \
+    X(cuFuncGetParamInfo, cuFuncGetParamInfo, 12040, 0)                                            \
     X(cuLaunchKernel, cuLaunchKernel, 4000, 0)                                                     \
     X(cuLaunchKernel, cuLaunchKernel_ptsz, 7000, 1)                                                \
     X(cuLaunchKernelEx, cuLaunchKernelEx, 11060, 0)                                                \

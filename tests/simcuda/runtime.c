@@ -32,6 +32,10 @@
 SIMRT_INTERNAL cudaError_t simrt_record(cudaError_t err);
 SIMRT_INTERNAL cudaError_t simrt_launch(CUfunction f, dim3 grid, dim3 block, void **args,
                                         size_t shared_mem, cudaStream_t stream, int per_thread);
+SIMRT_INTERNAL CUresult simrt_module_load(const void *image, CUmodule *mod);
+SIMRT_INTERNAL CUresult simrt_module_function(CUmodule mod, const char *name, CUfunction *f);
+SIMRT_INTERNAL cudaError_t simrt_param_info(CUfunction f, size_t index, size_t *offset,
+                                            size_t *size);
 SIMRT_API int simcudart_resolved_count(int *wanted);
 
 _Static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(CUipcMemHandle), "IPC memory handle size");
@@ -65,6 +69,9 @@ _Static_assert(sizeof(cudaIpcEventHandle_t) == sizeof(CUipcEventHandle), "IPC ev
     X(cuCtxSetCurrent, 4000, 0)               \
     X(cuCtxSynchronize, 13000, 0)             \
     X(cuMemAlloc, 3020, 0)                    \
+    X(cuMemAllocManaged, 6000, 0)             \
+    X(cuMemPrefetchAsync, 12020, 1)           \
+    X(cuMemAdvise, 12020, 0)                  \
     X(cuMemAllocPitch, 3020, 0)               \
     X(cuMemFree, 3020, 0)                     \
     X(cuMemAllocHost, 3020, 0)                \
@@ -91,6 +98,9 @@ _Static_assert(sizeof(cudaIpcEventHandle_t) == sizeof(CUipcEventHandle), "IPC ev
     X(cuEventElapsedTime, 12080, 0)           \
     X(cuEventDestroy, 4000, 0)                \
     X(cuEventQuery, 2000, 0)                  \
+    X(cuModuleLoadData, 2000, 0)              \
+    X(cuModuleGetFunction, 2000, 0)           \
+    X(cuFuncGetParamInfo, 12040, 0)           \
     X(cuLaunchKernel, 4000, 1)
 
 #define SIMRT_SLOT(name, ver, pt) PFN_##name##_v##ver fn_##name[2];
@@ -570,6 +580,62 @@ SIMRT_API cudaError_t cudaFree(void *devPtr)
     if (!devPtr)
         return cudaSuccess;
     return finish(DRV_CALL(cuMemFree, 0, (CUdeviceptr)(uintptr_t)devPtr));
+}
+
+/* Managed memory: cudaMemAttachGlobal/Host equal CU_MEM_ATTACH_GLOBAL/HOST;
+ * freed with cudaFree. Unlike cudaMalloc, size 0 is an error. */
+SIMRT_API cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
+{
+    CHECK_ARG(devPtr);
+    CHECK_ARG(size > 0 && (flags == cudaMemAttachGlobal || flags == cudaMemAttachHost));
+    NEED_CONTEXT();
+    CUdeviceptr p = 0;
+    CUresult r = DRV_CALL(cuMemAllocManaged, 0, &p, size, flags);
+    if (r == CUDA_SUCCESS)
+        *devPtr = (void *)(uintptr_t)p;
+    return finish(r);
+}
+
+/* cudaMemLocation and CUmemLocation are the same {type, id} pair with the
+ * same type values. */
+static CUmemLocation cu_location(struct cudaMemLocation l)
+{
+    CUmemLocation c;
+    memset(&c, 0, sizeof c);
+    c.type = (CUmemLocationType)l.type;
+    c.id = l.id;
+    return c;
+}
+
+static cudaError_t prefetch(const void *devPtr, size_t count, struct cudaMemLocation location,
+                            unsigned int flags, cudaStream_t stream, int pt)
+{
+    NEED_CONTEXT();
+    return finish(DRV_CALL(cuMemPrefetchAsync, pt, (CUdeviceptr)(uintptr_t)devPtr, count,
+                           cu_location(location), flags, stream));
+}
+
+SIMRT_API cudaError_t cudaMemPrefetchAsync(const void *devPtr, size_t count,
+                                           struct cudaMemLocation location, unsigned int flags,
+                                           cudaStream_t stream)
+{
+    return prefetch(devPtr, count, location, flags, stream, 0);
+}
+
+SIMRT_API cudaError_t cudaMemPrefetchAsync_ptsz(const void *devPtr, size_t count,
+                                                struct cudaMemLocation location,
+                                                unsigned int flags, cudaStream_t stream)
+{
+    return prefetch(devPtr, count, location, flags, stream, 1);
+}
+
+/* cudaMemoryAdvise values equal CUmem_advise's. */
+SIMRT_API cudaError_t cudaMemAdvise(const void *devPtr, size_t count, enum cudaMemoryAdvise advice,
+                                    struct cudaMemLocation location)
+{
+    NEED_CONTEXT();
+    return finish(DRV_CALL(cuMemAdvise, 0, (CUdeviceptr)(uintptr_t)devPtr, count,
+                           (CUmem_advise)advice, cu_location(location)));
 }
 
 /* Uses cuMemAllocPitch when the driver has it, else a 512-byte aligned
@@ -1124,6 +1190,32 @@ SIMRT_INTERNAL cudaError_t simrt_launch(CUfunction f, dim3 grid, dim3 block, voi
     NEED_CONTEXT();
     return finish(DRV_CALL(cuLaunchKernel, per_thread, f, grid.x, grid.y, grid.z, block.x, block.y,
                            block.z, (unsigned int)shared_mem, stream, args, NULL));
+}
+
+/* Module and function handles for runtime_kernels.c, which loads each fat
+ * binary as a module through the driver (cuModuleLoadData) on first need
+ * and launches its kernels by their CUfunction: that is how the driver
+ * learns parameter layouts. Both make the thread's context current first
+ * and record nothing as the last error (the caller decides). */
+SIMRT_INTERNAL CUresult simrt_module_load(const void *image, CUmodule *mod)
+{
+    if (ensure_context() != cudaSuccess)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return DRV_CALL(cuModuleLoadData, 0, mod, image);
+}
+
+SIMRT_INTERNAL CUresult simrt_module_function(CUmodule mod, const char *name, CUfunction *f)
+{
+    return DRV_CALL(cuModuleGetFunction, 0, f, mod, name);
+}
+
+/* cudaFuncGetParamInfo's driver half: cuFuncGetParamInfo, mapped and
+ * recorded. */
+SIMRT_INTERNAL cudaError_t simrt_param_info(CUfunction f, size_t index, size_t *offset,
+                                            size_t *size)
+{
+    NEED_CONTEXT();
+    return finish(DRV_CALL(cuFuncGetParamInfo, 0, f, index, offset, size));
 }
 
 /* ------------------------------------------------------------------------ */

@@ -7,13 +7,21 @@
  * configuration stack, CUDA 13's __cudaGetKernel/__cudaLaunchKernel launch
  * path, and the public cudaLaunchKernel/cudaLaunchKernelExC. A registered
  * kernel is a `struct CUkern_st` record (cudaKernel_t is an opaque pointer
- * to that tag); its address doubles as the CUfunction handed to the
- * driver's cuLaunchKernel, which records launches but never runs them.
- * Each fat binary record keeps the wrapper pointer nvcc passed and the
- * kernels registered from it, so a later change can parse parameter layouts
- * out of the embedded cubin; nothing is parsed yet. Records are never
- * freed: an unregistered fat binary's kernels are only marked dead, so a
- * cached cudaKernel_t used by a late atexit handler stays a valid pointer.
+ * to that tag).
+ *
+ * One mechanism carries parameter layouts to the driver: on a kernel's
+ * first launch or cudaFuncGetParamInfo, its fat binary is loaded as a
+ * module (cuModuleLoadData of the fat binary nvcc passed, once per binary)
+ * and the kernel's CUfunction is cuModuleGetFunction(module, mangled
+ * name); launches use that CUfunction, so the driver scans their
+ * parameters with the layout it parsed (see sim_image.c), and
+ * cudaFuncGetParamInfo is cuFuncGetParamInfo. When the binary cannot be
+ * loaded (no image, nothing decodable) or lacks the kernel, the kernel's
+ * own record address is the CUfunction instead: the driver records such
+ * launches but knows no layout (cudaFuncGetParamInfo: cudaErrorNotSupported).
+ * Modules stay loaded until exit. Records are never freed: an unregistered
+ * fat binary's kernels are only marked dead, so a cached cudaKernel_t used
+ * by a late atexit handler stays a valid pointer.
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -36,6 +44,10 @@ static __thread int hash_oom;
 SIMRT_INTERNAL cudaError_t simrt_record(cudaError_t err);
 SIMRT_INTERNAL cudaError_t simrt_launch(CUfunction f, dim3 grid, dim3 block, void **args,
                                         size_t shared_mem, cudaStream_t stream, int per_thread);
+SIMRT_INTERNAL CUresult simrt_module_load(const void *image, CUmodule *mod);
+SIMRT_INTERNAL CUresult simrt_module_function(CUmodule mod, const char *name, CUfunction *f);
+SIMRT_INTERNAL cudaError_t simrt_param_info(CUfunction f, size_t index, size_t *offset,
+                                            size_t *size);
 
 /* nvcc's entry points are declared only for C++ in the toolkit headers. */
 SIMRT_API void **__cudaRegisterFatBinary(void *fatCubin);
@@ -85,6 +97,8 @@ struct simrt_fatbin {
     const void *wrapper;        /* as passed by nvcc */
     const void *image;          /* wrapper->data when the wrapper magic matched */
     struct CUkern_st *kernels;  /* registered from this binary, newest first */
+    int module_state;           /* enum resolve_state */
+    CUmodule module;            /* when RESOLVED */
     struct simrt_fatbin *next;
 };
 
@@ -96,8 +110,14 @@ struct CUkern_st {
     char *device_name;          /* mangled device function name */
     struct simrt_fatbin *fatbin;
     struct CUkern_st *next_in_fatbin;
+    int func_state;             /* enum resolve_state */
+    CUfunction func;            /* the module's function when RESOLVED */
     UT_hash_handle hh;
 };
+
+/* Module and function lookups, tried once per binary / kernel; a failure
+ * that may pass (no context yet, out of memory) is tried again later. */
+enum resolve_state { UNTRIED = 0, RESOLVED, UNAVAILABLE };
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct simrt_fatbin *fatbins;      /* every registration ever */
@@ -301,12 +321,51 @@ SIMRT_API cudaError_t cudaGetKernel(cudaKernel_t *kernelPtr, const void *entryFu
     return __cudaGetKernel(kernelPtr, entryFuncAddr);
 }
 
+static int transient(CUresult r)
+{
+    return r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_NOT_INITIALIZED ||
+           r == CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* The CUfunction the driver knows valid kernel k by (see the top of this
+ * file); *with_layout says whether it is a module function. */
+static CUfunction kernel_function(struct CUkern_st *k, int *with_layout)
+{
+    pthread_mutex_lock(&reg_lock);
+    struct simrt_fatbin *fb = k->fatbin;
+    if (k->func_state == UNTRIED && fb->module_state == UNTRIED) {
+        CUresult r = fb->image ? simrt_module_load(fb->image, &fb->module) : CUDA_ERROR_INVALID_VALUE;
+        if (r == CUDA_SUCCESS)
+            fb->module_state = RESOLVED;
+        else if (!transient(r))
+            fb->module_state = UNAVAILABLE;
+    }
+    if (k->func_state == UNTRIED && fb->module_state == RESOLVED) {
+        CUfunction f = NULL;
+        CUresult r = simrt_module_function(fb->module, k->device_name, &f);
+        if (r == CUDA_SUCCESS) {
+            k->func = f;
+            k->func_state = RESOLVED;
+        } else if (!transient(r)) {
+            k->func_state = UNAVAILABLE;
+        }
+    } else if (k->func_state == UNTRIED && fb->module_state == UNAVAILABLE) {
+        k->func_state = UNAVAILABLE;
+    }
+    *with_layout = k->func_state == RESOLVED;
+    CUfunction f = *with_layout ? k->func : (CUfunction)(void *)k;
+    pthread_mutex_unlock(&reg_lock);
+    return f;
+}
+
 static cudaError_t launch(struct CUkern_st *k, dim3 grid, dim3 block, void **args, size_t shmem,
                           cudaStream_t stream, int pt)
 {
     if (!kernel_valid(k))
         return simrt_record(cudaErrorInvalidDeviceFunction);
-    return simrt_launch((CUfunction)(void *)k, grid, block, args, shmem, stream, pt);
+    int with_layout;
+    CUfunction f = kernel_function(k, &with_layout);
+    return simrt_launch(f, grid, block, args, shmem, stream, pt);
 }
 
 SIMRT_API cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
@@ -354,15 +413,20 @@ SIMRT_API cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config,
     return launch_ex(config, func, args, 1);
 }
 
-/* Parameter layouts are not known yet (they will come from the cubin's
- * EIATTR_KPARAM_INFO): a registered kernel gets cudaErrorNotSupported. */
+/* The driver's cuFuncGetParamInfo for the kernel's module function (past
+ * the last parameter: cudaErrorInvalidValue); a kernel without one has no
+ * known layout: cudaErrorNotSupported. */
 SIMRT_API cudaError_t cudaFuncGetParamInfo(const void *func, size_t paramIndex, size_t *paramOffset,
                                            size_t *paramSize)
 {
-    (void)paramIndex;
     if (!paramOffset && !paramSize)
         return simrt_record(cudaErrorInvalidValue);
-    if (!find_kernel(func))
+    struct CUkern_st *k = find_kernel(func);
+    if (!kernel_valid(k))
         return simrt_record(cudaErrorInvalidDeviceFunction);
-    return simrt_record(cudaErrorNotSupported);
+    int with_layout;
+    CUfunction f = kernel_function(k, &with_layout);
+    if (!with_layout)
+        return simrt_record(cudaErrorNotSupported);
+    return simrt_param_info(f, paramIndex, paramOffset, paramSize);
 }

@@ -3,16 +3,19 @@
  * and its invariants).
  *
  * Creation races are settled by O_EXCL: the winner sizes and initialises the
- * segment, creates the device files and then publishes `ready`; everybody
+ * segment, creates the pool files and then publishes `ready`; everybody
  * else waits (bounded) for `ready` and checks owner, mode, magic, ABI and
- * size before trusting it. Device memory is sub-allocated in 512-byte
- * granules with a next-fit search over a bitmap, so alloc and free cost a
- * short scan from the hint in the common case; a pointer maps back to its
- * table entry through the start bitmap and start_entry, without touching the
- * table. Processes are tracked in a holder table; the allocations of a holder
- * that is gone (no such pid, a different start time, or a zombie) are swept:
- * at attach, on cuMemGetInfo, before an allocation failure is reported, and
- * on IPC open. This file knows nothing about CUDA types.
+ * size before trusting it. Each pool (a device's memory, or the managed
+ * pool) is sub-allocated in 512-byte granules with a next-fit search over a
+ * bitmap, so alloc and free cost a short scan from the hint in the common
+ * case; a pointer maps back to its table entry through the start bitmap and
+ * start_entry, without touching the table. Managed residency is bookkeeping
+ * only (the bytes never move): moving an allocation onto a device that
+ * lacks room evicts that device's least recently used managed allocations
+ * (a scan of the table per eviction). Processes are tracked in a holder table; the allocations of a
+ * holder that is gone (no such pid, a different start time, or a zombie) are swept: at attach, on
+ * cuMemGetInfo, before an allocation failure is reported, and on IPC open. This file knows nothing
+ * about CUDA types.
  */
 #include "sim_state.h"
 
@@ -37,7 +40,7 @@ static char g_name[128];
 static pid_t g_pid;      /* pid that attached; 0 = not attached (or a fork child) */
 static uint64_t g_start; /* its start time */
 static uint32_t g_holder = SIM_NO_INDEX;
-static uint8_t *_Atomic g_win[SIM_MAX_DEVICES];
+static uint8_t *_Atomic g_win[SIM_POOLS];
 static pthread_mutex_t g_win_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define WAIT_STEP_NS 1000000L /* 1 ms */
@@ -82,6 +85,8 @@ void sim_object_name(char *buf, size_t len, const char *name, int dev)
     clean[i] = '\0';
     if (dev < 0)
         snprintf(buf, len, "/simcuda-%u-%s", (unsigned)geteuid(), clean);
+    else if (dev == SIM_POOL_MANAGED)
+        snprintf(buf, len, "/simcuda-%u-%s-managed", (unsigned)geteuid(), clean);
     else
         snprintf(buf, len, "/simcuda-%u-%s-dev%d", (unsigned)geteuid(), clean, dev);
 }
@@ -185,12 +190,17 @@ static uint64_t *alloc_bits(unsigned dev)
 
 static uint64_t *start_bits(unsigned dev)
 {
-    return alloc_bits(dev) + sim_m->bits_words;
+    return alloc_bits(dev) + sim_m->dev[dev].bits_words;
 }
 
 static uint32_t *start_entry(unsigned dev)
 {
-    return (uint32_t *)(alloc_bits(dev) + 2 * sim_m->bits_words);
+    return (uint32_t *)(alloc_bits(dev) + 2 * sim_m->dev[dev].bits_words);
+}
+
+int sim_pool_valid(unsigned pool)
+{
+    return sim_m && (pool < sim_m->ndev || pool == SIM_POOL_MANAGED);
 }
 
 static int bit_get(const uint64_t *bits, uint64_t u)
@@ -246,14 +256,20 @@ static int64_t find_run(const uint64_t *bits, uint64_t lo, uint64_t hi, uint64_t
     return -1;
 }
 
-static void compute_layout(struct sim_machine *h, unsigned ndev, uint64_t capacity)
+/* Pools in layout order: the devices, then the managed pool. */
+static unsigned pool_at(const struct sim_machine *h, unsigned k)
+{
+    return k < h->ndev ? k : SIM_POOL_MANAGED;
+}
+
+static void compute_layout(struct sim_machine *h, unsigned ndev, uint64_t capacity,
+                           uint64_t managed)
 {
     const uint64_t page = 4096;
     h->ndev = ndev;
     h->granule = SIM_GRANULE;
     h->capacity = capacity;
-    h->units = capacity / SIM_GRANULE;
-    h->bits_words = (h->units + 63) / 64;
+    h->managed_capacity = managed;
     h->max_allocs = SIM_MAX_ALLOCS;
     h->max_holders = SIM_MAX_HOLDERS;
     h->off_holders = round_up(sizeof(struct sim_machine), page);
@@ -261,30 +277,36 @@ static void compute_layout(struct sim_machine *h, unsigned ndev, uint64_t capaci
         round_up(h->off_holders + (uint64_t)SIM_MAX_HOLDERS * sizeof(struct sim_holder), page);
     uint64_t off =
         round_up(h->off_allocs + (uint64_t)SIM_MAX_ALLOCS * sizeof(struct sim_alloc), page);
-    for (unsigned d = 0; d < ndev; d++) {
-        h->dev[d].off = off;
-        off = round_up(off + 2 * h->bits_words * 8 + h->units * 4, page);
+    for (unsigned k = 0; k <= ndev; k++) {
+        struct sim_dev_state *p = &h->dev[pool_at(h, k)];
+        p->capacity = k < ndev ? capacity : managed;
+        p->units = p->capacity / SIM_GRANULE;
+        p->bits_words = (p->units + 63) / 64;
+        p->off = off;
+        off = round_up(off + 2 * p->bits_words * 8 + p->units * 4, page);
     }
     h->total_size = off;
 }
 
 /* ---- attach ---- */
 
-static int create_machine(int fd, const char *name, unsigned ndev, uint64_t capacity)
+static int create_machine(int fd, const char *name, unsigned ndev, uint64_t capacity,
+                          uint64_t managed)
 {
     struct sim_machine h;
     memset(&h, 0, sizeof(h));
-    compute_layout(&h, ndev, capacity);
+    compute_layout(&h, ndev, capacity, managed);
     if (fchmod(fd, 0600) < 0 || ftruncate(fd, (off_t)h.total_size) < 0) return SIM_EOS;
     void *p = mmap(NULL, h.total_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
     if (p == MAP_FAILED) return SIM_EOS;
     struct sim_machine *m = p;
-    for (unsigned d = 0; d < ndev; d++) {
+    for (unsigned k = 0; k <= ndev; k++) {
         char path[160];
-        sim_object_name(path, sizeof(path), name, (int)d);
+        unsigned pool = pool_at(&h, k);
+        sim_object_name(path, sizeof(path), name, (int)pool);
         shm_unlink(path); /* a stale file from an earlier machine of this name */
         int dfd = shm_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (dfd < 0 || ftruncate(dfd, (off_t)capacity) < 0) {
+        if (dfd < 0 || ftruncate(dfd, (off_t)h.dev[pool].capacity) < 0) {
             if (dfd >= 0) close(dfd);
             munmap(p, h.total_size);
             return SIM_EOS;
@@ -334,7 +356,7 @@ static int join_machine(int fd)
     if (ok) {
         struct sim_machine check;
         memset(&check, 0, sizeof(check));
-        compute_layout(&check, h->ndev, h->capacity);
+        compute_layout(&check, h->ndev, h->capacity, h->managed_capacity);
         ok = check.total_size == total && fstat(fd, &st) == 0 && (uint64_t)st.st_size == total;
     }
     munmap(h, sizeof(struct sim_machine));
@@ -346,14 +368,14 @@ static int join_machine(int fd)
     return SIM_OK;
 }
 
-static int map_machine(const char *name, unsigned ndev, uint64_t capacity)
+static int map_machine(const char *name, unsigned ndev, uint64_t capacity, uint64_t managed)
 {
     char path[160];
     sim_object_name(path, sizeof(path), name, -1);
     for (int attempt = 0; attempt < 100; attempt++) {
         int fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (fd >= 0) {
-            int rc = create_machine(fd, name, ndev, capacity);
+            int rc = create_machine(fd, name, ndev, capacity, managed);
             close(fd);
             if (rc != SIM_OK) shm_unlink(path);
             return rc;
@@ -387,17 +409,19 @@ int sim_attached(void)
     return sim_m != NULL && g_pid != 0;
 }
 
-int sim_attach(const char *name, unsigned ndev, uint64_t capacity)
+int sim_attach(const char *name, unsigned ndev, uint64_t capacity, uint64_t managed)
 {
     if (sim_attached()) return SIM_OK;
-    if (ndev < 1 || ndev > SIM_MAX_DEVICES || capacity < SIM_GRANULE || capacity > SIM_MAX_CAPACITY)
+    if (ndev < 1 || ndev > SIM_MAX_DEVICES || capacity < SIM_GRANULE ||
+        capacity > SIM_MAX_CAPACITY || managed < SIM_GRANULE || managed > SIM_MAX_CAPACITY)
         return SIM_EINVAL;
     capacity -= capacity % SIM_GRANULE;
+    managed -= managed % SIM_GRANULE;
     if (sim_m) {
         if (strcmp(name, g_name) != 0)
             return SIM_EINVAL; /* one machine per process, even across fork */
     } else {
-        int rc = map_machine(name, ndev, capacity);
+        int rc = map_machine(name, ndev, capacity, managed);
         if (rc != SIM_OK) return rc;
         snprintf(g_name, sizeof(g_name), "%s", name);
     }
@@ -428,7 +452,7 @@ int sim_attach(const char *name, unsigned ndev, uint64_t capacity)
 
 uint8_t *sim_window(unsigned dev)
 {
-    if (!sim_m || dev >= sim_m->ndev) return NULL;
+    if (!sim_pool_valid(dev)) return NULL;
     uint8_t *w = atomic_load(&g_win[dev]);
     if (w) return w;
     pthread_mutex_lock(&g_win_lock);
@@ -438,10 +462,10 @@ uint8_t *sim_window(unsigned dev)
         sim_object_name(path, sizeof(path), g_name, (int)dev);
         int fd = shm_open(path, O_RDWR | O_CLOEXEC, 0);
         struct stat st;
+        uint64_t cap = sim_m->dev[dev].capacity;
         if (fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == geteuid() &&
-            (uint64_t)st.st_size >= sim_m->capacity) {
-            void *p = mmap(NULL, sim_m->capacity, PROT_READ | PROT_WRITE,
-                           MAP_SHARED | MAP_NORESERVE, fd, 0);
+            (uint64_t)st.st_size >= cap) {
+            void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
             if (p != MAP_FAILED) {
                 w = p;
                 atomic_store(&g_win[dev], w);
@@ -456,9 +480,10 @@ uint8_t *sim_window(unsigned dev)
 int sim_window_of(uintptr_t p, uint64_t *off)
 {
     if (!sim_m) return -1;
-    for (unsigned d = 0; d < sim_m->ndev; d++) {
+    for (unsigned k = 0; k <= sim_m->ndev; k++) {
+        unsigned d = pool_at(sim_m, k);
         uint8_t *w = atomic_load(&g_win[d]);
-        if (w && p >= (uintptr_t)w && p < (uintptr_t)w + sim_m->capacity) {
+        if (w && p >= (uintptr_t)w && p < (uintptr_t)w + sim_m->dev[d].capacity) {
             *off = p - (uintptr_t)w;
             return (int)d;
         }
@@ -498,6 +523,8 @@ static void release_locked(uint32_t index)
     bits_set(start_bits(dev), u, 1, 0);
     start_entry(dev)[u] = SIM_NO_INDEX;
     sim_m->dev[dev].used -= a->rsize;
+    if ((a->flags & SIM_F_MANAGED) && a->resident >= 0 && (unsigned)a->resident < sim_m->ndev)
+        sim_m->dev[a->resident].managed -= a->rsize;
     if (a->holder < sim_m->max_holders) {
         struct sim_holder *h = &holders()[a->holder];
         if (h->pid == a->owner_pid && h->live) h->live--;
@@ -510,15 +537,97 @@ static void release_locked(uint32_t index)
     sim_counters.frees++;
 }
 
+/* ---- managed residency ---- */
+
+/* Device-resident bytes of device d, ordinary and managed. */
+static uint64_t dev_load(unsigned d)
+{
+    return sim_m->dev[d].used + sim_m->dev[d].managed;
+}
+
+/* Moves entry a's residency to `to`, counting bytes; no capacity check. */
+static void set_resident(struct sim_alloc *a, int to)
+{
+    int from = a->resident;
+    if (from == to) return;
+    if (from >= 0) sim_m->dev[from].managed -= a->rsize;
+    if (to >= 0) sim_m->dev[to].managed += a->rsize;
+    if (from < 0)
+        sim_counters.bytes_htod += a->rsize;
+    else if (to < 0)
+        sim_counters.bytes_dtoh += a->rsize;
+    else
+        sim_counters.bytes_dtod += a->rsize;
+    sim_counters.migrations++;
+    a->resident = to;
+}
+
+/* Evicts managed allocations resident on device d (never entry `keep`),
+ * least recently used first, until `need` more bytes fit. Caller holds the
+ * mutex. Returns SIM_OK or SIM_ENOMEM (nothing left to evict). */
+static int make_room_locked(unsigned d, uint64_t need, uint32_t keep)
+{
+    while (dev_load(d) + need > sim_m->capacity) {
+        uint32_t victim = SIM_NO_INDEX;
+        uint64_t oldest = UINT64_MAX;
+        for (uint32_t i = 0; i < sim_m->high_water; i++) {
+            struct sim_alloc *a = sim_entry(i);
+            if (i == keep || a->state != SIM_SLOT_LIVE || !(a->flags & SIM_F_MANAGED) ||
+                a->resident != (int32_t)d)
+                continue;
+            if (victim == SIM_NO_INDEX || a->last_use < oldest) {
+                victim = i;
+                oldest = a->last_use;
+            }
+        }
+        if (victim == SIM_NO_INDEX) return SIM_ENOMEM;
+        set_resident(sim_entry(victim), SIM_HOST);
+        sim_counters.evictions++;
+    }
+    return SIM_OK;
+}
+
+void sim_managed_touch_locked(uint32_t index)
+{
+    sim_entry(index)->last_use = ++sim_m->lru_clock;
+}
+
+int sim_managed_move_locked(uint32_t index, int to)
+{
+    struct sim_alloc *a = sim_entry(index);
+    if (to >= 0) {
+        if (a->resident != to) {
+            if (a->rsize > sim_m->capacity || sim_m->dev[to].used + a->rsize > sim_m->capacity) {
+                sim_counters.refused++;
+                return SIM_ENOMEM;
+            }
+            if (make_room_locked((unsigned)to, a->rsize, index) != SIM_OK) {
+                sim_counters.refused++;
+                return SIM_ENOMEM;
+            }
+            set_resident(a, to);
+        }
+        sim_managed_touch_locked(index);
+        return SIM_OK;
+    }
+    set_resident(a, SIM_HOST);
+    return SIM_OK;
+}
+
 static int try_alloc_locked(unsigned dev, uint64_t size, uint64_t ctx_id, uint32_t flags,
-                            uint32_t *index, uint64_t *offset)
+                            unsigned home, uint32_t *index, uint64_t *offset)
 {
     struct sim_machine *m = sim_m;
     if (m->free_head == SIM_NO_INDEX && m->high_water >= m->max_allocs) return SIM_ENOMEM;
     uint64_t n = (size + SIM_GRANULE - 1) / SIM_GRANULE;
-    uint64_t hint = m->dev[dev].hint < m->units ? m->dev[dev].hint : 0;
-    int64_t s = find_run(alloc_bits(dev), hint, m->units, n);
-    if (s < 0 && hint > 0) s = find_run(alloc_bits(dev), 0, m->units, n);
+    uint64_t units = m->dev[dev].units;
+    if (dev < m->ndev && dev_load(dev) + n * SIM_GRANULE > m->capacity &&
+        (m->dev[dev].used + n * SIM_GRANULE > m->capacity || /* evicting would not help */
+         make_room_locked(dev, n * SIM_GRANULE, SIM_NO_INDEX) != SIM_OK))
+        return SIM_ENOMEM;
+    uint64_t hint = m->dev[dev].hint < units ? m->dev[dev].hint : 0;
+    int64_t s = find_run(alloc_bits(dev), hint, units, n);
+    if (s < 0 && hint > 0) s = find_run(alloc_bits(dev), 0, units, n);
     if (s < 0) return SIM_ENOMEM;
     uint32_t i;
     if (m->free_head != SIM_NO_INDEX) {
@@ -541,11 +650,16 @@ static int try_alloc_locked(unsigned dev, uint64_t size, uint64_t ctx_id, uint32
     a->owner_pid = g_pid;
     a->owner_start = g_start;
     a->next_free = SIM_NO_INDEX;
+    if (flags & SIM_F_MANAGED) {
+        a->resident = SIM_HOST;
+        a->preferred = SIM_NOWHERE;
+        a->home = home;
+    }
     bits_set(alloc_bits(dev), (uint64_t)s, n, 1);
     bits_set(start_bits(dev), (uint64_t)s, 1, 1);
     start_entry(dev)[s] = i;
     m->dev[dev].used += a->rsize;
-    m->dev[dev].hint = (uint64_t)s + n >= m->units ? 0 : (uint64_t)s + n;
+    m->dev[dev].hint = (uint64_t)s + n >= units ? 0 : (uint64_t)s + n;
     holders()[g_holder].live++;
     m->live++;
     *index = i;
@@ -553,22 +667,24 @@ static int try_alloc_locked(unsigned dev, uint64_t size, uint64_t ctx_id, uint32
     return SIM_OK;
 }
 
-int sim_alloc(unsigned dev, uint64_t size, uint64_t ctx_id, uint32_t flags, uint32_t *index,
-              uint64_t *offset)
+int sim_alloc(unsigned dev, uint64_t size, uint64_t ctx_id, uint32_t flags, unsigned home,
+              uint32_t *index, uint64_t *offset)
 {
-    if (!sim_attached() || dev >= sim_m->ndev || size == 0) return SIM_EINVAL;
-    if (size > sim_m->capacity) return SIM_ENOMEM;
+    if (!sim_attached() || !sim_pool_valid(dev) || size == 0 || home >= sim_m->ndev ||
+        ((flags & SIM_F_MANAGED) != 0) != (dev == SIM_POOL_MANAGED))
+        return SIM_EINVAL;
+    if (size > sim_m->dev[dev].capacity) return SIM_ENOMEM;
     sim_lock();
-    int rc = try_alloc_locked(dev, size, ctx_id, flags, index, offset);
+    int rc = try_alloc_locked(dev, size, ctx_id, flags, home, index, offset);
     if (rc == SIM_ENOMEM && sim_sweep_locked() > 0)
-        rc = try_alloc_locked(dev, size, ctx_id, flags, index, offset);
+        rc = try_alloc_locked(dev, size, ctx_id, flags, home, index, offset);
     sim_unlock();
     return rc;
 }
 
 uint32_t sim_find_locked(unsigned dev, uint64_t offset)
 {
-    if (dev >= sim_m->ndev || offset >= sim_m->capacity) return SIM_NO_INDEX;
+    if (!sim_pool_valid(dev) || offset >= sim_m->dev[dev].capacity) return SIM_NO_INDEX;
     uint64_t u = offset / SIM_GRANULE;
     if (!bit_get(alloc_bits(dev), u)) return SIM_NO_INDEX;
     const uint64_t *sb = start_bits(dev);
@@ -590,7 +706,7 @@ uint32_t sim_find_locked(unsigned dev, uint64_t offset)
 
 int sim_free(unsigned dev, uint64_t offset)
 {
-    if (!sim_attached() || dev >= sim_m->ndev || offset % SIM_GRANULE) return SIM_EINVAL;
+    if (!sim_attached() || !sim_pool_valid(dev) || offset % SIM_GRANULE) return SIM_EINVAL;
     int rc = SIM_EINVAL;
     sim_lock();
     uint32_t i = sim_find_locked(dev, offset);
@@ -667,6 +783,48 @@ void sim_machine_stats(struct simcuda_stats *out)
     sim_unlock();
 }
 
+void sim_managed_stats(struct simcuda_managed_stats *out)
+{
+    if (!sim_m) return;
+    sim_lock();
+    out->proc_faults = sim_counters.faults;
+    out->proc_bytes_htod = sim_counters.bytes_htod;
+    out->proc_bytes_dtoh = sim_counters.bytes_dtoh;
+    out->proc_bytes_dtod = sim_counters.bytes_dtod;
+    out->proc_migrations = sim_counters.migrations;
+    out->proc_evictions = sim_counters.evictions;
+    out->proc_refused = sim_counters.refused;
+    out->devices = sim_m->ndev;
+    out->managed_capacity = sim_m->managed_capacity;
+    out->managed_used = sim_m->dev[SIM_POOL_MANAGED].used;
+    for (unsigned d = 0; d < sim_m->ndev; d++) {
+        out->resident[d] = sim_m->dev[d].managed;
+        out->device_used[d] = sim_m->dev[d].used;
+    }
+    sim_unlock();
+}
+
+int sim_managed_query(uint64_t off, struct simcuda_residency *out)
+{
+    if (!sim_attached()) return -1;
+    int rc = -1;
+    sim_lock();
+    uint32_t i = sim_find_locked(SIM_POOL_MANAGED, off);
+    if (i != SIM_NO_INDEX && sim_is_mine(sim_entry(i))) {
+        const struct sim_alloc *a = sim_entry(i);
+        out->location = a->resident;
+        out->preferred = a->preferred;
+        out->accessed_by = a->accessed_by;
+        out->read_mostly = (a->flags & SIM_F_READ_MOSTLY) != 0;
+        out->base = a->offset; /* the caller adds its window base */
+        out->size = a->size;
+        out->last_use = a->last_use;
+        rc = 0;
+    }
+    sim_unlock();
+    return rc;
+}
+
 SIMCUDA_API int simcuda_unlink_machine(const char *name)
 {
     char path[160];
@@ -677,7 +835,7 @@ SIMCUDA_API int simcuda_unlink_machine(const char *name)
     }
     sim_object_name(path, sizeof(path), name, -1);
     removed += shm_unlink(path) == 0;
-    for (int d = 0; d < SIM_MAX_DEVICES; d++) {
+    for (int d = 0; d < SIM_POOLS; d++) { /* the devices, then the managed pool */
         sim_object_name(path, sizeof(path), name, d);
         removed += shm_unlink(path) == 0;
     }

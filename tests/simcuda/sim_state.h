@@ -3,18 +3,28 @@
  *
  * One POSIX shared-memory segment "/simcuda-<uid>-<machine>" holds the
  * machine header, a table of processes ("holders"), the allocation table and,
- * per device, two bitmaps and a start-index array that map any device offset
- * to its allocation. Device memory itself is one sparse shared-memory file
- * per device ("/simcuda-<uid>-<machine>-dev<N>", size = capacity) that each
- * process maps once; a device pointer is that mapping's base plus the
+ * per pool, two bitmaps and a start-index array that map any offset to its
+ * allocation. A pool is a device's memory (pools 0..ndev-1) or the machine's
+ * managed-memory pool (SIM_POOL_MANAGED). Each pool's memory is one sparse
+ * shared-memory file ("/simcuda-<uid>-<machine>-dev<N>", "...-managed") that
+ * each process maps once; a pointer is that mapping's base plus the
  * allocation's offset, so pointers differ between processes exactly as they
  * do with real CUDA IPC.
  *
+ * Managed allocations never move in memory (their bytes stay in the managed
+ * pool, readable from host and "device" alike); what moves is their
+ * residency: on the host, or on one device, per allocation (not per page).
+ * Device-resident managed bytes count against that device's capacity next
+ * to its ordinary allocations; a device that needs room evicts its
+ * managed allocations to the host, least recently used first.
+ *
  * Invariants (all under the machine mutex, a robust process-shared mutex):
  * - a LIVE table entry owns the granules [offset, offset + rsize) of its
- *   device: their alloc bits are set, the start bit of the first granule is
+ *   pool: their alloc bits are set, the start bit of the first granule is
  *   set and start_entry[first granule] is the entry's index;
- * - dev[d].used is the sum of rsize over LIVE entries of device d;
+ * - dev[p].used is the sum of rsize over LIVE entries of pool p;
+ * - dev[d].managed is the sum of rsize over LIVE managed entries resident
+ *   on device d, and dev[d].used + dev[d].managed <= capacity;
  * - serials are never reused, so (index, serial) names one allocation forever.
  * Everything is fixed-width and index-based; the layout is pinned by a test.
  * These functions are internal to libcuda (hidden visibility).
@@ -32,21 +42,30 @@
 #define SIM_INTERNAL __attribute__((visibility("hidden")))
 
 #define SIM_MAGIC 0x31414455434d4953ull /* "SIMCUDA1" */
-#define SIM_ABI 1u
+#define SIM_ABI 2u
 #define SIM_MAX_DEVICES SIMCUDA_MAX_DEVICES
 #define SIM_MAX_ALLOCS 262144u          /* table capacity: live allocations, machine-wide */
 #define SIM_MAX_HOLDERS 4096u           /* processes that may have called cuInit at once */
 #define SIM_GRANULE 512u                /* allocation alignment and accounting unit */
 #define SIM_MAX_CAPACITY (256ull << 30) /* per device */
 #define SIM_NO_INDEX 0xffffffffu
+#define SIM_POOL_MANAGED SIM_MAX_DEVICES /* pool index of managed memory */
+#define SIM_POOLS (SIM_MAX_DEVICES + 1)
+#define SIM_HOST (-1)              /* residency / location: the host (CU_DEVICE_CPU) */
+#define SIM_NOWHERE (-2)           /* no preferred location (CU_DEVICE_INVALID) */
+#define SIM_ACCESS_HOST (1u << 31) /* accessed_by bit of the host */
 
 enum sim_alloc_state { SIM_SLOT_FREE = 0, SIM_SLOT_LIVE = 1 };
-enum sim_alloc_flags { SIM_F_EXPORTED = 1u << 0, SIM_F_MANAGED = 1u << 1 };
+enum sim_alloc_flags {
+    SIM_F_EXPORTED = 1u << 0,
+    SIM_F_MANAGED = 1u << 1,     /* lives in SIM_POOL_MANAGED */
+    SIM_F_READ_MOSTLY = 1u << 2, /* advice recorded, no effect */
+};
 
-/* One allocation. 72 bytes. */
+/* One allocation. 96 bytes. */
 struct sim_alloc {
-    uint32_t state; /* enum sim_alloc_state */
-    uint32_t device;
+    uint32_t state;  /* enum sim_alloc_state */
+    uint32_t device; /* pool: a device, or SIM_POOL_MANAGED */
     uint32_t holder; /* index of the owning process in the holder table */
     uint32_t flags;  /* enum sim_alloc_flags */
     uint64_t offset; /* bytes from the start of the device file */
@@ -57,6 +76,12 @@ struct sim_alloc {
     int32_t owner_pid;
     uint32_t next_free;   /* free-list link while SIM_SLOT_FREE */
     uint64_t owner_start; /* owner's start time, field 22 of /proc/PID/stat */
+    /* Managed entries only (zero otherwise): */
+    int32_t resident;     /* SIM_HOST or the device it is resident on */
+    int32_t preferred;    /* advice: SIM_NOWHERE, SIM_HOST or a device */
+    uint32_t accessed_by; /* advice: bit d = device d, SIM_ACCESS_HOST */
+    uint32_t home;        /* device of the context that allocated it */
+    uint64_t last_use;    /* machine lru_clock at the last device use */
 };
 
 /* One process that called cuInit. 32 bytes. pid 0 = free slot. */
@@ -68,14 +93,19 @@ struct sim_holder {
     uint64_t pad2;
 };
 
-/* Per device: `off` is the segment offset of its area: alloc bits
+/* Per pool: `off` is the segment offset of its area: alloc bits
  * (bits_words words), then start bits (bits_words words), then start_entry
  * (units uint32_t, the table index of the allocation starting at a granule;
- * meaningful only where the start bit is set). */
+ * meaningful only where the start bit is set). 64 bytes. */
 struct sim_dev_state {
-    uint64_t used; /* bytes reserved by LIVE allocations */
+    uint64_t used; /* bytes reserved by LIVE allocations in the pool */
     uint64_t hint; /* next-fit search start, in granules */
     uint64_t off;
+    uint64_t capacity; /* bytes of the pool (its memory file's size) */
+    uint64_t units;    /* granules */
+    uint64_t bits_words;
+    uint64_t managed; /* devices: bytes of managed memory resident here */
+    uint64_t pad;
 };
 
 /* The segment header. Sized and aligned to one page. */
@@ -89,9 +119,9 @@ struct sim_machine {
     uint32_t max_allocs;
     uint32_t max_holders;
     uint32_t granule;
-    uint64_t capacity;   /* bytes per device */
-    uint64_t units;      /* granules per device */
-    uint64_t bits_words; /* 64-bit words per bitmap */
+    uint64_t capacity;         /* bytes per device */
+    uint64_t managed_capacity; /* bytes of the managed pool */
+    uint64_t lru_clock;        /* ticks at every device use of managed memory */
     uint64_t off_holders;
     uint64_t off_allocs;
     union {
@@ -104,7 +134,7 @@ struct sim_machine {
     uint32_t live;
     uint32_t holder_hw; /* holder slots >= holder_hw were never used */
     uint64_t poisoned_frees;
-    struct sim_dev_state dev[SIM_MAX_DEVICES];
+    struct sim_dev_state dev[SIM_POOLS]; /* devices, then [SIM_POOL_MANAGED] */
 };
 
 /* Result codes of the sim_* functions; driver.c maps them to CUresult. */
@@ -115,11 +145,19 @@ enum sim_rc {
     SIM_EOS = -3,    /* shared memory could not be created, mapped or trusted */
 };
 
-/* Per-process counters kept by sim_state.c (read by simcuda_stats). */
+/* Per-process counters kept by sim_state.c (read by simcuda_stats and
+ * simcuda_managed_stats). Managed-memory traffic counts in the process
+ * whose call caused it (an eviction counts in the process that needed the
+ * room). */
 struct sim_proc_counters {
     uint64_t frees;
     uint64_t poisoned_frees;
     uint64_t swept;
+    uint64_t faults; /* bumped by the driver's launch path */
+    uint64_t bytes_htod, bytes_dtoh, bytes_dtod;
+    uint64_t migrations; /* residency changes, evictions included */
+    uint64_t evictions;  /* of those, made to free room on a device */
+    uint64_t refused;    /* moves to a device that could not make room */
 };
 
 /* The attached machine, or NULL before sim_attach succeeds. */
@@ -127,10 +165,11 @@ SIM_INTERNAL extern struct sim_machine *sim_m;
 SIM_INTERNAL extern struct sim_proc_counters sim_counters;
 
 /* Attaches this process to machine `name` (creating it with `ndev` devices
- * of `capacity` bytes if it does not exist: an existing machine keeps its
- * own geometry) and registers the process as a holder. Idempotent within a
- * process; after fork() the child must call it again. Sweeps dead holders. */
-SIM_INTERNAL int sim_attach(const char *name, unsigned ndev, uint64_t capacity);
+ * of `capacity` bytes and a managed pool of `managed` bytes if it does not
+ * exist: an existing machine keeps its own geometry) and registers the
+ * process as a holder. Idempotent within a process; after fork() the child
+ * must call it again. Sweeps dead holders. */
+SIM_INTERNAL int sim_attach(const char *name, unsigned ndev, uint64_t capacity, uint64_t managed);
 
 /* True when this process is attached (and is not a fork child that has not
  * re-attached). */
@@ -144,21 +183,40 @@ SIM_INTERNAL void sim_detach(void);
 SIM_INTERNAL void sim_lock(void);
 SIM_INTERNAL void sim_unlock(void);
 
-/* This process's mapping of device `dev`, mapped on first use; NULL on
- * failure or a bad device. Never takes the machine mutex. */
+/* True when `pool` is a device of the attached machine or the managed pool. */
+SIM_INTERNAL int sim_pool_valid(unsigned pool);
+
+/* This process's mapping of pool `dev` (a device or SIM_POOL_MANAGED),
+ * mapped on first use; NULL on failure or a bad pool. Never takes the
+ * machine mutex. */
 SIM_INTERNAL uint8_t *sim_window(unsigned dev);
 
-/* The device whose window (already mapped in this process) contains p, or
- * -1. Sets *off to p's offset in that device. */
+/* The pool whose window (already mapped in this process) contains p, or
+ * -1. Sets *off to p's offset in that pool. */
 SIM_INTERNAL int sim_window_of(uintptr_t p, uint64_t *off);
 
-/* Reserves `size` (> 0) bytes on `dev` for this process; on a full device
- * sweeps dead owners and retries once. Sets *index and *offset.
- * Caller holds no lock. Returns SIM_OK, SIM_ENOMEM or SIM_EINVAL. */
+/* Reserves `size` (> 0) bytes in pool `dev` for this process. On a device
+ * that lacks room it first evicts that device's managed allocations (LRU
+ * first), then sweeps dead owners and retries once. A managed allocation
+ * (dev == SIM_POOL_MANAGED, flags with SIM_F_MANAGED) starts resident on
+ * the host with `home` as its device. Sets *index and *offset. Caller holds
+ * no lock. Returns SIM_OK, SIM_ENOMEM or SIM_EINVAL. */
 SIM_INTERNAL int sim_alloc(unsigned dev, uint64_t size, uint64_t ctx_id, uint32_t flags,
-                           uint32_t *index, uint64_t *offset);
+                           unsigned home, uint32_t *index, uint64_t *offset);
 
-/* Releases the allocation whose base is `offset` on `dev`, if this process
+/* Makes LIVE managed entry `index` resident at `to` (SIM_HOST or a device),
+ * counting the bytes moved (rsize) in sim_counters. Moving onto a device
+ * that lacks room first evicts its other managed allocations to the host,
+ * least recently used first. A move to a device also marks the entry used
+ * now (LRU). Caller holds the mutex. Returns SIM_OK (moved, or already
+ * there), or SIM_ENOMEM when it cannot fit even after evicting every other
+ * managed allocation of that device: it then stays where it was. */
+SIM_INTERNAL int sim_managed_move_locked(uint32_t index, int to);
+
+/* Marks LIVE managed entry `index` as used now. Caller holds the mutex. */
+SIM_INTERNAL void sim_managed_touch_locked(uint32_t index);
+
+/* Releases the allocation whose base is `offset` in pool `dev`, if this process
  * owns it. Poisons it first if it was ever exported. Caller holds no lock.
  * Returns SIM_OK or SIM_EINVAL. */
 SIM_INTERNAL int sim_free(unsigned dev, uint64_t offset);
@@ -166,7 +224,7 @@ SIM_INTERNAL int sim_free(unsigned dev, uint64_t offset);
 /* Releases every allocation of this process made in context `ctx_id`. */
 SIM_INTERNAL void sim_free_ctx(uint64_t ctx_id);
 
-/* Finds the LIVE allocation containing byte `offset` of `dev`. Caller holds
+/* Finds the LIVE allocation containing byte `offset` of pool `dev`. Caller holds
  * the machine mutex. Returns its index or SIM_NO_INDEX. */
 SIM_INTERNAL uint32_t sim_find_locked(unsigned dev, uint64_t offset);
 
@@ -183,8 +241,15 @@ SIM_INTERNAL unsigned sim_sweep_locked(void);
 /* Fills the machine-wide fields of *out (takes the mutex). */
 SIM_INTERNAL void sim_machine_stats(struct simcuda_stats *out);
 
-/* Shared-memory object names for machine `name`: the state segment, and
- * device `dev`'s memory when dev >= 0. */
+/* Fills *out from sim_counters and the machine (takes the mutex). */
+SIM_INTERNAL void sim_managed_stats(struct simcuda_managed_stats *out);
+
+/* Residency and advice of the LIVE managed allocation of this process at
+ * managed-pool offset `off`; returns 0, or -1 when there is none. */
+SIM_INTERNAL int sim_managed_query(uint64_t off, struct simcuda_residency *out);
+
+/* Shared-memory object names for machine `name`: the state segment (dev
+ * -1), device `dev`'s memory, or the managed pool (SIM_POOL_MANAGED). */
 SIM_INTERNAL void sim_object_name(char *buf, size_t len, const char *name, int dev);
 
 /* Start time of process `pid` (field 22 of /proc/PID/stat), 0 if unknown;

@@ -31,6 +31,7 @@ extern "C" {
 #define SIMCUDA_ENV_FAIL_IPC_OPEN "SIMCUDA_FAIL_IPC_OPEN"   /* next N cuIpcOpenMemHandle fail */
 #define SIMCUDA_ENV_FAIL_IPC_CLOSE "SIMCUDA_FAIL_IPC_CLOSE" /* next N cuIpcCloseMemHandle fail */
 #define SIMCUDA_ENV_FAIL_LAUNCH "SIMCUDA_FAIL_LAUNCH"       /* next N kernel launches fail */
+#define SIMCUDA_ENV_MANAGED_MEMORY "SIMCUDA_MANAGED_MEMORY" /* managed pool bytes, default 4 x device */
 
 #define SIMCUDA_MAX_DEVICES 8
 
@@ -74,6 +75,44 @@ struct simcuda_launch {
     void **extra;
 };
 
+/* Managed-memory counters. "proc_" fields count what this process caused
+ * since its cuInit (or the last simcuda_reset_counters); bytes are counted
+ * in whole allocations rounded up to 512 (residency is per allocation). */
+struct simcuda_managed_stats {
+    uint64_t proc_faults;      /* launches' touches of non-resident managed allocations */
+    uint64_t proc_bytes_htod;  /* host -> device (prefetch, fault) */
+    uint64_t proc_bytes_dtoh;  /* device -> host (prefetch, eviction) */
+    uint64_t proc_bytes_dtod;  /* device -> another device */
+    uint64_t proc_migrations;  /* residency changes, evictions included */
+    uint64_t proc_evictions;   /* moves to host made to free room on a device */
+    uint64_t proc_refused;     /* moves to a device that could not make room */
+    uint32_t devices;
+    uint32_t pad;
+    uint64_t managed_capacity; /* bytes of the managed pool */
+    uint64_t managed_used;     /* bytes of live managed allocations, machine-wide */
+    uint64_t resident[SIMCUDA_MAX_DEVICES]; /* managed bytes resident per device */
+    uint64_t device_used[SIMCUDA_MAX_DEVICES]; /* ordinary allocations per device */
+};
+
+/* Where a managed allocation is, and the advice recorded for it. */
+#define SIMCUDA_HOST (-1)    /* = CU_DEVICE_CPU */
+#define SIMCUDA_NOWHERE (-2) /* = CU_DEVICE_INVALID: no preferred location */
+struct simcuda_residency {
+    int location;         /* SIMCUDA_HOST or the device it is resident on */
+    int preferred;        /* SIMCUDA_NOWHERE, SIMCUDA_HOST or a device */
+    unsigned accessed_by; /* bit d: device d; bit 31: the host */
+    int read_mostly;
+    uint64_t base;        /* the allocation's base pointer in this process */
+    uint64_t size;        /* bytes requested */
+    uint64_t last_use;    /* LRU clock of its last device use (0: never) */
+};
+
+/* The layout of one kernel parameter, as cuFuncGetParamInfo reports it. */
+struct simcuda_param {
+    uint32_t offset;
+    uint32_t size;
+};
+
 #if defined(__GNUC__)
 #define SIMCUDA_API __attribute__((visibility("default")))
 #else
@@ -92,6 +131,17 @@ SIMCUDA_API void simcuda_stats(struct simcuda_stats *out);
 
 /* Makes the next n operations of `kind` in this process fail. */
 SIMCUDA_API void simcuda_inject(enum simcuda_fault kind, unsigned n);
+
+/* Fills *out; zeroes it when cuInit has not succeeded in this process. */
+SIMCUDA_API void simcuda_managed_stats(struct simcuda_managed_stats *out);
+
+/* Zeroes this process's proc_ counters of simcuda_managed_stats. */
+SIMCUDA_API void simcuda_reset_counters(void);
+
+/* Residency of the managed allocation of this process containing ptr
+ * (interior pointers too). Returns SIMCUDA_HOST or a device ordinal, or -2
+ * when ptr is not in one. If `out` is not NULL it receives the details. */
+SIMCUDA_API int simcuda_managed_residency(const void *ptr, struct simcuda_residency *out);
 
 /* Removes the shared-memory objects of machine `name` (NULL: the one named
  * by SIMCUDA_MACHINE, else "default") for the calling user. Processes that

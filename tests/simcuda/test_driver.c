@@ -1018,6 +1018,12 @@ Test(simcuda, every_v1_and_v2_name_is_exported)
         "cuMemsetD32Async_ptsz",
         "cuGetProcAddress",
         "cuGetProcAddress_v2",
+        "cuMemPrefetchAsync",
+        "cuMemPrefetchAsync_ptsz",
+        "cuMemPrefetchAsync_v2",
+        "cuMemPrefetchAsync_v2_ptsz",
+        "cuMemAdvise",
+        "cuMemAdvise_v2",
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         sym(names[i]);
@@ -1101,17 +1107,21 @@ Test(simcuda, shared_layout_is_pinned)
 {
     /* The segment is shared between builds of this library: any change here
      * must bump SIM_ABI. */
-    cr_assert_eq(sizeof(struct sim_alloc), 72);
+    cr_assert_eq(SIM_ABI, 2);
+    cr_assert_eq(sizeof(struct sim_alloc), 96);
     cr_assert_eq(offsetof(struct sim_alloc, offset), 16);
     cr_assert_eq(offsetof(struct sim_alloc, serial), 40);
     cr_assert_eq(offsetof(struct sim_alloc, owner_pid), 56);
     cr_assert_eq(offsetof(struct sim_alloc, owner_start), 64);
+    cr_assert_eq(offsetof(struct sim_alloc, resident), 72);
+    cr_assert_eq(offsetof(struct sim_alloc, last_use), 88);
     cr_assert_eq(sizeof(struct sim_holder), 32);
-    cr_assert_eq(sizeof(struct sim_dev_state), 24);
+    cr_assert_eq(sizeof(struct sim_dev_state), 64);
+    cr_assert_eq(offsetof(struct sim_machine, managed_capacity), 56);
     cr_assert_eq(offsetof(struct sim_machine, lock), 88);
     cr_assert_eq(offsetof(struct sim_machine, next_serial), 152);
     cr_assert_eq(offsetof(struct sim_machine, poisoned_frees), 176);
     cr_assert_eq(offsetof(struct sim_machine, dev), 184);
-    cr_assert_eq(sizeof(struct sim_machine), 184 + 24 * SIM_MAX_DEVICES);
+    cr_assert_eq(sizeof(struct sim_machine), 184 + 64 * SIM_POOLS);
     cr_assert_eq(sizeof(CUipcMemHandle), 64);
 }

@@ -11,8 +11,10 @@
  * simcuda_* in the driver) are found with dlsym because the real runtime
  * does not have them. The IPC test re-executes this binary as the importing
  * process (SIMCUDART_IPC_CHILD set; see the constructor below): real CUDA
- * does not support fork without exec either. The nvcc test runs the
- * program built from runtime_launch.cu when meson had nvcc.
+ * does not support fork without exec either. The nvcc tests run the
+ * programs built from runtime_launch.cu and runtime_managed.cu when meson
+ * had nvcc; without it, a hand-made fat binary holding PTX still covers
+ * parameter layouts and launch faults through the runtime.
  */
 #include <criterion/criterion.h>
 #include <cuda_runtime_api.h>
@@ -201,6 +203,61 @@ Test(simcudart, malloc_memcpy_free_round_trip)
     cr_assert_eq(free2, free0);
     free(host);
     free(back);
+}
+
+Test(simcudart, managed_memory_prefetch_and_advice)
+{
+    int (*where)(const void *, struct simcuda_residency *) =
+        (int (*)(const void *, struct simcuda_residency *))driver_sym("simcuda_managed_residency");
+    void (*stats)(struct simcuda_managed_stats *) =
+        (void (*)(struct simcuda_managed_stats *))driver_sym("simcuda_managed_stats");
+    cr_assert(where && stats);
+    void *p = NULL;
+    cr_assert_eq(cudaMallocManaged(&p, 0, cudaMemAttachGlobal), cudaErrorInvalidValue);
+    cr_assert_eq(cudaMallocManaged(&p, 4096, 0), cudaErrorInvalidValue);
+    cr_assert_eq(cudaMallocManaged(&p, 1 << 20, cudaMemAttachGlobal), cudaSuccess);
+    cr_assert_eq(where(p, NULL), SIMCUDA_HOST);
+    memset(p, 7, 1 << 20); /* host access */
+
+    struct cudaPointerAttributes at;
+    cr_assert_eq(cudaPointerGetAttributes(&at, p), cudaSuccess);
+    cr_assert(at.type == cudaMemoryTypeManaged && at.device == 0 && at.hostPointer == p &&
+              at.devicePointer == p);
+
+    struct cudaMemLocation dev0 = {cudaMemLocationTypeDevice, 0};
+    struct cudaMemLocation host = {cudaMemLocationTypeHost, 0};
+    size_t free0, free1, total;
+    cr_assert_eq(cudaMemGetInfo(&free0, &total), cudaSuccess);
+    cr_assert_eq(cudaMemPrefetchAsync(p, 1 << 20, dev0, 0, NULL), cudaSuccess);
+    cr_assert_eq(where(p, NULL), 0);
+    cr_assert_eq(cudaMemGetInfo(&free1, &total), cudaSuccess);
+    cr_assert_eq(free1, free0 - (1 << 20));
+    cudaError_t (*prefetch_ptsz)(const void *, size_t, struct cudaMemLocation, unsigned,
+                                 cudaStream_t) =
+        (cudaError_t(*)(const void *, size_t, struct cudaMemLocation, unsigned, cudaStream_t))dlsym(
+            RTLD_DEFAULT, "cudaMemPrefetchAsync_ptsz");
+    cr_assert_not_null(prefetch_ptsz);
+    cr_assert_eq(prefetch_ptsz(p, 1 << 20, host, 0, cudaStreamPerThread), cudaSuccess);
+    cr_assert_eq(where(p, NULL), SIMCUDA_HOST);
+    struct simcuda_managed_stats st;
+    stats(&st);
+    cr_assert(st.proc_bytes_htod == 1 << 20 && st.proc_bytes_dtoh == 1 << 20);
+
+    cr_assert_eq(cudaMemAdvise(p, 4096, cudaMemAdviseSetAccessedBy, dev0), cudaSuccess);
+    struct simcuda_residency r;
+    cr_assert_eq(where(p, &r), SIMCUDA_HOST);
+    cr_assert_eq(r.accessed_by, 1u);
+    struct cudaMemLocation bad = {cudaMemLocationTypeDevice, 9};
+    cr_assert_eq(cudaMemAdvise(p, 4096, cudaMemAdviseSetPreferredLocation, bad),
+                 cudaErrorInvalidDevice);
+
+    void *plain = NULL;
+    cr_assert_eq(cudaMalloc(&plain, 4096), cudaSuccess);
+    cr_assert_eq(cudaMemPrefetchAsync(plain, 4096, dev0, 0, NULL), cudaErrorInvalidValue);
+    cr_assert_eq(cudaGetLastError(), cudaErrorInvalidValue);
+    cr_assert_eq(cudaFree(plain), cudaSuccess);
+    cr_assert_eq(cudaFree(p), cudaSuccess);
+    cr_assert_eq(where(p, NULL), -2);
 }
 
 Test(simcudart, out_of_memory_maps_and_sets_last_error)
@@ -735,6 +792,82 @@ Test(simcudart, registered_kernels_launch_through_the_driver)
     __cudaRegisterFatBinaryEnd(NULL);
 }
 
+/* A fat binary as nvcc lays it out, holding one uncompressed PTX entry. */
+static const char fatbin_ptx[] =
+    ".version 8.0\n.target sm_90\n.address_size 64\n"
+    ".visible .entry _Z5touchPfiS_(\n"
+    "  .param .u64 _Z5touchPfiS__param_0,\n"
+    "  .param .u32 _Z5touchPfiS__param_1,\n"
+    "  .param .u64 _Z5touchPfiS__param_2\n"
+    ")\n{\n  ret;\n}\n";
+
+static void fake_touch(void) {}
+static void fake_missing(void) {}
+
+Test(simcudart, registered_fat_binary_gives_param_info_and_launch_faults)
+{
+    static _Alignas(8) unsigned char fatbin[16 + 64 + sizeof(fatbin_ptx) + 8];
+    uint64_t payload = (sizeof(fatbin_ptx) + 7) / 8 * 8, total = 64 + payload, flags = 0x11;
+    uint32_t magic = 0xBA55ED50u, ehs = 64;
+    uint16_t ver = 1, hs = 16, kind = 1;
+    memcpy(fatbin, &magic, 4);
+    memcpy(fatbin + 4, &ver, 2);
+    memcpy(fatbin + 6, &hs, 2);
+    memcpy(fatbin + 8, &total, 8);
+    memcpy(fatbin + 16, &kind, 2);
+    memcpy(fatbin + 20, &ehs, 4);
+    memcpy(fatbin + 24, &payload, 8);
+    memcpy(fatbin + 16 + 40, &flags, 8);
+    memcpy(fatbin + 16 + 64, fatbin_ptx, sizeof(fatbin_ptx));
+    static struct {
+        int magic, version;
+        const void *data, *unused;
+    } wrapper = {0x466243b1, 1, fatbin, NULL};
+    void **h = __cudaRegisterFatBinary(&wrapper);
+    cr_assert_not_null(h);
+    __cudaRegisterFunction(h, (const char *)fake_touch, "_Z5touchPfiS_", "_Z5touchPfiS_", -1, NULL,
+                           NULL, NULL, NULL, NULL);
+    __cudaRegisterFunction(h, (const char *)fake_missing, "_Z4gonev", "_Z4gonev", -1, NULL, NULL,
+                           NULL, NULL, NULL);
+    __cudaRegisterFatBinaryEnd(h);
+
+    size_t off = 0, size = 0;
+    cr_assert_eq(cudaFuncGetParamInfo((const void *)fake_touch, 2, &off, &size), cudaSuccess);
+    cr_assert(off == 16 && size == 8);
+    cr_assert_eq(cudaFuncGetParamInfo((const void *)fake_touch, 1, &off, &size), cudaSuccess);
+    cr_assert(off == 8 && size == 4);
+    cr_assert_eq(cudaFuncGetParamInfo((const void *)fake_touch, 3, &off, &size),
+                 cudaErrorInvalidValue);
+    cr_assert_eq(cudaFuncGetParamInfo((const void *)fake_missing, 0, &off, &size),
+                 cudaErrorNotSupported);
+
+    void (*stats)(struct simcuda_managed_stats *) =
+        (void (*)(struct simcuda_managed_stats *))driver_sym("simcuda_managed_stats");
+    cr_assert_not_null(stats);
+    float *a = NULL, *b = NULL;
+    cr_assert_eq(cudaMallocManaged((void **)&a, 1 << 20, cudaMemAttachGlobal), cudaSuccess);
+    cr_assert_eq(cudaMallocManaged((void **)&b, 1 << 20, cudaMemAttachGlobal), cudaSuccess);
+    int n = 3;
+    void *args[] = {&a, &n, &b};
+    dim3 g = {1, 1, 1}, blk = {32, 1, 1};
+    cr_assert_eq(cudaLaunchKernel((const void *)fake_touch, g, blk, args, 0, NULL), cudaSuccess);
+    struct simcuda_managed_stats st;
+    stats(&st);
+    cr_assert_eq(st.proc_faults, 2);
+    cr_assert_eq(st.resident[0], 2u << 20);
+    /* A kernel the image lacks still launches, without a layout: no fault. */
+    void *args2[] = {&a};
+    cr_assert_eq(cudaMemPrefetchAsync(a, 1 << 20, (struct cudaMemLocation){cudaMemLocationTypeHost, 0},
+                                      0, NULL),
+                 cudaSuccess);
+    cr_assert_eq(cudaLaunchKernel((const void *)fake_missing, g, blk, args2, 0, NULL), cudaSuccess);
+    stats(&st);
+    cr_assert_eq(st.proc_faults, 2);
+    cr_assert_eq(cudaFree(a), cudaSuccess);
+    cr_assert_eq(cudaFree(b), cudaSuccess);
+    __cudaUnregisterFatBinary(h);
+}
+
 Test(simcudart, nvcc_program_launches_under_the_simulator)
 {
 #ifndef SIMCUDART_LAUNCH_PROG
@@ -756,5 +889,18 @@ Test(simcudart, nvcc_per_thread_program_launches_under_the_simulator)
     char *argv[] = {SIMCUDART_LAUNCH_PROG_PTDS, SIMCUDA_DIR, NULL};
     int rc = spawn_and_wait(argv);
     cr_assert_eq(rc, 0, "%s failed check %d", SIMCUDART_LAUNCH_PROG_PTDS, rc);
+#endif
+}
+
+/* Parameter layouts of an nvcc-built program's kernels (default targets)
+ * and the faults its launches with managed pointers cause. */
+Test(simcudart, nvcc_managed_program_under_the_simulator)
+{
+#ifndef SIMCUDART_MANAGED_PROG
+    cr_skip_test("nvcc was not found at configure time");
+#else
+    char *argv[] = {SIMCUDART_MANAGED_PROG, SIMCUDA_DIR, NULL};
+    int rc = spawn_and_wait(argv);
+    cr_assert_eq(rc, 0, "%s failed check %d", SIMCUDART_MANAGED_PROG, rc);
 #endif
 }
