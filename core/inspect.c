@@ -16,11 +16,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { READY_WAIT_MS = 2000 };
-
 #define LOAD_STATE(field) __atomic_load_n(&(field), __ATOMIC_ACQUIRE)
 
-static int fail(int rc, char *why, size_t len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int fail(int rc, char *why, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 static int fail(int rc, char *why, size_t len, const char *fmt, ...)
 {
     if (why && len) {
@@ -35,21 +34,30 @@ static int fail(int rc, char *why, size_t len, const char *fmt, ...)
 const char *inspect_block_state(uint32_t state)
 {
     switch (state) {
-    case BLOCK_LIVE: return "live";
-    case BLOCK_LIMBO: return "limbo";
-    case BLOCK_ORPHANED: return "orphaned";
-    case BLOCK_RETIRED: return "retired";
-    default: return "?";
+    case BLOCK_LIVE:
+        return "live";
+    case BLOCK_LIMBO:
+        return "limbo";
+    case BLOCK_ORPHANED:
+        return "orphaned";
+    case BLOCK_RETIRED:
+        return "retired";
+    default:
+        return "?";
     }
 }
 
 const char *inspect_lease_intent(uint32_t intent)
 {
     switch (intent) {
-    case LEASE_OPENING: return "opening";
-    case LEASE_OPEN: return "open";
-    case LEASE_CLOSING: return "closing";
-    default: return "?";
+    case LEASE_OPENING:
+        return "opening";
+    case LEASE_OPEN:
+        return "open";
+    case LEASE_CLOSING:
+        return "closing";
+    default:
+        return "?";
     }
 }
 
@@ -91,12 +99,12 @@ static void read_comm(pid_t pid, char *out, size_t len)
 
 /* Validates the segment behind fd the way attach() does and fills *l.
  * The caller maps nothing before this succeeds. */
-static int validate(int fd, const char *name, struct reg_caps *caps, struct reg_layout *l, char *why,
-                    size_t len)
+static int validate(int fd, const char *name, struct reg_caps *caps, struct reg_layout *l,
+                    char *why, size_t len)
 {
     struct stat st;
     struct reg_header *h = MAP_FAILED;
-    uint64_t deadline = clock_ns(CLOCK_MONOTONIC) + READY_WAIT_MS * 1000000ull;
+    uint64_t deadline = clock_ns(CLOCK_MONOTONIC) + registry_attach_wait_ms * 1000000ull;
     int rc = 0;
     /* A creator may be between shm_open and publishing ready. */
     for (;;) {
@@ -110,8 +118,9 @@ static int validate(int fd, const char *name, struct reg_caps *caps, struct reg_
             goto out;
         }
         if (st.st_mode & 077) {
-            rc = fail(-EPERM, why, len, "registry %s has mode %o (group/other access); the shim refuses it too",
-                      name, (unsigned)(st.st_mode & 0777));
+            rc = fail(-EPERM, why, len,
+                      "registry %s has mode %o (group/other access); the shim refuses it too", name,
+                      (unsigned)(st.st_mode & 0777));
             goto out;
         }
         if ((size_t)st.st_size >= sizeof *h) {
@@ -124,7 +133,8 @@ static int validate(int fd, const char *name, struct reg_caps *caps, struct reg_
         }
         if (clock_ns(CLOCK_MONOTONIC) > deadline) {
             rc = fail(-ETIMEDOUT, why, len,
-                      "registry %s was never initialised (its creator died?); remove /dev/shm%s to reset it",
+                      "registry %s was never initialised (its creator died?); remove /dev/shm%s to "
+                      "reset it",
                       name, name);
             goto out;
         }
@@ -132,14 +142,20 @@ static int validate(int fd, const char *name, struct reg_caps *caps, struct reg_
     }
     *caps = (struct reg_caps){h->max_holders, h->max_blocks, h->max_leases};
     const char *bad = NULL;
-    if (h->magic != REG_MAGIC) bad = "bad magic (not an ipcshim registry)";
-    else if (h->abi != REG_ABI) bad = "a different ABI version (made by another ipcshim release)";
-    else if (registry_layout(caps, l) != 0) bad = "impossible capacities";
-    else if (h->size != l->size || h->nbuckets != l->nbuckets) bad = "a header that does not add up";
-    else if ((uint64_t)st.st_size != l->size) bad = "the wrong size";
+    if (h->magic != REG_MAGIC)
+        bad = "bad magic (not an ipcshim registry)";
+    else if (h->abi != REG_ABI)
+        bad = "a different ABI version (made by another ipcshim release)";
+    else if (registry_layout(caps, l) != 0)
+        bad = "impossible capacities";
+    else if (h->size != l->size || h->nbuckets != l->nbuckets)
+        bad = "a header that does not add up";
+    else if ((uint64_t)st.st_size != l->size)
+        bad = "the wrong size";
     if (bad) {
         if (h->magic == REG_MAGIC && h->abi != REG_ABI)
-            rc = fail(-EPROTO, why, len, "registry %s has ABI %u, this tool reads ABI %u", name, h->abi, REG_ABI);
+            rc = fail(-EPROTO, why, len, "registry %s has ABI %u, this tool reads ABI %u", name,
+                      h->abi, REG_ABI);
         else
             rc = fail(-EPROTO, why, len, "registry %s has %s", name, bad);
     }
@@ -210,8 +226,8 @@ static int copy_records(struct registry *r, struct inspect_snapshot *s)
         o->device = b->device;
         o->pending = b->pending;
         o->exporter = b->exporter < r->max_holders ? b->exporter : REG_NONE;
-        o->exporter_current =
-            o->exporter != REG_NONE && holder_at[o->exporter] != REG_NONE && nonces[o->exporter] == b->exporter_nonce;
+        o->exporter_current = o->exporter != REG_NONE && holder_at[o->exporter] != REG_NONE &&
+                              nonces[o->exporter] == b->exporter_nonce;
         o->first_lease = UINT32_MAX;
         memcpy(o->handle, b->handle, sizeof o->handle);
         block_at[i] = s->nblocks++;
@@ -250,7 +266,8 @@ static int copy_records(struct registry *r, struct inspect_snapshot *s)
         if (b->state != BLOCK_LIMBO) continue;
         h->limbo_blocks++;
         h->limbo_bytes += b->size;
-        if (!h->oldest_limbo_ns || b->limbo_since_ns < h->oldest_limbo_ns) h->oldest_limbo_ns = b->limbo_since_ns;
+        if (!h->oldest_limbo_ns || b->limbo_since_ns < h->oldest_limbo_ns)
+            h->oldest_limbo_ns = b->limbo_since_ns;
     }
 out:
     free(holder_at);
@@ -264,13 +281,15 @@ int inspect_snapshot(const char *domain, struct inspect_snapshot *s, char *why, 
     memset(s, 0, sizeof *s);
     if (why && whylen) why[0] = 0;
     if (registry_name(domain, s->name, sizeof s->name) != 0)
-        return fail(-EINVAL, why, whylen, "\"%s\" is not a domain name (1-64 of A-Z a-z 0-9 . _ -)", domain ? domain : "");
+        return fail(-EINVAL, why, whylen, "\"%s\" is not a domain name (1-64 of A-Z a-z 0-9 . _ -)",
+                    domain ? domain : "");
     int fd = shm_open(s->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
     if (fd < 0) {
         int e = errno;
         if (e == ENOENT)
             return fail(-ENOENT, why, whylen,
-                        "no registry for domain \"%s\" (/dev/shm%s does not exist): no program of this user has "
+                        "no registry for domain \"%s\" (/dev/shm%s does not exist): no program of "
+                        "this user has "
                         "exported or opened a block under the shim in this domain yet",
                         domain, s->name);
         return fail(-e, why, whylen, "cannot open /dev/shm%s: %s", s->name, strerror(e));

@@ -27,14 +27,14 @@
 struct inspect_holder {
     uint32_t slot;
     int32_t pid;
-    uint64_t start_time;  /* field 22 of /proc/PID/stat, as recorded */
-    uint64_t attach_ns;   /* CLOCK_MONOTONIC */
-    bool alive;           /* liveness_alive(); unknown counts as alive */
-    char comm[17];        /* /proc/PID/comm when alive, else "" */
+    uint64_t start_time; /* field 22 of /proc/PID/stat, as recorded */
+    uint64_t attach_ns;  /* CLOCK_MONOTONIC */
+    bool alive;          /* liveness_alive(); unknown counts as alive */
+    char comm[17];       /* /proc/PID/comm when alive, else "" */
     /* Derived from the blocks and leases of the snapshot: */
-    uint32_t exports;     /* blocks it exported (any state) */
-    uint32_t imports;     /* leases it holds */
-    uint32_t opens;       /* sum of those leases' open counts */
+    uint32_t exports; /* blocks it exported (any state) */
+    uint32_t imports; /* leases it holds */
+    uint32_t opens;   /* sum of those leases' open counts */
     uint32_t limbo_blocks;
     uint64_t limbo_bytes;
     uint64_t oldest_limbo_ns; /* limbo_since_ns of its oldest limbo block, 0 if none */
@@ -54,23 +54,23 @@ struct inspect_block {
     uint64_t base, size, generation;
     uint64_t first_export_ns, last_export_ns, limbo_since_ns; /* CLOCK_MONOTONIC */
     int32_t device;
-    uint32_t exporter;       /* holder slot, REG_NONE if out of range */
-    bool exporter_current;   /* that slot is still the exporting process (nonce matches) */
-    uint32_t pending;        /* unclaimed hand-offs */
-    uint32_t first_lease;    /* index into snapshot.leases of its first lease, or UINT32_MAX */
-    uint32_t nleases;        /* its leases are leases[first_lease .. first_lease+nleases) */
+    uint32_t exporter;     /* holder slot, REG_NONE if out of range */
+    bool exporter_current; /* that slot is still the exporting process (nonce matches) */
+    uint32_t pending;      /* unclaimed hand-offs */
+    uint32_t first_lease;  /* index into snapshot.leases of its first lease, or UINT32_MAX */
+    uint32_t nleases;      /* its leases are leases[first_lease .. first_lease+nleases) */
     uint8_t handle[64];
 };
 
 struct inspect_snapshot {
-    char name[96];     /* "/ipcshim-<uid>-<domain>" */
+    char name[96]; /* "/ipcshim-<uid>-<domain>" */
     uint32_t abi;
     uint64_t size;
     uint32_t max_holders, max_blocks, max_leases;
     uint32_t repairs;
     int32_t creator_pid;
-    uint64_t created_ns;  /* CLOCK_REALTIME */
-    uint64_t taken_ns;    /* CLOCK_MONOTONIC when the snapshot was taken */
+    uint64_t created_ns;    /* CLOCK_REALTIME */
+    uint64_t taken_ns;      /* CLOCK_MONOTONIC when the snapshot was taken */
     uint64_t taken_real_ns; /* CLOCK_REALTIME, same moment */
     /* Records in use, in slot order; leases grouped by block (block order). */
     struct inspect_holder *holders;
@@ -94,6 +94,7 @@ const char *inspect_block_state(uint32_t state);
 const char *inspect_lease_intent(uint32_t intent);
 
 /* The holder record with this slot in s, or NULL. */
-const struct inspect_holder *inspect_holder_by_slot(const struct inspect_snapshot *s, uint32_t slot);
+const struct inspect_holder *inspect_holder_by_slot(const struct inspect_snapshot *s,
+                                                    uint32_t slot);
 
 #endif

@@ -29,8 +29,20 @@ enum {
     MAX_HOLDERS_LIMIT = 1 << 16,
     MAX_BLOCKS_LIMIT = 1 << 24,
     MAX_LEASES_LIMIT = 1 << 24,
-    ATTACH_WAIT_MS = 2000,
+    LOCK_CHECK_MS = 500,  /* a contended lock re-checks its owner this often */
+    LOCK_GONE_CHECKS = 4, /* ... and gives up after this many "owner gone" in a row */
+    LOCK_ABANDONED = -1,  /* lock_slow gave up (and said why) */
 };
+
+unsigned registry_attach_wait_ms = 2000;
+
+/* IPCSHIM_TEST_DELAY_US: a pause at points inside critical sections, so that
+ * crash tests can kill a process there (tests/crash). One load when unset. */
+static inline void test_delay(void)
+{
+    uint64_t us = options_get()->test_delay_us;
+    if (us) usleep((useconds_t)(us > 1000000 ? 1000000 : us));
+}
 
 /* The state/intent fields are the commit points of a record (registry.h):
  * a release store keeps the compiler and CPU from moving the field writes
@@ -121,8 +133,9 @@ static int create(struct registry *r, int fd, const struct reg_caps *caps)
     struct reg_header *h = r->hdr;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    h->magic = REG_MAGIC;
+    /* ABI before magic: an attacher that sees the magic sees the ABI too. */
     h->abi = REG_ABI;
+    __atomic_store_n(&h->magic, REG_MAGIC, __ATOMIC_RELEASE);
     h->size = l.size;
     h->max_holders = caps->max_holders;
     h->max_blocks = caps->max_blocks;
@@ -138,15 +151,40 @@ static int create(struct registry *r, int fd, const struct reg_caps *caps)
     return 0;
 }
 
+/* The lock's type word (glibc: __kind) as this process would create it; a
+ * segment whose lock is of another type (corrupt, or not made by us) would
+ * make glibc treat it as a mutex that never reports a dead owner. */
+static bool lock_kind_ok(const pthread_mutex_t *m)
+{
+#ifdef __GLIBC__
+    static int expected = -1;
+    if (__atomic_load_n(&expected, __ATOMIC_RELAXED) < 0) {
+        pthread_mutex_t t;
+        if (init_mutex(&t) != 0) return true; /* cannot tell: let the lock decide */
+        __atomic_store_n(&expected, t.__data.__kind & ~0x300, __ATOMIC_RELAXED);
+        pthread_mutex_destroy(&t);
+    }
+    /* 0x300: glibc's lock-elision bits, never part of the type. */
+    return (__atomic_load_n(&m->__data.__kind, __ATOMIC_RELAXED) & ~0x300) == expected;
+#else
+    (void)m;
+    return true;
+#endif
+}
+
 /* Checks an existing segment and maps it. Logs why on refusal. */
 static int attach(struct registry *r, int fd)
 {
     struct stat st;
     struct reg_header *h = MAP_FAILED;
-    uint64_t deadline = reg_now_ns() + ATTACH_WAIT_MS * 1000000ull;
+    uint64_t deadline = reg_now_ns() + registry_attach_wait_ms * 1000000ull;
     /* The creator may still be between shm_open and publishing ready. */
     for (;;) {
         if (fstat(fd, &st) != 0) return -errno;
+        if (!S_ISREG(st.st_mode)) {
+            LOG_ONCE(LOG_ERROR, "registry %s is not a regular file; not using it", r->name);
+            return -EPERM;
+        }
         if (st.st_uid != geteuid()) {
             LOG_ONCE(LOG_ERROR, "registry %s is owned by uid %u, not us; not using it", r->name,
                      (unsigned)st.st_uid);
@@ -161,6 +199,13 @@ static int attach(struct registry *r, int fd)
             if (h == MAP_FAILED) h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, fd, 0);
             if (h == MAP_FAILED) return -errno;
             if (__atomic_load_n(&h->ready, __ATOMIC_ACQUIRE) == 1) break;
+            /* Magic and ABI sit at offsets every version keeps: a segment
+             * that is neither blank nor ours is refused now, not waited on
+             * (another version's `ready` may live elsewhere). */
+            uint64_t magic = __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE);
+            if (magic != 0 &&
+                (magic != REG_MAGIC || __atomic_load_n(&h->abi, __ATOMIC_ACQUIRE) != REG_ABI))
+                break;
         }
         if (reg_now_ns() > deadline) {
             if (h != MAP_FAILED) munmap(h, sizeof *h);
@@ -185,6 +230,8 @@ static int attach(struct registry *r, int fd)
         why = "a header that does not add up";
     else if ((uint64_t)st.st_size != l.size)
         why = "the wrong size";
+    else if (!lock_kind_ok(&h->lock.mutex))
+        why = "a lock that is not a robust process-shared mutex";
     munmap(h, sizeof *h);
     if (why) {
         LOG_ONCE(LOG_ERROR, "registry %s has %s; not using it (remove /dev/shm%s to reset it)",
@@ -272,10 +319,66 @@ int registry_reopen_fd(struct registry *r)
 
 /* ---- lock and repair ---- */
 
+/* The thread that owns a contended lock, by the lock word (glibc), has
+ * exited without the kernel marking the lock (its robust list never ran:
+ * the word is corrupt, or names a thread of another PID namespace).
+ * Unknown counts as alive. */
+static bool lock_owner_gone(const pthread_mutex_t *m, int *owner)
+{
+#ifdef __GLIBC__
+    int tid = __atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED) & FUTEX_TID_MASK;
+    char path[32];
+    struct stat st;
+    *owner = tid;
+    if (tid <= 0) return false;
+    snprintf(path, sizeof path, "/proc/%d", tid); /* any thread id, not only processes */
+    return stat(path, &st) != 0 && errno == ENOENT;
+#else
+    (void)m;
+    *owner = 0;
+    return false;
+#endif
+}
+
+/* Waits for a contended lock. Never for ever: a lock whose owner thread is
+ * gone (and that the kernel will therefore never hand back) is given up
+ * after LOCK_GONE_CHECKS checks that all name the same vanished owner. */
+static int lock_slow(struct registry *r)
+{
+    pthread_mutex_t *m = &r->hdr->lock.mutex;
+    int strikes = 0, last = 0;
+    for (;;) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += (LOCK_CHECK_MS % 1000) * 1000000L;
+        dl.tv_sec += LOCK_CHECK_MS / 1000 + dl.tv_nsec / 1000000000L;
+        dl.tv_nsec %= 1000000000L;
+        int rc = pthread_mutex_timedlock(m, &dl);
+        if (rc != ETIMEDOUT) return rc;
+        int owner;
+        if (!lock_owner_gone(m, &owner) || owner != last) {
+            strikes = 0;
+            last = owner;
+            continue;
+        }
+        if (++strikes >= LOCK_GONE_CHECKS) {
+            LOG_ONCE(LOG_ERROR,
+                     "registry %s: its lock is held by thread %d, which no longer exists "
+                     "(a corrupt segment, or a holder in another PID namespace); not tracking",
+                     r->name, owner);
+            return LOCK_ABANDONED;
+        }
+    }
+}
+
 int registry_lock(struct registry *r)
 {
-    int rc = pthread_mutex_lock(&r->hdr->lock.mutex);
-    if (rc == 0) return 0;
+    int rc = pthread_mutex_trylock(&r->hdr->lock.mutex);
+    if (rc == EBUSY) rc = lock_slow(r);
+    if (rc == 0) {
+        test_delay();
+        return 0;
+    }
     if (rc == EOWNERDEAD) {
         /* The previous owner died inside a critical section. Its record
          * writes are either committed (state stored last) or invisible to
@@ -286,7 +389,9 @@ int registry_lock(struct registry *r)
         log_msg(LOG_WARN, "registry %s: lock owner died; repaired", r->name);
         return 0;
     }
-    LOG_ONCE(LOG_ERROR, "registry %s lock is unusable (%s); not tracking", r->name, strerror(rc));
+    if (rc != LOCK_ABANDONED)
+        LOG_ONCE(LOG_ERROR, "registry %s lock is unusable (%s); not tracking", r->name,
+                 strerror(rc));
     return -ENOTRECOVERABLE;
 }
 
@@ -357,21 +462,25 @@ uint32_t reg_holder_attach(struct registry *r, uint64_t nonce)
     pid_t pid = getpid();
     uint64_t start = 0;
     (void)liveness_start_time(pid, &start);
-    for (int pass = 0; pass < 2; pass++) {
-        for (uint32_t i = 0; i < r->max_holders; i++) {
-            struct reg_holder *h = &r->holders[i];
-            if (LOAD_STATE(h->state) != HOLDER_FREE) continue;
-            /* Held by a description that outlived its holder (a fork child's
-             * inherited copy): not usable yet. */
-            if (liveness_lock_byte(r->fd, r->lock_base + i) != 0) continue;
-            h->pid = (int32_t)pid;
-            h->start_time = start;
-            h->nonce = nonce;
-            h->attach_ns = reg_now_ns();
-            STORE_STATE(h->state, HOLDER_ACTIVE);
-            return i;
-        }
-        if (pass == 0 && reg_sweep_dead(r, REG_NONE) == 0) break;
+    /* Once per process: the leases of holders that died since the last
+     * sweep (or of this very pid before an exec) go now, not at some later
+     * collect. */
+    reg_sweep_dead(r, REG_NONE);
+    for (uint32_t i = 0; i < r->max_holders; i++) {
+        struct reg_holder *h = &r->holders[i];
+        uint32_t state = LOAD_STATE(h->state);
+        /* A state that is neither FREE nor ACTIVE is a corrupt record: reuse it. */
+        if (state == HOLDER_ACTIVE) continue;
+        /* Held by a description that outlived its holder (a fork child's
+         * inherited copy): not usable yet. */
+        if (liveness_lock_byte(r->fd, r->lock_base + i) != 0) continue;
+        if (state != HOLDER_FREE) reg_holder_sweep(r, i); /* whatever it claimed goes */
+        h->pid = (int32_t)pid;
+        h->start_time = start;
+        h->nonce = nonce;
+        h->attach_ns = reg_now_ns();
+        STORE_STATE(h->state, HOLDER_ACTIVE);
+        return i;
     }
     return REG_NONE;
 }
@@ -408,6 +517,7 @@ void reg_holder_sweep(struct registry *r, uint32_t idx)
         uint32_t wake = reg_lease_drop(r, i);
         if (wake != REG_NONE && wake != idx) registry_wake(r, wake);
     }
+    test_delay();
     for (uint32_t i = 0; i < r->max_blocks; i++) {
         struct reg_block *b = &r->blocks[i];
         if (b->state == BLOCK_FREE || b->exporter != idx) continue;
@@ -511,6 +621,7 @@ uint32_t reg_block_create(struct registry *r, const struct ipc_handle *hd, uint6
     uint32_t bk = bucket_of(r, b->handle);
     b->hash_next = r->buckets[bk];
     r->buckets[bk] = idx;
+    test_delay();
     STORE_STATE(b->state, BLOCK_LIVE);
     return idx;
 }
@@ -547,6 +658,7 @@ void reg_block_recycle(struct registry *r, uint32_t idx)
     struct reg_block *b = reg_block_at(r, idx);
     if (!b) return;
     STORE_STATE(b->state, BLOCK_FREE);
+    test_delay();
     for (uint32_t steps = 0; b->lease_head != REG_NONE && steps < r->max_leases; steps++) {
         uint32_t li = b->lease_head;
         struct reg_lease *l = reg_lease_at(r, li);
@@ -615,6 +727,7 @@ uint32_t reg_lease_create(struct registry *r, uint32_t block, uint32_t holder)
     l->count = 1;
     l->next = b->lease_head;
     b->lease_head = li;
+    test_delay();
     STORE_STATE(l->intent, LEASE_OPENING);
     return li;
 }
@@ -626,6 +739,7 @@ uint32_t reg_lease_drop(struct registry *r, uint32_t idx)
     struct reg_block *b = reg_block_at(r, l->block);
     bool same = b && b->state != BLOCK_FREE && b->generation == l->block_gen;
     if (b) unlink_lease(r, b, idx);
+    test_delay();
     free_lease(r, idx);
     if (!same || b->lease_head != REG_NONE) return REG_NONE;
     if (b->state == BLOCK_ORPHANED) {

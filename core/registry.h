@@ -138,6 +138,10 @@ int registry_name(const char *domain, char *buf, size_t len);
 /* Offsets for these capacities. -EINVAL if a capacity is 0 or too large. */
 int registry_layout(const struct reg_caps *caps, struct reg_layout *out);
 
+/* How long an attacher waits for a segment's creator to publish `ready`
+ * (2000 ms). Tests and the fuzz target shorten it. */
+extern unsigned registry_attach_wait_ms;
+
 /* Create the domain's segment with caps, or attach to the existing one
  * (whose own capacities win). 0, or a negative errno after logging why the
  * segment was refused. *r is zeroed on failure. */
@@ -152,7 +156,10 @@ int registry_reopen_fd(struct registry *r);
 
 /* ---- lock ---- */
 
-/* Take the registry lock; if its owner died, repair and carry on.
+/* Take the registry lock; if its owner died, repair and carry on. A lock
+ * that stays held by a thread that no longer exists (which the kernel never
+ * releases: a corrupt lock word, or another PID namespace) is given up after
+ * about two seconds instead of waited on for ever.
  * 0, or -ENOTRECOVERABLE (the registry must not be used any more). */
 int registry_lock(struct registry *r);
 void registry_unlock(struct registry *r);
@@ -162,8 +169,9 @@ void registry_repair(struct registry *r);
 
 /* ---- holders ---- */
 
-/* Take a free holder slot for this process (sweeping dead holders if none is
- * free) and its OFD lock byte. Slot index or REG_NONE. Lock held. */
+/* Sweep dead holders (a previous image of this process after exec among
+ * them), then take a free holder slot for this process and its OFD lock
+ * byte. Slot index or REG_NONE. Lock held. */
 uint32_t reg_holder_attach(struct registry *r, uint64_t nonce);
 
 /* Give back our own slot: drop our lock byte and mark it free. Lock held. */

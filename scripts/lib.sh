@@ -14,6 +14,12 @@ ensure_build_deps() {
     command -v python3 >/dev/null 2>&1 || missing+=(python3)
     pkg-config --exists criterion 2>/dev/null || missing+=(libcriterion-dev)
     [ -f /usr/include/uthash.h ] || missing+=(uthash-dev)
+    # Optional: clang (with its libFuzzer runtime) makes tests/fuzz a
+    # coverage-guided libFuzzer target; without it a plain driver runs the
+    # same target. Installed only where we install anyway (root + apt).
+    if ! command -v clang >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        missing+=(clang)
+    fi
     [ ${#missing[@]} -eq 0 ] && return 0
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "installing: ${missing[*]}" >&2

@@ -5,6 +5,7 @@
 #include "log.h"
 #include "options.h"
 #include "shim.h"
+#include "swap.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -85,6 +86,7 @@ __attribute__((destructor)) static void report_at_exit(void)
             (unsigned long long)s.frees_deferred, (unsigned long long)s.frees_reclaimed,
             (unsigned long long)s.bytes_reclaimed, (unsigned long long)s.limbo_blocks,
             s.longest_limbo_ns / 1e6, (unsigned long long)s.handoffs_expired);
+    swap_report();
     for (int id = 0; id < SYM_COUNT; id++)
         for (int d = 0; d < DOOR_COUNT; d++)
             if (entry_calls(id, d))

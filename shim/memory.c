@@ -7,6 +7,7 @@
 #include "ipc.h"
 #include "log.h"
 #include "options.h"
+#include "swap.h"
 
 #include <errno.h>
 #include <string.h>
@@ -43,6 +44,7 @@ void memory_init(void)
     tracking = !o->disable && real_cuMemFree_v2 && real_cuPointerGetAttributes && real_cuCtxGetCurrent;
     if (!o->disable && !tracking) LOG_ONCE(LOG_WARN, "driver functions missing; passing every call through");
     if (tracking) ipc_init(&device_ops);
+    swap_init();
 }
 
 bool shim_tracking(void) { return tracking; }
@@ -204,6 +206,7 @@ static int driver_open_v2(uint64_t *out, const void *handle, unsigned int flags)
 cudaError_t do_cudaMalloc(void **devPtr, size_t size)
 {
     if (!real_cudaMalloc) return cudaErrorInitializationError;
+    if (swap_wants(size) && swap_alloc_runtime(devPtr, size)) return cudaSuccess;
     cudaError_t r = real_cudaMalloc(devPtr, size);
     if (collect_for_retry(r, &runtime_codes)) r = real_cudaMalloc(devPtr, size);
     return r;
@@ -217,11 +220,16 @@ cudaError_t do_cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_
     return r;
 }
 
-cudaError_t do_cudaFree(void *devPtr) { return op_free((uint64_t)devPtr, runtime_free, &runtime_codes); }
+cudaError_t do_cudaFree(void *devPtr)
+{
+    swap_on_free((uint64_t)devPtr);
+    return op_free((uint64_t)devPtr, runtime_free, &runtime_codes);
+}
 
 cudaError_t do_cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
 {
     if (!real_cudaIpcGetMemHandle) return cudaErrorInitializationError;
+    if (swap_refuses_export((uint64_t)devPtr, "cudaIpcGetMemHandle")) return cudaErrorInvalidValue;
     cudaError_t r = real_cudaIpcGetMemHandle(handle, devPtr);
     if (r == cudaSuccess && tracking) note_export(handle, (uint64_t)devPtr);
     return r;
@@ -245,6 +253,7 @@ cudaError_t do_cudaIpcCloseMemHandle(void *devPtr)
 CUresult do_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
     if (!real_cuMemAlloc_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    if (swap_wants(bytesize) && swap_alloc_driver(dptr, bytesize)) return CUDA_SUCCESS;
     CUresult r = real_cuMemAlloc_v2(dptr, bytesize);
     if (collect_for_retry(r, &driver_codes)) r = real_cuMemAlloc_v2(dptr, bytesize);
     return r;
@@ -260,11 +269,16 @@ CUresult do_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthIn
     return r;
 }
 
-CUresult do_cuMemFree_v2(CUdeviceptr dptr) { return op_free(dptr, driver_free, &driver_codes); }
+CUresult do_cuMemFree_v2(CUdeviceptr dptr)
+{
+    swap_on_free(dptr);
+    return op_free(dptr, driver_free, &driver_codes);
+}
 
 CUresult do_cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
     if (!real_cuIpcGetMemHandle) return CUDA_ERROR_NOT_INITIALIZED;
+    if (swap_refuses_export(dptr, "cuIpcGetMemHandle")) return CUDA_ERROR_INVALID_VALUE;
     CUresult r = real_cuIpcGetMemHandle(pHandle, dptr);
     if (r == CUDA_SUCCESS && tracking) note_export(pHandle, dptr);
     return r;

@@ -2498,6 +2498,13 @@ SIMCUDA_API void simcuda_managed_stats(struct simcuda_managed_stats *out)
     if (sim_attached()) sim_managed_stats(out);
 }
 
+SIMCUDA_API void simcuda_managed_peaks(struct simcuda_managed_peaks *out)
+{
+    if (!out) return;
+    memset(out, 0, sizeof(*out));
+    if (sim_attached()) sim_managed_peaks(out);
+}
+
 SIMCUDA_API void simcuda_reset_counters(void)
 {
     if (!sim_attached()) return;
@@ -2505,6 +2512,9 @@ SIMCUDA_API void simcuda_reset_counters(void)
     sim_counters.faults = 0;
     sim_counters.bytes_htod = sim_counters.bytes_dtoh = sim_counters.bytes_dtod = 0;
     sim_counters.migrations = sim_counters.evictions = sim_counters.refused = 0;
+    sim_counters.fetches = 0;
+    for (unsigned d = 0; d < sim_m->ndev && d < SIMCUDA_MAX_DEVICES; d++)
+        sim_counters.peak_resident[d] = sim_m->dev[d].managed; /* the peak restarts from now */
     sim_unlock();
 }
 

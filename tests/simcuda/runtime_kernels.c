@@ -294,13 +294,21 @@ SIMRT_API cudaError_t __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, 
     return cudaSuccess;
 }
 
+/* The kernel of a host stub or, as the real runtime accepts wherever it
+ * takes `const void *func`, of a cudaKernel_t cast to one. */
 static struct CUkern_st *find_kernel(const void *hostFun)
 {
-    struct CUkern_st *k = NULL;
+    struct CUkern_st *k = NULL, *each, *tmp;
     if (!hostFun)
         return NULL;
     pthread_mutex_lock(&reg_lock);
     HASH_FIND_PTR(kernels_by_stub, &hostFun, k);
+    if (!k)
+        HASH_ITER(hh, kernels_by_stub, each, tmp)
+            if ((const void *)each == hostFun) {
+                k = each;
+                break;
+            }
     pthread_mutex_unlock(&reg_lock);
     return k;
 }

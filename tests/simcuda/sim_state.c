@@ -552,6 +552,10 @@ static void set_resident(struct sim_alloc *a, int to)
     if (from == to) return;
     if (from >= 0) sim_m->dev[from].managed -= a->rsize;
     if (to >= 0) sim_m->dev[to].managed += a->rsize;
+    if (to >= 0 && to < SIMCUDA_MAX_DEVICES && sim_m->dev[to].managed > sim_counters.peak_resident[to])
+        sim_counters.peak_resident[to] = sim_m->dev[to].managed;
+    if (from < 0 && to >= 0)
+        sim_counters.fetches++;
     if (from < 0)
         sim_counters.bytes_htod += a->rsize;
     else if (to < 0)
@@ -801,6 +805,16 @@ void sim_managed_stats(struct simcuda_managed_stats *out)
         out->resident[d] = sim_m->dev[d].managed;
         out->device_used[d] = sim_m->dev[d].used;
     }
+    sim_unlock();
+}
+
+void sim_managed_peaks(struct simcuda_managed_peaks *out)
+{
+    if (!sim_m) return;
+    sim_lock();
+    out->proc_fetches = sim_counters.fetches;
+    for (unsigned d = 0; d < sim_m->ndev && d < SIMCUDA_MAX_DEVICES; d++)
+        out->proc_peak_resident[d] = sim_counters.peak_resident[d];
     sim_unlock();
 }
 

@@ -158,6 +158,8 @@ struct sim_proc_counters {
     uint64_t migrations; /* residency changes, evictions included */
     uint64_t evictions;  /* of those, made to free room on a device */
     uint64_t refused;    /* moves to a device that could not make room */
+    uint64_t fetches;    /* moves host -> device (prefetch or fault) */
+    uint64_t peak_resident[SIMCUDA_MAX_DEVICES]; /* highest managed bytes resident, per device */
 };
 
 /* The attached machine, or NULL before sim_attach succeeds. */
@@ -243,6 +245,8 @@ SIM_INTERNAL void sim_machine_stats(struct simcuda_stats *out);
 
 /* Fills *out from sim_counters and the machine (takes the mutex). */
 SIM_INTERNAL void sim_managed_stats(struct simcuda_managed_stats *out);
+/* The same for struct simcuda_managed_peaks. */
+SIM_INTERNAL void sim_managed_peaks(struct simcuda_managed_peaks *out);
 
 /* Residency and advice of the LIVE managed allocation of this process at
  * managed-pool offset `off`; returns 0, or -1 when there is none. */

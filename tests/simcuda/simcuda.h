@@ -94,6 +94,16 @@ struct simcuda_managed_stats {
     uint64_t device_used[SIMCUDA_MAX_DEVICES]; /* ordinary allocations per device */
 };
 
+/* More managed-memory counters, for the host-swap tests (a struct of its own
+ * so that programs built against the one above keep working). Same rules:
+ * since cuInit or the last simcuda_reset_counters. */
+struct simcuda_managed_peaks {
+    uint64_t proc_fetches; /* moves host -> device (prefetch or fault) this process caused */
+    uint64_t proc_peak_resident[SIMCUDA_MAX_DEVICES]; /* highest managed bytes resident per device, seen
+                                                        * at any move this process caused (a reset
+                                                        * restarts it from the bytes resident then) */
+};
+
 /* Where a managed allocation is, and the advice recorded for it. */
 #define SIMCUDA_HOST (-1)    /* = CU_DEVICE_CPU */
 #define SIMCUDA_NOWHERE (-2) /* = CU_DEVICE_INVALID: no preferred location */
@@ -135,7 +145,11 @@ SIMCUDA_API void simcuda_inject(enum simcuda_fault kind, unsigned n);
 /* Fills *out; zeroes it when cuInit has not succeeded in this process. */
 SIMCUDA_API void simcuda_managed_stats(struct simcuda_managed_stats *out);
 
-/* Zeroes this process's proc_ counters of simcuda_managed_stats. */
+/* Fills *out; zeroes it when cuInit has not succeeded in this process. */
+SIMCUDA_API void simcuda_managed_peaks(struct simcuda_managed_peaks *out);
+
+/* Zeroes this process's proc_ counters of simcuda_managed_stats and
+ * simcuda_managed_peaks. */
 SIMCUDA_API void simcuda_reset_counters(void);
 
 /* Residency of the managed allocation of this process containing ptr

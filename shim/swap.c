@@ -1,0 +1,659 @@
+/* swap: host swap in the shim (docs/swap.md). Swappable allocations are
+ * managed memory, registered in a block index (core/swap_index.h); every
+ * kernel launch has its parameter words scanned against that index, every
+ * copy and set its two ends looked up, and each block found is reported to
+ * the eviction policy of its device (core/swap.h), whose answer is applied
+ * before the real call: evictions are prefetches to the host with the
+ * preferred location set to the host; a block the launch needs that is not
+ * on its device is prefetched there, on the launch's stream.
+ *
+ * Invariants:
+ * - the bytes the shim has placed on a device (on_device blocks) are a
+ *   subset of what that device's policy counts as resident, so they stay
+ *   under IPCSHIM_DEVICE_BUDGET; the hardware may still fault in what the
+ *   shim could not predict (a launch whose layout is unknown), never
+ *   incorrectly, only at a cost;
+ * - exported and imported blocks are never in the index: swappable blocks
+ *   refuse to be exported, imports are never registered.
+ *
+ * Locking: one mutex (swap_lock) around the index, the policies, the layout
+ * cache and the trace. The prefetch and advise calls are made under it (they
+ * only enqueue work). Kernels are recorded as writing every block they touch:
+ * a launch does not say which parameters it writes. Copies and sets
+ * record the source as read and the destination as written, and never fetch
+ * (a copy works wherever the block is; the next launch fetches it). */
+#include "swap.h" /* shim/swap.h; core/swap.h comes with swap_trace.h */
+#include "log.h"
+#include "options.h"
+#include "swap_index.h"
+#include "swap_trace.h"
+#include "uthash_wrap.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEVICES 64
+#define MAX_PARAMS 1024
+/* Budget accounting unit: a block is charged its size rounded up to this
+ * (managed memory migrates in pages; the simulator counts 512-byte units). */
+#define CHARGE_UNIT 4096u
+
+bool swap_enabled;
+uint64_t swap_min_bytes;
+
+static pthread_mutex_t swap_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct swap_index *blocks;
+static unsigned long live_blocks; /* atomic: launches skip the scan while 0 */
+static struct swap_policy *policies[MAX_DEVICES];
+static enum swap_policy_kind policy_kind;
+static uint64_t budget;
+static FILE *trace;
+
+/* The shim's own counts, beside the policies' (under swap_lock). */
+static struct {
+    uint64_t managed_allocs, fallback_allocs, launches_scanned, launches_no_layout, copies_recorded;
+    uint64_t prefetch_failures, overflows, refused_exports, prefetch_h2d_bytes, prefetch_d2h_bytes;
+} counts;
+
+/* ---- kernel parameter layouts, cached per function ---------------------- */
+
+enum fn_kind { FN_RUNTIME, FN_DRIVER };
+
+struct layout {
+    struct {
+        const void *fn;
+        int kind;
+    } key;
+    bool known;
+    size_t n;
+    UT_hash_handle hh;
+    struct swap_param params[]; /* those that may hold a pointer */
+};
+static struct layout *layouts;
+
+/* The layout of fn as its door's real query gives it: count of parameters,
+ * or -ENOTSUP (no layout known), -EAGAIN (not now: try again later). */
+static long query_layout(enum fn_kind kind, const void *fn, uint64_t *off, uint64_t *size)
+{
+    size_t i;
+    if (kind == FN_RUNTIME) {
+        if (!real_cudaFuncGetParamInfo) return -ENOTSUP;
+        /* The probe leaves an error behind (past the last parameter); never
+         * clear one the program has not read yet. */
+        if (real_cudaPeekAtLastError && real_cudaPeekAtLastError() != cudaSuccess) return -EAGAIN;
+        cudaError_t r = cudaSuccess;
+        for (i = 0; i < MAX_PARAMS; i++) {
+            size_t o = 0, s = 0;
+            if ((r = real_cudaFuncGetParamInfo(fn, i, &o, &s)) != cudaSuccess) break;
+            off[i] = o, size[i] = s;
+        }
+        if (real_cudaGetLastError) real_cudaGetLastError();
+        return i == 0 && r != cudaErrorInvalidValue ? -ENOTSUP : (long)i;
+    }
+    if (!real_cuFuncGetParamInfo) return -ENOTSUP;
+    CUresult r = CUDA_SUCCESS;
+    for (i = 0; i < MAX_PARAMS; i++) {
+        size_t o = 0, s = 0;
+        if ((r = real_cuFuncGetParamInfo((CUfunction)fn, i, &o, &s)) != CUDA_SUCCESS) break;
+        off[i] = o, size[i] = s;
+    }
+    return i == 0 && r != CUDA_ERROR_INVALID_VALUE ? -ENOTSUP : (long)i;
+}
+
+/* The cached layout of fn; NULL when it cannot be had now. Takes and drops
+ * swap_lock; the entry is never freed, so the pointer stays valid. */
+static const struct layout *layout_of(enum fn_kind kind, const void *fn)
+{
+    struct layout probe = {0}, *l = NULL;
+    probe.key.fn = fn, probe.key.kind = kind;
+    pthread_mutex_lock(&swap_lock);
+    HASH_FIND(hh, layouts, &probe.key, sizeof probe.key, l);
+    pthread_mutex_unlock(&swap_lock);
+    if (l) return l;
+
+    static uint64_t off[MAX_PARAMS], size[MAX_PARAMS]; /* under query_lock */
+    static pthread_mutex_t query_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&query_lock);
+    long n = query_layout(kind, fn, off, size);
+    if (n == -EAGAIN) {
+        pthread_mutex_unlock(&query_lock);
+        return NULL;
+    }
+    size_t count = n > 0 ? (size_t)n : 0;
+    l = calloc(1, sizeof *l + count * sizeof l->params[0]);
+    if (l) {
+        l->key = probe.key;
+        l->known = n >= 0;
+        l->n = swap_param_filter(off, size, count, l->params);
+    }
+    pthread_mutex_unlock(&query_lock);
+    if (!l) return NULL;
+    if (!l->known)
+        LOG_RATE(LOG_INFO,
+                 "swap: no parameter layout for kernel %p; its accesses are left to the hardware",
+                 fn);
+    pthread_mutex_lock(&swap_lock);
+    struct layout *old = NULL;
+    HASH_FIND(hh, layouts, &l->key, sizeof l->key, old);
+    if (old) {
+        free(l);
+        l = old;
+    } else {
+        HASH_ADD(hh, layouts, key, sizeof l->key, l);
+        if (!UTH_ADDED(l, hh)) {
+            pthread_mutex_unlock(&swap_lock);
+            free(l);
+            return NULL;
+        }
+    }
+    pthread_mutex_unlock(&swap_lock);
+    return l;
+}
+
+/* ---- set-up ------------------------------------------------------------ */
+
+static void flush_trace(void)
+{
+    pthread_mutex_lock(&swap_lock);
+    if (trace) fflush(trace);
+    pthread_mutex_unlock(&swap_lock);
+}
+
+void swap_init(void)
+{
+    const struct options *o = options_get();
+    if (!o->swap || o->disable) return;
+    if (!o->device_budget) {
+        LOG_ONCE(LOG_WARN,
+                 "IPCSHIM_SWAP=1 but IPCSHIM_DEVICE_BUDGET is 0 or unset: host swap stays off");
+        return;
+    }
+    if (!real_cuMemAllocManaged || !real_cuMemPrefetchAsync_v2 || !real_cuCtxGetDevice ||
+        !real_cuMemFree_v2) {
+        LOG_ONCE(
+            LOG_WARN,
+            "IPCSHIM_SWAP=1 but the driver lacks managed memory or prefetch; host swap stays off");
+        return;
+    }
+    if (swap_index_create(&blocks)) {
+        LOG_ONCE(LOG_WARN, "swap: out of memory; host swap stays off");
+        return;
+    }
+    policy_kind = o->swap_policy == SWAP_OPT_LRU ? SWAP_POLICY_LRU : SWAP_POLICY_HISTORY;
+    budget = o->device_budget;
+    swap_min_bytes = o->swap_min_bytes;
+    if (o->trace && *o->trace) {
+        trace = fopen(o->trace, "a");
+        if (!trace)
+            LOG_ONCE(LOG_WARN, "swap: cannot open IPCSHIM_TRACE=%s; no trace", o->trace);
+        else {
+            fprintf(trace, "# ipcshim swap trace v1\n");
+            atexit(flush_trace);
+        }
+    }
+    log_msg(LOG_INFO,
+            "host swap on: budget %llu bytes per device, blocks of %llu bytes and more, policy %s",
+            (unsigned long long)budget, (unsigned long long)swap_min_bytes,
+            swap_policy_kind_name(policy_kind));
+    __atomic_store_n(&swap_enabled, true, __ATOMIC_RELEASE);
+}
+
+/* The policy of device d, created on first use (under swap_lock). */
+static struct swap_policy *policy_of(int d)
+{
+    if (d < 0 || d >= MAX_DEVICES) return NULL;
+    if (!policies[d] && swap_policy_create(policy_kind, budget, &policies[d])) {
+        LOG_ONCE(LOG_WARN,
+                 "swap: cannot create the eviction policy; blocks are left to the hardware");
+        return NULL;
+    }
+    return policies[d];
+}
+
+static void trace_event(char kind, const struct swap_block *b, bool is_write)
+{
+    if (!trace) return;
+    struct swap_event e = {.kind = (uint8_t)kind,
+                           .block = b ? b->base : 0,
+                           .bytes = b ? b->charge : 0,
+                           .is_write = is_write};
+    swap_trace_write_event(trace, &e);
+}
+
+/* ---- moving blocks ----------------------------------------------------- */
+
+static CUmemLocation location(int device)
+{
+    CUmemLocation l = {.type = device < 0 ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
+                       .id = device < 0 ? 0 : device};
+    return l;
+}
+
+/* Prefetch b to device (or the host, -1) on stream, with the preferred
+ * location set the same way. Under swap_lock. */
+static bool move(struct swap_block *b, int device, CUstream stream)
+{
+    CUmemLocation to = location(device);
+    if (real_cuMemAdvise_v2)
+        real_cuMemAdvise_v2((CUdeviceptr)b->base, b->size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
+                            to);
+    CUresult r = real_cuMemPrefetchAsync_v2((CUdeviceptr)b->base, b->size, to, 0, stream);
+    if (r != CUDA_SUCCESS) {
+        counts.prefetch_failures++;
+        LOG_RATE(
+            LOG_WARN,
+            "swap: prefetch of %#llx (%llu bytes) to %s failed: CUresult %d; left to the hardware",
+            (unsigned long long)b->base, (unsigned long long)b->size,
+            device < 0 ? "the host" : "the device", r);
+        return false;
+    }
+    if (device < 0)
+        counts.prefetch_d2h_bytes += b->charge;
+    else
+        counts.prefetch_h2d_bytes += b->charge;
+    b->on_device = device >= 0;
+    return true;
+}
+
+/* Report one access of the current launch and apply the decision. Under
+ * swap_lock. Returns the policy used (for the tick), NULL if none. */
+static struct swap_policy *access_block(struct swap_block *b, bool is_write, bool fetch,
+                                        CUstream stream)
+{
+    struct swap_policy *p = policy_of(b->device);
+    if (!p) return NULL;
+    struct swap_decision d;
+    int rc = swap_policy_access(p, b->base, b->charge, is_write, &d);
+    trace_event(SWAP_EV_ACCESS, b, is_write);
+    if (rc == -ENOSPC) {
+        counts.overflows++;
+        LOG_ONCE(
+            LOG_WARN,
+            "swap: one launch needs more than IPCSHIM_DEVICE_BUDGET=%llu bytes; the rest is left "
+            "to demand paging",
+            (unsigned long long)budget);
+        return p;
+    }
+    if (rc) return p;
+    for (size_t i = 0; i < d.n_evict; i++) {
+        struct swap_block *victim = swap_index_find(blocks, d.evict[i].block);
+        if (victim && victim->base == d.evict[i].block && victim->on_device)
+            move(victim, -1, stream);
+    }
+    if (fetch && !b->on_device) move(b, b->device, stream);
+    return p;
+}
+
+/* Tick every policy this launch touched. Under swap_lock. */
+static void end_launch(struct swap_policy **touched, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        bool seen = false;
+        for (size_t j = 0; j < i; j++)
+            seen |= touched[j] == touched[i];
+        if (touched[i] && !seen) swap_policy_next_launch(touched[i]);
+    }
+    if (trace && n) {
+        struct swap_event e = {.kind = SWAP_EV_LAUNCH};
+        swap_trace_write_event(trace, &e);
+    }
+}
+
+/* ---- allocation, free, export ------------------------------------------ */
+
+static void register_block(uint64_t base, size_t size)
+{
+    CUdevice dev = 0;
+    real_cuCtxGetDevice(&dev);
+    struct swap_block b = {.base = base,
+                           .size = size,
+                           .device = dev,
+                           .charge = (size + CHARGE_UNIT - 1) / CHARGE_UNIT * CHARGE_UNIT};
+    pthread_mutex_lock(&swap_lock);
+    int rc = swap_index_insert(blocks, &b);
+    if (!rc) {
+        counts.managed_allocs++;
+        __atomic_add_fetch(&live_blocks, 1, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&swap_lock);
+    if (rc)
+        LOG_RATE(LOG_WARN, "swap: cannot index block %#llx (%d); left to the hardware",
+                 (unsigned long long)base, rc);
+}
+
+static void fallback(int code)
+{
+    pthread_mutex_lock(&swap_lock);
+    counts.fallback_allocs++;
+    pthread_mutex_unlock(&swap_lock);
+    LOG_ONCE(LOG_WARN,
+             "swap: managed allocation failed (error %d); serving ordinary device memory instead",
+             code);
+}
+
+bool swap_alloc_runtime(void **ptr, size_t size)
+{
+    if (!ptr || !real_cudaMallocManaged) return false;
+    cudaError_t r = real_cudaMallocManaged(ptr, size, cudaMemAttachGlobal);
+    if (r != cudaSuccess) {
+        if (real_cudaGetLastError) real_cudaGetLastError(); /* the ordinary allocation decides */
+        fallback(r);
+        return false;
+    }
+    register_block((uint64_t)*ptr, size);
+    return true;
+}
+
+bool swap_alloc_driver(CUdeviceptr *ptr, size_t size)
+{
+    if (!ptr) return false;
+    CUresult r = real_cuMemAllocManaged(ptr, size, CU_MEM_ATTACH_GLOBAL);
+    if (r != CUDA_SUCCESS) {
+        fallback(r);
+        return false;
+    }
+    register_block((uint64_t)*ptr, size);
+    return true;
+}
+
+void swap_on_free_slow(uint64_t ptr)
+{
+    if (!ptr) return;
+    struct swap_block b;
+    pthread_mutex_lock(&swap_lock);
+    if (!swap_index_remove(blocks, ptr, &b)) {
+        __atomic_sub_fetch(&live_blocks, 1, __ATOMIC_RELAXED);
+        struct swap_policy *p = b.device >= 0 && b.device < MAX_DEVICES ? policies[b.device] : NULL;
+        if (p) swap_policy_free(p, b.base);
+        if (trace) {
+            struct swap_event e = {.kind = SWAP_EV_FREE, .block = b.base};
+            swap_trace_write_event(trace, &e);
+        }
+    }
+    pthread_mutex_unlock(&swap_lock);
+}
+
+bool swap_refuses_export_slow(uint64_t ptr, const char *call)
+{
+    pthread_mutex_lock(&swap_lock);
+    struct swap_block *b = swap_index_find(blocks, ptr);
+    uint64_t size = b ? b->size : 0;
+    if (b) counts.refused_exports++;
+    pthread_mutex_unlock(&swap_lock);
+    if (!b) return false;
+    LOG_RATE(LOG_WARN,
+             "%s(%#llx) refused: the block (%llu bytes) is swappable managed memory "
+             "(IPCSHIM_SWAP=1), which CUDA IPC "
+             "cannot export; set IPCSHIM_SWAP_MIN_BYTES above %llu (or IPCSHIM_SWAP=0) for blocks "
+             "you share",
+             call, (unsigned long long)ptr, (unsigned long long)size, (unsigned long long)size);
+    return true;
+}
+
+/* ---- launches ---------------------------------------------------------- */
+
+/* A thread whose first CUDA call is a runtime launch has no current context
+ * yet: let the runtime make its primary context current first. */
+static void runtime_context(void)
+{
+    static __thread bool ready;
+    if (ready) return;
+    CUcontext ctx = NULL;
+    if (real_cuCtxGetCurrent) real_cuCtxGetCurrent(&ctx);
+    if (!ctx && real_cudaFree) real_cudaFree(NULL);
+    ready = true;
+}
+
+/* Everything before one launch: find the blocks its parameters point into,
+ * report them, apply the decisions. */
+static void before_launch(enum fn_kind kind, const void *fn, void **args, void **extra,
+                          CUstream stream)
+{
+    if (!__atomic_load_n(&live_blocks, __ATOMIC_RELAXED) || !fn) return;
+    const struct layout *l = args ? layout_of(kind, fn) : NULL;
+    if (kind == FN_RUNTIME) runtime_context();
+    pthread_mutex_lock(&swap_lock);
+    struct swap_touch t = {0};
+    if (l && l->known) swap_index_scan_args(blocks, args, l->params, l->n, &t);
+    for (size_t i = 0; extra && extra[i] != CU_LAUNCH_PARAM_END && i < 64; i += 2) {
+        if (extra[i] != CU_LAUNCH_PARAM_BUFFER_POINTER) continue;
+        for (size_t j = 0; extra[j] != CU_LAUNCH_PARAM_END && j < 64; j += 2)
+            if (extra[j] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[j + 1])
+                swap_index_scan_buffer(blocks, extra[i + 1], *(size_t *)extra[j + 1], &t);
+    }
+    if (args && (!l || !l->known) && !extra) counts.launches_no_layout++;
+    struct swap_policy *touched[64];
+    for (size_t i = 0; i < t.n; i++)
+        touched[i] = access_block(t.block[i], true, true, stream);
+    if (t.n) counts.launches_scanned++;
+    end_launch(touched, t.n);
+    pthread_mutex_unlock(&swap_lock);
+}
+
+/* One copy or set: src (read) and dst (written), either may be 0. */
+static void record_copy(uint64_t dst, uint64_t src, CUstream stream)
+{
+    if (!__atomic_load_n(&live_blocks, __ATOMIC_RELAXED)) return;
+    pthread_mutex_lock(&swap_lock);
+    struct swap_block *s = src ? swap_index_find(blocks, src) : NULL;
+    struct swap_block *d = dst ? swap_index_find(blocks, dst) : NULL;
+    struct swap_policy *touched[2];
+    size_t n = 0;
+    if (s) touched[n++] = access_block(s, false, false, stream);
+    if (d) touched[n++] = access_block(d, true, false, stream);
+    if (n) counts.copies_recorded++;
+    end_launch(touched, n);
+    pthread_mutex_unlock(&swap_lock);
+}
+
+/* The per-thread variants' default stream. */
+static CUstream pt(cudaStream_t s)
+{
+    return s ? (CUstream)s : CU_STREAM_PER_THREAD;
+}
+
+#define REAL_RUNTIME(name, args)                                                                   \
+    (real_##name || (resolve_runtime(), real_##name) ? real_##name args                            \
+                                                     : cudaErrorInitializationError)
+#define REAL_DRIVER(name, args) (real_##name ? real_##name args : CUDA_ERROR_NOT_INITIALIZED)
+#define SWAP_ON __builtin_expect(swap_enabled, 0)
+
+cudaError_t do_cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args,
+                                size_t sharedMem, cudaStream_t stream)
+{
+    if (SWAP_ON) before_launch(FN_RUNTIME, func, args, NULL, (CUstream)stream);
+    return REAL_RUNTIME(cudaLaunchKernel, (func, gridDim, blockDim, args, sharedMem, stream));
+}
+
+cudaError_t do_cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim, void **args,
+                                     size_t sharedMem, cudaStream_t stream)
+{
+    if (SWAP_ON) before_launch(FN_RUNTIME, func, args, NULL, pt(stream));
+    return REAL_RUNTIME(cudaLaunchKernel_ptsz, (func, gridDim, blockDim, args, sharedMem, stream));
+}
+
+cudaError_t do___cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args,
+                                  size_t sharedMem, cudaStream_t stream)
+{
+    if (SWAP_ON) before_launch(FN_RUNTIME, kernel, args, NULL, (CUstream)stream);
+    return REAL_RUNTIME(__cudaLaunchKernel, (kernel, gridDim, blockDim, args, sharedMem, stream));
+}
+
+cudaError_t do___cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
+                                       void **args, size_t sharedMem, cudaStream_t stream)
+{
+    if (SWAP_ON) before_launch(FN_RUNTIME, kernel, args, NULL, pt(stream));
+    return REAL_RUNTIME(__cudaLaunchKernel_ptsz,
+                        (kernel, gridDim, blockDim, args, sharedMem, stream));
+}
+
+cudaError_t do_cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
+{
+    if (SWAP_ON && config) before_launch(FN_RUNTIME, func, args, NULL, (CUstream)config->stream);
+    return REAL_RUNTIME(cudaLaunchKernelExC, (config, func, args));
+}
+
+cudaError_t do_cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config, const void *func,
+                                        void **args)
+{
+    if (SWAP_ON && config) before_launch(FN_RUNTIME, func, args, NULL, pt(config->stream));
+    return REAL_RUNTIME(cudaLaunchKernelExC_ptsz, (config, func, args));
+}
+
+CUresult do_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                           unsigned int bx, unsigned int by, unsigned int bz,
+                           unsigned int sharedMemBytes, CUstream hStream, void **kernelParams,
+                           void **extra)
+{
+    if (SWAP_ON) before_launch(FN_DRIVER, f, kernelParams, extra, hStream);
+    return REAL_DRIVER(cuLaunchKernel,
+                       (f, gx, gy, gz, bx, by, bz, sharedMemBytes, hStream, kernelParams, extra));
+}
+
+CUresult do_cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                unsigned int bx, unsigned int by, unsigned int bz,
+                                unsigned int sharedMemBytes, CUstream hStream, void **kernelParams,
+                                void **extra)
+{
+    if (SWAP_ON)
+        before_launch(FN_DRIVER, f, kernelParams, extra, hStream ? hStream : CU_STREAM_PER_THREAD);
+    return REAL_DRIVER(cuLaunchKernel_ptsz,
+                       (f, gx, gy, gz, bx, by, bz, sharedMemBytes, hStream, kernelParams, extra));
+}
+
+CUresult do_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                             void **extra)
+{
+    if (SWAP_ON && config) before_launch(FN_DRIVER, f, kernelParams, extra, config->hStream);
+    return REAL_DRIVER(cuLaunchKernelEx, (config, f, kernelParams, extra));
+}
+
+CUresult do_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                                  void **extra)
+{
+    if (SWAP_ON && config)
+        before_launch(FN_DRIVER, f, kernelParams, extra,
+                      config->hStream ? config->hStream : CU_STREAM_PER_THREAD);
+    return REAL_DRIVER(cuLaunchKernelEx_ptsz, (config, f, kernelParams, extra));
+}
+
+/* ---- copies and sets --------------------------------------------------- */
+
+cudaError_t do_cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+{
+    if (SWAP_ON) record_copy((uint64_t)dst, (uint64_t)src, NULL);
+    return REAL_RUNTIME(cudaMemcpy, (dst, src, count, kind));
+}
+
+cudaError_t do_cudaMemcpy_ptds(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+{
+    if (SWAP_ON) record_copy((uint64_t)dst, (uint64_t)src, CU_STREAM_PER_THREAD);
+    return REAL_RUNTIME(cudaMemcpy_ptds, (dst, src, count, kind));
+}
+
+cudaError_t do_cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                               cudaStream_t stream)
+{
+    if (SWAP_ON) record_copy((uint64_t)dst, (uint64_t)src, (CUstream)stream);
+    return REAL_RUNTIME(cudaMemcpyAsync, (dst, src, count, kind, stream));
+}
+
+cudaError_t do_cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count,
+                                    enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+    if (SWAP_ON) record_copy((uint64_t)dst, (uint64_t)src, pt(stream));
+    return REAL_RUNTIME(cudaMemcpyAsync_ptsz, (dst, src, count, kind, stream));
+}
+
+cudaError_t do_cudaMemset(void *devPtr, int value, size_t count)
+{
+    if (SWAP_ON) record_copy((uint64_t)devPtr, 0, NULL);
+    return REAL_RUNTIME(cudaMemset, (devPtr, value, count));
+}
+
+cudaError_t do_cudaMemset_ptds(void *devPtr, int value, size_t count)
+{
+    if (SWAP_ON) record_copy((uint64_t)devPtr, 0, CU_STREAM_PER_THREAD);
+    return REAL_RUNTIME(cudaMemset_ptds, (devPtr, value, count));
+}
+
+cudaError_t do_cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
+{
+    if (SWAP_ON) record_copy((uint64_t)devPtr, 0, (CUstream)stream);
+    return REAL_RUNTIME(cudaMemsetAsync, (devPtr, value, count, stream));
+}
+
+cudaError_t do_cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count, cudaStream_t stream)
+{
+    if (SWAP_ON) record_copy((uint64_t)devPtr, 0, pt(stream));
+    return REAL_RUNTIME(cudaMemsetAsync_ptsz, (devPtr, value, count, stream));
+}
+
+CUresult do_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+    if (SWAP_ON) record_copy(dstDevice, (uint64_t)srcHost, NULL);
+    return REAL_DRIVER(cuMemcpyHtoD_v2, (dstDevice, srcHost, ByteCount));
+}
+
+CUresult do_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    if (SWAP_ON) record_copy((uint64_t)dstHost, srcDevice, NULL);
+    return REAL_DRIVER(cuMemcpyDtoH_v2, (dstHost, srcDevice, ByteCount));
+}
+
+CUresult do_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    if (SWAP_ON) record_copy(dstDevice, srcDevice, NULL);
+    return REAL_DRIVER(cuMemcpyDtoD_v2, (dstDevice, srcDevice, ByteCount));
+}
+
+CUresult do_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+    if (SWAP_ON) record_copy(dstDevice, 0, NULL);
+    return REAL_DRIVER(cuMemsetD8_v2, (dstDevice, uc, N));
+}
+
+CUresult do_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+    if (SWAP_ON) record_copy(dstDevice, 0, NULL);
+    return REAL_DRIVER(cuMemsetD32_v2, (dstDevice, ui, N));
+}
+
+/* ---- report ------------------------------------------------------------ */
+
+void swap_report(void)
+{
+    if (!swap_enabled) return;
+    struct swap_counters sum = {0}, c;
+    pthread_mutex_lock(&swap_lock);
+    for (int d = 0; d < MAX_DEVICES; d++) {
+        if (!policies[d]) continue;
+        swap_policy_counters(policies[d], &c);
+        sum.faults += c.faults, sum.first_touches += c.first_touches, sum.evictions += c.evictions;
+        sum.dirty_evictions += c.dirty_evictions, sum.launches += c.launches;
+    }
+    log_report(
+        "swap: policy %s, budget %llu bytes/device, managed blocks %llu (fallbacks %llu), launches "
+        "with "
+        "swappable blocks %llu, launches without a known layout %llu, copies/sets recorded %llu",
+        swap_policy_kind_name(policy_kind), (unsigned long long)budget,
+        (unsigned long long)counts.managed_allocs, (unsigned long long)counts.fallback_allocs,
+        (unsigned long long)counts.launches_scanned, (unsigned long long)counts.launches_no_layout,
+        (unsigned long long)counts.copies_recorded);
+    log_report("swap: faults (fetches a launch needed) %llu, first touches %llu, evictions %llu "
+               "(%llu dirty), "
+               "prefetched to device %llu bytes, to host %llu bytes, prefetch failures %llu, over "
+               "budget %llu, "
+               "exports refused %llu",
+               (unsigned long long)sum.faults, (unsigned long long)sum.first_touches,
+               (unsigned long long)sum.evictions, (unsigned long long)sum.dirty_evictions,
+               (unsigned long long)counts.prefetch_h2d_bytes,
+               (unsigned long long)counts.prefetch_d2h_bytes,
+               (unsigned long long)counts.prefetch_failures, (unsigned long long)counts.overflows,
+               (unsigned long long)counts.refused_exports);
+    if (trace) fflush(trace);
+    pthread_mutex_unlock(&swap_lock);
+}

@@ -1,0 +1,56 @@
+/* swap.h: the shim side of host swap (docs/swap.md), used by memory.c and
+ * api.c. The launch, copy and set entry points (do_<name> in swap.c) are
+ * declared by shim.h like every other logic entry.
+ *
+ * Off by default; when off, each hook costs one predictable branch on
+ * swap_enabled. When on, allocations of at least swap_min_bytes come from
+ * managed memory and are registered in the block index; launches, copies
+ * and sets that touch them are reported to the policy, whose decisions are
+ * applied with prefetches and advice. */
+#ifndef IPCSHIM_SHIM_SWAP_H
+#define IPCSHIM_SHIM_SWAP_H
+
+#include "shim.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern bool swap_enabled;
+extern uint64_t swap_min_bytes;
+
+/* Read the options and turn swap on if they ask for it and the real managed
+ * memory functions exist; called once from memory_init(). */
+void swap_init(void);
+
+/* True when an allocation of `size` bytes should be swappable. */
+static inline bool swap_wants(size_t size)
+{
+    return __builtin_expect(swap_enabled, 0) && size >= swap_min_bytes && size;
+}
+
+/* Allocate a swappable block through each door. Returns true with the
+ * managed block in *ptr and registered; false when the caller should make an
+ * ordinary allocation instead (managed allocation failed: logged once). */
+bool swap_alloc_runtime(void **ptr, size_t size);
+bool swap_alloc_driver(CUdeviceptr *ptr, size_t size);
+
+/* Before the real free of ptr: unregister it if it is a swappable block. */
+void swap_on_free_slow(uint64_t ptr);
+static inline void swap_on_free(uint64_t ptr)
+{
+    if (__builtin_expect(swap_enabled, 0)) swap_on_free_slow(ptr);
+}
+
+/* Before a real export of ptr: true (and one clear log line) when ptr lies in
+ * a swappable block, which cannot be exported; the caller fails the call. */
+bool swap_refuses_export_slow(uint64_t ptr, const char *call);
+static inline bool swap_refuses_export(uint64_t ptr, const char *call)
+{
+    return __builtin_expect(swap_enabled, 0) && swap_refuses_export_slow(ptr, call);
+}
+
+/* Host-swap figures for the IPCSHIM_STATS exit report (nothing when off). */
+void swap_report(void);
+
+#endif

@@ -1,0 +1,223 @@
+/* test_swap: host swap end to end, on the simulated machine. A training-like
+ * nvcc program whose working set is 1.5x IPCSHIM_DEVICE_BUDGET gives the
+ * same checksum under the shim as without it, never has more managed bytes
+ * resident than the budget, and moves blocks to the device fewer times with
+ * the history policy than with LRU. Swappable blocks refuse export with the
+ * documented error; ordinary blocks export, and IPC pairs keep working with
+ * swap on in both processes. */
+#include "run.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void setup(void)
+{
+    run_setup("swap");
+}
+TestSuite(swap, .init = setup, .fini = run_cleanup, .timeout = 120);
+
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define ENV(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static char buf[256];
+
+static void need_train(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/train", getenv("E2E_BIN_DIR"));
+    if (access(path, X_OK))
+        cr_skip_test("nvcc was not found when the build was configured; no train program");
+}
+
+static unsigned long long field(const struct run_result *r, const char *key)
+{
+    const char *v = run_field(r, key, buf, sizeof buf);
+    cr_assert(v, "no \"%s\" line in:\n%s", key, r->out);
+    return strtoull(v, NULL, 0);
+}
+
+static const char *text(const struct run_result *r, const char *key, char *out, size_t len)
+{
+    const char *v = run_field(r, key, out, len);
+    cr_assert(v, "no \"%s\" line in:\n%s", key, r->out);
+    return v;
+}
+
+struct swap_run {
+    struct run_result r;
+    char checksum[64];
+    unsigned long long faults, fetches, h2d, peak;
+};
+
+static void run_train(struct swap_run *s, const char *policy, unsigned long long budget)
+{
+    char b[64], p[64];
+    snprintf(b, sizeof b, "IPCSHIM_DEVICE_BUDGET=%llu", budget);
+    snprintf(p, sizeof p, "IPCSHIM_SWAP_POLICY=%s", policy);
+    run_prog(&s->r, "train", true,
+             ENV("IPCSHIM_SWAP=1", b, p, "IPCSHIM_SWAP_MIN_BYTES=64K", "IPCSHIM_STATS=1"), NULL);
+    cr_assert_eq(s->r.status, 0, "%s: status %d\n%s", policy, s->r.status, s->r.out);
+    text(&s->r, "checksum", s->checksum, sizeof s->checksum);
+    s->faults = field(&s->r, "faults");
+    s->fetches = field(&s->r, "fetches");
+    s->h2d = field(&s->r, "bytes_h2d");
+    s->peak = field(&s->r, "peak_device_resident");
+    fprintf(
+        stderr,
+        "%s: budget %llu, peak resident %llu, faults %llu, fetches %llu, bytes to device %llu\n",
+        policy, budget, s->peak, s->faults, s->fetches, s->h2d);
+}
+
+Test(swap, training_at_1_5x_budget_is_correct_bounded_and_history_beats_lru)
+{
+    need_train();
+    struct run_result plain;
+    char want[64];
+    run_prog(&plain, "train", false, NULL, NULL);
+    cr_assert_eq(plain.status, 0, "without the shim: %s", plain.out);
+    text(&plain, "checksum", want, sizeof want);
+    unsigned long long ws = field(&plain, "working_set"), max_launch = field(&plain, "max_launch");
+    unsigned long long budget = ws * 2 / 3 / 4096 * 4096;
+    cr_assert_gt(budget, max_launch, "the budget must hold one launch");
+
+    static struct swap_run hist, lru;
+    run_train(&hist, "history", budget);
+    run_train(&lru, "lru", budget);
+    cr_expect_str_eq(hist.checksum, want, "history: data differs from the run without the shim");
+    cr_expect_str_eq(lru.checksum, want, "lru: data differs from the run without the shim");
+    cr_expect_leq(hist.peak, budget, "history: %llu bytes resident, budget %llu", hist.peak,
+                  budget);
+    cr_expect_leq(lru.peak, budget, "lru: %llu bytes resident, budget %llu", lru.peak, budget);
+    cr_expect_gt(hist.peak, budget / 2, "swap did not use the device (peak %llu)", hist.peak);
+    /* Every launch's blocks were predicted: nothing was left to demand paging. */
+    cr_expect_eq(hist.faults, 0, "history: %llu hardware faults", hist.faults);
+    cr_expect_eq(lru.faults, 0, "lru: %llu hardware faults", lru.faults);
+    cr_expect_lt(hist.fetches, lru.fetches, "history %llu fetches, lru %llu", hist.fetches,
+                 lru.fetches);
+    cr_expect_lt(hist.h2d, lru.h2d, "history %llu bytes to device, lru %llu", hist.h2d, lru.h2d);
+}
+
+Test(swap, without_a_budget_swap_stays_off)
+{
+    need_train();
+    struct run_result r;
+    run_prog(&r, "train", true, ENV("IPCSHIM_SWAP=1", "IPCSHIM_SWAP_MIN_BYTES=64K"),
+             ARGS("--iters", "2"));
+    cr_assert_eq(r.status, 0, "%s", r.out);
+    cr_expect_eq(field(&r, "fetches"), 0, "managed memory was used without a budget");
+}
+
+static void trace_case(const char *mode)
+{
+    need_train();
+    char path[256], env[300];
+    snprintf(path, sizeof path, "/tmp/ipcshim-swap-trace-%d", (int)getpid());
+    unlink(path);
+    snprintf(env, sizeof env, "IPCSHIM_TRACE=%s", path);
+    struct run_result r, plain;
+    run_prog(&r, "train", true,
+             ENV("IPCSHIM_SWAP=1", "IPCSHIM_DEVICE_BUDGET=6M", "IPCSHIM_SWAP_MIN_BYTES=64K", env),
+             ARGS("--layers", "2", "--iters", "2", mode));
+    cr_assert_eq(r.status, 0, "%s", r.out);
+    run_prog(&plain, "train", false, NULL, ARGS("--layers", "2", "--iters", "2", mode));
+    char want[64];
+    cr_expect_str_eq(text(&r, "checksum", buf, sizeof buf),
+                     text(&plain, "checksum", want, sizeof want));
+    cr_expect_leq(field(&r, "peak_device_resident"), 6 << 20);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no trace written");
+    char line[256];
+    int access = 0, launch = 0, freed = 0;
+    while (fgets(line, sizeof line, f))
+        access += line[0] == 'A', launch += line[0] == 'L', freed += line[0] == 'F';
+    fclose(f);
+    unlink(path);
+    /* 2 layers: 14 buffers (A[0..2], W dW M V of 2 layers, 2 G, loss). Per iteration: the batch
+     * copy, the memset, 2 forward, the loss kernel, 4 backward, 2 adam, the loss copy: 12
+     * "launches"; plus one fill and one read-back copy per buffer. */
+    cr_expect_eq(freed, 14, "%d frees", freed);
+    cr_expect_eq(launch, 2 * 12 + 14 + 14, "%d launches", launch);
+    cr_expect_gt(access, launch, "%d accesses", access);
+}
+
+/* The copies, sets and launches through the runtime; the same with the
+ * copies and sets through the driver (its resolver door: dlsym). */
+Test(swap, trace_records_launches_copies_and_frees)
+{
+    trace_case(NULL);
+}
+Test(swap, driver_copies_are_recorded_too)
+{
+    trace_case("--driver-copies");
+}
+
+Test(swap, failed_managed_allocation_falls_back_to_ordinary_memory)
+{
+    need_train();
+    struct run_result r, plain;
+    run_prog(&r, "train", true,
+             ENV("IPCSHIM_SWAP=1", "IPCSHIM_DEVICE_BUDGET=20M", "IPCSHIM_SWAP_MIN_BYTES=64K",
+                 "SIMCUDA_FAIL_ALLOC=1"),
+             ARGS("--iters", "2"));
+    cr_assert_eq(r.status, 0, "%s", r.out);
+    run_prog(&plain, "train", false, NULL, ARGS("--iters", "2"));
+    char want[64];
+    cr_expect_str_eq(text(&r, "checksum", buf, sizeof buf),
+                     text(&plain, "checksum", want, sizeof want));
+    cr_expect_leq(field(&r, "peak_device_resident"), 20 << 20);
+}
+
+Test(swap, export_of_a_swappable_block_fails_with_the_documented_error)
+{
+    need_train();
+    char log[256], env[300];
+    snprintf(log, sizeof log, "/tmp/ipcshim-swap-log-%d", (int)getpid());
+    unlink(log);
+    snprintf(env, sizeof env, "IPCSHIM_LOG_FILE=%s", log);
+    struct run_result r;
+    run_prog(&r, "train", true,
+             ENV("IPCSHIM_SWAP=1", "IPCSHIM_DEVICE_BUDGET=3M", "IPCSHIM_SWAP_MIN_BYTES=256K",
+                 "IPCSHIM_EXIT_WAIT=0", env),
+             ARGS("--export", "1048576", "65536"));
+    cr_assert_eq(r.status, 0, "%s", r.out);
+    cr_expect_eq(field(&r, "export_large"), 1, "swappable export: expected cudaErrorInvalidValue");
+    cr_expect_eq(field(&r, "export_small"), 0, "an ordinary block must export with swap on");
+    /* The exported block is ordinary device memory: nothing can migrate it. */
+    cr_expect_eq((long long)strtoll(text(&r, "small_managed", buf, sizeof buf), NULL, 0), -2);
+    struct run_result plain;
+    run_prog(&plain, "train", false, NULL, ARGS("--export", "1048576", "65536"));
+    char want[64];
+    cr_expect_str_eq(text(&r, "small_checksum", buf, sizeof buf),
+                     text(&plain, "small_checksum", want, sizeof want));
+    FILE *f = fopen(log, "r");
+    cr_assert(f, "no log written");
+    char line[1024];
+    bool named = false;
+    while (fgets(line, sizeof line, f))
+        named |= strstr(line, "cudaIpcGetMemHandle") && strstr(line, "IPCSHIM_SWAP_MIN_BYTES");
+    fclose(f);
+    unlink(log);
+    cr_expect(named, "no log line naming IPCSHIM_SWAP_MIN_BYTES");
+}
+
+Test(swap, ipc_pair_works_with_swap_on_in_exporter_and_importers)
+{
+    struct run_result r;
+    run_prog(&r, "pair-runtime", true,
+             ENV("IPCSHIM_SWAP=1", "IPCSHIM_DEVICE_BUDGET=1M", "IPCSHIM_SWAP_MIN_BYTES=2M"),
+             ARGS("--free", "while-reading", "--blocks", "3", "--consumers", "2"));
+    cr_assert_eq(r.status, 0, "status %d: %s", r.status, r.out);
+    cr_expect_str_eq(run_field(&r, "consumer 0", buf, sizeof buf), "ok");
+}
+
+Test(swap, ipc_pair_export_of_swappable_blocks_fails_clearly)
+{
+    struct run_result r;
+    run_prog(&r, "pair-runtime", true, ENV("IPCSHIM_SWAP=1", "IPCSHIM_DEVICE_BUDGET=64M"),
+             ARGS("--blocks", "1", "--size", "1048576"));
+    cr_expect_eq(r.status, 2, "status %d: %s", r.status, r.out);
+    cr_expect(strstr(r.out, "get handle failed with 1"), "%s", r.out);
+}

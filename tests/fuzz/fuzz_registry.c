@@ -1,0 +1,193 @@
+/* fuzz_registry: a libFuzzer target over what a process trusts least -- the
+ * bytes of a registry segment it did not write.
+ *
+ * Input: one flags byte, then a segment image. The image is written to a
+ * fresh /dev/shm segment of this process's own domain, and the core attaches
+ * to it exactly as the shim does (registry_open: ownership, mode, magic, ABI,
+ * capacities, size, lock type). When it accepts the image, the target takes
+ * the lock and drives the record operations a process performs on attached
+ * bytes: handle lookups (reg_block_find with every recorded handle and one
+ * from the input), lease lookups and counts, a sweep of dead holders, a
+ * holder attach, a block and a lease created and dropped, a block recycled;
+ * then a repair, after which the derived structures must be consistent
+ * (abort() otherwise: a finding).
+ *
+ * flags bit 0: "fix up" the header first (magic, ABI, ready, capacities
+ *   clamped to 1..64, size and bucket count that add up, image resized),
+ *   so that mutations reach the records instead of dying at validation;
+ * bit 1: repair before the operations (as after a lock owner's death);
+ * bit 2: sweep dead holders first (as on attach, collect, pressure).
+ * The lock word itself is re-initialised after attach: any process of the
+ * same user can hold the lock, and what a lock held by a vanished thread
+ * does is tested in tests/crash (lock_held_by_a_vanished_thread_never_hangs).
+ *
+ * Built with clang -fsanitize=fuzzer,address,undefined where available
+ * (tests/fuzz/meson.build), else with standalone.c as the driver. */
+#include "log.h"
+#include "options.h"
+#include "registry.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static char domain[64], name[128];
+
+static void init_once(void)
+{
+    snprintf(domain, sizeof domain, "fuzz-%d", (int)getpid());
+    setenv("IPCSHIM_LOG_FILE", "/dev/null", 1);
+    setenv("IPCSHIM_LOG", "error", 1);
+    unsetenv("IPCSHIM_TEST_DELAY_US");
+    options_reload();
+    registry_attach_wait_ms = 0; /* an image that is not ready is refused at once */
+    registry_name(domain, name, sizeof name);
+}
+
+static void init_lock(pthread_mutex_t *m)
+{
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(m, &a);
+    pthread_mutexattr_destroy(&a);
+}
+
+static uint32_t clamp(uint32_t v) { return v % 64 + 1; }
+
+/* Makes the header of img valid for its (clamped) capacities; resizes. */
+static uint8_t *fix_up(uint8_t *img, size_t *n)
+{
+    struct reg_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(&h, img, *n < sizeof h ? *n : sizeof h);
+    struct reg_caps caps = {clamp(h.max_holders), clamp(h.max_blocks), clamp(h.max_leases)};
+    struct reg_layout l;
+    if (registry_layout(&caps, &l) != 0) abort();
+    uint8_t *out = calloc(1, l.size);
+    if (!out) return img;
+    memcpy(out, img, *n < l.size ? *n : l.size);
+    free(img);
+    struct reg_header *o = (struct reg_header *)out;
+    o->magic = REG_MAGIC;
+    o->abi = REG_ABI;
+    o->ready = 1;
+    o->size = l.size;
+    o->max_holders = caps.max_holders;
+    o->max_blocks = caps.max_blocks;
+    o->max_leases = caps.max_leases;
+    o->nbuckets = l.nbuckets;
+    init_lock(&o->lock.mutex);
+    *n = l.size;
+    return out;
+}
+
+/* After registry_repair the derived structures must agree with the records. */
+static void check_consistent(struct registry *r)
+{
+    uint32_t seen = 0;
+    for (uint32_t i = r->hdr->block_free; i != REG_NONE; i = r->blocks[i].hash_next) {
+        if (i >= r->max_blocks || r->blocks[i].state != BLOCK_FREE || ++seen > r->max_blocks) abort();
+    }
+    seen = 0;
+    for (uint32_t i = r->hdr->lease_free; i != REG_NONE; i = r->leases[i].next) {
+        if (i >= r->max_leases || r->leases[i].intent != LEASE_FREE || ++seen > r->max_leases) abort();
+    }
+    for (uint32_t b = 0; b < r->max_blocks; b++) {
+        struct reg_block *blk = &r->blocks[b];
+        if (blk->state == BLOCK_FREE) continue;
+        if (blk->state > BLOCK_RETIRED) abort();
+        struct ipc_handle h;
+        memcpy(h.bytes, blk->handle, sizeof h.bytes);
+        uint32_t found = reg_block_find(r, &h);
+        if (found == REG_NONE || memcmp(r->blocks[found].handle, blk->handle, IPC_HANDLE_BYTES)) abort();
+        seen = 0;
+        for (uint32_t li = blk->lease_head; li != REG_NONE; li = r->leases[li].next) {
+            if (li >= r->max_leases || r->leases[li].block != b || r->leases[li].intent == LEASE_FREE ||
+                ++seen > r->max_leases)
+                abort();
+        }
+    }
+}
+
+static void operate(struct registry *r, const uint8_t *data, size_t size, uint8_t flags)
+{
+    if (registry_lock(r) != 0) return;
+    if (flags & 2) registry_repair(r);
+    if (flags & 4) reg_sweep_dead(r, REG_NONE);
+    /* Lookups with every recorded handle, and one from the input's tail. */
+    for (uint32_t b = 0; b < r->max_blocks; b++) {
+        struct ipc_handle h;
+        memcpy(h.bytes, r->blocks[b].handle, sizeof h.bytes);
+        uint32_t found = reg_block_find(r, &h);
+        if (found != REG_NONE && !reg_block_at(r, found)) abort();
+        (void)reg_block_leases(r, b);
+        (void)reg_lease_find(r, b, r->blocks[b].exporter);
+    }
+    struct ipc_handle tail;
+    memset(&tail, 0, sizeof tail);
+    memcpy(tail.bytes, data + (size > 64 ? size - 64 : 0), size < 64 ? size : 64);
+    (void)reg_block_find(r, &tail);
+    /* What a process does next: attach, export, be opened, close, free. */
+    uint32_t self = reg_holder_attach(r, 0x1234567);
+    if (self != REG_NONE) {
+        uint32_t b = reg_block_create(r, &tail, 0x7000, 4096, 0, self, reg_now_ns());
+        if (b != REG_NONE) {
+            uint32_t other = (self + 1) % r->max_holders;
+            uint32_t l = reg_lease_create(r, b, other);
+            if (l != REG_NONE) (void)reg_lease_drop(r, l);
+            reg_block_recycle(r, b);
+        }
+        /* a dead-looking holder's sweep, on whatever index the input names */
+        reg_holder_sweep(r, size ? data[0] % r->max_holders : 0);
+    }
+    registry_repair(r);
+    check_consistent(r);
+    if (self != REG_NONE) reg_holder_release(r, self);
+    registry_unlock(r);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static int ready;
+    if (!ready) init_once(), ready = 1;
+    if (size < 1) return 0;
+    uint8_t flags = data[0];
+    data++, size--;
+    size_t n = size;
+    uint8_t *img = malloc(n ? n : 1);
+    if (!img) return 0;
+    memcpy(img, data, n);
+    if (flags & 1) img = fix_up(img, &n);
+
+    shm_unlink(name);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        free(img);
+        return 0;
+    }
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = write(fd, img + done, n - done);
+        if (w <= 0) break;
+        done += (size_t)w;
+    }
+    close(fd);
+    free(img);
+
+    struct registry r;
+    struct reg_caps caps = {4, 4, 4};
+    if (registry_open(&r, domain, &caps) == 0) {
+        init_lock(&r.hdr->lock.mutex);
+        operate(&r, data, size, flags);
+        registry_close(&r);
+    }
+    shm_unlink(name);
+    return 0;
+}

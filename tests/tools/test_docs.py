@@ -1,0 +1,286 @@
+"""The documentation is checked, not trusted:
+
+- every entry of core/options.def is in docs/environment.md with its default;
+- every shell command in a ```sh block of README.md or docs/*.md is listed
+  in COMMANDS below, and is either run here (verbatim, or rewritten where it
+  names a placeholder program or a GPU-only setting; the rewrite is shown),
+  or named with the test that runs it; a listed command that no page shows
+  any more is an error too;
+- the ```c blocks of docs/usage.md are compiled and run (the C/C++ example),
+  and every ```python block parses.
+
+Commands run in a scratch folder on the simulated GPU, with ipcshim-run and
+ipcshim-stat on PATH, in a domain of their own."""
+import ast
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tap import check, eq, run, run_all  # noqa: E402
+
+SRC = os.environ["SOURCE_ROOT"]
+BUILD = os.environ["BUILD_ROOT"]
+UID = os.geteuid()
+DOMAIN = f"docs-{os.getpid()}"
+PAIR = os.path.join(os.environ["E2E_BIN_DIR"], "pair-runtime") + " --free while-reading"
+
+
+def toolkit():
+    status, out, _ = run(["meson", "introspect", "--buildoptions", BUILD])
+    for line in re.findall(r'"name": "toolkit", "value": "([^"]*)"', out):
+        if line:
+            return line
+    if os.environ.get("CUDA_HOME"):
+        return os.environ["CUDA_HOME"]
+    nvcc = shutil.which("nvcc")
+    return os.path.dirname(os.path.dirname(os.path.realpath(nvcc))) if nvcc else "/usr/local/cuda"
+
+
+CUDA = toolkit()
+
+
+def Run(command=None, expect=None, why=None):
+    """Run here: the documented command (None) or this rewrite; status 0 and
+    `expect` in the output."""
+    return ("run", command, expect, why)
+
+
+def Covered(path, needle, why=None):
+    """Run by another test: `needle` (its name) must occur in `path`."""
+    return ("covered", path, needle, why)
+
+
+GPU_ONLY = "needs a GPU and the library; scripts/gpu-check runs it, here its Python is parsed"
+
+# documented command -> how it is checked
+COMMANDS = {
+    # README.md
+    "scripts/ipcshim-run --demo": Covered("tests/e2e/test_launcher.c", "demo_shows_the_use_after_free_and_the_protection"),
+    "scripts/test": Covered("scripts/test", "meson test -C", "the entry point that runs every suite, this one included"),
+    "scripts/ipcshim-run -- ./producer &":
+        Run("mkfifo h; {src}/scripts/ipcshim-run -- ./producer > h & {src}/scripts/ipcshim-run -- ./consumer < h; "
+            "s=$?; wait; rm -f h; exit $s", "consumer read 0x1010101",
+            "with the next line, through a fifo (the handle goes from one to the other)"),
+    "scripts/ipcshim-run -- ./consumer": Run("true", None, "run with the line before"),
+    "scripts/ipcshim-run -- python train.py":
+        Run("{src}/scripts/ipcshim-run -- python3 standin.py", "consumer 0: ok",
+            "a Python program whose child uses CUDA stands in for train.py"),
+    "LD_PRELOAD=$PWD/build/shim/libipcshim.so ./program": Run("LD_PRELOAD={build}/shim/libipcshim.so {pair}",
+                                                              "consumer 0: ok"),
+    "scripts/ipcshim-run --sim -- ./program": Run("{src}/scripts/ipcshim-run --sim -- {pair}", "consumer 0: ok"),
+    "ipcshim-stat --help": Run(None, "--watch"),
+    "ipcshim-run --help": Run(None, "ipcshim-run --demo"),
+    # docs/ipcshim-stat.md, docs/troubleshooting.md
+    "ipcshim-stat": Run(None, f"registry /ipcshim-{UID}-{DOMAIN}"),
+    "ipcshim-stat --domain job42": Run("ipcshim-stat --domain {domain}", "HOLDERS"),
+    "ipcshim-stat --list": Run(None, DOMAIN),
+    "ipcshim-stat --watch 1": Run("ipcshim-stat --watch 0.1 --count 2", "----"),
+    "ipcshim-stat --domain job42 --watch 1": Run("ipcshim-stat --domain {domain} --watch 0.1 --count 2", "----"),
+    "ipcshim-stat --json | python3 -m json.tool": Run(None, '"format": "ipcshim-stat"'),
+    "ipcshim-stat --json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s[\"totals\"][\"limbo_bytes\"])'":
+        Run(None, "0"),
+    "ipcshim-stat --json --watch 5 --count 12 >> /tmp/ipcshim-stat.jsonl":
+        Run("ipcshim-stat --json --watch 0.05 --count 3 >> stat.jsonl && test $(wc -l < stat.jsonl) = 3"),
+    "IPCSHIM_LOG=info ipcshim-run -- ./program": Run("IPCSHIM_LOG=info ipcshim-run -- {pair}", "options in effect"),
+    "IPCSHIM_LOG=debug IPCSHIM_LOG_FILE=/tmp/ipcshim.log ipcshim-run -- ./program":
+        Run("IPCSHIM_LOG=debug IPCSHIM_LOG_FILE=$PWD/ipcshim.log ipcshim-run -- {pair}", "consumer 0: ok"),
+    "grep -h 'ipcshim\\[' /tmp/ipcshim.log": Run("grep -h 'ipcshim\\[' ipcshim.log", "debug: attached to"),
+    "IPCSHIM_STATS=1 ipcshim-run -- ./producer":
+        Run("IPCSHIM_STATS=1 ipcshim-run -- ./producer | ipcshim-run -- ./consumer", ": exports 1, ",
+            "with a consumer, so that the producer's exit does not wait for one"),
+    "rm -f /dev/shm/ipcshim-$(id -u)-job42":
+        Run("IPCSHIM_DOMAIN={domain}-rm ipcshim-run -- {pair} >/dev/null && test -e /dev/shm/ipcshim-$(id -u)-{domain}-rm"
+            " && rm -f /dev/shm/ipcshim-$(id -u)-{domain}-rm && ! ipcshim-stat --domain {domain}-rm"),
+    # docs/usage.md
+    "meson setup build": Covered("scripts/lib.sh", "meson setup", "how every test's build folder is made"),
+    "ninja -C build": Covered("scripts/lib.sh", "ninja -C", "how every test's build folder is built"),
+    "meson install -C build": Covered("tests/tools/test_install.py", "test_meson_install_destdir"),
+    "ipcshim-run -- ./producer": Run("ipcshim-run -- ./producer | ipcshim-run -- ./consumer", "consumer read 0x1010101",
+                                     "with its consumer"),
+    "IPCSHIM_DOMAIN=job42 ipcshim-run -- python3 train.py":
+        Run("IPCSHIM_DOMAIN={domain} ipcshim-run -- python3 standin.py", "consumer 0: ok",
+            "a Python program whose child uses CUDA stands in for train.py"),
+    "LD_PRELOAD=/usr/local/lib/x86_64-linux-gnu/libipcshim.so ./program":
+        Run("LD_PRELOAD={build}/shim/libipcshim.so {pair}", "consumer 0: ok", "the built library, not installed"),
+    "cc -o producer producer.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcudart":
+        Run("cc -o producer producer.c -I{cuda}/include -L{cuda}/lib64 -lcudart"),
+    "cc -o consumer consumer.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcudart":
+        Run("cc -o consumer consumer.c -I{cuda}/include -L{cuda}/lib64 -lcudart"),
+    "ipcshim-run -- sh -c './producer | ./consumer'": Run(None, "consumer read 0x1010101"),
+    "cc -o collect collect.c $(pkg-config --cflags ipcshim) -ldl":
+        Run("cc -o collect collect.c -I{src}/include -ldl", None,
+            "the header from the tree; the installed pkg-config file is tested by tools-install"),
+    "ipcshim-run -- ./collect": Run(None, "freed 0 blocks"),
+    "ipcshim-run -- python3 train.py": Covered("scripts/gpu-check", "tests/gpu/torch_pair.py", GPU_ONLY),
+    "ipcshim-run -- python3 numba_ipc.py": Covered("docs/usage.md", "# numba_ipc.py",
+                                                   "needs numba and a GPU: its Python is parsed here"),
+    # docs/performance.md
+    "scripts/bench --quick": Covered("tests/bench/ipc/meson.build", "'--quick'"),
+    "scripts/bench": Covered("tests/bench/ipc/meson.build", "bench-smoke", "the same script at --quick sizes"),
+    "scripts/bench --json bench.json": Covered("tests/bench/ipc/meson.build", "bench-smoke",
+                                               "the same script at --quick sizes"),
+    "scripts/gpu-check --bench": Covered("scripts/gpu-check", "--bench", "needs a GPU"),
+    # docs/swap.md
+    "IPCSHIM_SWAP=1 IPCSHIM_DEVICE_BUDGET=12G scripts/ipcshim-run -- python train.py":
+        Covered("tests/e2e/test_swap.c", "training_at_1_5x_budget_is_correct_bounded_and_history_beats_lru",
+                "an nvcc-built training loop stands in for train.py"),
+    "IPCSHIM_SWAP=1 IPCSHIM_DEVICE_BUDGET=12G IPCSHIM_STATS=1 ./train":
+        Covered("tests/e2e/test_swap.c", "IPCSHIM_STATS", "the same program with the exit report"),
+    "IPCSHIM_SWAP=1 IPCSHIM_DEVICE_BUDGET=8G IPCSHIM_TRACE=/tmp/t.trace ./train":
+        Covered("tests/e2e/test_swap.c", "trace_records_launches_copies_and_frees"),
+    "build/tests/bench/swap-gen --variant train --layers 24 -o /tmp/gen.trace":
+        Run("{build}/tests/bench/swap-gen --variant train --layers 24 -o gen.trace && test -s gen.trace"),
+    "build/tests/bench/swap-replay /tmp/t.trace --oversub 1.5":
+        Run("{build}/tests/bench/swap-gen --variant train --layers 8 -o t.trace && "
+            "{build}/tests/bench/swap-replay t.trace --oversub 1.5", "history",
+            "on a generated trace instead of one recorded from ./train"),
+    "build/tests/bench/swap-bench": Covered("tests/bench/ipc/meson.build", "bench-smoke",
+                                            "scripts/bench runs swap-bench; figure 6"),
+}
+
+STANDIN = f"""import subprocess, sys
+sys.exit(subprocess.call("{PAIR}".split()))
+"""
+
+
+def pages():
+    return ["README.md"] + sorted(os.path.relpath(p, SRC) for p in glob.glob(os.path.join(SRC, "docs", "*.md")))
+
+
+def blocks(page, lang):
+    text = open(os.path.join(SRC, page)).read()
+    return [m.group(1) for m in re.finditer(r"^```" + lang + r"\n(.*?)^```", text, re.S | re.M)]
+
+
+def commands():
+    """[(page, command)] in page order: comments and blank lines dropped."""
+    found = []
+    for page in pages():
+        for block in blocks(page, "sh"):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = re.sub(r"\s+#\s.*$", "", line).strip()
+                if line and not line.startswith("#"):
+                    found.append((page, line))
+    return found
+
+
+def test_every_option_is_documented_with_its_default():
+    env = open(os.path.join(SRC, "docs", "environment.md")).read()
+    table = env.split("\n## ")[0]  # the main table: later sections list the commands' own variables
+    rows = {m.group(1): m.group(2).strip() for m in re.finditer(r"^\| `(IPCSHIM_[A-Z_]+)` \|([^|]*)\|", table, re.M)}
+    opts = re.findall(r'^OPT\((\w+),\s*\w+,\s*"([^"]*)"', open(os.path.join(SRC, "core", "options.def")).read(), re.M)
+    check(len(opts) > 10, f"options.def parsed: {opts}")
+    for name, default in opts:
+        var = "IPCSHIM_" + name.upper()
+        check(var in rows, f"{var} is not in the table of docs/environment.md")
+        if default:
+            eq(rows[var], f"`{default}`", f"{var} default in docs/environment.md")
+
+
+def test_every_command_is_listed():
+    shown = commands()
+    unknown = [f"{page}: {cmd}" for page, cmd in shown if cmd not in COMMANDS]
+    check(not unknown, "commands shown in the docs that no test checks (add them to COMMANDS in "
+                       "tests/tools/test_docs.py):\n" + "\n".join(unknown))
+    stale = sorted(set(COMMANDS) - {cmd for _, cmd in shown})
+    check(not stale, "COMMANDS entries no page shows any more:\n" + "\n".join(stale))
+
+
+def test_covering_tests_exist():
+    for cmd, (kind, path, needle, _) in COMMANDS.items():
+        if kind != "covered":
+            continue
+        full = os.path.join(SRC, path)
+        check(os.path.exists(full), f"{cmd}: {path} does not exist")
+        check(needle in open(full).read(), f"{cmd}: '{needle}' not in {path}")
+
+
+def test_python_snippets_parse():
+    n = 0
+    for page in pages():
+        for block in blocks(page, "python"):
+            ast.parse(block, filename=page)
+            n += 1
+    check(n >= 3, f"python blocks found: {n}")
+    for script in ("tests/gpu/torch_pair.py", "tests/gpu/cupy_pair.py"):
+        ast.parse(open(os.path.join(SRC, script)).read(), filename=script)
+
+
+def test_troubleshooting_quotes_real_log_messages():
+    """Each message quoted in the table of docs/troubleshooting.md is one the
+    library prints: its fixed parts (between "…" and placeholders such as N
+    or PID) occur in core/ or shim/."""
+    source = "".join(open(f).read() for f in glob.glob(os.path.join(SRC, "core", "*.c")) +
+                     glob.glob(os.path.join(SRC, "shim", "*.c")))
+    text = open(os.path.join(SRC, "docs", "troubleshooting.md")).read()
+    table = text[text.index("| message |"):].split("\n\n")[0]
+    quoted = 0
+    for row in table.splitlines()[2:]:
+        for msg in re.findall(r"`([^`]+)`", row.split("|")[1]):
+            for part in re.split(r"…|\bN\b|\bPID\b|\bP\b|IPCSHIM_X|0x", msg):
+                part = part.strip(" ()")
+                if len(part) >= 8:
+                    quoted += 1
+                    check(part in source, f"'{part}' (from `{msg}`) is not in core/*.c or shim/*.c")
+    check(quoted > 10, f"messages found: {quoted}")
+
+
+def test_documented_commands_run():
+    work = tempfile.mkdtemp(prefix="ipcshim-docs-")
+    bindir = os.path.join(work, "bin")
+    os.mkdir(bindir)
+    os.symlink(os.path.join(SRC, "scripts", "ipcshim-run"), os.path.join(bindir, "ipcshim-run"))
+    os.symlink(os.path.join(BUILD, "scripts", "ipcshim-stat"), os.path.join(bindir, "ipcshim-stat"))
+    for block in blocks("docs/usage.md", "c"):
+        name = re.match(r"/\* (\w+\.c)", block)
+        check(name, f"a C block of docs/usage.md does not start with /* NAME.c: {block[:40]}")
+        with open(os.path.join(work, name.group(1)), "w") as f:
+            f.write(block)
+    with open(os.path.join(work, "standin.py"), "w") as f:
+        f.write(STANDIN)
+    env = {"PATH": bindir + os.pathsep + os.environ["PATH"], "LD_LIBRARY_PATH": os.environ["SIMCUDA_DIR"],
+           "SIMCUDA_MACHINE": DOMAIN, "IPCSHIM_DOMAIN": DOMAIN, "IPCSHIM_BUILD_DIR": BUILD, "LD_PRELOAD": "",
+           "IPCSHIM_EXIT_WAIT": "5s"}
+    subst = {"src": SRC, "build": BUILD, "cuda": CUDA, "domain": DOMAIN, "pair": PAIR}
+    failures = []
+    try:
+        # The C examples are built first (README runs them before usage.md
+        # shows how to build them), and the domain's registry exists before
+        # the ipcshim-stat commands run.
+        for c in sorted(glob.glob(os.path.join(work, "*.c"))):
+            exe = c[:-2]
+            status, out, err = run(["cc", "-o", exe, c, f"-I{CUDA}/include", f"-I{SRC}/include", f"-L{CUDA}/lib64",
+                                    "-lcudart", "-ldl"], cwd=work)
+            eq(status, 0, f"cc {c}: {err}")
+        status, out, err = run(["ipcshim-run", "--", *PAIR.split()], env=env, cwd=work, timeout=120)
+        eq(status, 0, f"setup run: {out}{err}")
+        done = set()
+        for page, cmd in commands():
+            kind, how, expect, _ = COMMANDS.get(cmd, ("unknown", None, None, None))
+            if kind != "run" or cmd in done:
+                continue
+            done.add(cmd)
+            line = (how or cmd).format(**subst) if how else cmd
+            try:
+                status, out, err = run(["bash", "-c", line], env=env, cwd=work, timeout=120)
+            except subprocess.TimeoutExpired:
+                failures.append(f"{page}: {cmd}\n  ran: {line}\n  timed out")
+                continue
+            if status != 0 or (expect and expect not in out + err):
+                failures.append(f"{page}: {cmd}\n  ran: {line}\n  status {status}, expected "
+                                f"'{expect}'\n  output: {(out + err)[-1500:]}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        for name in os.listdir("/dev/shm"):
+            if f"-{UID}-{DOMAIN}" in name:
+                os.unlink(os.path.join("/dev/shm", name))
+    check(not failures, "\n".join(failures))
+
+
+if __name__ == "__main__":
+    run_all(globals())

@@ -1,0 +1,147 @@
+"""`meson install --destdir` into a temporary folder gives a user everything:
+the library, the header, the pkg-config file, ipcshim-run and ipcshim-stat
+with --help, and their man pages; the installed launcher finds the installed
+library and protects a real program (pair-runtime on the simulator)."""
+import atexit
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tap import check, eq, run, run_all  # noqa: E402
+
+BUILD = os.environ["BUILD_ROOT"]
+SOURCE = os.environ["SOURCE_ROOT"]
+PID = os.getpid()
+UID = os.geteuid()
+DEST = tempfile.mkdtemp(prefix="ipcshim-install-")
+atexit.register(shutil.rmtree, DEST, True)
+
+
+def option(name):
+    status, out, err = run(["meson", "introspect", "--buildoptions", BUILD])
+    eq(status, 0, f"meson introspect: {err}")
+    return next(o["value"] for o in json.loads(out) if o["name"] == name)
+
+
+PREFIX, BINDIR, LIBDIR = option("prefix"), option("bindir"), option("libdir")
+INCLUDEDIR, MANDIR = option("includedir"), option("mandir")
+
+
+def staged(subdir, name=""):
+    return os.path.join(DEST + os.path.join(PREFIX, subdir), name)
+
+
+def sim_env(tag):
+    domain = f"inst-{tag}-{PID}"
+    return domain, {"LD_LIBRARY_PATH": os.environ["SIMCUDA_DIR"], "SIMCUDA_MACHINE": domain,
+                    "IPCSHIM_DOMAIN": domain, "LD_PRELOAD": ""}
+
+
+def cleanup(domain):
+    for name in os.listdir("/dev/shm"):
+        if f"-{UID}-{domain}" in name:
+            os.unlink(os.path.join("/dev/shm", name))
+
+
+def test_meson_install_destdir():
+    status, out, err = run(["meson", "install", "-C", BUILD, "--no-rebuild", "--destdir", DEST], timeout=120)
+    eq(status, 0, f"meson install: {out}{err}")
+    for path in (staged(LIBDIR, "libipcshim.so"), staged(INCLUDEDIR, "ipcshim.h"),
+                 staged(LIBDIR, "pkgconfig/ipcshim.pc"), staged(BINDIR, "ipcshim-run"),
+                 staged(BINDIR, "ipcshim-stat"), staged(MANDIR, "man1/ipcshim-run.1"),
+                 staged(MANDIR, "man1/ipcshim-stat.1")):
+        check(os.path.isfile(path), f"{path} installed")
+    for cmd in ("ipcshim-run", "ipcshim-stat"):
+        check(os.access(staged(BINDIR, cmd), os.X_OK), f"{cmd} is executable")
+
+
+def test_installed_launcher_points_at_the_installed_library():
+    text = open(staged(BINDIR, "ipcshim-run")).read()
+    want = os.path.join(PREFIX, LIBDIR, "libipcshim.so")
+    check(f'installed_lib="{want}"' in text, f"installed_lib is {want}")
+    check("@IPCSHIM_" not in text, "no placeholder left")
+
+
+def test_pkg_config_file_and_header_build_a_program():
+    pc = open(staged(LIBDIR, "pkgconfig/ipcshim.pc")).read()
+    check(re.search(r"^Name: ipcshim$", pc, re.M) and "-lipcshim" in pc, pc)
+    if not shutil.which("pkg-config"):
+        return "pkg-config not installed"
+    env = {"PKG_CONFIG_PATH": staged(LIBDIR, "pkgconfig"), "PKG_CONFIG_SYSROOT_DIR": DEST,
+           "PKG_CONFIG_LIBDIR": staged(LIBDIR, "pkgconfig")}
+    status, flags, err = run(["pkg-config", "--cflags", "--libs", "ipcshim"], env=env)
+    eq(status, 0, f"pkg-config: {err}")
+    src = os.path.join(DEST, "use.c")
+    with open(src, "w") as f:
+        f.write('#include <ipcshim.h>\n#include <stdio.h>\n'
+                'int main(void) { struct ipcshim_stats s; int rc = ipcshim_stats(&s, sizeof s);\n'
+                '  printf("stats %d version %u active %d\\n", rc, s.version, ipcshim_active()); return rc; }\n')
+    exe = os.path.join(DEST, "use")
+    status, out, err = run(["cc", src, "-o", exe, *flags.split()])
+    eq(status, 0, f"cc {flags}: {err}")
+    status, out, err = run([exe], env={"LD_LIBRARY_PATH": staged(LIBDIR), "IPCSHIM_LOG": "error"})
+    eq(status, 0, f"program linked with -lipcshim: {out}{err}")
+    check("stats 0 version 1 active 0" in out, out)
+
+
+def test_installed_commands_have_help_and_man_pages():
+    status, out, _ = run([staged(BINDIR, "ipcshim-run"), "--help"])
+    eq(status, 0, "ipcshim-run --help")
+    check("ipcshim-run [--sim] [--] CMD" in out and "IPCSHIM_LIBRARY" in out, out)
+    status, out, _ = run([staged(BINDIR, "ipcshim-stat"), "--help"])
+    eq(status, 0, "ipcshim-stat --help")
+    man = open(staged(MANDIR, "man1/ipcshim-stat.1")).read()
+    for opt in re.findall(r"--[a-z]+", out):
+        check(opt.replace("-", r"\-") in man, f"ipcshim-stat.1 documents {opt}")
+    man = open(staged(MANDIR, "man1/ipcshim-run.1")).read()
+    for opt in ("--sim", "--demo", "--help", "IPCSHIM_LIBRARY", "IPCSHIM_DOMAIN"):
+        check(opt.replace("-", r"\-") in man, f"ipcshim-run.1 documents {opt}")
+    for page in ("ipcshim-run.1", "ipcshim-stat.1"):
+        text = open(staged(MANDIR, "man1/" + page)).read()
+        check(text.startswith(".TH ") and ".SH NAME" in text and ".SH SYNOPSIS" in text, f"{page} is a man page")
+        if shutil.which("man"):
+            status, out, err = run(["man", "-l", staged(MANDIR, "man1/" + page)], env={"MANPAGER": "cat",
+                                                                                       "PAGER": "cat"})
+            eq(status, 0, f"man -l {page}: {err}")
+
+
+def test_installed_launcher_protects_a_program():
+    prog = os.path.join(os.environ["E2E_BIN_DIR"], "pair-runtime")
+    domain, env = sim_env("run")
+    try:
+        status, out, err = run([prog, "--free", "while-reading"], env=env)
+        check(status == 1 and "consumer 0: poison" in out, f"without the shim the consumer reads poison: {out}")
+        status, out, err = run([staged(BINDIR, "ipcshim-run"), "--", prog, "--free", "while-reading"],
+                               env=dict(env, IPCSHIM_STATS="1"))
+        eq(status, 0, f"under the installed launcher: {out}{err}")
+        check("consumer 0: ok" in out, out)
+        check("reclaimed: yes" in out, out)
+        check(": exports 1, " in err and "deferred frees 1," in err, f"exit report: {err}")
+        status, out, err = run([staged(BINDIR, "ipcshim-run"), "--", "sh", "-c", 'echo "$LD_PRELOAD"'],
+                               env=dict(env, LD_PRELOAD="libfirst.so"))
+        eq(status, 0, err)
+        eq(out.strip(), "libfirst.so:" + os.path.realpath(staged(LIBDIR, "libipcshim.so")),
+           "LD_PRELOAD gets the installed library, appended")
+        status, out, err = run([staged(BINDIR, "ipcshim-stat"), "--domain", domain, "--json"])
+        eq(status, 0, f"installed ipcshim-stat: {err}")
+        eq(json.loads(out)["holders"], [], "nothing held after the pair exited")
+    finally:
+        cleanup(domain)
+
+
+def test_installed_launcher_errors():
+    status, _, err = run([staged(BINDIR, "ipcshim-run"), "--", "true"], env={"IPCSHIM_LIBRARY": "/nonexistent.so"})
+    eq(status, 1, "missing library")
+    check("library not found at /nonexistent.so" in err, err)
+    status, _, err = run([staged(BINDIR, "ipcshim-run"), "--demo"])
+    eq(status, 2, "--demo outside a checkout")
+    check("needs a source checkout" in err, err)
+
+
+if __name__ == "__main__":
+    run_all(globals())
