@@ -371,7 +371,7 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
     uint32_t bi = reg_block_find(&reg, h);
     struct reg_block *b = reg_block_at(&reg, bi);
     if (!b) goto unlock;
-    result = -ENOENT;
+    result = b->state == BLOCK_ORPHANED ? -EOWNERDEAD : -ENOENT;
     if (b->state != BLOCK_LIVE && b->state != BLOCK_LIMBO) goto unlock;
     if (b->exporter == self && b->exporter_nonce == self_nonce) {
         struct local_export *e = local_export_find(b->base);
@@ -389,6 +389,7 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
         goto unlock;
     }
     struct reg_holder *ex = reg_holder_at(&reg, b->exporter);
+    result = -EOWNERDEAD;
     if (!ex || ex->nonce != b->exporter_nonce) {
         let_go(bi); /* its exporter's slot moved on: a stale record */
         goto unlock;
@@ -731,9 +732,17 @@ int ipc_free_begin(uint64_t ptr)
     check_fork();
     struct local_export *e = local_export_find(ptr);
     if (e && e->in_limbo) {
-        LOG_RATE(LOG_WARN, "0x%llx freed twice; ignoring the second free", (unsigned long long)ptr);
+        LOG_RATE(LOG_WARN, "0x%llx freed twice; the second free fails as the driver's would",
+                 (unsigned long long)ptr);
+        result = -EINVAL;
+    } else if (e && (state != S_ACTIVE || !lock_registry())) {
+        /* Tracked, but the registry became unusable: importers may still
+         * hold the block and nothing can tell. Keep it (a leak, logged)
+         * rather than free memory someone may read. */
+        LOG_RATE(LOG_WARN, "registry unusable: exported block 0x%llx is kept, not freed",
+                 (unsigned long long)ptr);
         result = IPC_DONE;
-    } else if (e && state == S_ACTIVE && lock_registry()) {
+    } else if (e) {
         struct reg_block *b = reg_block_at(&reg, e->block);
         uint64_t now = reg_now_ns();
         if (!own_block(b, e->generation) || b->state != BLOCK_LIVE) {

@@ -66,8 +66,8 @@ struct ipc_open {
  *     ipc_open_commit(t, ptr) if it succeeded or ipc_open_abort(t) if not.
  *   IPC_PASS: a handle the shim does not track (exporter not under the
  *     shim, registry unavailable): open it for real, nothing else.
- *   -ENOENT: a tracked block that can no longer be opened (its exporter
- *     freed it with nothing holding it, or died): fail the open.
+ *   -ENOENT: a tracked block its exporter freed with nothing holding it;
+ *   -EOWNERDEAD: a tracked block whose exporter died: fail the open.
  * Concurrent opens of one handle in one process return one pointer. */
 int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t, uint64_t *ptr);
 void ipc_open_commit(struct ipc_open *t, uint64_t ptr);
@@ -98,6 +98,8 @@ void ipc_close_finish(struct ipc_close *t);
  *     limbo and will be freed through device_ops; report success.
  *   IPC_REAL: an exported block nothing holds: its record is retired (no
  *     open can succeed any more); free it for real, then ipc_free_finish.
+ *   -EINVAL: a second free of a block already in limbo: fail it as the
+ *     driver fails a double free; nothing is freed.
  * Also collects this process's limbo when it is not empty. */
 int ipc_free_begin(uint64_t ptr);
 void ipc_free_finish(uint64_t ptr);

@@ -94,6 +94,7 @@ static int op_free(uint64_t ptr, int (*real_free)(uint64_t), const struct door_c
     if (!tracking || !ptr) return real_free(ptr);
     int decision = ipc_free_begin(ptr);
     if (decision == IPC_DONE) return codes->ok;
+    if (decision < 0) return codes->invalid;
     int result = real_free(ptr);
     if (decision == IPC_REAL) ipc_free_finish(ptr);
     return result;
@@ -133,8 +134,9 @@ static int op_open(const void *handle, unsigned int flags, uint64_t *out, bool r
         *out = ptr;
         return codes->ok;
     }
-    if (decision == -ENOENT) {
-        LOG_RATE(LOG_INFO, "open refused: the exporter freed this block or died");
+    if (decision == -ENOENT || decision == -EOWNERDEAD) {
+        if (decision == -ENOENT) LOG_RATE(LOG_WARN, "open refused: the exporter freed this block");
+        else LOG_RATE(LOG_WARN, "open refused: the exporter of this block died");
         return codes->invalid;
     }
     int result = real_open(out, handle, flags);

@@ -620,7 +620,7 @@ Test(ipc, shutdown_waits_then_orphans)
     cr_assert_eq(ipc_free_begin(BASE), IPC_PASS);
     cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), -ENODEV);
     uint64_t late_ptr;
-    cr_assert_eq(importer_open(&late, 1, &late_ptr), -ENOENT, "orphaned: no new opens");
+    cr_assert_eq(importer_open(&late, 1, &late_ptr), -EOWNERDEAD, "orphaned: no new opens");
     importer_stop(&late);
     cr_assert_eq(importer_close(&im, ptr), IPC_REAL);
     cr_assert_eq(reg_block_find(&v, &h), REG_NONE, "recycled with its last lease");
@@ -732,7 +732,7 @@ Test(ipc, aborted_open_gives_the_handoff_back)
     ipc_open_abort(&t);
     PARENT_SEND(&c, 0);
     cr_assert_eq(child_wait(pid), 0);
-    cr_assert_eq(ipc_open_begin(&h, CTX, &t, &ptr), -ENOENT, "its exporter is gone");
+    cr_assert_eq(ipc_open_begin(&h, CTX, &t, &ptr), -EOWNERDEAD, "its exporter is gone");
 }
 
 /* Open+close must not grow with the number of live blocks. */
