@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "../../e2e/progs/hex.h"
 
 #define MAX_BLOCKS 32
 #define POISON 0xDEADBEEFu
@@ -50,22 +51,6 @@ static uint32_t word(uint32_t salt, int block, size_t i)
     uint32_t x = salt * 2654435761u ^ (uint32_t)(block + 1) * 40503u ^ (uint32_t)i * 2246822519u;
     x ^= x >> 15;
     return x == POISON ? x + 1 : x;
-}
-
-static void to_hex(const unsigned char *b, size_t n, char *out)
-{
-    for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", b[i]);
-}
-
-static int from_hex(const char *s, unsigned char *b, size_t n)
-{
-    if (strlen(s) != 2 * n) return -1;
-    for (size_t i = 0; i < n; i++) {
-        unsigned v;
-        if (sscanf(s + 2 * i, "%2x", &v) != 1) return -1;
-        b[i] = (unsigned char)v;
-    }
-    return 0;
 }
 
 static void die(const char *what, int code)

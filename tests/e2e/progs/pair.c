@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "hex.h"
 
 #define MAX_BLOCKS 256
 #define MAX_CONSUMERS 64
@@ -49,22 +50,6 @@ static double now_ms(void)
 }
 
 static uint32_t expected_word(int block, size_t i) { return (uint32_t)(0x10000000u * (block + 1) + i) ^ 0x01010101u; }
-
-static void to_hex(const unsigned char *b, size_t n, char *out)
-{
-    for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", b[i]);
-}
-
-static int from_hex(const char *s, unsigned char *b, size_t n)
-{
-    if (strlen(s) != 2 * n) return -1;
-    for (size_t i = 0; i < n; i++) {
-        unsigned v;
-        if (sscanf(s + 2 * i, "%2x", &v) != 1) return -1;
-        b[i] = (unsigned char)v;
-    }
-    return 0;
-}
 
 static void fail(const char *what, int code)
 {
