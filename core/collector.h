@@ -5,8 +5,8 @@
  * holder's futex word until an importer's last close wakes it or the next
  * hand-off expires, then collect. It is detached, runs with every signal
  * blocked, never keeps the process alive, and is gone in a fork child. */
-#ifndef IPCSHIM_COLLECTOR_H
-#define IPCSHIM_COLLECTOR_H
+#ifndef COLLECTOR_H
+#define COLLECTOR_H
 
 #include <stdbool.h>
 

@@ -5,8 +5,8 @@
  * calls through this table. Every function returns 0 or a negative errno,
  * may be called from any thread, and is never called with the registry lock
  * or any core lock held. */
-#ifndef IPCSHIM_DEVICE_OPS_H
-#define IPCSHIM_DEVICE_OPS_H
+#ifndef DEVICE_OPS_H
+#define DEVICE_OPS_H
 
 #include <stdint.h>
 

@@ -17,8 +17,8 @@
  * Liveness of holders follows core's rule (liveness.h): a test of the
  * holder's OFD lock byte through our own read-only descriptor (F_OFD_GETLK
  * needs no write access), then pid and start time. */
-#ifndef IPCSHIM_INSPECT_H
-#define IPCSHIM_INSPECT_H
+#ifndef INSPECT_H
+#define INSPECT_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -10,8 +10,8 @@
  * No function here blocks on another process for longer than the registry
  * lock's critical section, except ipc_shutdown (bounded by IPCSHIM_EXIT_WAIT).
  * Thread-safe throughout. */
-#ifndef IPCSHIM_IPC_H
-#define IPCSHIM_IPC_H
+#ifndef IPC_H
+#define IPC_H
 
 #include "device_ops.h"
 

@@ -8,8 +8,8 @@
  * The kernel drops an OFD lock when the last descriptor of its open file
  * description closes, i.e. when the process dies -- unless a forked child
  * still holds a copy of the descriptor, which the pid/start-time check covers. */
-#ifndef IPCSHIM_LIVENESS_H
-#define IPCSHIM_LIVENESS_H
+#ifndef LIVENESS_H
+#define LIVENESS_H
 
 #include <stdbool.h>
 #include <stdint.h>

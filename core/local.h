@@ -9,8 +9,8 @@
  * One process mutex (local_lock) guards all of it. Lock order: the local
  * mutex before the registry lock, never the reverse; neither is held across
  * device_ops calls. */
-#ifndef IPCSHIM_LOCAL_H
-#define IPCSHIM_LOCAL_H
+#ifndef LOCAL_H
+#define LOCAL_H
 
 #include "ipc.h"
 #include "uthash_wrap.h"

@@ -2,8 +2,8 @@
  * written with one write(2) to stderr or IPCSHIM_LOG_FILE. Levels come from
  * options.h (LOG_ERROR..LOG_DEBUG). A warning that may repeat goes through
  * log_once() or LOG_RATE so that a hot path cannot flood the host's stderr. */
-#ifndef IPCSHIM_LOG_H
-#define IPCSHIM_LOG_H
+#ifndef LOG_H
+#define LOG_H
 
 #include <stdbool.h>
 

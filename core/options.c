@@ -107,7 +107,7 @@ PARSER parse_COUNT(const char *s, opt_COUNT *v, const char *ch)
     return 0;
 }
 
-/* Upper-cases a field name into "IPCSHIM_FIELD". */
+/* Upper-cases a field name and prefixes it: "max_blocks" -> "IPCSHIM_MAX_BLOCKS". */
 static void env_name(const char *field, char *buf, size_t len)
 {
     int n = snprintf(buf, len, "IPCSHIM_%s", field);

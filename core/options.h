@@ -3,8 +3,8 @@
  * options_get() parses the environment on first use (thread-safe) and never
  * fails: a bad value logs one warning and keeps the default. Nothing else in
  * the library calls getenv() for IPCSHIM_* names. */
-#ifndef IPCSHIM_OPTIONS_H
-#define IPCSHIM_OPTIONS_H
+#ifndef OPTIONS_H
+#define OPTIONS_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -14,8 +14,8 @@
  * read from the segment is bounds-checked: the bytes may be corrupt or hostile.
  *
  * All reg_* record functions require the registry lock. */
-#ifndef IPCSHIM_REGISTRY_H
-#define IPCSHIM_REGISTRY_H
+#ifndef REGISTRY_H
+#define REGISTRY_H
 
 #include "ipc.h"
 

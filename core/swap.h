@@ -24,8 +24,8 @@
  * Everything returns 0 or a negative errno. No locking inside: the caller
  * serialises calls on one policy (the shim holds its swap lock). No CUDA, no
  * dl*: libc and uthash only. */
-#ifndef IPCSHIM_SWAP_H
-#define IPCSHIM_SWAP_H
+#ifndef SWAP_H
+#define SWAP_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -8,8 +8,8 @@
  * to launches). No locking inside: the shim holds its swap lock around every
  * call. Pure logic: no CUDA, no dl*. Everything returns 0 or a negative
  * errno. */
-#ifndef IPCSHIM_SWAP_INDEX_H
-#define IPCSHIM_SWAP_INDEX_H
+#ifndef SWAP_INDEX_H
+#define SWAP_INDEX_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -15,8 +15,8 @@
  * before the first L belong to launch 0; launch k is the logical time k, as
  * in swap.h. A trace with no I line is one iteration. The shim appends
  * events one line at a time (swap_trace_write_event) under IPCSHIM_TRACE. */
-#ifndef IPCSHIM_SWAP_TRACE_H
-#define IPCSHIM_SWAP_TRACE_H
+#ifndef SWAP_TRACE_H
+#define SWAP_TRACE_H
 
 #include <stdbool.h>
 #include <stddef.h>

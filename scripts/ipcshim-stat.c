@@ -425,7 +425,7 @@ int main(int argc, char **argv)
             fputs(usage_text, stdout);
             return 0;
         case 'V':
-            printf("ipcshim-stat %s (registry ABI %u, JSON version %d)\n", IPCSHIM_VERSION, REG_ABI,
+            printf("ipcshim-stat %s (registry ABI %u, JSON version %d)\n", STAT_VERSION, REG_ABI,
                    JSON_VERSION);
             return 0;
         default:

@@ -5,8 +5,8 @@
  * the do_ functions that carry logic (memory.c) ask core (core/ipc.h) what to
  * do and call the real CUDA function it says to. resolve.c finds the real
  * functions and redirects the resolver paths (cuGetProcAddress, dlsym). */
-#ifndef IPCSHIM_SHIM_H
-#define IPCSHIM_SHIM_H
+#ifndef SHIM_H
+#define SHIM_H
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>

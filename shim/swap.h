@@ -7,8 +7,8 @@
  * managed memory and are registered in the block index; launches, copies
  * and sets that touch them are reported to the policy, whose decisions are
  * applied with prefetches and advice. */
-#ifndef IPCSHIM_SHIM_SWAP_H
-#define IPCSHIM_SHIM_SWAP_H
+#ifndef SHIM_SWAP_H
+#define SHIM_SWAP_H
 
 #include "shim.h"
 

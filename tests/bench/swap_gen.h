@@ -1,8 +1,8 @@
 /* swap_gen: deterministic synthetic traces of training-like programs, for
  * the swap replay tools and tests. Same parameters, same trace, byte for
  * byte (own PRNG, no libm randomness, no time or pid). */
-#ifndef IPCSHIM_SWAP_GEN_H
-#define IPCSHIM_SWAP_GEN_H
+#ifndef SWAP_GEN_H
+#define SWAP_GEN_H
 
 #include <stdint.h>
 

@@ -2,8 +2,8 @@
  * ("<suite>-<pid>"), set through the environment and options_reload() before
  * ipc_init, and removed in .fini. Children are plain fork()s that report
  * through pipes and leave with _exit() (never Criterion's exit path). */
-#ifndef IPCSHIM_TESTS_CORE_HELPERS_H
-#define IPCSHIM_TESTS_CORE_HELPERS_H
+#ifndef TESTS_CORE_HELPERS_H
+#define TESTS_CORE_HELPERS_H
 
 #include "ipc.h"
 #include "options.h"
