@@ -77,13 +77,6 @@ static const char *const names[SYM_COUNT] = {
 };
 
 #define UNPAREN(...) __VA_ARGS__
-#define MISSING_RUNTIME cudaErrorInitializationError
-#define MISSING_DRIVER CUDA_ERROR_NOT_INITIALIZED
-
-/* The real call, or an error when the real function was never found. */
-#define CALL_REAL_RUNTIME(name, args)                                                             \
-    (real_##name || (resolve_runtime(), real_##name) ? real_##name args : MISSING_RUNTIME)
-#define CALL_REAL_DRIVER(name, args) (real_##name ? real_##name args : MISSING_DRIVER)
 
 /* The resolver itself must redirect even when reached from inside the shim:
  * the real runtime resolves the driver lazily, often inside the first

@@ -51,9 +51,10 @@ bool shim_tracking(void) { return tracking; }
 
 /* The context an import is cached under: the current one, after making
  * sure the runtime has made its primary context current (runtime door). */
-static uint64_t current_context(bool runtime_door)
+uint64_t shim_current_context(bool runtime_door)
 {
     CUcontext ctx = NULL;
+    if (!real_cuCtxGetCurrent) return 0;
     real_cuCtxGetCurrent(&ctx);
     if (!ctx && runtime_door && real_cudaFree) {
         real_cudaFree(NULL); /* the runtime's documented way to initialise its context */
@@ -129,7 +130,7 @@ static int op_open(const void *handle, unsigned int flags, uint64_t *out, bool r
     struct ipc_open ticket;
     uint64_t ptr = 0;
     memcpy(h.bytes, handle, sizeof h.bytes);
-    int decision = ipc_open_begin(&h, current_context(runtime_door), &ticket, &ptr);
+    int decision = ipc_open_begin(&h, shim_current_context(runtime_door), &ticket, &ptr);
     if (decision == IPC_DONE) {
         *out = ptr;
         return codes->ok;

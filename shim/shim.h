@@ -63,6 +63,13 @@ enum symbol_id {
 #define DRIVER_REAL(ret, name, params) extern ret(CUDAAPI *real_##name) params;
 #include "symbols.def"
 
+/* The real call, or each door's "not initialised" error when the real
+ * function was never found (runtime functions are looked for again: the
+ * program may have loaded libcudart since). */
+#define CALL_REAL_RUNTIME(name, args)                                                             \
+    (real_##name || (resolve_runtime(), real_##name) ? real_##name args : cudaErrorInitializationError)
+#define CALL_REAL_DRIVER(name, args) (real_##name ? real_##name args : CUDA_ERROR_NOT_INITIALIZED)
+
 /* Hand-written logic for the entry points marked RUNTIME / DRIVER. */
 #define RUNTIME(ret, name, params, args) ret do_##name params;
 #define DRIVER(ret, name, base, ver, params, args) ret do_##name params;
@@ -109,6 +116,10 @@ void memory_init(void);
 
 /* True when tracking is on for this process (not IPCSHIM_DISABLE). */
 bool shim_tracking(void);
+
+/* The calling thread's current context; for the runtime door, after making
+ * the runtime create and set its primary context if none is current. */
+uint64_t shim_current_context(bool runtime_door);
 
 /* api.c */
 

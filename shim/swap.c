@@ -401,9 +401,7 @@ static void runtime_context(void)
 {
     static __thread bool ready;
     if (ready) return;
-    CUcontext ctx = NULL;
-    if (real_cuCtxGetCurrent) real_cuCtxGetCurrent(&ctx);
-    if (!ctx && real_cudaFree) real_cudaFree(NULL);
+    shim_current_context(true);
     ready = true;
 }
 
@@ -455,52 +453,48 @@ static CUstream pt(cudaStream_t s)
     return s ? (CUstream)s : CU_STREAM_PER_THREAD;
 }
 
-#define REAL_RUNTIME(name, args)                                                                   \
-    (real_##name || (resolve_runtime(), real_##name) ? real_##name args                            \
-                                                     : cudaErrorInitializationError)
-#define REAL_DRIVER(name, args) (real_##name ? real_##name args : CUDA_ERROR_NOT_INITIALIZED)
 #define SWAP_ON __builtin_expect(swap_enabled, 0)
 
 cudaError_t do_cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args,
                                 size_t sharedMem, cudaStream_t stream)
 {
     if (SWAP_ON) before_launch(FN_RUNTIME, func, args, NULL, (CUstream)stream);
-    return REAL_RUNTIME(cudaLaunchKernel, (func, gridDim, blockDim, args, sharedMem, stream));
+    return CALL_REAL_RUNTIME(cudaLaunchKernel, (func, gridDim, blockDim, args, sharedMem, stream));
 }
 
 cudaError_t do_cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim, void **args,
                                      size_t sharedMem, cudaStream_t stream)
 {
     if (SWAP_ON) before_launch(FN_RUNTIME, func, args, NULL, pt(stream));
-    return REAL_RUNTIME(cudaLaunchKernel_ptsz, (func, gridDim, blockDim, args, sharedMem, stream));
+    return CALL_REAL_RUNTIME(cudaLaunchKernel_ptsz, (func, gridDim, blockDim, args, sharedMem, stream));
 }
 
 cudaError_t do___cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args,
                                   size_t sharedMem, cudaStream_t stream)
 {
     if (SWAP_ON) before_launch(FN_RUNTIME, kernel, args, NULL, (CUstream)stream);
-    return REAL_RUNTIME(__cudaLaunchKernel, (kernel, gridDim, blockDim, args, sharedMem, stream));
+    return CALL_REAL_RUNTIME(__cudaLaunchKernel, (kernel, gridDim, blockDim, args, sharedMem, stream));
 }
 
 cudaError_t do___cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
                                        void **args, size_t sharedMem, cudaStream_t stream)
 {
     if (SWAP_ON) before_launch(FN_RUNTIME, kernel, args, NULL, pt(stream));
-    return REAL_RUNTIME(__cudaLaunchKernel_ptsz,
+    return CALL_REAL_RUNTIME(__cudaLaunchKernel_ptsz,
                         (kernel, gridDim, blockDim, args, sharedMem, stream));
 }
 
 cudaError_t do_cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
 {
     if (SWAP_ON && config) before_launch(FN_RUNTIME, func, args, NULL, (CUstream)config->stream);
-    return REAL_RUNTIME(cudaLaunchKernelExC, (config, func, args));
+    return CALL_REAL_RUNTIME(cudaLaunchKernelExC, (config, func, args));
 }
 
 cudaError_t do_cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config, const void *func,
                                         void **args)
 {
     if (SWAP_ON && config) before_launch(FN_RUNTIME, func, args, NULL, pt(config->stream));
-    return REAL_RUNTIME(cudaLaunchKernelExC_ptsz, (config, func, args));
+    return CALL_REAL_RUNTIME(cudaLaunchKernelExC_ptsz, (config, func, args));
 }
 
 CUresult do_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
@@ -509,7 +503,7 @@ CUresult do_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsig
                            void **extra)
 {
     if (SWAP_ON) before_launch(FN_DRIVER, f, kernelParams, extra, hStream);
-    return REAL_DRIVER(cuLaunchKernel,
+    return CALL_REAL_DRIVER(cuLaunchKernel,
                        (f, gx, gy, gz, bx, by, bz, sharedMemBytes, hStream, kernelParams, extra));
 }
 
@@ -520,7 +514,7 @@ CUresult do_cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, 
 {
     if (SWAP_ON)
         before_launch(FN_DRIVER, f, kernelParams, extra, hStream ? hStream : CU_STREAM_PER_THREAD);
-    return REAL_DRIVER(cuLaunchKernel_ptsz,
+    return CALL_REAL_DRIVER(cuLaunchKernel_ptsz,
                        (f, gx, gy, gz, bx, by, bz, sharedMemBytes, hStream, kernelParams, extra));
 }
 
@@ -528,7 +522,7 @@ CUresult do_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **
                              void **extra)
 {
     if (SWAP_ON && config) before_launch(FN_DRIVER, f, kernelParams, extra, config->hStream);
-    return REAL_DRIVER(cuLaunchKernelEx, (config, f, kernelParams, extra));
+    return CALL_REAL_DRIVER(cuLaunchKernelEx, (config, f, kernelParams, extra));
 }
 
 CUresult do_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
@@ -537,7 +531,7 @@ CUresult do_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, vo
     if (SWAP_ON && config)
         before_launch(FN_DRIVER, f, kernelParams, extra,
                       config->hStream ? config->hStream : CU_STREAM_PER_THREAD);
-    return REAL_DRIVER(cuLaunchKernelEx_ptsz, (config, f, kernelParams, extra));
+    return CALL_REAL_DRIVER(cuLaunchKernelEx_ptsz, (config, f, kernelParams, extra));
 }
 
 /* ---- copies and sets --------------------------------------------------- */
@@ -545,81 +539,81 @@ CUresult do_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, vo
 cudaError_t do_cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
     if (SWAP_ON) record_copy((uint64_t)dst, (uint64_t)src, NULL);
-    return REAL_RUNTIME(cudaMemcpy, (dst, src, count, kind));
+    return CALL_REAL_RUNTIME(cudaMemcpy, (dst, src, count, kind));
 }
 
 cudaError_t do_cudaMemcpy_ptds(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
     if (SWAP_ON) record_copy((uint64_t)dst, (uint64_t)src, CU_STREAM_PER_THREAD);
-    return REAL_RUNTIME(cudaMemcpy_ptds, (dst, src, count, kind));
+    return CALL_REAL_RUNTIME(cudaMemcpy_ptds, (dst, src, count, kind));
 }
 
 cudaError_t do_cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
                                cudaStream_t stream)
 {
     if (SWAP_ON) record_copy((uint64_t)dst, (uint64_t)src, (CUstream)stream);
-    return REAL_RUNTIME(cudaMemcpyAsync, (dst, src, count, kind, stream));
+    return CALL_REAL_RUNTIME(cudaMemcpyAsync, (dst, src, count, kind, stream));
 }
 
 cudaError_t do_cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count,
                                     enum cudaMemcpyKind kind, cudaStream_t stream)
 {
     if (SWAP_ON) record_copy((uint64_t)dst, (uint64_t)src, pt(stream));
-    return REAL_RUNTIME(cudaMemcpyAsync_ptsz, (dst, src, count, kind, stream));
+    return CALL_REAL_RUNTIME(cudaMemcpyAsync_ptsz, (dst, src, count, kind, stream));
 }
 
 cudaError_t do_cudaMemset(void *devPtr, int value, size_t count)
 {
     if (SWAP_ON) record_copy((uint64_t)devPtr, 0, NULL);
-    return REAL_RUNTIME(cudaMemset, (devPtr, value, count));
+    return CALL_REAL_RUNTIME(cudaMemset, (devPtr, value, count));
 }
 
 cudaError_t do_cudaMemset_ptds(void *devPtr, int value, size_t count)
 {
     if (SWAP_ON) record_copy((uint64_t)devPtr, 0, CU_STREAM_PER_THREAD);
-    return REAL_RUNTIME(cudaMemset_ptds, (devPtr, value, count));
+    return CALL_REAL_RUNTIME(cudaMemset_ptds, (devPtr, value, count));
 }
 
 cudaError_t do_cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
 {
     if (SWAP_ON) record_copy((uint64_t)devPtr, 0, (CUstream)stream);
-    return REAL_RUNTIME(cudaMemsetAsync, (devPtr, value, count, stream));
+    return CALL_REAL_RUNTIME(cudaMemsetAsync, (devPtr, value, count, stream));
 }
 
 cudaError_t do_cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count, cudaStream_t stream)
 {
     if (SWAP_ON) record_copy((uint64_t)devPtr, 0, pt(stream));
-    return REAL_RUNTIME(cudaMemsetAsync_ptsz, (devPtr, value, count, stream));
+    return CALL_REAL_RUNTIME(cudaMemsetAsync_ptsz, (devPtr, value, count, stream));
 }
 
 CUresult do_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
     if (SWAP_ON) record_copy(dstDevice, (uint64_t)srcHost, NULL);
-    return REAL_DRIVER(cuMemcpyHtoD_v2, (dstDevice, srcHost, ByteCount));
+    return CALL_REAL_DRIVER(cuMemcpyHtoD_v2, (dstDevice, srcHost, ByteCount));
 }
 
 CUresult do_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
     if (SWAP_ON) record_copy((uint64_t)dstHost, srcDevice, NULL);
-    return REAL_DRIVER(cuMemcpyDtoH_v2, (dstHost, srcDevice, ByteCount));
+    return CALL_REAL_DRIVER(cuMemcpyDtoH_v2, (dstHost, srcDevice, ByteCount));
 }
 
 CUresult do_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
     if (SWAP_ON) record_copy(dstDevice, srcDevice, NULL);
-    return REAL_DRIVER(cuMemcpyDtoD_v2, (dstDevice, srcDevice, ByteCount));
+    return CALL_REAL_DRIVER(cuMemcpyDtoD_v2, (dstDevice, srcDevice, ByteCount));
 }
 
 CUresult do_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
     if (SWAP_ON) record_copy(dstDevice, 0, NULL);
-    return REAL_DRIVER(cuMemsetD8_v2, (dstDevice, uc, N));
+    return CALL_REAL_DRIVER(cuMemsetD8_v2, (dstDevice, uc, N));
 }
 
 CUresult do_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
     if (SWAP_ON) record_copy(dstDevice, 0, NULL);
-    return REAL_DRIVER(cuMemsetD32_v2, (dstDevice, ui, N));
+    return CALL_REAL_DRIVER(cuMemsetD32_v2, (dstDevice, ui, N));
 }
 
 /* ---- report ------------------------------------------------------------ */
