@@ -33,8 +33,9 @@ struct ipcshim_stats {
     uint64_t calls_resolver;
 };
 
-/* 1 when the shim is loaded and tracking, 0 when loaded but passing every
- * call through (disabled, or no registry could be attached yet). */
+/* 1 when the shim is loaded and not disabled (IPCSHIM_DISABLE), from the
+ * first moment, whatever the process has called; 0 when loaded but
+ * disabled. (Not loaded: the symbol does not resolve.) */
 int ipcshim_active(void);
 
 /* Free every block of this process whose importers have all let go.

@@ -22,11 +22,9 @@ static void register_exit_hook(void) { atexit(shutdown_at_exit); }
 
 void api_at_first_use(void) { pthread_once(&exit_hook_once, register_exit_hook); }
 
-SHIM_EXPORT int ipcshim_active(void)
-{
-    resolve_all();
-    return shim_tracking() && ipc_active();
-}
+/* Answers from the options alone, so that asking first (before any CUDA
+ * call, before the runtime is even loaded) changes nothing. */
+SHIM_EXPORT int ipcshim_active(void) { return !options_get()->disable; }
 
 SHIM_EXPORT int ipcshim_collect(void)
 {

@@ -27,7 +27,7 @@ static const struct door_codes driver_codes = {CUDA_SUCCESS, CUDA_ERROR_INVALID_
 static int free_block(uint64_t base, int device, uint64_t ctx)
 {
     (void)device;
-    if (!real_cuMemFree_v2) return -ENOSYS;
+    if (!REAL(cuMemFree_v2)) return -ENOSYS;
     bool pushed = ctx && real_cuCtxPushCurrent_v2 && real_cuCtxPushCurrent_v2((CUcontext)ctx) == CUDA_SUCCESS;
     CUresult r = real_cuMemFree_v2((CUdeviceptr)base);
     CUcontext previous;
@@ -54,9 +54,9 @@ bool shim_tracking(void) { return tracking; }
 uint64_t shim_current_context(bool runtime_door)
 {
     CUcontext ctx = NULL;
-    if (!real_cuCtxGetCurrent) return 0;
+    if (!REAL(cuCtxGetCurrent)) return 0;
     real_cuCtxGetCurrent(&ctx);
-    if (!ctx && runtime_door && real_cudaFree) {
+    if (!ctx && runtime_door && REAL(cudaFree)) {
         real_cudaFree(NULL); /* the runtime's documented way to initialise its context */
         real_cuCtxGetCurrent(&ctx);
     }
@@ -65,7 +65,7 @@ uint64_t shim_current_context(bool runtime_door)
 
 static void synchronize_context(uint64_t ctx)
 {
-    if (!options_get()->close_sync || !ctx || !real_cuCtxSynchronize) return;
+    if (!options_get()->close_sync || !ctx || !REAL(cuCtxSynchronize)) return;
     CUcontext previous = NULL;
     real_cuCtxGetCurrent(&previous);
     if ((uint64_t)previous == ctx) {
@@ -81,7 +81,7 @@ static void synchronize_context(uint64_t ctx)
 static bool collect_for_retry_slow(const struct door_codes *codes)
 {
     if (!tracking || ipc_collect_pressure() <= 0) return false;
-    if (codes == &runtime_codes && real_cudaGetLastError) real_cudaGetLastError(); /* forget the failure */
+    if (codes == &runtime_codes && REAL(cudaGetLastError)) real_cudaGetLastError(); /* forget the failure */
     return true;
 }
 static inline bool collect_for_retry(int result, const struct door_codes *codes)
@@ -163,21 +163,21 @@ static int op_close(uint64_t ptr, int (*real_close)(uint64_t), const struct door
 }
 
 /* Adapters from each door's real function to the op_* shapes. */
-static int runtime_free(uint64_t p) { return real_cudaFree ? (int)real_cudaFree((void *)p) : runtime_codes.missing; }
-static int driver_free(uint64_t p) { return real_cuMemFree_v2 ? (int)real_cuMemFree_v2(p) : driver_codes.missing; }
+static int runtime_free(uint64_t p) { return REAL(cudaFree) ? (int)real_cudaFree((void *)p) : runtime_codes.missing; }
+static int driver_free(uint64_t p) { return REAL(cuMemFree_v2) ? (int)real_cuMemFree_v2(p) : driver_codes.missing; }
 static int runtime_close(uint64_t p)
 {
-    return real_cudaIpcCloseMemHandle ? (int)real_cudaIpcCloseMemHandle((void *)p) : runtime_codes.missing;
+    return REAL(cudaIpcCloseMemHandle) ? (int)real_cudaIpcCloseMemHandle((void *)p) : runtime_codes.missing;
 }
 static int driver_close(uint64_t p)
 {
-    return real_cuIpcCloseMemHandle ? (int)real_cuIpcCloseMemHandle(p) : driver_codes.missing;
+    return REAL(cuIpcCloseMemHandle) ? (int)real_cuIpcCloseMemHandle(p) : driver_codes.missing;
 }
 static int runtime_open(uint64_t *out, const void *handle, unsigned int flags)
 {
     cudaIpcMemHandle_t h;
     void *p = NULL;
-    if (!real_cudaIpcOpenMemHandle) return runtime_codes.missing;
+    if (!REAL(cudaIpcOpenMemHandle)) return runtime_codes.missing;
     memcpy(&h, handle, sizeof h);
     int r = real_cudaIpcOpenMemHandle(&p, h, flags);
     if (out) *out = (uint64_t)p;
@@ -187,7 +187,7 @@ static int driver_open_v1(uint64_t *out, const void *handle, unsigned int flags)
 {
     CUipcMemHandle h;
     CUdeviceptr p = 0;
-    if (!real_cuIpcOpenMemHandle) return driver_codes.missing;
+    if (!REAL(cuIpcOpenMemHandle)) return driver_codes.missing;
     memcpy(&h, handle, sizeof h);
     int r = real_cuIpcOpenMemHandle(&p, h, flags);
     if (out) *out = p;
@@ -197,7 +197,7 @@ static int driver_open_v2(uint64_t *out, const void *handle, unsigned int flags)
 {
     CUipcMemHandle h;
     CUdeviceptr p = 0;
-    if (!real_cuIpcOpenMemHandle_v2) return driver_codes.missing;
+    if (!REAL(cuIpcOpenMemHandle_v2)) return driver_codes.missing;
     memcpy(&h, handle, sizeof h);
     int r = real_cuIpcOpenMemHandle_v2(&p, h, flags);
     if (out) *out = p;
@@ -208,7 +208,7 @@ static int driver_open_v2(uint64_t *out, const void *handle, unsigned int flags)
 
 cudaError_t do_cudaMalloc(void **devPtr, size_t size)
 {
-    if (!real_cudaMalloc) return cudaErrorInitializationError;
+    if (!REAL(cudaMalloc)) return cudaErrorInitializationError;
     if (swap_wants(size) && swap_alloc_runtime(devPtr, size)) return cudaSuccess;
     cudaError_t r = real_cudaMalloc(devPtr, size);
     if (collect_for_retry(r, &runtime_codes)) r = real_cudaMalloc(devPtr, size);
@@ -217,7 +217,7 @@ cudaError_t do_cudaMalloc(void **devPtr, size_t size)
 
 cudaError_t do_cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)
 {
-    if (!real_cudaMallocPitch) return cudaErrorInitializationError;
+    if (!REAL(cudaMallocPitch)) return cudaErrorInitializationError;
     cudaError_t r = real_cudaMallocPitch(devPtr, pitch, width, height);
     if (collect_for_retry(r, &runtime_codes)) r = real_cudaMallocPitch(devPtr, pitch, width, height);
     return r;
@@ -231,7 +231,7 @@ cudaError_t do_cudaFree(void *devPtr)
 
 cudaError_t do_cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
 {
-    if (!real_cudaIpcGetMemHandle) return cudaErrorInitializationError;
+    if (!REAL(cudaIpcGetMemHandle)) return cudaErrorInitializationError;
     if (swap_refuses_export((uint64_t)devPtr, "cudaIpcGetMemHandle")) return cudaErrorInvalidValue;
     cudaError_t r = real_cudaIpcGetMemHandle(handle, devPtr);
     if (r == cudaSuccess && tracking) note_export(handle, (uint64_t)devPtr);
@@ -255,7 +255,7 @@ cudaError_t do_cudaIpcCloseMemHandle(void *devPtr)
 
 CUresult do_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-    if (!real_cuMemAlloc_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!REAL(cuMemAlloc_v2)) return CUDA_ERROR_NOT_INITIALIZED;
     if (swap_wants(bytesize) && swap_alloc_driver(dptr, bytesize)) return CUDA_SUCCESS;
     CUresult r = real_cuMemAlloc_v2(dptr, bytesize);
     if (collect_for_retry(r, &driver_codes)) r = real_cuMemAlloc_v2(dptr, bytesize);
@@ -265,7 +265,7 @@ CUresult do_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 CUresult do_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
                                unsigned int ElementSizeBytes)
 {
-    if (!real_cuMemAllocPitch_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!REAL(cuMemAllocPitch_v2)) return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = real_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     if (collect_for_retry(r, &driver_codes))
         r = real_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
@@ -280,7 +280,7 @@ CUresult do_cuMemFree_v2(CUdeviceptr dptr)
 
 CUresult do_cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
-    if (!real_cuIpcGetMemHandle) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!REAL(cuIpcGetMemHandle)) return CUDA_ERROR_NOT_INITIALIZED;
     if (swap_refuses_export(dptr, "cuIpcGetMemHandle")) return CUDA_ERROR_INVALID_VALUE;
     CUresult r = real_cuIpcGetMemHandle(pHandle, dptr);
     if (r == CUDA_SUCCESS && tracking) note_export(pHandle, dptr);

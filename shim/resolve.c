@@ -1,22 +1,31 @@
 /* resolve: finding the real CUDA functions, and the resolver door.
  *
+ * One start-up path (resolve_once) fills every real-function slot; a slot
+ * still empty is looked for again (resolve_missing) whenever a wrapper needs
+ * it and the process has loaded objects since, because programs load the
+ * runtime late (Python extensions dlopen libcudart with RTLD_LOCAL, after a
+ * driver-first library such as numba has already entered the shim).
+ *
  * Real driver functions come from libcuda.so.1 by name; real runtime
- * functions from the next definition after the shim (RTLD_NEXT), or from an
- * already loaded libcudart when a program loaded it with RTLD_LOCAL. The
- * resolver door hands out the shim's own entry points wherever a program
- * asks for a driver or runtime function by name: cuGetProcAddress(_v2), and
- * dlsym on a library handle. Redirection happens only after the real lookup
- * succeeded, keeps the variant the real resolver chose (_v2, _ptsz), and
+ * functions from the next definition after the shim (RTLD_NEXT), or from a
+ * loaded libcudart that is not in the global scope. The resolver door hands
+ * out the shim's own entry points where a program asks for a driver or
+ * runtime function by name: cuGetProcAddress(_v2), and dlsym on a library
+ * handle. Redirection happens only after the real lookup succeeded and only
+ * when it landed in NVIDIA's driver or runtime (a plugin's own cudaMalloc is
+ * left alone), keeps the variant the real resolver chose (_v2, _ptsz), and
  * never hands out a real slot that points back into the shim. */
 #include "shim.h"
 #include "log.h"
 #include "options.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 
 #define RUNTIME(ret, name, params, args) ret(CUDARTAPI *real_##name) params;
 #define RUNTIME_PASS(ret, name, params, args) ret(CUDARTAPI *real_##name) params;
@@ -43,7 +52,8 @@ static const struct {
 static void *(*real_dlsym)(void *, const char *);
 static pthread_once_t dlsym_once = PTHREAD_ONCE_INIT;
 static pthread_once_t all_once = PTHREAD_ONCE_INIT;
-static pthread_mutex_t runtime_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t resolve_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long long objects_seen; /* dlpi_adds when the slots were last filled */
 int resolve_done;
 
 static void find_real_dlsym(void)
@@ -62,7 +72,39 @@ static bool is_shim_function(void *p)
     return p == (void *)dlsym;
 }
 
-/* dl_iterate_phdr callback: the path of a loaded libcudart, if any. */
+/* String helpers for the dlsym door, which must not call libc's: a
+ * sanitizer runtime intercepts strcmp and friends, and asks the door for the
+ * real ones before its interceptors work. */
+static bool same_string(const char *a, const char *b)
+{
+    while (*a && *a == *b) a++, b++;
+    return *a == *b;
+}
+static bool starts_with(const char *s, const char *prefix)
+{
+    while (*prefix && *s == *prefix) s++, prefix++;
+    return !*prefix;
+}
+
+/* True if p lies in NVIDIA's driver or runtime (or the simulator standing in
+ * for them, which has the same file names). */
+static bool in_cuda_library(const void *p)
+{
+    Dl_info info;
+    if (!dladdr(p, &info) || !info.dli_fname) return false;
+    const char *base = info.dli_fname;
+    for (const char *c = info.dli_fname; *c; c++)
+        if (*c == '/') base = c + 1;
+    return starts_with(base, "libcuda.so") || starts_with(base, "libcudart.so");
+}
+
+/* dl_iterate_phdr callbacks: the number of objects ever loaded, and the path
+ * of a loaded libcudart. */
+static int count_loaded(struct dl_phdr_info *info, size_t size, void *adds)
+{
+    *(unsigned long long *)adds = size >= offsetof(struct dl_phdr_info, dlpi_subs) ? info->dlpi_adds : 0;
+    return 1;
+}
 static int find_cudart(struct dl_phdr_info *info, size_t size, void *path)
 {
     (void)size;
@@ -80,11 +122,9 @@ static void *lookup_runtime(void *cudart, const char *name)
     return p && !is_shim_function(p) ? p : NULL;
 }
 
-void resolve_runtime(void)
+/* Fill the empty runtime slots. Caller holds resolve_lock. */
+static void resolve_runtime(void)
 {
-    pthread_once(&dlsym_once, find_real_dlsym);
-    if (!real_dlsym) return;
-    pthread_mutex_lock(&runtime_lock);
     const char *path = NULL;
     void *cudart = NULL;
     dl_iterate_phdr(find_cudart, &path);
@@ -95,9 +135,9 @@ void resolve_runtime(void)
 #define RUNTIME_REAL(ret, name, params) RUNTIME(ret, name, (), ())
 #include "symbols.def"
     if (cudart) dlclose(cudart);
-    pthread_mutex_unlock(&runtime_lock);
 }
 
+/* Fill the empty driver slots from libcuda.so.1. Caller holds resolve_lock. */
 static void resolve_driver(void)
 {
     void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
@@ -109,15 +149,41 @@ static void resolve_driver(void)
     }
     void *p;
 #define DRIVER(ret, name, base, ver, params, args)                                                \
-    p = real_dlsym(cuda, #name);                                                                  \
-    *(void **)&real_##name = p && !is_shim_function(p) ? p : NULL;
+    if (!real_##name) {                                                                           \
+        p = real_dlsym(cuda, #name);                                                              \
+        *(void **)&real_##name = p && !is_shim_function(p) ? p : NULL;                            \
+    }
 #define DRIVER_PASS(ret, name, base, ver, params, args) DRIVER(ret, name, base, ver, params, args)
 #define DRIVER_REAL(ret, name, params) DRIVER(ret, name, base, ver, params, args)
 #include "symbols.def"
-    if (!real_cuMemFree_v2 || !real_cuGetProcAddress_v2)
-        LOG_ONCE(LOG_WARN, "libcuda.so.1 lacks core driver functions; tracking is off");
+    /* cuda stays open: the slots point into it. */
 }
 
+static unsigned long long objects_loaded(void)
+{
+    unsigned long long adds = 0;
+    dl_iterate_phdr(count_loaded, &adds);
+    return adds;
+}
+
+void resolve_missing(void)
+{
+    if (!__atomic_load_n(&resolve_done, __ATOMIC_ACQUIRE)) {
+        resolve_once_slow();
+        return;
+    }
+    unsigned long long adds = objects_loaded();
+    if (adds && adds == __atomic_load_n(&objects_seen, __ATOMIC_ACQUIRE)) return;
+    pthread_mutex_lock(&resolve_lock);
+    if (!adds || adds != objects_seen) {
+        resolve_driver();
+        resolve_runtime();
+        __atomic_store_n(&objects_seen, adds, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&resolve_lock);
+}
+
+/* The one start-up path: real dlsym, options, real functions, core. */
 static void resolve_once(void)
 {
     pthread_once(&dlsym_once, find_real_dlsym);
@@ -126,8 +192,11 @@ static void resolve_once(void)
         LOG_ONCE(LOG_ERROR, "cannot find the real dlsym; every call fails with an initialization error");
         return;
     }
+    pthread_mutex_lock(&resolve_lock);
+    objects_seen = objects_loaded();
     resolve_driver();
     resolve_runtime();
+    pthread_mutex_unlock(&resolve_lock);
     memory_init();
     __atomic_store_n(&resolve_done, 1, __ATOMIC_RELEASE);
 }
@@ -150,15 +219,14 @@ void *resolve_redirect(const char *symbol, void *real, int cudaVersion, cuuint64
         if ((v < 0) != per_thread || (v < 0 ? -v : v) > cudaVersion) continue;
         if (best < 0 || abs(v) > abs(variants[best].version)) best = id;
     }
-    if (best < 0) return real;
+    if (best < 0 || !in_cuda_library(real)) return real;
     if (!*variants[best].real) *variants[best].real = real;
     return *variants[best].real == real ? entry_via_resolver(best) : real;
 }
 
 CUresult do_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
 {
-    if (!real_cuGetProcAddress) return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult r = real_cuGetProcAddress(symbol, pfn, cudaVersion, flags);
+    CUresult r = CALL_REAL_DRIVER(cuGetProcAddress, (symbol, pfn, cudaVersion, flags));
     if (r == CUDA_SUCCESS && pfn) *pfn = resolve_redirect(symbol, *pfn, cudaVersion, flags);
     return r;
 }
@@ -166,21 +234,152 @@ CUresult do_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cu
 CUresult do_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                                 CUdriverProcAddressQueryResult *status)
 {
-    if (!real_cuGetProcAddress_v2) return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult r = real_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, status);
+    CUresult r = CALL_REAL_DRIVER(cuGetProcAddress_v2, (symbol, pfn, cudaVersion, flags, status));
     if (r == CUDA_SUCCESS && pfn) *pfn = resolve_redirect(symbol, *pfn, cudaVersion, flags);
     return r;
 }
 
-/* The dlsym door. Trap: a program's dlsym(RTLD_NEXT, ...) is answered
- * relative to the shim, not to the caller (docs/limitations.md). */
-SHIM_EXPORT void *dlsym(void *handle, const char *name)
+/* Set once this library's initialiser runs, and so after libc's. */
+static int libraries_initialised;
+__attribute__((constructor)) static void note_initialised(void)
 {
+    __atomic_store_n(&libraries_initialised, 1, __ATOMIC_RELEASE);
+}
+
+/* The address of m's own definition of name, read from its dynamic symbol
+ * table (the default version where there are several), or NULL when m does
+ * not define it. No loader call: dlsym on a startup object's link_map
+ * crashes (its lookup scope is built only by a dlopen of it), and a
+ * sanitizer's runtime may ask before malloc works. Traps: the loader
+ * relocates the d_ptr entries of .dynamic in place, except in read-only ones
+ * (the vDSO), where they are still offsets from l_addr; an IFUNC's address
+ * is what its resolver returns. */
+static void *object_symbol(const struct link_map *m, const char *name)
+{
+    const ElfW(Sym) *symtab = NULL, *found = NULL;
+    const char *strtab = NULL;
+    const uint32_t *gnu = NULL, *sysv = NULL;
+    const ElfW(Half) *versym = NULL;
+    if (!m->l_ld) return NULL;
+    for (const ElfW(Dyn) *d = m->l_ld; d->d_tag != DT_NULL; d++) {
+        ElfW(Addr) a = d->d_un.d_ptr;
+        if (a < m->l_addr) a += m->l_addr;
+        if (d->d_tag == DT_SYMTAB) symtab = (const ElfW(Sym) *)a;
+        else if (d->d_tag == DT_STRTAB) strtab = (const char *)a;
+        else if (d->d_tag == DT_GNU_HASH) gnu = (const uint32_t *)a;
+        else if (d->d_tag == DT_HASH) sysv = (const uint32_t *)a;
+        else if (d->d_tag == DT_VERSYM) versym = (const ElfW(Half) *)a;
+    }
+    if (!symtab || !strtab) return NULL;
+    /* Defined, global or weak, this name; a hidden (non-default) version
+     * only when nothing better turns up. */
+#define CONSIDER(i)                                                                               \
+    do {                                                                                          \
+        const ElfW(Sym) *s = &symtab[i];                                                          \
+        if (s->st_shndx != SHN_UNDEF && ELF64_ST_BIND(s->st_info) != STB_LOCAL &&                 \
+            same_string(strtab + s->st_name, name)) {                                                 \
+            if (!versym || !(versym[i] & 0x8000)) {                                               \
+                found = s;                                                                        \
+                goto done;                                                                        \
+            }                                                                                     \
+            if (!found) found = s;                                                                \
+        }                                                                                         \
+    } while (0)
+    if (gnu) {
+        uint32_t h = 5381;
+        for (const unsigned char *c = (const unsigned char *)name; *c; c++) h = h * 33 + *c;
+        uint32_t nbuckets = gnu[0], symoffset = gnu[1], bloom_words = gnu[2];
+        const uint32_t *buckets = (const uint32_t *)((const ElfW(Addr) *)(gnu + 4) + bloom_words);
+        const uint32_t *chain = buckets + nbuckets;
+        for (uint32_t i = nbuckets ? buckets[h % nbuckets] : 0; i >= symoffset && i; i++) {
+            uint32_t hash = chain[i - symoffset];
+            if ((hash | 1) == (h | 1)) CONSIDER(i);
+            if (hash & 1) break;
+        }
+    } else if (sysv) {
+        uint32_t h = 0, g;
+        for (const unsigned char *c = (const unsigned char *)name; *c; c++) {
+            h = (h << 4) + *c;
+            if ((g = h & 0xf0000000u)) h ^= g >> 24;
+            h &= ~g;
+        }
+        uint32_t nbuckets = sysv[0];
+        const uint32_t *buckets = sysv + 2, *chain = buckets + nbuckets;
+        for (uint32_t i = nbuckets ? buckets[h % nbuckets] : 0; i; i = chain[i]) CONSIDER(i);
+    }
+#undef CONSIDER
+done:
+    if (!found) return NULL;
+    void *address = (void *)(m->l_addr + found->st_value);
+    switch (ELF64_ST_TYPE(found->st_info)) {
+    case STT_GNU_IFUNC:
+#if defined(__x86_64__)
+        return ((void *(*)(void))address)(); /* x86-64 resolvers take no arguments */
+#endif
+    case STT_TLS: {
+        /* Rare in RTLD_NEXT lookups: let the loader answer, by a handle
+         * (not before libc is initialised: see dlsym). */
+        if (!__atomic_load_n(&libraries_initialised, __ATOMIC_ACQUIRE)) return NULL;
+        void *h = dlopen(m->l_name, RTLD_LAZY | RTLD_NOLOAD), *p = h ? real_dlsym(h, name) : NULL;
+        if (h) dlclose(h);
+        return p;
+    }
+    default:
+        return address;
+    }
+}
+
+/* dlsym(RTLD_NEXT, name) answered for the object at `caller`, as the dynamic
+ * linker would without the shim in between: the definition in the first
+ * object loaded after the caller that defines name. The vDSO is skipped:
+ * it defines time() and friends, but the loader never binds to it. */
+static void *next_definition(const void *caller, const char *name)
+{
+    Dl_info info;
+    struct link_map *self = NULL;
+    if (!dladdr1(caller, &info, (void **)&self, RTLD_DL_LINKMAP) || !self) return real_dlsym(RTLD_NEXT, name);
+    ElfW(Addr) vdso = (ElfW(Addr))getauxval(AT_SYSINFO_EHDR);
+    for (struct link_map *m = self->l_next; m; m = m->l_next) {
+        if (m->l_addr == vdso || !m->l_name || !m->l_name[0]) continue;
+        void *p = object_symbol(m, name);
+        if (p) return p;
+    }
+    return NULL;
+}
+
+/* The dlsym door. It may run before anything else in the shim (a sanitizer
+ * runtime or another preloaded library looks up its functions from its own
+ * constructor), so it touches nothing but the real dlsym until it knows the
+ * answer is a CUDA function. RTLD_NEXT and RTLD_DEFAULT are answered for the
+ * caller, not for the shim; RTLD_NEXT results are never redirected (the
+ * caller is another interposer wrapping the next definition). */
+SHIM_EXPORT __attribute__((noinline)) void *dlsym(void *handle, const char *name)
+{
+    const void *caller = __builtin_return_address(0);
     pthread_once(&dlsym_once, find_real_dlsym);
     if (!real_dlsym) return NULL;
+    if (handle == RTLD_NEXT) return next_definition(caller, name);
     void *p = real_dlsym(handle, name);
+    if (!p && handle == RTLD_DEFAULT && __atomic_load_n(&libraries_initialised, __ATOMIC_ACQUIRE)) {
+        /* The caller's own local scope (a library dlopened RTLD_LOCAL sees
+         * its dependencies through RTLD_DEFAULT; the shim does not). By a
+         * handle: see object_symbol for why not by its link_map. Trap: a
+         * dlopen before libc's own initialiser has run (a sanitizer asks
+         * from the program's preinit_array) runs that initialiser with no
+         * environment, and the program's environ stays NULL for good. */
+        Dl_info info;
+        struct link_map *self = NULL;
+        if (dladdr1(caller, &info, (void **)&self, RTLD_DL_LINKMAP) && self && self->l_name && self->l_name[0]) {
+            void *h = dlopen(self->l_name, RTLD_LAZY | RTLD_NOLOAD);
+            if (h) p = real_dlsym(h, name), dlclose(h);
+        }
+    }
     if (!p || (name[0] != 'c' && name[0] != '_') || is_shim_function(p)) return p;
-    for (int id = 0; id < SYM_COUNT; id++)
-        if (!strcmp(name, entry_name(id))) return entry_via_resolver(id);
+    for (int id = 0; id < SYM_COUNT; id++) {
+        if (!same_string(name, entry_name(id))) continue;
+        if (!in_cuda_library(p)) return p; /* a plugin's or stub's own function */
+        if (!*variants[id].real) *variants[id].real = p;
+        return entry_via_resolver(id);
+    }
     return p;
 }

@@ -63,12 +63,14 @@ enum symbol_id {
 #define DRIVER_REAL(ret, name, params) extern ret(CUDAAPI *real_##name) params;
 #include "symbols.def"
 
+/* The real function of an entry, looked for again while its slot is empty
+ * (the program may load libcudart or libcuda after the shim's first call).
+ * Every wrapper reaches its real function through these. */
+#define REAL(name) (real_##name ? real_##name : (resolve_missing(), real_##name))
 /* The real call, or each door's "not initialised" error when the real
- * function was never found (runtime functions are looked for again: the
- * program may have loaded libcudart since). */
-#define CALL_REAL_RUNTIME(name, args)                                                             \
-    (real_##name || (resolve_runtime(), real_##name) ? real_##name args : cudaErrorInitializationError)
-#define CALL_REAL_DRIVER(name, args) (real_##name ? real_##name args : CUDA_ERROR_NOT_INITIALIZED)
+ * function cannot be found even now. */
+#define CALL_REAL_RUNTIME(name, args) (REAL(name) ? real_##name args : cudaErrorInitializationError)
+#define CALL_REAL_DRIVER(name, args) (REAL(name) ? real_##name args : CUDA_ERROR_NOT_INITIALIZED)
 
 /* Hand-written logic for the entry points marked RUNTIME / DRIVER. */
 #define RUNTIME(ret, name, params, args) ret do_##name params;
@@ -87,9 +89,10 @@ static inline void resolve_all(void)
     if (__builtin_expect(!__atomic_load_n(&resolve_done, __ATOMIC_ACQUIRE), 0)) resolve_once_slow();
 }
 
-/* Resolve the runtime's real functions again if libcudart was loaded after
- * the first attempt. Cheap when already resolved. */
-void resolve_runtime(void);
+/* Fill the real-function slots that are still empty, if the process has
+ * loaded objects since they were last looked for (cheap otherwise). Runs
+ * the start-up path first when it has not run yet. */
+void resolve_missing(void);
 
 /* The resolver door: the shim's own entry point to hand out for a real
  * function pointer that the real cuGetProcAddress returned for base name

@@ -40,7 +40,8 @@ void run_prog(struct run_result *r, const char *prog, bool shim, const char *con
 {
     char path[1024], libpath[2048], preload[1024], sim[256], domain[256];
     const char *bindir = getenv("E2E_BIN_DIR"), *simdir = getenv("SIMCUDA_DIR"), *lib = getenv("IPCSHIM_LIB");
-    snprintf(path, sizeof path, "%s/%s", bindir ? bindir : ".", prog);
+    if (prog[0] == '/') snprintf(path, sizeof path, "%s", prog); /* a system program (python3, timeout) */
+    else snprintf(path, sizeof path, "%s/%s", bindir ? bindir : ".", prog);
     snprintf(libpath, sizeof libpath, "LD_LIBRARY_PATH=%s", simdir ? simdir : ".");
     snprintf(preload, sizeof preload, "LD_PRELOAD=%s", lib ? lib : "libipcshim.so");
     snprintf(sim, sizeof sim, "SIMCUDA_MACHINE=%s", machine);
