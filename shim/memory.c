@@ -89,16 +89,46 @@ static inline bool collect_for_retry(int result, const struct door_codes *codes)
     return result == codes->out_of_memory && collect_for_retry_slow(codes);
 }
 
-/* Free: limbo, untracked, or a tracked block nothing holds. */
-static int op_free(uint64_t ptr, int (*real_free)(uint64_t), const struct door_codes *codes)
+/* Free: limbo, untracked, or a tracked block nothing holds. A stream-ordered
+ * free (stream given) of a block that goes to limbo is deferred like any
+ * other: the real free comes later, after the importers let go, and so
+ * after whatever the stream had queued. */
+static int op_free(uint64_t ptr, void *stream, int (*real_free)(uint64_t, void *), const struct door_codes *codes)
 {
-    if (!tracking || !ptr) return real_free(ptr);
+    swap_on_free(ptr);
+    if (!tracking || !ptr) return real_free(ptr, stream);
     int decision = ipc_free_begin(ptr);
     if (decision == IPC_DONE) return codes->ok;
     if (decision < 0) return codes->invalid;
-    int result = real_free(ptr);
+    int result = real_free(ptr, stream);
     if (decision == IPC_REAL) ipc_free_finish(ptr);
     return result;
+}
+
+/* After a real get-handle failed: say once, per kind, what memory legacy
+ * IPC refuses (it exports only ordinary cudaMalloc/cuMemAlloc memory). */
+static uint64_t pointer_attribute(uint64_t ptr, CUpointer_attribute what)
+{
+    uint64_t value = 0; /* wide enough for every attribute asked here */
+    void *into[] = {&value};
+    return REAL(cuPointerGetAttributes) && real_cuPointerGetAttributes(1, &what, into, (CUdeviceptr)ptr) == CUDA_SUCCESS
+               ? value
+               : 0;
+}
+static void explain_refused_export(uint64_t ptr, int result)
+{
+    if (pointer_attribute(ptr, CU_POINTER_ATTRIBUTE_IS_MANAGED))
+        LOG_ONCE(LOG_WARN, "export of %#llx refused by CUDA (%d): managed memory (cudaMallocManaged) cannot be "
+                 "shared through legacy IPC; ipcshim passes the error through", (unsigned long long)ptr, result);
+    else if (pointer_attribute(ptr, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE))
+        LOG_ONCE(LOG_WARN, "export of %#llx refused by CUDA (%d): stream-ordered pool memory (cudaMallocAsync) "
+                 "is shared through cudaMemPoolExportPointer, not legacy IPC; ipcshim passes the error through",
+                 (unsigned long long)ptr, result);
+    else if (pointer_attribute(ptr, CU_POINTER_ATTRIBUTE_RANGE_SIZE) &&
+             !pointer_attribute(ptr, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE))
+        LOG_ONCE(LOG_WARN, "export of %#llx refused by CUDA (%d): virtual memory management allocations "
+                 "(cuMemCreate, PyTorch's expandable_segments) are shared through cuMemExportToShareableHandle, "
+                 "not legacy IPC; ipcshim passes the error through", (unsigned long long)ptr, result);
 }
 
 /* Export: the real get-handle, then the block is recorded by its base. */
@@ -163,8 +193,32 @@ static int op_close(uint64_t ptr, int (*real_close)(uint64_t), const struct door
 }
 
 /* Adapters from each door's real function to the op_* shapes. */
-static int runtime_free(uint64_t p) { return REAL(cudaFree) ? (int)real_cudaFree((void *)p) : runtime_codes.missing; }
-static int driver_free(uint64_t p) { return REAL(cuMemFree_v2) ? (int)real_cuMemFree_v2(p) : driver_codes.missing; }
+static int runtime_free(uint64_t p, void *stream)
+{
+    (void)stream;
+    return REAL(cudaFree) ? (int)real_cudaFree((void *)p) : runtime_codes.missing;
+}
+static int runtime_free_async(uint64_t p, void *stream)
+{
+    return REAL(cudaFreeAsync) ? (int)real_cudaFreeAsync((void *)p, stream) : runtime_codes.missing;
+}
+static int runtime_free_async_ptsz(uint64_t p, void *stream)
+{
+    return REAL(cudaFreeAsync_ptsz) ? (int)real_cudaFreeAsync_ptsz((void *)p, stream) : runtime_codes.missing;
+}
+static int driver_free(uint64_t p, void *stream)
+{
+    (void)stream;
+    return REAL(cuMemFree_v2) ? (int)real_cuMemFree_v2(p) : driver_codes.missing;
+}
+static int driver_free_async(uint64_t p, void *stream)
+{
+    return REAL(cuMemFreeAsync) ? (int)real_cuMemFreeAsync(p, stream) : driver_codes.missing;
+}
+static int driver_free_async_ptsz(uint64_t p, void *stream)
+{
+    return REAL(cuMemFreeAsync_ptsz) ? (int)real_cuMemFreeAsync_ptsz(p, stream) : driver_codes.missing;
+}
 static int runtime_close(uint64_t p)
 {
     return REAL(cudaIpcCloseMemHandle) ? (int)real_cudaIpcCloseMemHandle((void *)p) : runtime_codes.missing;
@@ -223,10 +277,30 @@ cudaError_t do_cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_
     return r;
 }
 
-cudaError_t do_cudaFree(void *devPtr)
+cudaError_t do_cudaFree(void *devPtr) { return op_free((uint64_t)devPtr, NULL, runtime_free, &runtime_codes); }
+
+cudaError_t do_cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 {
-    swap_on_free((uint64_t)devPtr);
-    return op_free((uint64_t)devPtr, runtime_free, &runtime_codes);
+    return op_free((uint64_t)devPtr, hStream, runtime_free_async, &runtime_codes);
+}
+
+cudaError_t do_cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream)
+{
+    return op_free((uint64_t)devPtr, hStream, runtime_free_async_ptsz, &runtime_codes);
+}
+
+cudaError_t do_cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
+{
+    cudaError_t r = CALL_REAL_RUNTIME(cudaMallocAsync, (devPtr, size, hStream));
+    if (collect_for_retry(r, &runtime_codes)) r = real_cudaMallocAsync(devPtr, size, hStream);
+    return r;
+}
+
+cudaError_t do_cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream)
+{
+    cudaError_t r = CALL_REAL_RUNTIME(cudaMallocAsync_ptsz, (devPtr, size, hStream));
+    if (collect_for_retry(r, &runtime_codes)) r = real_cudaMallocAsync_ptsz(devPtr, size, hStream);
+    return r;
 }
 
 cudaError_t do_cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
@@ -235,6 +309,7 @@ cudaError_t do_cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
     if (swap_refuses_export((uint64_t)devPtr, "cudaIpcGetMemHandle")) return cudaErrorInvalidValue;
     cudaError_t r = real_cudaIpcGetMemHandle(handle, devPtr);
     if (r == cudaSuccess && tracking) note_export(handle, (uint64_t)devPtr);
+    else if (r != cudaSuccess) explain_refused_export((uint64_t)devPtr, r);
     return r;
 }
 
@@ -272,10 +347,30 @@ CUresult do_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthIn
     return r;
 }
 
-CUresult do_cuMemFree_v2(CUdeviceptr dptr)
+CUresult do_cuMemFree_v2(CUdeviceptr dptr) { return op_free(dptr, NULL, driver_free, &driver_codes); }
+
+CUresult do_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
-    swap_on_free(dptr);
-    return op_free(dptr, driver_free, &driver_codes);
+    return op_free(dptr, hStream, driver_free_async, &driver_codes);
+}
+
+CUresult do_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+    return op_free(dptr, hStream, driver_free_async_ptsz, &driver_codes);
+}
+
+CUresult do_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    CUresult r = CALL_REAL_DRIVER(cuMemAllocAsync, (dptr, bytesize, hStream));
+    if (collect_for_retry(r, &driver_codes)) r = real_cuMemAllocAsync(dptr, bytesize, hStream);
+    return r;
+}
+
+CUresult do_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    CUresult r = CALL_REAL_DRIVER(cuMemAllocAsync_ptsz, (dptr, bytesize, hStream));
+    if (collect_for_retry(r, &driver_codes)) r = real_cuMemAllocAsync_ptsz(dptr, bytesize, hStream);
+    return r;
 }
 
 CUresult do_cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
@@ -284,6 +379,7 @@ CUresult do_cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     if (swap_refuses_export(dptr, "cuIpcGetMemHandle")) return CUDA_ERROR_INVALID_VALUE;
     CUresult r = real_cuIpcGetMemHandle(pHandle, dptr);
     if (r == CUDA_SUCCESS && tracking) note_export(pHandle, dptr);
+    else if (r != CUDA_SUCCESS) explain_refused_export(dptr, r);
     return r;
 }
 

@@ -86,7 +86,7 @@ def test_pkg_config_file_and_header_build_a_program():
     eq(status, 0, f"cc {flags}: {err}")
     status, out, err = run([exe], env={"LD_LIBRARY_PATH": staged(LIBDIR), "IPCSHIM_LOG": "error"})
     eq(status, 0, f"program linked with -lipcshim: {out}{err}")
-    check("stats 0 version 1 active 0" in out, out)
+    check("stats 0 version 1 active 1" in out, out)  # loaded and not disabled
 
 
 def test_installed_commands_have_help_and_man_pages():
