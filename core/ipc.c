@@ -328,6 +328,20 @@ off:
 
 /* ---- open ---- */
 
+/* For a cached re-open: is the block this process mapped still its
+ * exporter's, and the exporter alive? Read without the registry lock (one
+ * record, fixed-width fields; a torn answer only refuses or allows one
+ * re-open of a mapping the process holds anyway). */
+static bool block_still_exported(uint32_t block, uint64_t generation)
+{
+    struct reg_block *b = reg_block_at(&reg, block);
+    if (!b) return true; /* not ours to judge: keep CUDA's answer (success) */
+    if (__atomic_load_n(&b->generation, __ATOMIC_ACQUIRE) != generation) return false;
+    uint32_t state = __atomic_load_n(&b->state, __ATOMIC_ACQUIRE);
+    if (state == BLOCK_ORPHANED) return false;
+    return reg_holder_alive_quick(&reg, __atomic_load_n(&b->exporter, __ATOMIC_ACQUIRE));
+}
+
 int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t, uint64_t *ptr)
 {
     if (options_get()->disable) return IPC_PASS;
@@ -345,6 +359,12 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
         }
     }
     if (m) {
+        /* CUDA refuses to open a dead exporter's handle again, so a cached
+         * re-open must too (the mapping itself stays until it is closed). */
+        if (!block_still_exported(m->block, m->generation)) {
+            local_unlock();
+            return -EOWNERDEAD;
+        }
         m->count++;
         *ptr = m->ptr;
         STAT_ADD(opens, 1);
@@ -510,7 +530,9 @@ int ipc_close_begin(uint64_t ptr, struct ipc_close *t)
     local_lock();
     check_fork();
     struct local_map *m = local_map_find_ptr(ptr);
-    if (m && m->count > 1) {
+    if (m && m->pending) {
+        m = NULL; /* being opened or closed by another thread: not ours to count */
+    } else if (m && m->count > 1) {
         m->count--;
         STAT_ADD(closes, 1);
         result = IPC_DONE;
@@ -526,7 +548,7 @@ int ipc_close_begin(uint64_t ptr, struct ipc_close *t)
         if (l && __atomic_load_n(&l->count, __ATOMIC_RELAXED) == 1)
             __atomic_compare_exchange_n(&l->intent, &open, LEASE_CLOSING, false, __ATOMIC_RELEASE,
                                         __ATOMIC_RELAXED);
-        local_map_del(m);
+        m->pending = true; /* opens of this handle wait for the real close */
         result = IPC_REAL;
     } else {
         struct local_export *e = local_export_find(ptr);
@@ -540,9 +562,39 @@ int ipc_close_begin(uint64_t ptr, struct ipc_close *t)
     return result;
 }
 
+/* The mapping t closes, still pending in the local table (local lock held). */
+static struct local_map *closing_map(const struct ipc_close *t)
+{
+    struct local_map *m = local_map_find_ptr(t->ptr);
+    return m && m->pending && m->block == t->block && m->generation == t->generation ? m : NULL;
+}
+
+void ipc_close_abort(struct ipc_close *t)
+{
+    local_lock();
+    struct local_map *m = closing_map(t);
+    if (m) {
+        m->pending = false;
+        struct reg_lease *l = ipc_active() ? ticket_lease(t->lease, t->block, t->generation) : NULL;
+        uint32_t closing = LEASE_CLOSING;
+        if (l)
+            __atomic_compare_exchange_n(&l->intent, &closing, LEASE_OPEN, false, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED);
+        local_broadcast();
+    }
+    local_unlock();
+}
+
 void ipc_close_finish(struct ipc_close *t)
 {
     uint32_t wake = REG_NONE;
+    local_lock();
+    struct local_map *m = closing_map(t);
+    if (m) {
+        local_map_del(m);
+        local_broadcast();
+    }
+    local_unlock();
     if (!ipc_active() || !lock_registry()) return;
     struct reg_lease *l = ticket_lease(t->lease, t->block, t->generation);
     if (l && l->count > 1) {
@@ -919,4 +971,16 @@ void ipc_shutdown(void)
     local_reset(true);
     local_broadcast(); /* opens waiting on a pending mapping give up */
     local_unlock();
+}
+
+bool ipc_limbo_pending(void) { return local_limbo_pending(); }
+
+bool ipc_in_limbo(uint64_t base)
+{
+    if (!local_limbo_pending()) return false;
+    local_lock();
+    struct local_export *e = local_export_find(base);
+    bool freed = e && e->in_limbo;
+    local_unlock();
+    return freed;
 }

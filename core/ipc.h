@@ -61,7 +61,8 @@ struct ipc_open {
 /* Before the real open of h in context ctx.
  *   IPC_DONE: *ptr is the answer (the same handle already open in this
  *     context, now counted once more; or this process's own export, whose
- *     original pointer is returned without calling the driver).
+ *     original pointer is returned without calling the driver). A cached
+ *     re-open of a block whose exporter died answers -EOWNERDEAD instead.
  *   IPC_REAL: a lease is held in the OPENING state; do the real open, then
  *     ipc_open_commit(t, ptr) if it succeeded or ipc_open_abort(t) if not.
  *   IPC_PASS: a handle the shim does not track (exporter not under the
@@ -90,6 +91,9 @@ struct ipc_close {
  *     gives its own error for a double close or a garbage pointer). */
 int ipc_close_begin(uint64_t ptr, struct ipc_close *t);
 void ipc_close_finish(struct ipc_close *t);
+/* The real close failed: CUDA says the mapping is still open, so it stays
+ * open here too (its count and lease are kept). */
+void ipc_close_abort(struct ipc_close *t);
 
 /* Before the real free of ptr.
  *   IPC_PASS: not an exported allocation base: free it for real. This is
@@ -103,6 +107,13 @@ void ipc_close_finish(struct ipc_close *t);
  * Also collects this process's limbo when it is not empty. */
 int ipc_free_begin(uint64_t ptr);
 void ipc_free_finish(uint64_t ptr);
+
+/* True when this process has blocks in limbo (a relaxed load, no lock). */
+bool ipc_limbo_pending(void);
+
+/* True when base is an export of this process that the program freed and
+ * that waits in limbo: as far as the program knows, freed memory. */
+bool ipc_in_limbo(uint64_t base);
 
 /* Free every limbo block of this process that nothing holds any more
  * (no live lease, no unclaimed unexpired hand-off), after sweeping dead

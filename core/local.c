@@ -150,7 +150,7 @@ int local_map_set_ptr(struct local_map *m, uint64_t ptr)
 
 void local_map_del(struct local_map *m)
 {
-    if (!m->pending && m->hh_ptr.tbl) HASH_DELETE(hh_ptr, maps_by_ptr, m);
+    if (m->hh_ptr.tbl) HASH_DELETE(hh_ptr, maps_by_ptr, m); /* set once opened, closing or not */
     HASH_DELETE(hh, maps, m);
     free(m);
 }

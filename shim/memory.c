@@ -8,8 +8,11 @@
 #include "log.h"
 #include "options.h"
 #include "swap.h"
+#include "uthash_wrap.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 static bool tracking;
@@ -23,13 +26,65 @@ static const struct door_codes runtime_codes = {cudaSuccess, cudaErrorInvalidVal
 static const struct door_codes driver_codes = {CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY,
                                                CUDA_ERROR_NOT_INITIALIZED};
 
-/* device_ops.free_block: a deferred free, in the block's own context. */
+static uint64_t pointer_attribute(uint64_t ptr, CUpointer_attribute what);
+
+/* The driver's identity (BUFFER_ID, never reused in a process) of each
+ * exported allocation, by base. Trap: cudaDeviceReset,
+ * cuDevicePrimaryCtxReset and cuCtxDestroy free every allocation of a
+ * context, limbo included, without a free call; the next allocation may get
+ * the same address (and the context the same handle value). A deferred free
+ * checks the identity first, so that it never frees that new allocation. */
+struct export_identity {
+    uint64_t base, buffer_id;
+    UT_hash_handle hh;
+};
+static struct export_identity *identities;
+static pthread_mutex_t identities_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void identity_note(uint64_t base, uint64_t buffer_id)
+{
+    struct export_identity *e;
+    pthread_mutex_lock(&identities_lock);
+    HASH_FIND(hh, identities, &base, sizeof base, e);
+    if (!e && (e = calloc(1, sizeof *e))) {
+        e->base = base;
+        HASH_ADD(hh, identities, base, sizeof e->base, e);
+        if (!UTH_ADDED(e, hh)) free(e), e = NULL;
+    }
+    if (e) e->buffer_id = buffer_id;
+    pthread_mutex_unlock(&identities_lock);
+}
+
+/* The identity noted for base (0 when none), forgotten. */
+static uint64_t identity_take(uint64_t base)
+{
+    struct export_identity *e;
+    uint64_t id = 0;
+    pthread_mutex_lock(&identities_lock);
+    HASH_FIND(hh, identities, &base, sizeof base, e);
+    if (e) {
+        id = e->buffer_id;
+        HASH_DEL(identities, e);
+        free(e);
+    }
+    pthread_mutex_unlock(&identities_lock);
+    return id;
+}
+
+/* device_ops.free_block: a deferred free, in the block's own context, of
+ * the allocation exported from base if it still exists. */
 static int free_block(uint64_t base, int device, uint64_t ctx)
 {
     (void)device;
     if (!REAL(cuMemFree_v2)) return -ENOSYS;
+    uint64_t identity = identity_take(base);
     bool pushed = ctx && real_cuCtxPushCurrent_v2 && real_cuCtxPushCurrent_v2((CUcontext)ctx) == CUDA_SUCCESS;
-    CUresult r = real_cuMemFree_v2((CUdeviceptr)base);
+    CUresult r = CUDA_SUCCESS;
+    if (identity && pointer_attribute(base, CU_POINTER_ATTRIBUTE_BUFFER_ID) != identity)
+        LOG_ONCE(LOG_INFO, "deferred free of %#llx skipped: its context was reset or destroyed, which freed it "
+                 "already (the address may now belong to another allocation)", (unsigned long long)base);
+    else
+        r = real_cuMemFree_v2((CUdeviceptr)base);
     CUcontext previous;
     if (pushed) real_cuCtxPopCurrent_v2(&previous);
     if (r != CUDA_SUCCESS) LOG_RATE(LOG_WARN, "deferred free of %#llx failed: CUresult %d", (unsigned long long)base, r);
@@ -101,7 +156,10 @@ static int op_free(uint64_t ptr, void *stream, int (*real_free)(uint64_t, void *
     if (decision == IPC_DONE) return codes->ok;
     if (decision < 0) return codes->invalid;
     int result = real_free(ptr, stream);
-    if (decision == IPC_REAL) ipc_free_finish(ptr);
+    if (decision == IPC_REAL) {
+        ipc_free_finish(ptr);
+        identity_take(ptr);
+    }
     return result;
 }
 
@@ -131,6 +189,15 @@ static void explain_refused_export(uint64_t ptr, int result)
                  "not legacy IPC; ipcshim passes the error through", (unsigned long long)ptr, result);
 }
 
+/* True when ptr lies in a block the program freed that waits in limbo: to
+ * the program that memory is gone, and CUDA refuses to export freed memory. */
+static bool freed_by_program(uint64_t ptr)
+{
+    if (!tracking || !ipc_limbo_pending()) return false;
+    uint64_t base = pointer_attribute(ptr, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR);
+    return ipc_in_limbo(base ? base : ptr);
+}
+
 /* Export: the real get-handle, then the block is recorded by its base. */
 static void note_export(const void *handle, uint64_t ptr)
 {
@@ -138,24 +205,31 @@ static void note_export(const void *handle, uint64_t ptr)
     size_t size = 0;
     CUcontext ctx = NULL;
     int device = -1;
+    unsigned long long buffer_id = 0;
     CUpointer_attribute what[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-                                  CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
-    void *into[] = {&base, &size, &ctx, &device};
-    if (real_cuPointerGetAttributes(4, what, into, (CUdeviceptr)ptr) != CUDA_SUCCESS || !base || !size) {
+                                  CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                  CU_POINTER_ATTRIBUTE_BUFFER_ID};
+    void *into[] = {&base, &size, &ctx, &device, &buffer_id};
+    if (real_cuPointerGetAttributes(5, what, into, (CUdeviceptr)ptr) != CUDA_SUCCESS || !base || !size) {
         LOG_RATE(LOG_WARN, "cannot find the allocation of exported pointer %#llx; left untracked",
                  (unsigned long long)ptr);
         return;
     }
     struct ipc_handle h;
     memcpy(h.bytes, handle, sizeof h.bytes);
-    if (ipc_export(&h, base, size, device, (uint64_t)ctx) == 0) api_at_first_use();
+    if (ipc_export(&h, base, size, device, (uint64_t)ctx) == 0) {
+        if (buffer_id) identity_note(base, buffer_id);
+        api_at_first_use();
+    }
 }
 
 /* Open: cached, own export, a new lease around the real open, or untracked. */
 static int op_open(const void *handle, unsigned int flags, uint64_t *out, bool runtime_door,
                    int (*real_open)(uint64_t *, const void *, unsigned int), const struct door_codes *codes)
 {
-    if (!tracking || !out) return real_open(out, handle, flags);
+    /* What CUDA refuses (no pointer, unknown flags) it refuses itself. */
+    if (!tracking || !out || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
+        return real_open(out, handle, flags);
     struct ipc_handle h;
     struct ipc_open ticket;
     uint64_t ptr = 0;
@@ -188,7 +262,8 @@ static int op_close(uint64_t ptr, int (*real_close)(uint64_t), const struct door
     if (decision != IPC_REAL) return real_close(ptr);
     synchronize_context(ticket.ctx);
     int result = real_close(ptr);
-    ipc_close_finish(&ticket);
+    if (result == codes->ok) ipc_close_finish(&ticket);
+    else ipc_close_abort(&ticket); /* still mapped, says CUDA: keep protecting it */
     return result;
 }
 
@@ -233,7 +308,7 @@ static int runtime_open(uint64_t *out, const void *handle, unsigned int flags)
     void *p = NULL;
     if (!REAL(cudaIpcOpenMemHandle)) return runtime_codes.missing;
     memcpy(&h, handle, sizeof h);
-    int r = real_cudaIpcOpenMemHandle(&p, h, flags);
+    int r = real_cudaIpcOpenMemHandle(out ? &p : NULL, h, flags);
     if (out) *out = (uint64_t)p;
     return r;
 }
@@ -243,7 +318,7 @@ static int driver_open_v1(uint64_t *out, const void *handle, unsigned int flags)
     CUdeviceptr p = 0;
     if (!REAL(cuIpcOpenMemHandle)) return driver_codes.missing;
     memcpy(&h, handle, sizeof h);
-    int r = real_cuIpcOpenMemHandle(&p, h, flags);
+    int r = real_cuIpcOpenMemHandle(out ? &p : NULL, h, flags);
     if (out) *out = p;
     return r;
 }
@@ -253,7 +328,7 @@ static int driver_open_v2(uint64_t *out, const void *handle, unsigned int flags)
     CUdeviceptr p = 0;
     if (!REAL(cuIpcOpenMemHandle_v2)) return driver_codes.missing;
     memcpy(&h, handle, sizeof h);
-    int r = real_cuIpcOpenMemHandle_v2(&p, h, flags);
+    int r = real_cuIpcOpenMemHandle_v2(out ? &p : NULL, h, flags);
     if (out) *out = p;
     return r;
 }
@@ -307,6 +382,7 @@ cudaError_t do_cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
 {
     if (!REAL(cudaIpcGetMemHandle)) return cudaErrorInitializationError;
     if (swap_refuses_export((uint64_t)devPtr, "cudaIpcGetMemHandle")) return cudaErrorInvalidValue;
+    if (freed_by_program((uint64_t)devPtr)) return cudaErrorInvalidValue;
     cudaError_t r = real_cudaIpcGetMemHandle(handle, devPtr);
     if (r == cudaSuccess && tracking) note_export(handle, (uint64_t)devPtr);
     else if (r != cudaSuccess) explain_refused_export((uint64_t)devPtr, r);
@@ -377,6 +453,7 @@ CUresult do_cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
     if (!REAL(cuIpcGetMemHandle)) return CUDA_ERROR_NOT_INITIALIZED;
     if (swap_refuses_export(dptr, "cuIpcGetMemHandle")) return CUDA_ERROR_INVALID_VALUE;
+    if (freed_by_program(dptr)) return CUDA_ERROR_INVALID_VALUE;
     CUresult r = real_cuIpcGetMemHandle(pHandle, dptr);
     if (r == CUDA_SUCCESS && tracking) note_export(pHandle, dptr);
     else if (r != CUDA_SUCCESS) explain_refused_export(dptr, r);
