@@ -2094,10 +2094,12 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
     sim_sweep_locked();
     struct sim_alloc *a = sim_entry(h.index);
     if (a->state != SIM_SLOT_LIVE || a->serial != h.serial || a->device != h.device ||
-        a->offset != h.offset || !(a->flags & SIM_F_EXPORTED))
-        r = CUDA_ERROR_INVALID_VALUE; /* freed, reused or owner gone */
+        a->offset != h.offset || !(a->flags & SIM_F_EXPORTED) || (a->flags & SIM_F_KEPT))
+        r = CUDA_ERROR_INVALID_VALUE; /* freed (kept ones too), reused or owner gone */
     else if (sim_is_mine(a))
         r = CUDA_ERROR_INVALID_CONTEXT; /* the exporting process itself */
+    else if (sim_map_add_locked(h.index, h.serial, c->id) != SIM_OK)
+        r = CUDA_ERROR_OUT_OF_MEMORY; /* machine-wide table of opens full */
     sim_unlock();
     if (r != CUDA_SUCCESS) return r;
     struct import key, *im = NULL;
@@ -2125,7 +2127,10 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
     }
     if (im) *pdptr = im->ptr;
     pthread_mutex_unlock(&g_lock);
-    if (!im) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!im) {
+        sim_map_del(h.index, h.serial, c->id);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     count(&g_counts.ipc_opens);
     return CUDA_SUCCESS;
 }
@@ -2147,12 +2152,15 @@ CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
     {
         if (im->ptr == dptr && (!found || im->ctx == c)) found = im;
     }
+    uint32_t index = found ? found->key.index : 0;
+    uint64_t serial = found ? found->key.serial : 0, ctx_id = found ? found->key.ctx_id : 0;
     if (found && --found->count == 0) {
         HASH_DEL(g_imports, found);
         free(found);
     }
     pthread_mutex_unlock(&g_lock);
     if (!found) return CUDA_ERROR_INVALID_VALUE;
+    sim_map_del(index, serial, ctx_id); /* releases a kept block at its last open */
     count(&g_counts.ipc_closes);
     return CUDA_SUCCESS;
 }

@@ -38,6 +38,8 @@ static void setup(void)
     unsetenv(SIMCUDA_ENV_FAIL_IPC_OPEN);
     unsetenv(SIMCUDA_ENV_FAIL_IPC_CLOSE);
     unsetenv(SIMCUDA_ENV_FAIL_LAUNCH);
+    unsetenv(SIMCUDA_ENV_FREE_WHILE_MAPPED);
+    unsetenv(SIMCUDA_ENV_PROC_ADDRESS);
 }
 
 static void teardown(void)
@@ -1107,7 +1109,7 @@ Test(simcuda, shared_layout_is_pinned)
 {
     /* The segment is shared between builds of this library: any change here
      * must bump SIM_ABI. */
-    cr_assert_eq(SIM_ABI, 2);
+    cr_assert_eq(SIM_ABI, 3);
     cr_assert_eq(sizeof(struct sim_alloc), 96);
     cr_assert_eq(offsetof(struct sim_alloc, offset), 16);
     cr_assert_eq(offsetof(struct sim_alloc, serial), 40);
@@ -1122,6 +1124,134 @@ Test(simcuda, shared_layout_is_pinned)
     cr_assert_eq(offsetof(struct sim_machine, next_serial), 152);
     cr_assert_eq(offsetof(struct sim_machine, poisoned_frees), 176);
     cr_assert_eq(offsetof(struct sim_machine, dev), 184);
-    cr_assert_eq(sizeof(struct sim_machine), 184 + 64 * SIM_POOLS);
+    cr_assert_eq(offsetof(struct sim_machine, off_maps), 184 + 64 * SIM_POOLS);
+    cr_assert_eq(sizeof(struct sim_map), 32);
+    cr_assert_eq(sizeof(struct sim_machine), 184 + 64 * SIM_POOLS + 40);
     cr_assert_eq(sizeof(CUipcMemHandle), 64);
+}
+
+/* ---- SIMCUDA_FREE_WHILE_MAPPED=keep ---- */
+
+/* Opens the handle, checks the data, reports 'o'; after the parent's free
+ * ('f') checks the data again and that the freed block cannot be opened a
+ * second time, then closes unless a->hold (then waits to be killed). */
+struct keep_args {
+    struct ipc_args ipc;
+    int hold;
+};
+
+static int child_keep_reader(void *arg)
+{
+    struct keep_args *k = arg;
+    struct ipc_args *a = &k->ipc;
+    CHILD_OK(init_on(0));
+    CUdeviceptr p, again;
+    CHILD_OK(cuIpcOpenMemHandle(&p, a->h, 0));
+    unsigned v[1024];
+    char c = 'o';
+    CHILD_EXPECT(write(a->to_parent[1], &c, 1) == 1);
+    CHILD_EXPECT(read(a->to_child[0], &c, 1) == 1); /* parent has freed */
+    CHILD_OK(cuMemcpyDtoH(v, p, sizeof(v)));
+    for (int i = 0; i < 1024; i++)
+        CHILD_EXPECT(v[i] == 0x5a5a5a5au);
+    CHILD_EXPECT(cuIpcOpenMemHandle(&again, a->h, 0) == CUDA_ERROR_INVALID_VALUE);
+    CHILD_EXPECT(write(a->to_parent[1], &c, 1) == 1);
+    if (k->hold)
+        for (;;)
+            pause();
+    CHILD_EXPECT(read(a->to_child[0], &c, 1) == 1);
+    CHILD_OK(cuIpcCloseMemHandle(p));
+    CHILD_EXPECT(write(a->to_parent[1], &c, 1) == 1);
+    CHILD_EXPECT(read(a->to_child[0], &c, 1) == 1); /* stay alive until the parent looked */
+    return 0;
+}
+
+static pid_t start_keep_reader(struct keep_args *k, CUdeviceptr *p)
+{
+    cr_assert_eq(pipe(k->ipc.to_parent), 0);
+    cr_assert_eq(pipe(k->ipc.to_child), 0);
+    OK(cuMemAlloc(p, 4096));
+    OK(cuMemsetD32(*p, 0x5a5a5a5au, 1024));
+    OK(cuIpcGetMemHandle(&k->ipc.h, *p));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) _exit(child_keep_reader(k));
+    char c;
+    cr_assert_eq(read(k->ipc.to_parent[0], &c, 1), 1);
+    return pid;
+}
+
+Test(simcuda, keep_mode_free_while_mapped_keeps_the_pages_until_the_last_close)
+{
+    setenv(SIMCUDA_ENV_FREE_WHILE_MAPPED, "keep", 1);
+    setenv(SIMCUDA_ENV_DEVICE_MEMORY, "8K", 1); /* room for two 4 KiB blocks */
+    OK(init_on(0));
+    struct keep_args k = {.hold = 0};
+    CUdeviceptr p, q, r;
+    pid_t pid = start_keep_reader(&k, &p);
+    size_t before = free_bytes();
+    OK(cuMemFree(p));
+    FAILS(cuMemFree(p), CUDA_ERROR_INVALID_VALUE); /* freed for its owner */
+    cr_assert_eq(free_bytes(), before, "a kept block stays charged");
+    struct simcuda_stats s;
+    simcuda_stats(&s);
+    cr_assert_eq(s.machine_kept, 1);
+    cr_assert_eq(s.machine_kept_frees, 1);
+    cr_assert_eq(s.proc_poisoned_frees, 0);
+    OK(cuMemAlloc(&q, 4096));
+    cr_assert_neq(q, p, "the kept range must not be reused");
+    FAILS(cuMemAlloc(&r, 4096), CUDA_ERROR_OUT_OF_MEMORY);
+    char c = 'f';
+    write_all(k.ipc.to_child[1], &c, 1); /* the child reads intact data */
+    cr_assert_eq(read(k.ipc.to_parent[0], &c, 1), 1);
+    write_all(k.ipc.to_child[1], &c, 1); /* now close */
+    cr_assert_eq(read(k.ipc.to_parent[0], &c, 1), 1);
+    simcuda_stats(&s);
+    cr_assert_eq(s.machine_kept, 0, "the last close releases the kept block");
+    OK(cuMemAlloc(&r, 4096));
+    cr_assert_eq(r, p, "the range is free again");
+    write_all(k.ipc.to_child[1], &c, 1);
+    int st;
+    waitpid(pid, &st, 0);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+Test(simcuda, keep_mode_importer_death_releases_the_kept_block)
+{
+    setenv(SIMCUDA_ENV_FREE_WHILE_MAPPED, "keep", 1);
+    OK(init_on(0));
+    struct keep_args k = {.hold = 1};
+    CUdeviceptr p;
+    size_t start = free_bytes();
+    pid_t pid = start_keep_reader(&k, &p);
+    OK(cuMemFree(p));
+    char c = 'f';
+    write_all(k.ipc.to_child[1], &c, 1);
+    cr_assert_eq(read(k.ipc.to_parent[0], &c, 1), 1);
+    cr_assert_lt(free_bytes(), start);
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    cr_assert_eq(free_bytes(), start, "the sweep of the dead importer releases the block");
+    struct simcuda_stats s;
+    simcuda_stats(&s);
+    cr_assert_eq(s.machine_kept, 0);
+    cr_assert_eq(s.machine_poisoned_frees, 1, "really released at last, poisoned as exported");
+}
+
+Test(simcuda, poison_mode_is_the_default_and_releases_at_once)
+{
+    OK(init_on(0));
+    struct keep_args k = {.hold = 1};
+    CUdeviceptr p;
+    size_t start = free_bytes();
+    pid_t pid = start_keep_reader(&k, &p);
+    OK(cuMemFree(p));
+    cr_assert_eq(free_bytes(), start, "released at once although mapped");
+    struct simcuda_stats s;
+    simcuda_stats(&s);
+    cr_assert_eq(s.machine_kept, 0);
+    cr_assert_eq(s.proc_poisoned_frees, 1);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
 }
