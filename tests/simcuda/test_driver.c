@@ -1255,3 +1255,38 @@ Test(simcuda, poison_mode_is_the_default_and_releases_at_once)
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
 }
+
+/* ---- SIMCUDA_PROC_ADDRESS ---- */
+
+Test(simcuda, resolver_binding_modes)
+{
+    /* Default: the driver's own function, the one dlsym of its name gives
+     * (libcuda is linked -Bsymbolic-functions: nothing preloaded changes it;
+     * tests/e2e/test_binding.c checks that under the shim). */
+    void *own = dlsym(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD), "cuMemAlloc_v2");
+    cr_assert_not_null(own);
+    cr_assert_eq(resolve("cuMemAlloc", 13000, 0), own);
+    setenv(SIMCUDA_ENV_PROC_ADDRESS, "internal", 1);
+    cr_assert_eq(resolve("cuMemAlloc", 13000, 0), own);
+
+    /* alias: internal twins of the IPC/allocation functions only. */
+    setenv(SIMCUDA_ENV_PROC_ADDRESS, "alias", 1);
+    CUresult (*alloc)(CUdeviceptr *, size_t) = (CUresult(*)(CUdeviceptr *, size_t))resolve("cuMemAlloc", 13000, 0);
+    CUresult (*release)(CUdeviceptr) = (CUresult(*)(CUdeviceptr))resolve("cuMemFree", 13000, 0);
+    cr_assert_neq((void *)alloc, own);
+    cr_assert_neq((void *)release, sym("cuMemFree_v2"));
+    cr_assert_neq(resolve("cuIpcOpenMemHandle", 13000, 0), sym("cuIpcOpenMemHandle_v2"));
+    cr_assert_eq(resolve("cuIpcOpenMemHandle", 10000, 0), sym("cuIpcOpenMemHandle"), "only the newest ABI");
+    cr_assert_eq(resolve("cuCtxCreate", 13000, 0), sym("cuCtxCreate_v4"));
+    OK(init_on(0));
+    CUdeviceptr p;
+    OK(alloc(&p, 4096)); /* the twin behaves like the original */
+    OK(cuMemsetD8(p, 1, 4096));
+    OK(release(p));
+    FAILS(cuMemFree(p), CUDA_ERROR_INVALID_VALUE);
+
+    /* global: what the dynamic linker finds first (nothing preloaded here). */
+    setenv(SIMCUDA_ENV_PROC_ADDRESS, "global", 1);
+    cr_assert_eq(resolve("cuMemAlloc", 13000, 0), dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"));
+    unsetenv(SIMCUDA_ENV_PROC_ADDRESS);
+}
