@@ -202,7 +202,18 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuLaunchKernel, cuLaunchKernel, 4000, 0)                                                     \
     X(cuLaunchKernel, cuLaunchKernel_ptsz, 7000, 1)                                                \
     X(cuLaunchKernelEx, cuLaunchKernelEx, 11060, 0)                                                \
-    X(cuLaunchKernelEx, cuLaunchKernelEx_ptsz, 11060, 1)
+    X(cuLaunchKernelEx, cuLaunchKernelEx_ptsz, 11060, 1)                                          \
+    X(cuMemAllocAsync, cuMemAllocAsync, 11020, 0)                                                  \
+    X(cuMemAllocAsync, cuMemAllocAsync_ptsz, 11020, 1)                                             \
+    X(cuMemFreeAsync, cuMemFreeAsync, 11020, 0)                                                    \
+    X(cuMemFreeAsync, cuMemFreeAsync_ptsz, 11020, 1)                                               \
+    X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, 0)                                  \
+    X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz, 11020, 1)                             \
+    X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020, 0)                              \
+    X(cuDeviceGetMemPool, cuDeviceGetMemPool, 11020, 0)                                            \
+    X(cuMemPoolTrimTo, cuMemPoolTrimTo, 11020, 0)                                                  \
+    X(cuMemPoolSetAttribute, cuMemPoolSetAttribute, 11020, 0)                                      \
+    X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, 11020, 0)
 
 struct sym {
     const char *base;

@@ -838,6 +838,20 @@ static void release_mine_locked(int all, uint64_t ctx_id)
     }
 }
 
+uint64_t sim_pool_usage(unsigned dev)
+{
+    uint64_t n = 0;
+    if (!sim_attached()) return 0;
+    sim_lock();
+    for (uint32_t i = 0; i < sim_m->high_water; i++) {
+        const struct sim_alloc *a = sim_entry(i);
+        if (a->state == SIM_SLOT_LIVE && a->device == dev && (a->flags & SIM_F_POOL) && sim_is_mine(a))
+            n += a->rsize;
+    }
+    sim_unlock();
+    return n;
+}
+
 void sim_free_ctx(uint64_t ctx_id)
 {
     if (!sim_attached()) return;

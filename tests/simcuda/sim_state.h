@@ -61,6 +61,7 @@ enum sim_alloc_flags {
     SIM_F_EXPORTED = 1u << 0,
     SIM_F_MANAGED = 1u << 1,     /* lives in SIM_POOL_MANAGED */
     SIM_F_READ_MOSTLY = 1u << 2, /* advice recorded, no effect */
+    SIM_F_POOL = 1u << 4,        /* stream-ordered (cuMemAllocAsync): not legacy-IPC capable */
     SIM_F_KEPT = 1u << 3,        /* freed by its owner, kept for its importers (keep mode): no
                                     owner, not openable, still LIVE and charged */
 };
@@ -263,6 +264,10 @@ SIM_INTERNAL int sim_map_add_locked(uint32_t index, uint64_t serial, uint64_t ct
  * open of a kept allocation, that allocation is really released (and
  * poisoned). Caller holds no lock. */
 SIM_INTERNAL void sim_map_del(uint32_t index, uint64_t serial, uint64_t ctx_id);
+
+/* Bytes (rsize) of this process's LIVE SIM_F_POOL allocations on device
+ * dev. Takes the mutex. */
+SIM_INTERNAL uint64_t sim_pool_usage(unsigned dev);
 
 /* Finds the LIVE allocation containing byte `offset` of pool `dev`. Caller holds
  * the machine mutex. Returns its index or SIM_NO_INDEX. */

@@ -1290,3 +1290,117 @@ Test(simcuda, resolver_binding_modes)
     cr_assert_eq(resolve("cuMemAlloc", 13000, 0), dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"));
     unsetenv(SIMCUDA_ENV_PROC_ADDRESS);
 }
+
+/* ---- stream-ordered allocation and the default pool (driver_pool.c) ---- */
+
+static void *pool_attr_ptr(CUdeviceptr p)
+{
+    void *pool = (void *)0x1;
+    OK(cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, p));
+    return pool;
+}
+
+static cuuint64_t pool_get(CUmemoryPool pool, CUmemPool_attribute a)
+{
+    cuuint64_t v = ~0ull;
+    OK(cuMemPoolGetAttribute(pool, a, &v));
+    return v;
+}
+
+Test(simcuda, stream_ordered_allocation_and_default_pool)
+{
+    CUmemoryPool pool = NULL, cur = NULL;
+    FAILS(cuDeviceGetDefaultMemPool(&pool, 0), CUDA_ERROR_NOT_INITIALIZED);
+    OK(init_on(0));
+    int v = 0;
+    OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 0));
+    cr_assert_eq(v, 1);
+    OK(cuDeviceGetDefaultMemPool(&pool, 0));
+    cr_assert_not_null(pool);
+    OK(cuDeviceGetMemPool(&cur, 0));
+    cr_assert_eq(cur, pool);
+    FAILS(cuDeviceGetDefaultMemPool(&pool, 7), CUDA_ERROR_INVALID_DEVICE);
+    FAILS(cuDeviceGetDefaultMemPool(NULL, 0), CUDA_ERROR_INVALID_VALUE);
+
+    CUstream s;
+    OK(cuStreamCreate(&s, 0));
+    size_t before = free_bytes();
+    CUdeviceptr p, q, r;
+    OK(cuMemAllocAsync(&p, 1000, s));
+    cr_assert_eq(before - free_bytes(), 1024, "pool memory is device memory, charged like any");
+    OK(cuMemsetD8(p, 7, 1000));
+    unsigned char b = 0;
+    OK(cuMemcpyDtoH(&b, p + 999, 1));
+    cr_assert_eq(b, 7);
+    cr_assert_eq(pool_attr_ptr(p), (void *)pool);
+    cr_assert_eq(pool_attr_ptr(p + 10), (void *)pool);
+    unsigned char capable = 1;
+    OK(cuPointerGetAttribute(&capable, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p));
+    cr_assert_eq(capable, 0);
+    CUipcMemHandle h;
+    FAILS(cuIpcGetMemHandle(&h, p), CUDA_ERROR_INVALID_VALUE); /* openucx/ucx#10065 */
+    cr_assert_eq(pool_get(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 1024);
+    cr_assert_eq(pool_get(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 1024);
+
+    OK(cuMemAlloc(&q, 512)); /* ordinary memory: no pool, exportable */
+    cr_assert_null(pool_attr_ptr(q));
+    OK(cuIpcGetMemHandle(&h, q));
+
+    OK(cuMemAllocFromPoolAsync(&r, 512, pool, NULL));
+    FAILS(cuMemAllocFromPoolAsync(&r, 512, (CUmemoryPool)&v, NULL), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuMemAllocFromPoolAsync(&r, 512, NULL, NULL), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuMemAllocAsync(&r, 0, s), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuMemAllocAsync(&r, 16, (CUstream)0x1234), CUDA_ERROR_INVALID_HANDLE);
+    cr_assert_eq(pool_get(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 1536);
+    cr_assert_eq(pool_get(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH), 1536);
+
+    /* The simulator frees at once: all work queued on s is already done. */
+    OK(cuMemFreeAsync(p, s));
+    FAILS(cuMemFreeAsync(p, s), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuMemFreeAsync(r + 8, s), CUDA_ERROR_INVALID_VALUE); /* not a base */
+    OK(cuMemFree(r));                                        /* pool memory, synchronous free */
+    OK(cuMemFreeAsync(q, NULL));                             /* cuMemAlloc memory, stream-ordered free */
+    cr_assert_eq(free_bytes(), before);
+    cr_assert_eq(pool_get(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 0);
+    cr_assert_eq(pool_get(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH), 1536);
+
+    /* Attributes: reuse flags and threshold are kept; high marks reset to 0 only. */
+    cuuint64_t t = 1 << 20, zero = 0;
+    OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &t));
+    cr_assert_eq(pool_get(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD), 1 << 20);
+    int off = 0, flag = -1;
+    OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &off));
+    OK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &flag));
+    cr_assert_eq(flag, 0);
+    OK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES, &flag));
+    cr_assert_eq(flag, 1);
+    FAILS(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &t), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero));
+    cr_assert_eq(pool_get(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH), 0);
+    FAILS(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &zero), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemPoolTrimTo(pool, 0));
+    FAILS(cuMemPoolTrimTo((CUmemoryPool)&v, 0), CUDA_ERROR_INVALID_VALUE);
+    OK(cuStreamDestroy(s));
+}
+
+Test(simcuda, legacy_ipc_refuses_managed_and_pool_memory)
+{
+    OK(init_on(0));
+    CUdeviceptr m, a, d;
+    CUipcMemHandle h;
+    OK(cuMemAllocManaged(&m, 4096, CU_MEM_ATTACH_GLOBAL));
+    FAILS(cuIpcGetMemHandle(&h, m), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemAllocAsync(&a, 4096, NULL));
+    FAILS(cuIpcGetMemHandle(&h, a), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemAlloc(&d, 4096));
+    OK(cuIpcGetMemHandle(&h, d));
+    /* The resolver hands the new functions out, _ptsz on request. */
+    cr_assert_eq(resolve("cuMemAllocAsync", 13000, 0), sym("cuMemAllocAsync"));
+    cr_assert_eq(resolve("cuMemAllocAsync", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM),
+                 sym("cuMemAllocAsync_ptsz"));
+    cr_assert_eq(resolve("cuMemFreeAsync", 11020, 0), sym("cuMemFreeAsync"));
+    cr_assert_eq(resolve("cuDeviceGetDefaultMemPool", 12000, 0), sym("cuDeviceGetDefaultMemPool"));
+    OK(cuMemFree(m));
+    OK(cuMemFreeAsync(a, NULL));
+    OK(cuMemFree(d));
+}
