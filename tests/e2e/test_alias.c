@@ -17,7 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void setup(void) { run_setup("alias"); }
+static void setup(void)
+{
+    run_setup("alias");
+}
 TestSuite(alias, .init = setup, .fini = run_cleanup, .timeout = 60);
 
 #define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -35,7 +38,8 @@ static void expect_field(const char *key, const char *value)
 
 Test(alias, aliased_driver_functions_are_protected_through_the_resolver_door)
 {
-    run_prog(&r, "pair-resolver", true, ENV("SIMCUDA_PROC_ADDRESS=alias"), ARGS("--free", "while-reading", "--calls"));
+    run_prog(&r, "pair-resolver", true, ENV("SIMCUDA_PROC_ADDRESS=alias"),
+             ARGS("--free", "while-reading", "--calls"));
     cr_assert_eq(r.status, 0, "status %d", r.status);
     expect_field("consumer 0", "ok");
     expect_field("calls cuMemAlloc_v2 resolver", "1");

@@ -22,7 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void setup(void) { run_setup("binding"); }
+static void setup(void)
+{
+    run_setup("binding");
+}
 TestSuite(binding, .init = setup, .fini = run_cleanup, .timeout = 60);
 
 #define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -59,7 +62,8 @@ Test(binding, resolver_client_is_protected_and_counted_at_the_resolver_door)
     run_prog(&r, "pair-resolver", true, NULL, ARGS("--free", "while-reading", "--calls"));
     cr_assert_eq(r.status, 0, "status %d", r.status);
     expect_field("consumer 0", "ok");
-    cr_expect(run_field(&r, "reclaimed", buf, sizeof buf) && !strncmp(buf, "yes", 3), "memory not back: %s", r.out);
+    cr_expect(run_field(&r, "reclaimed", buf, sizeof buf) && !strncmp(buf, "yes", 3),
+              "memory not back: %s", r.out);
     expect_ipc_calls("resolver", "1");
     expect_ipc_calls("driver", "0");
 }
@@ -89,7 +93,8 @@ Test(binding, global_binding_would_hand_out_the_shims_exports)
      * still protected (those functions are the shim's too), but every call
      * counts at the driver door and none at the resolver door: a test of
      * the resolver door would prove nothing on such a driver. */
-    run_prog(&r, "pair-resolver", true, ENV("SIMCUDA_PROC_ADDRESS=global"), ARGS("--free", "while-reading", "--calls"));
+    run_prog(&r, "pair-resolver", true, ENV("SIMCUDA_PROC_ADDRESS=global"),
+             ARGS("--free", "while-reading", "--calls"));
     cr_assert_eq(r.status, 0, "status %d", r.status);
     expect_field("consumer 0", "ok");
     expect_ipc_calls("resolver", "0");
@@ -102,7 +107,9 @@ Test(binding, driver_library_binds_its_own_functions)
      * against the driver's own entry points: nothing a preloaded library
      * exports can replace them inside the driver. */
     char cmd[2048], line[512];
-    snprintf(cmd, sizeof cmd, "readelf -rW '%s/libcuda.so.1' | grep -E ' (cuMemAlloc_v2|cuMemFree_v2|cuIpc[A-Za-z_]*)\\b'",
+    snprintf(cmd, sizeof cmd,
+             "readelf -rW '%s/libcuda.so.1' | grep -E ' "
+             "(cuMemAlloc_v2|cuMemFree_v2|cuIpc[A-Za-z_]*)\\b'",
              getenv("SIMCUDA_DIR"));
     FILE *p = popen(cmd, "r");
     cr_assert(p);
@@ -114,7 +121,9 @@ Test(binding, driver_library_binds_its_own_functions)
     pclose(p);
     cr_expect_eq(n, 0);
     /* ...and they are all still exported for dlsym. */
-    snprintf(cmd, sizeof cmd, "nm -D --defined-only '%s/libcuda.so.1' | grep -cE ' T (cuMemAlloc_v2|cuIpcOpenMemHandle_v2|cuGetProcAddress_v2)$'",
+    snprintf(cmd, sizeof cmd,
+             "nm -D --defined-only '%s/libcuda.so.1' | grep -cE ' T "
+             "(cuMemAlloc_v2|cuIpcOpenMemHandle_v2|cuGetProcAddress_v2)$'",
              getenv("SIMCUDA_DIR"));
     p = popen(cmd, "r");
     cr_assert(p);

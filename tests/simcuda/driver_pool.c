@@ -177,7 +177,8 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool poo
     unsigned dev;
     uint64_t ctx_id;
     if ((r = sim_drv_stream_ctx(s, &dev, &ctx_id)) != CUDA_SUCCESS) return r;
-    struct sim_mempool *p = pool ? pool_lookup(pool) : (struct sim_mempool *)sim_pool_of_device(dev);
+    struct sim_mempool *p =
+        pool ? pool_lookup(pool) : (struct sim_mempool *)sim_pool_of_device(dev);
     if (!p || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
     if (sim_drv_fault_alloc()) return CUDA_ERROR_OUT_OF_MEMORY;
     uint8_t *win = sim_window(p->dev); /* the pool's device, which may differ from the stream's */
@@ -224,8 +225,8 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUm
     return alloc_async(dptr, bytesize, pool, hStream);
 }
 
-CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
-                                              CUmemoryPool pool, CUstream hStream)
+CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                              CUstream hStream)
 {
     return cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
 }

@@ -202,7 +202,7 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuLaunchKernel, cuLaunchKernel, 4000, 0)                                                     \
     X(cuLaunchKernel, cuLaunchKernel_ptsz, 7000, 1)                                                \
     X(cuLaunchKernelEx, cuLaunchKernelEx, 11060, 0)                                                \
-    X(cuLaunchKernelEx, cuLaunchKernelEx_ptsz, 11060, 1)                                          \
+    X(cuLaunchKernelEx, cuLaunchKernelEx_ptsz, 11060, 1)                                           \
     X(cuMemAllocAsync, cuMemAllocAsync, 11020, 0)                                                  \
     X(cuMemAllocAsync, cuMemAllocAsync_ptsz, 11020, 1)                                             \
     X(cuMemFreeAsync, cuMemFreeAsync, 11020, 0)                                                    \
