@@ -221,7 +221,10 @@ CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstre
 CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                          CUstream hStream)
 {
-    if (!pool) return sim_drv_enter() == CUDA_SUCCESS ? CUDA_ERROR_INVALID_VALUE : sim_drv_enter();
+    if (!pool) { /* NULL is no pool (alloc_async reads NULL as "the stream's default") */
+        CUresult r = sim_drv_enter();
+        return r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_VALUE;
+    }
     return alloc_async(dptr, bytesize, pool, hStream);
 }
 
