@@ -14,8 +14,10 @@
  * lacks room evicts that device's least recently used managed allocations
  * (a scan of the table per eviction). Processes are tracked in a holder table; the allocations of a
  * holder that is gone (no such pid, a different start time, or a zombie) are swept: at attach, on
- * cuMemGetInfo, before an allocation failure is reported, and on IPC open. This file knows nothing
- * about CUDA types.
+ * cuMemGetInfo, before an allocation failure is reported, and on IPC open. A table of IPC opens in
+ * force tells an owner's free whether someone still maps the block; in keep mode
+ * (SIMCUDA_FREE_WHILE_MAPPED=keep, chosen by the creator) such a block outlives the free until its
+ * last open goes. This file knows nothing about CUDA types.
  */
 #include "sim_state.h"
 

@@ -25,7 +25,10 @@
  * - dev[p].used is the sum of rsize over LIVE entries of pool p;
  * - dev[d].managed is the sum of rsize over LIVE managed entries resident
  *   on device d, and dev[d].used + dev[d].managed <= capacity;
- * - serials are never reused, so (index, serial) names one allocation forever.
+ * - serials are never reused, so (index, serial) names one allocation forever;
+ * - a map row (serial != 0) is one IPC open in force by a holder that is
+ *   alive or not yet swept; a SIM_F_KEPT entry has no owner and at least
+ *   one map row (the last row's removal releases it).
  * Everything is fixed-width and index-based; the layout is pinned by a test.
  * These functions are internal to libcuda (hidden visibility).
  */
