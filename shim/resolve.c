@@ -210,7 +210,7 @@ void *resolve_redirect(const char *symbol, void *real, int cudaVersion, cuuint64
     for (int id = 0; id < SYM_COUNT; id++)
         if (variants[id].base && *variants[id].real == real) return entry_via_resolver(id);
     /* Not a known address (the driver handed out an internal alias): choose
-     * by name, version and flags the way the driver does, and remember it. */
+     * by name, version and flags the way the driver does. */
     bool per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
     int best = -1;
     for (int id = 0; id < SYM_COUNT; id++) {
@@ -220,8 +220,10 @@ void *resolve_redirect(const char *symbol, void *real, int cudaVersion, cuuint64
         if (best < 0 || abs(v) > abs(variants[best].version)) best = id;
     }
     if (best < 0 || !in_cuda_library(real)) return real;
+    /* The twin calls the exported variant (the same driver function under
+     * its public address), or this alias when the driver exports none. */
     if (!*variants[best].real) *variants[best].real = real;
-    return *variants[best].real == real ? entry_via_resolver(best) : real;
+    return entry_via_resolver(best);
 }
 
 CUresult do_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)

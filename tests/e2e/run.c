@@ -47,11 +47,15 @@ void run_prog(struct run_result *r, const char *prog, bool shim, const char *con
     snprintf(sim, sizeof sim, "SIMCUDA_MACHINE=%s", machine);
     snprintf(domain, sizeof domain, "IPCSHIM_DOMAIN=%s", machine);
 
-    /* The environment: ours minus what we set, then ours, then the test's. */
+    /* The environment: ours minus what we set, then ours, then the test's.
+     * Of the simulator's variables only the machine switch the suite runs
+     * under (SIMCUDA_FREE_WHILE_MAPPED, set by meson for e2e-ipc-keep) is
+     * passed on; a test's own entries come later and win. */
     const char *envp[256];
     int n = 0;
     for (char **e = environ; *e && n < 200; e++)
-        if (strncmp(*e, "LD_PRELOAD=", 11) && strncmp(*e, "LD_LIBRARY_PATH=", 16) && strncmp(*e, "SIMCUDA_", 8) &&
+        if (strncmp(*e, "LD_PRELOAD=", 11) && strncmp(*e, "LD_LIBRARY_PATH=", 16) &&
+            (strncmp(*e, "SIMCUDA_", 8) || !strncmp(*e, "SIMCUDA_FREE_WHILE_MAPPED=", 26)) &&
             strncmp(*e, "IPCSHIM_", 8))
             envp[n++] = *e;
     envp[n++] = libpath, envp[n++] = sim, envp[n++] = domain;

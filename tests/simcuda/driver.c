@@ -52,6 +52,17 @@ static int g_hash_oom;
 #define HANDLE_MAGIC_MEM 0x4d4d4953u /* "SIMM" */
 #define HANDLE_MAGIC_EVT 0x454d4953u /* "SIME" */
 
+/* Shared with driver_pool.c (stream-ordered allocation and pools). */
+SIM_INTERNAL CUresult sim_drv_enter(void);
+/* The device and context id of stream s (NULL, LEGACY, PER_THREAD: the
+ * current context). INVALID_CONTEXT / INVALID_HANDLE. */
+SIM_INTERNAL CUresult sim_drv_stream_ctx(CUstream s, unsigned *dev, uint64_t *ctx_id);
+/* Consumes one injected allocation failure; true when the call must fail. */
+SIM_INTERNAL int sim_drv_fault_alloc(void);
+SIM_INTERNAL void sim_drv_count_alloc(void);
+/* The process's default memory pool of device dev (driver_pool.c). */
+SIM_INTERNAL CUmemoryPool sim_pool_of_device(unsigned dev);
+
 /* ---- registry of contexts, streams and events ---- */
 
 enum obj_kind { OBJ_CTX = 1, OBJ_STREAM, OBJ_EVENT, OBJ_MODULE, OBJ_FUNCTION };
@@ -687,8 +698,8 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
     case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:
         v = 1;
         break;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
-        v = 0;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: /* driver_pool.c */
+        v = 1;
         break;
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
         v = 0;
@@ -1317,7 +1328,8 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute attr, CUdevice
         *(unsigned char *)data = known;
         break;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-        *(unsigned char *)data = pi->kind == PTR_DEVICE && !(pi->flags & SIM_F_MANAGED);
+        *(unsigned char *)data =
+            pi->kind == PTR_DEVICE && !(pi->flags & (SIM_F_MANAGED | SIM_F_POOL));
         break;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
         *(unsigned char *)data = known && (pi->flags & SIM_F_MANAGED) != 0;
@@ -1347,8 +1359,10 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute attr, CUdevice
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
         *(unsigned int *)data = known ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE : 0;
         break;
-    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-        *(void **)data = NULL;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: /* driver_pool.c */
+        *(void **)data = pi->kind == PTR_DEVICE && (pi->flags & SIM_F_POOL)
+                             ? (void *)sim_pool_of_device(pi->dev)
+                             : NULL;
         break;
     default:
         return CUDA_ERROR_INVALID_VALUE;
@@ -2025,6 +2039,42 @@ CUresult CUDAAPI cuEventDestroy(CUevent hEvent)
     return cuEventDestroy_v2(hEvent);
 }
 
+/* ---- helpers for driver_pool.c (stream-ordered allocation) ---- */
+
+CUresult sim_drv_enter(void)
+{
+    ENTER();
+    return CUDA_SUCCESS;
+}
+
+CUresult sim_drv_stream_ctx(CUstream s, unsigned *dev, uint64_t *ctx_id)
+{
+    struct sim_ctx *c = NULL;
+    if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) {
+        c = current_ctx();
+        if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+    } else {
+        pthread_mutex_lock(&g_lock);
+        struct sim_stream *st = (struct sim_stream *)obj_find(s, OBJ_STREAM);
+        c = st ? st->ctx : NULL;
+        pthread_mutex_unlock(&g_lock);
+        if (!c) return CUDA_ERROR_INVALID_HANDLE;
+    }
+    *dev = c->dev;
+    *ctx_id = c->id;
+    return CUDA_SUCCESS;
+}
+
+int sim_drv_fault_alloc(void)
+{
+    return fault(SIMCUDA_FAULT_ALLOC);
+}
+
+void sim_drv_count_alloc(void)
+{
+    count(&g_counts.allocs);
+}
+
 /* ---- IPC ---- */
 
 static uint64_t mem_handle_check(const struct mem_handle *h)
@@ -2050,7 +2100,10 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     CUresult r = CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     uint32_t i = sim_find_locked((unsigned)dev, off);
-    if (i != SIM_NO_INDEX && sim_is_mine(sim_entry(i)) && !(sim_entry(i)->flags & SIM_F_MANAGED)) {
+    /* Legacy IPC exports cuMemAlloc memory only: managed and stream-ordered
+     * pool memory are refused with INVALID_VALUE (README "IPC"). */
+    if (i != SIM_NO_INDEX && sim_is_mine(sim_entry(i)) &&
+        !(sim_entry(i)->flags & (SIM_F_MANAGED | SIM_F_POOL))) {
         struct sim_alloc *a = sim_entry(i);
         a->flags |= SIM_F_EXPORTED;
         h.magic = HANDLE_MAGIC_MEM;
@@ -2094,10 +2147,12 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
     sim_sweep_locked();
     struct sim_alloc *a = sim_entry(h.index);
     if (a->state != SIM_SLOT_LIVE || a->serial != h.serial || a->device != h.device ||
-        a->offset != h.offset || !(a->flags & SIM_F_EXPORTED))
-        r = CUDA_ERROR_INVALID_VALUE; /* freed, reused or owner gone */
+        a->offset != h.offset || !(a->flags & SIM_F_EXPORTED) || (a->flags & SIM_F_KEPT))
+        r = CUDA_ERROR_INVALID_VALUE; /* freed (kept ones too), reused or owner gone */
     else if (sim_is_mine(a))
         r = CUDA_ERROR_INVALID_CONTEXT; /* the exporting process itself */
+    else if (sim_map_add_locked(h.index, h.serial, c->id) != SIM_OK)
+        r = CUDA_ERROR_OUT_OF_MEMORY; /* machine-wide table of opens full */
     sim_unlock();
     if (r != CUDA_SUCCESS) return r;
     struct import key, *im = NULL;
@@ -2125,7 +2180,10 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
     }
     if (im) *pdptr = im->ptr;
     pthread_mutex_unlock(&g_lock);
-    if (!im) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!im) {
+        sim_map_del(h.index, h.serial, c->id);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     count(&g_counts.ipc_opens);
     return CUDA_SUCCESS;
 }
@@ -2147,12 +2205,15 @@ CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
     {
         if (im->ptr == dptr && (!found || im->ctx == c)) found = im;
     }
+    uint32_t index = found ? found->key.index : 0;
+    uint64_t serial = found ? found->key.serial : 0, ctx_id = found ? found->key.ctx_id : 0;
     if (found && --found->count == 0) {
         HASH_DEL(g_imports, found);
         free(found);
     }
     pthread_mutex_unlock(&g_lock);
     if (!found) return CUDA_ERROR_INVALID_VALUE;
+    sim_map_del(index, serial, ctx_id); /* releases a kept block at its last open */
     count(&g_counts.ipc_closes);
     return CUDA_SUCCESS;
 }

@@ -27,11 +27,34 @@
  *   version (13000): CUDA_ERROR_INVALID_VALUE.
  * Resolution needs no cuInit. Every implementation is also exported under
  * its own name for plain dlsym.
+ *
+ * Binding. NVIDIA's driver hands out its own internal addresses, whatever
+ * else the process has loaded: a library preloaded in front of libcuda
+ * that exports cuMemAlloc_v2 is never what cuGetProcAddress returns. The
+ * simulator does the same: libcuda is linked with -Bsymbolic-functions, so
+ * `&cuMemAlloc_v2` below (and every call between the driver's own
+ * functions) binds inside the library at link time instead of through the
+ * dynamic linker's global scope. SIMCUDA_PROC_ADDRESS (read at every call,
+ * so a test can switch it) changes what is handed out:
+ * - unset or "internal": the implementation's own address, the one that
+ *   dlsym(libcuda handle, name) also returns;
+ * - "alias": for the IPC and allocation functions (cuMemAlloc, cuMemFree,
+ *   cuMemGetInfo, cuIpcGetMemHandle, cuIpcOpenMemHandle,
+ *   cuIpcCloseMemHandle: the rows whose implementation has a twin below) an
+ *   internal twin whose address differs from dlsym's answer, as a driver
+ *   that hands out unexported internal entry points would; the others as
+ *   "internal";
+ * - "global": the address the dynamic linker resolves the implementation's
+ *   name to in the global scope (dlsym(RTLD_DEFAULT)), which under
+ *   LD_PRELOAD is the preloaded library's function: how the simulator
+ *   bound before -Bsymbolic, kept so a test can show the difference.
  */
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
+#include <dlfcn.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SIM_DRIVER_VERSION 13000
@@ -179,18 +202,73 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuLaunchKernel, cuLaunchKernel, 4000, 0)                                                     \
     X(cuLaunchKernel, cuLaunchKernel_ptsz, 7000, 1)                                                \
     X(cuLaunchKernelEx, cuLaunchKernelEx, 11060, 0)                                                \
-    X(cuLaunchKernelEx, cuLaunchKernelEx_ptsz, 11060, 1)
+    X(cuLaunchKernelEx, cuLaunchKernelEx_ptsz, 11060, 1)                                           \
+    X(cuMemAllocAsync, cuMemAllocAsync, 11020, 0)                                                  \
+    X(cuMemAllocAsync, cuMemAllocAsync_ptsz, 11020, 1)                                             \
+    X(cuMemFreeAsync, cuMemFreeAsync, 11020, 0)                                                    \
+    X(cuMemFreeAsync, cuMemFreeAsync_ptsz, 11020, 1)                                               \
+    X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, 0)                                  \
+    X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz, 11020, 1)                             \
+    X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020, 0)                              \
+    X(cuDeviceGetMemPool, cuDeviceGetMemPool, 11020, 0)                                            \
+    X(cuMemPoolTrimTo, cuMemPoolTrimTo, 11020, 0)                                                  \
+    X(cuMemPoolSetAttribute, cuMemPoolSetAttribute, 11020, 0)                                      \
+    X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, 11020, 0)
 
 struct sym {
     const char *base;
+    const char *name; /* the implementation's exported name */
     void *fn;
     int version;
     int per_thread;
 };
 
-#define ROW(base, impl, version, pt) {#base, (void *)&impl, version, pt},
+#define ROW(base, impl, version, pt) {#base, #impl, (void *)&impl, version, pt},
 static const struct sym g_syms[] = {SIM_SYMBOLS(ROW)};
 #undef ROW
+
+/* Internal twins of the functions a program needs for IPC (mode "alias"):
+ * same behaviour, their own addresses, never exported. */
+static CUresult CUDAAPI twin_cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return cuMemAlloc_v2(p, n); }
+static CUresult CUDAAPI twin_cuMemFree_v2(CUdeviceptr p) { return cuMemFree_v2(p); }
+static CUresult CUDAAPI twin_cuMemGetInfo_v2(size_t *f, size_t *t) { return cuMemGetInfo_v2(f, t); }
+static CUresult CUDAAPI twin_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
+{
+    return cuIpcGetMemHandle(h, p);
+}
+static CUresult CUDAAPI twin_cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned f)
+{
+    return cuIpcOpenMemHandle_v2(p, h, f);
+}
+static CUresult CUDAAPI twin_cuIpcCloseMemHandle(CUdeviceptr p) { return cuIpcCloseMemHandle(p); }
+
+static const struct {
+    void *fn, *twin;
+} g_twins[] = {
+    {(void *)&cuMemAlloc_v2, (void *)&twin_cuMemAlloc_v2},
+    {(void *)&cuMemFree_v2, (void *)&twin_cuMemFree_v2},
+    {(void *)&cuMemGetInfo_v2, (void *)&twin_cuMemGetInfo_v2},
+    {(void *)&cuIpcGetMemHandle, (void *)&twin_cuIpcGetMemHandle},
+    {(void *)&cuIpcOpenMemHandle_v2, (void *)&twin_cuIpcOpenMemHandle_v2},
+    {(void *)&cuIpcCloseMemHandle, (void *)&twin_cuIpcCloseMemHandle},
+};
+
+/* What to hand out for row s under SIMCUDA_PROC_ADDRESS (see the top). */
+static void *handed_out(const struct sym *s)
+{
+    const char *mode = getenv("SIMCUDA_PROC_ADDRESS");
+    if (!mode || !*mode || !strcmp(mode, "internal")) return s->fn;
+    if (!strcmp(mode, "alias")) {
+        for (size_t i = 0; i < sizeof(g_twins) / sizeof(g_twins[0]); i++)
+            if (g_twins[i].fn == s->fn) return g_twins[i].twin;
+        return s->fn;
+    }
+    if (!strcmp(mode, "global")) {
+        void *p = dlsym(RTLD_DEFAULT, s->name);
+        return p ? p : s->fn;
+    }
+    return s->fn;
+}
 
 /* Implements both resolver entry points; status may be NULL. */
 static CUresult resolve(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
@@ -218,7 +296,7 @@ static CUresult resolve(const char *symbol, void **pfn, int cudaVersion, cuuint6
         if (status && found) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
         return CUDA_ERROR_NOT_FOUND;
     }
-    *pfn = pick->fn;
+    *pfn = handed_out(pick);
     if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
     return CUDA_SUCCESS;
 }

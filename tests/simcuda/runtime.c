@@ -101,7 +101,16 @@ _Static_assert(sizeof(cudaIpcEventHandle_t) == sizeof(CUipcEventHandle), "IPC ev
     X(cuModuleLoadData, 2000, 0)              \
     X(cuModuleGetFunction, 2000, 0)           \
     X(cuFuncGetParamInfo, 12040, 0)           \
-    X(cuLaunchKernel, 4000, 1)
+    X(cuLaunchKernel, 4000, 1)                \
+    X(cuDeviceCanAccessPeer, 4000, 0)         \
+    X(cuStreamWaitEvent, 3020, 1)             \
+    X(cuMemAllocAsync, 11020, 1)              \
+    X(cuMemFreeAsync, 11020, 1)               \
+    X(cuMemAllocFromPoolAsync, 11020, 1)      \
+    X(cuDeviceGetDefaultMemPool, 11020, 0)    \
+    X(cuMemPoolTrimTo, 11020, 0)              \
+    X(cuMemPoolSetAttribute, 11020, 0)        \
+    X(cuMemPoolGetAttribute, 11020, 0)
 
 #define SIMRT_SLOT(name, ver, pt) PFN_##name##_v##ver fn_##name[2];
 static struct {
@@ -1265,4 +1274,173 @@ SIMRT_API cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
     CHECK_ARG(runtimeVersion);
     *runtimeVersion = CUDART_VERSION;
     return cudaSuccess;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Stream-ordered allocation and pools, 3D allocation, peers, stream waits. */
+/* cudaMemPool_t is CUmemoryPool and cudaMemPoolAttr values are the        */
+/* driver's CUmemPool_attribute values. The driver frees a stream-ordered   */
+/* free at once (all simulated work is synchronous; driver_pool.c).         */
+/* ------------------------------------------------------------------------ */
+static cudaError_t malloc_async(void **devPtr, size_t size, cudaMemPool_t pool, int use_pool,
+                                cudaStream_t stream, int pt)
+{
+    CHECK_ARG(devPtr);
+    NEED_CONTEXT();
+    if (size == 0) { /* like cudaMalloc (a guess: NVIDIA does not document it) */
+        *devPtr = NULL;
+        return cudaSuccess;
+    }
+    CUdeviceptr p = 0;
+    CUresult r = use_pool ? DRV_CALL(cuMemAllocFromPoolAsync, pt, &p, size, pool, stream)
+                          : DRV_CALL(cuMemAllocAsync, pt, &p, size, stream);
+    if (r == CUDA_SUCCESS)
+        *devPtr = (void *)(uintptr_t)p;
+    return finish(r);
+}
+
+SIMRT_API cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
+{
+    return malloc_async(devPtr, size, NULL, 0, hStream, 0);
+}
+
+SIMRT_API cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream)
+{
+    return malloc_async(devPtr, size, NULL, 0, hStream, 1);
+}
+
+SIMRT_API cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
+                                              cudaStream_t stream)
+{
+    return malloc_async(ptr, size, memPool, 1, stream, 0);
+}
+
+SIMRT_API cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t memPool,
+                                                   cudaStream_t stream)
+{
+    return malloc_async(ptr, size, memPool, 1, stream, 1);
+}
+
+static cudaError_t free_async(void *devPtr, cudaStream_t stream, int pt)
+{
+    NEED_CONTEXT();
+    if (!devPtr) /* like cudaFree(NULL) (a guess) */
+        return cudaSuccess;
+    return finish(DRV_CALL(cuMemFreeAsync, pt, (CUdeviceptr)(uintptr_t)devPtr, stream));
+}
+
+SIMRT_API cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
+{
+    return free_async(devPtr, hStream, 0);
+}
+
+SIMRT_API cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream)
+{
+    return free_async(devPtr, hStream, 1);
+}
+
+SIMRT_API cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
+{
+    CHECK_ARG(memPool);
+    CUdevice d;
+    cudaError_t e = get_cu_device(device, &d);
+    if (e != cudaSuccess)
+        return simrt_record(e);
+    return finish(DRV_CALL(cuDeviceGetDefaultMemPool, 0, memPool, d));
+}
+
+SIMRT_API cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
+{
+    NEED_CONTEXT();
+    return finish(DRV_CALL(cuMemPoolTrimTo, 0, memPool, minBytesToKeep));
+}
+
+SIMRT_API cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr,
+                                              void *value)
+{
+    NEED_CONTEXT();
+    return finish(DRV_CALL(cuMemPoolSetAttribute, 0, memPool, (CUmemPool_attribute)attr, value));
+}
+
+SIMRT_API cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr,
+                                              void *value)
+{
+    NEED_CONTEXT();
+    return finish(DRV_CALL(cuMemPoolGetAttribute, 0, memPool, (CUmemPool_attribute)attr, value));
+}
+
+/* At least width * height * depth bytes, rows padded to the driver's pitch
+ * (cuMemAllocPitch, as cudaMallocPitch): ptr, pitch, xsize = width, ysize =
+ * height. An empty extent gives a NULL pointer and succeeds, like
+ * cudaMallocPitch here (a guess). */
+SIMRT_API cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent)
+{
+    CHECK_ARG(pitchedDevPtr);
+    NEED_CONTEXT();
+    memset(pitchedDevPtr, 0, sizeof *pitchedDevPtr);
+    pitchedDevPtr->xsize = extent.width;
+    pitchedDevPtr->ysize = extent.height;
+    if (extent.width == 0 || extent.height == 0 || extent.depth == 0)
+        return cudaSuccess;
+    if (extent.height > SIZE_MAX / extent.depth)
+        return simrt_record(cudaErrorMemoryAllocation);
+    CUdeviceptr p = 0;
+    size_t pitch = 0;
+    CUresult r = DRV_CALL(cuMemAllocPitch, 0, &p, &pitch, extent.width, extent.height * extent.depth, 4);
+    if (r == CUDA_SUCCESS) {
+        pitchedDevPtr->ptr = (void *)(uintptr_t)p;
+        pitchedDevPtr->pitch = pitch;
+    }
+    return finish(r);
+}
+
+SIMRT_API cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevice)
+{
+    CHECK_ARG(canAccessPeer);
+    CUdevice d, peer;
+    cudaError_t e = get_cu_device(device, &d);
+    if (e == cudaSuccess)
+        e = get_cu_device(peerDevice, &peer);
+    if (e != cudaSuccess)
+        return simrt_record(e);
+    return finish(DRV_CALL(cuDeviceCanAccessPeer, 0, canAccessPeer, d, peer));
+}
+
+/* Peer access of the current device to peerDevice, per process (the
+ * simulated driver has no cuCtxEnablePeerAccess; every device of the
+ * machine can reach every other). */
+static unsigned char peer_enabled[SIMRT_MAX_DEVICES][SIMRT_MAX_DEVICES];
+
+SIMRT_API cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
+{
+    CHECK_ARG(flags == 0);
+    NEED_CONTEXT();
+    int dev = tl_device;
+    if (peerDevice < 0 || peerDevice >= device_count || peerDevice == dev)
+        return simrt_record(cudaErrorInvalidDevice);
+    pthread_mutex_lock(&ctx_lock);
+    int already = peer_enabled[dev][peerDevice];
+    peer_enabled[dev][peerDevice] = 1;
+    pthread_mutex_unlock(&ctx_lock);
+    return already ? simrt_record(cudaErrorPeerAccessAlreadyEnabled) : cudaSuccess;
+}
+
+static cudaError_t stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned int flags,
+                                     int pt)
+{
+    if (!event)
+        return simrt_record(cudaErrorInvalidResourceHandle);
+    NEED_CONTEXT();
+    return finish(DRV_CALL(cuStreamWaitEvent, pt, stream, event, flags));
+}
+
+SIMRT_API cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
+{
+    return stream_wait_event(stream, event, flags, 0);
+}
+
+SIMRT_API cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event,
+                                               unsigned int flags)
+{
+    return stream_wait_event(stream, event, flags, 1);
 }

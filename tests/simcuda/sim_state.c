@@ -14,8 +14,10 @@
  * lacks room evicts that device's least recently used managed allocations
  * (a scan of the table per eviction). Processes are tracked in a holder table; the allocations of a
  * holder that is gone (no such pid, a different start time, or a zombie) are swept: at attach, on
- * cuMemGetInfo, before an allocation failure is reported, and on IPC open. This file knows nothing
- * about CUDA types.
+ * cuMemGetInfo, before an allocation failure is reported, and on IPC open. A table of IPC opens in
+ * force tells an owner's free whether someone still maps the block; in keep mode
+ * (SIMCUDA_FREE_WHILE_MAPPED=keep, chosen by the creator) such a block outlives the free until its
+ * last open goes. This file knows nothing about CUDA types.
  */
 #include "sim_state.h"
 
@@ -178,6 +180,11 @@ static struct sim_holder *holders(void)
     return (struct sim_holder *)((uint8_t *)sim_m + sim_m->off_holders);
 }
 
+static struct sim_map *maps(void)
+{
+    return (struct sim_map *)((uint8_t *)sim_m + sim_m->off_maps);
+}
+
 struct sim_alloc *sim_entry(uint32_t index)
 {
     return (struct sim_alloc *)((uint8_t *)sim_m + sim_m->off_allocs) + index;
@@ -272,11 +279,13 @@ static void compute_layout(struct sim_machine *h, unsigned ndev, uint64_t capaci
     h->managed_capacity = managed;
     h->max_allocs = SIM_MAX_ALLOCS;
     h->max_holders = SIM_MAX_HOLDERS;
+    h->max_maps = SIM_MAX_MAPS;
     h->off_holders = round_up(sizeof(struct sim_machine), page);
     h->off_allocs =
         round_up(h->off_holders + (uint64_t)SIM_MAX_HOLDERS * sizeof(struct sim_holder), page);
-    uint64_t off =
+    h->off_maps =
         round_up(h->off_allocs + (uint64_t)SIM_MAX_ALLOCS * sizeof(struct sim_alloc), page);
+    uint64_t off = round_up(h->off_maps + (uint64_t)SIM_MAX_MAPS * sizeof(struct sim_map), page);
     for (unsigned k = 0; k <= ndev; k++) {
         struct sim_dev_state *p = &h->dev[pool_at(h, k)];
         p->capacity = k < ndev ? capacity : managed;
@@ -296,6 +305,12 @@ static int create_machine(int fd, const char *name, unsigned ndev, uint64_t capa
     struct sim_machine h;
     memset(&h, 0, sizeof(h));
     compute_layout(&h, ndev, capacity, managed);
+    const char *mode = getenv(SIMCUDA_ENV_FREE_WHILE_MAPPED);
+    if (mode && !strcmp(mode, "keep"))
+        h.free_while_mapped = SIM_FREE_KEEP;
+    else if (mode && *mode && strcmp(mode, "poison"))
+        fprintf(stderr, "simcuda[%d]: ignoring %s=%s (want poison or keep)\n", (int)getpid(),
+                SIMCUDA_ENV_FREE_WHILE_MAPPED, mode);
     if (fchmod(fd, 0600) < 0 || ftruncate(fd, (off_t)h.total_size) < 0) return SIM_EOS;
     void *p = mmap(NULL, h.total_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
     if (p == MAP_FAILED) return SIM_EOS;
@@ -351,7 +366,8 @@ static int join_machine(int fd)
         sleep_step();
     int ok = i < WAIT_STEPS && h->magic == SIM_MAGIC && h->abi == SIM_ABI && h->ndev >= 1 &&
              h->ndev <= SIM_MAX_DEVICES && h->max_allocs == SIM_MAX_ALLOCS &&
-             h->max_holders == SIM_MAX_HOLDERS && h->granule == SIM_GRANULE;
+             h->max_holders == SIM_MAX_HOLDERS && h->max_maps == SIM_MAX_MAPS &&
+             h->granule == SIM_GRANULE && h->free_while_mapped <= SIM_FREE_KEEP;
     uint64_t total = h->total_size;
     if (ok) {
         struct sim_machine check;
@@ -537,6 +553,97 @@ static void release_locked(uint32_t index)
     sim_counters.frees++;
 }
 
+/* ---- IPC opens in force, and frees while mapped ---- */
+
+/* Whether LIVE entry `index` is open in some process. Caller holds the mutex. */
+static int mapped_locked(uint32_t index)
+{
+    const struct sim_alloc *a = sim_entry(index);
+    const struct sim_map *m = maps();
+    for (uint32_t r = 0; r < sim_m->maps_hw; r++)
+        if (m[r].serial == a->serial && m[r].index == index) return 1;
+    return 0;
+}
+
+/* The owner lets go of LIVE entry `index` (cuMemFree, its context's end,
+ * exit, death). In keep mode an allocation still open elsewhere stays
+ * LIVE and charged, without an owner (SIM_F_KEPT), until its last open
+ * goes; otherwise it is released now. Caller holds the mutex. */
+static void owner_release_locked(uint32_t index)
+{
+    struct sim_alloc *a = sim_entry(index);
+    if (sim_m->free_while_mapped != SIM_FREE_KEEP || !mapped_locked(index)) {
+        release_locked(index);
+        return;
+    }
+    if (a->holder < sim_m->max_holders) {
+        struct sim_holder *h = &holders()[a->holder];
+        if (h->pid == a->owner_pid && h->live) h->live--;
+    }
+    a->flags |= SIM_F_KEPT;
+    a->holder = SIM_NO_INDEX;
+    a->owner_pid = 0;
+    a->owner_start = 0;
+    a->ctx_id = 0;
+    sim_m->kept++;
+    sim_m->kept_frees++;
+    sim_counters.frees++;
+}
+
+/* Clears map row r; releases its allocation if it was kept and this was
+ * its last open. Caller holds the mutex. */
+static void unmap_row_locked(uint32_t r)
+{
+    struct sim_map *m = &maps()[r];
+    uint32_t index = m->index;
+    uint64_t serial = m->serial;
+    memset(m, 0, sizeof(*m));
+    if (index >= sim_m->max_allocs) return;
+    struct sim_alloc *a = sim_entry(index);
+    if (a->state != SIM_SLOT_LIVE || a->serial != serial || !(a->flags & SIM_F_KEPT) ||
+        mapped_locked(index))
+        return;
+    sim_m->kept--;
+    release_locked(index);
+}
+
+/* Drops every open of holder k (in context ctx_id unless all). */
+static void unmap_holder_locked(uint32_t k, int all, uint64_t ctx_id)
+{
+    struct sim_map *m = maps();
+    for (uint32_t r = 0; r < sim_m->maps_hw; r++)
+        if (m[r].serial && m[r].holder == k && (all || m[r].ctx_id == ctx_id)) unmap_row_locked(r);
+}
+
+int sim_map_add_locked(uint32_t index, uint64_t serial, uint64_t ctx_id)
+{
+    struct sim_map *m = maps();
+    uint32_t r = 0;
+    while (r < sim_m->maps_hw && m[r].serial) r++;
+    if (r == sim_m->max_maps) return SIM_ENOMEM;
+    if (r == sim_m->maps_hw) sim_m->maps_hw++;
+    m[r].holder = g_holder;
+    m[r].index = index;
+    m[r].serial = serial;
+    m[r].ctx_id = ctx_id;
+    return SIM_OK;
+}
+
+void sim_map_del(uint32_t index, uint64_t serial, uint64_t ctx_id)
+{
+    if (!sim_attached()) return;
+    sim_lock();
+    struct sim_map *m = maps();
+    for (uint32_t r = 0; r < sim_m->maps_hw; r++) {
+        if (m[r].serial == serial && m[r].index == index && m[r].holder == g_holder &&
+            m[r].ctx_id == ctx_id) {
+            unmap_row_locked(r);
+            break;
+        }
+    }
+    sim_unlock();
+}
+
 /* ---- managed residency ---- */
 
 /* Device-resident bytes of device d, ordinary and managed. */
@@ -715,7 +822,7 @@ int sim_free(unsigned dev, uint64_t offset)
     sim_lock();
     uint32_t i = sim_find_locked(dev, offset);
     if (i != SIM_NO_INDEX && sim_entry(i)->offset == offset && sim_is_mine(sim_entry(i))) {
-        release_locked(i);
+        owner_release_locked(i);
         rc = SIM_OK;
     }
     sim_unlock();
@@ -729,14 +836,29 @@ static void release_mine_locked(int all, uint64_t ctx_id)
     for (uint32_t i = 0; i < sim_m->high_water; i++) {
         struct sim_alloc *a = sim_entry(i);
         if (a->state == SIM_SLOT_LIVE && sim_is_mine(a) && (all || a->ctx_id == ctx_id))
-            release_locked(i);
+            owner_release_locked(i);
     }
+}
+
+uint64_t sim_pool_usage(unsigned dev)
+{
+    uint64_t n = 0;
+    if (!sim_attached()) return 0;
+    sim_lock();
+    for (uint32_t i = 0; i < sim_m->high_water; i++) {
+        const struct sim_alloc *a = sim_entry(i);
+        if (a->state == SIM_SLOT_LIVE && a->device == dev && (a->flags & SIM_F_POOL) && sim_is_mine(a))
+            n += a->rsize;
+    }
+    sim_unlock();
+    return n;
 }
 
 void sim_free_ctx(uint64_t ctx_id)
 {
     if (!sim_attached()) return;
     sim_lock();
+    unmap_holder_locked(g_holder, 0, ctx_id);
     release_mine_locked(0, ctx_id);
     sim_unlock();
 }
@@ -745,6 +867,7 @@ void sim_detach(void)
 {
     if (!sim_attached()) return;
     sim_lock();
+    unmap_holder_locked(g_holder, 1, 0);
     release_mine_locked(1, 0);
     if (g_holder < sim_m->max_holders) memset(&holders()[g_holder], 0, sizeof(struct sim_holder));
     sim_unlock();
@@ -759,11 +882,14 @@ unsigned sim_sweep_locked(void)
     for (uint32_t k = 0; k < sim_m->holder_hw && k < sim_m->max_holders; k++) {
         if (h[k].pid == 0 || (k == g_holder && g_pid != 0)) continue;
         if (proc_alive(h[k].pid, h[k].start)) continue;
+        uint64_t kept = sim_m->kept;
+        unmap_holder_locked(k, 1, 0); /* a dead importer unmaps everything */
+        released += (unsigned)(kept - sim_m->kept);
         if (h[k].live) {
             for (uint32_t i = 0; i < sim_m->high_water; i++) {
                 struct sim_alloc *a = sim_entry(i);
                 if (a->state == SIM_SLOT_LIVE && a->holder == k && a->owner_pid == h[k].pid) {
-                    release_locked(i);
+                    owner_release_locked(i);
                     released++;
                 }
             }
@@ -784,6 +910,8 @@ void sim_machine_stats(struct simcuda_stats *out)
     for (unsigned d = 0; d < sim_m->ndev; d++)
         out->used[d] = sim_m->dev[d].used;
     out->machine_poisoned_frees = sim_m->poisoned_frees;
+    out->machine_kept = sim_m->kept;
+    out->machine_kept_frees = sim_m->kept_frees;
     sim_unlock();
 }
 

@@ -25,7 +25,10 @@
  * - dev[p].used is the sum of rsize over LIVE entries of pool p;
  * - dev[d].managed is the sum of rsize over LIVE managed entries resident
  *   on device d, and dev[d].used + dev[d].managed <= capacity;
- * - serials are never reused, so (index, serial) names one allocation forever.
+ * - serials are never reused, so (index, serial) names one allocation forever;
+ * - a map row (serial != 0) is one IPC open in force by a holder that is
+ *   alive or not yet swept; a SIM_F_KEPT entry has no owner and at least
+ *   one map row (the last row's removal releases it).
  * Everything is fixed-width and index-based; the layout is pinned by a test.
  * These functions are internal to libcuda (hidden visibility).
  */
@@ -42,10 +45,11 @@
 #define SIM_INTERNAL __attribute__((visibility("hidden")))
 
 #define SIM_MAGIC 0x31414455434d4953ull /* "SIMCUDA1" */
-#define SIM_ABI 2u
+#define SIM_ABI 3u
 #define SIM_MAX_DEVICES SIMCUDA_MAX_DEVICES
 #define SIM_MAX_ALLOCS 262144u          /* table capacity: live allocations, machine-wide */
 #define SIM_MAX_HOLDERS 4096u           /* processes that may have called cuInit at once */
+#define SIM_MAX_MAPS 65536u             /* IPC opens in force, machine-wide (one row per open) */
 #define SIM_GRANULE 512u                /* allocation alignment and accounting unit */
 #define SIM_MAX_CAPACITY (256ull << 30) /* per device */
 #define SIM_NO_INDEX 0xffffffffu
@@ -60,6 +64,25 @@ enum sim_alloc_flags {
     SIM_F_EXPORTED = 1u << 0,
     SIM_F_MANAGED = 1u << 1,     /* lives in SIM_POOL_MANAGED */
     SIM_F_READ_MOSTLY = 1u << 2, /* advice recorded, no effect */
+    SIM_F_POOL = 1u << 4,        /* stream-ordered (cuMemAllocAsync): not legacy-IPC capable */
+    SIM_F_KEPT = 1u << 3,        /* freed by its owner, kept for its importers (keep mode): no
+                                    owner, not openable, still LIVE and charged */
+};
+
+/* What an owner's free does to an allocation some importer still maps. */
+enum sim_free_mode {
+    SIM_FREE_POISON = 0, /* release now; exported ones are poisoned */
+    SIM_FREE_KEEP = 1,   /* keep (SIM_F_KEPT) until the last importer unmaps */
+};
+
+/* One IPC open in force: importer holder, allocation (index, serial) and the
+ * importer's context. serial 0 = free row. 32 bytes. */
+struct sim_map {
+    uint32_t holder;
+    uint32_t index;
+    uint64_t serial;
+    uint64_t ctx_id;
+    uint64_t pad;
 };
 
 /* One allocation. 96 bytes. */
@@ -135,6 +158,14 @@ struct sim_machine {
     uint32_t holder_hw; /* holder slots >= holder_hw were never used */
     uint64_t poisoned_frees;
     struct sim_dev_state dev[SIM_POOLS]; /* devices, then [SIM_POOL_MANAGED] */
+    /* ABI 3: IPC opens in force, and what a free while mapped does. */
+    uint64_t off_maps;
+    uint32_t max_maps;
+    uint32_t maps_hw;           /* rows >= maps_hw were never used */
+    uint32_t free_while_mapped; /* enum sim_free_mode, chosen by the creator */
+    uint32_t pad_abi3;
+    uint64_t kept;       /* LIVE entries with SIM_F_KEPT */
+    uint64_t kept_frees; /* owner frees that were kept */
 };
 
 /* Result codes of the sim_* functions; driver.c maps them to CUresult. */
@@ -223,8 +254,23 @@ SIM_INTERNAL void sim_managed_touch_locked(uint32_t index);
  * Returns SIM_OK or SIM_EINVAL. */
 SIM_INTERNAL int sim_free(unsigned dev, uint64_t offset);
 
-/* Releases every allocation of this process made in context `ctx_id`. */
+/* Releases every allocation of this process made in context `ctx_id`, and
+ * drops this process's IPC opens made in that context. */
 SIM_INTERNAL void sim_free_ctx(uint64_t ctx_id);
+
+/* Records one IPC open of LIVE entry `index` (which must carry `serial`)
+ * by this process in context ctx_id. Caller holds the mutex. Returns SIM_OK
+ * or SIM_ENOMEM (table of opens full). */
+SIM_INTERNAL int sim_map_add_locked(uint32_t index, uint64_t serial, uint64_t ctx_id);
+
+/* Drops one IPC open recorded by sim_map_add_locked; when it was the last
+ * open of a kept allocation, that allocation is really released (and
+ * poisoned). Caller holds no lock. */
+SIM_INTERNAL void sim_map_del(uint32_t index, uint64_t serial, uint64_t ctx_id);
+
+/* Bytes (rsize) of this process's LIVE SIM_F_POOL allocations on device
+ * dev. Takes the mutex. */
+SIM_INTERNAL uint64_t sim_pool_usage(unsigned dev);
 
 /* Finds the LIVE allocation containing byte `offset` of pool `dev`. Caller holds
  * the machine mutex. Returns its index or SIM_NO_INDEX. */

@@ -32,6 +32,14 @@ extern "C" {
 #define SIMCUDA_ENV_FAIL_IPC_CLOSE "SIMCUDA_FAIL_IPC_CLOSE" /* next N cuIpcCloseMemHandle fail */
 #define SIMCUDA_ENV_FAIL_LAUNCH "SIMCUDA_FAIL_LAUNCH"       /* next N kernel launches fail */
 #define SIMCUDA_ENV_MANAGED_MEMORY "SIMCUDA_MANAGED_MEMORY" /* managed pool bytes, default 4 x device */
+/* What an exporter's free does to a block another process still maps:
+ * "poison" (default: released and overwritten with SIMCUDA_POISON_WORD) or
+ * "keep" (pages stay valid and charged until the last importer unmaps).
+ * Creator only: a property of the machine. */
+#define SIMCUDA_ENV_FREE_WHILE_MAPPED "SIMCUDA_FREE_WHILE_MAPPED"
+/* What cuGetProcAddress hands out: "internal" (default), "alias", "global"
+ * (resolver.c). Read at every call. */
+#define SIMCUDA_ENV_PROC_ADDRESS "SIMCUDA_PROC_ADDRESS"
 
 #define SIMCUDA_MAX_DEVICES 8
 
@@ -62,6 +70,8 @@ struct simcuda_stats {
     uint64_t capacity;    /* bytes per device */
     uint64_t used[SIMCUDA_MAX_DEVICES];
     uint64_t machine_poisoned_frees;
+    uint64_t machine_kept;       /* freed by their owner, kept while an importer maps them (keep mode) */
+    uint64_t machine_kept_frees; /* owner frees that were kept (keep mode), since the machine began */
 };
 
 /* A recorded kernel launch (kernels are never executed). */

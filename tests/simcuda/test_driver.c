@@ -38,6 +38,8 @@ static void setup(void)
     unsetenv(SIMCUDA_ENV_FAIL_IPC_OPEN);
     unsetenv(SIMCUDA_ENV_FAIL_IPC_CLOSE);
     unsetenv(SIMCUDA_ENV_FAIL_LAUNCH);
+    unsetenv(SIMCUDA_ENV_FREE_WHILE_MAPPED);
+    unsetenv(SIMCUDA_ENV_PROC_ADDRESS);
 }
 
 static void teardown(void)
@@ -1107,7 +1109,7 @@ Test(simcuda, shared_layout_is_pinned)
 {
     /* The segment is shared between builds of this library: any change here
      * must bump SIM_ABI. */
-    cr_assert_eq(SIM_ABI, 2);
+    cr_assert_eq(SIM_ABI, 3);
     cr_assert_eq(sizeof(struct sim_alloc), 96);
     cr_assert_eq(offsetof(struct sim_alloc, offset), 16);
     cr_assert_eq(offsetof(struct sim_alloc, serial), 40);
@@ -1122,6 +1124,283 @@ Test(simcuda, shared_layout_is_pinned)
     cr_assert_eq(offsetof(struct sim_machine, next_serial), 152);
     cr_assert_eq(offsetof(struct sim_machine, poisoned_frees), 176);
     cr_assert_eq(offsetof(struct sim_machine, dev), 184);
-    cr_assert_eq(sizeof(struct sim_machine), 184 + 64 * SIM_POOLS);
+    cr_assert_eq(offsetof(struct sim_machine, off_maps), 184 + 64 * SIM_POOLS);
+    cr_assert_eq(sizeof(struct sim_map), 32);
+    cr_assert_eq(sizeof(struct sim_machine), 184 + 64 * SIM_POOLS + 40);
     cr_assert_eq(sizeof(CUipcMemHandle), 64);
+}
+
+/* ---- SIMCUDA_FREE_WHILE_MAPPED=keep ---- */
+
+/* Opens the handle, checks the data, reports 'o'; after the parent's free
+ * ('f') checks the data again and that the freed block cannot be opened a
+ * second time, then closes unless a->hold (then waits to be killed). */
+struct keep_args {
+    struct ipc_args ipc;
+    int hold;
+};
+
+static int child_keep_reader(void *arg)
+{
+    struct keep_args *k = arg;
+    struct ipc_args *a = &k->ipc;
+    CHILD_OK(init_on(0));
+    CUdeviceptr p, again;
+    CHILD_OK(cuIpcOpenMemHandle(&p, a->h, 0));
+    unsigned v[1024];
+    char c = 'o';
+    CHILD_EXPECT(write(a->to_parent[1], &c, 1) == 1);
+    CHILD_EXPECT(read(a->to_child[0], &c, 1) == 1); /* parent has freed */
+    CHILD_OK(cuMemcpyDtoH(v, p, sizeof(v)));
+    for (int i = 0; i < 1024; i++)
+        CHILD_EXPECT(v[i] == 0x5a5a5a5au);
+    CHILD_EXPECT(cuIpcOpenMemHandle(&again, a->h, 0) == CUDA_ERROR_INVALID_VALUE);
+    CHILD_EXPECT(write(a->to_parent[1], &c, 1) == 1);
+    if (k->hold)
+        for (;;)
+            pause();
+    CHILD_EXPECT(read(a->to_child[0], &c, 1) == 1);
+    CHILD_OK(cuIpcCloseMemHandle(p));
+    CHILD_EXPECT(write(a->to_parent[1], &c, 1) == 1);
+    CHILD_EXPECT(read(a->to_child[0], &c, 1) == 1); /* stay alive until the parent looked */
+    return 0;
+}
+
+static pid_t start_keep_reader(struct keep_args *k, CUdeviceptr *p)
+{
+    cr_assert_eq(pipe(k->ipc.to_parent), 0);
+    cr_assert_eq(pipe(k->ipc.to_child), 0);
+    OK(cuMemAlloc(p, 4096));
+    OK(cuMemsetD32(*p, 0x5a5a5a5au, 1024));
+    OK(cuIpcGetMemHandle(&k->ipc.h, *p));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) _exit(child_keep_reader(k));
+    char c;
+    cr_assert_eq(read(k->ipc.to_parent[0], &c, 1), 1);
+    return pid;
+}
+
+Test(simcuda, keep_mode_free_while_mapped_keeps_the_pages_until_the_last_close)
+{
+    setenv(SIMCUDA_ENV_FREE_WHILE_MAPPED, "keep", 1);
+    setenv(SIMCUDA_ENV_DEVICE_MEMORY, "8K", 1); /* room for two 4 KiB blocks */
+    OK(init_on(0));
+    struct keep_args k = {.hold = 0};
+    CUdeviceptr p, q, r;
+    pid_t pid = start_keep_reader(&k, &p);
+    size_t before = free_bytes();
+    OK(cuMemFree(p));
+    FAILS(cuMemFree(p), CUDA_ERROR_INVALID_VALUE); /* freed for its owner */
+    cr_assert_eq(free_bytes(), before, "a kept block stays charged");
+    struct simcuda_stats s;
+    simcuda_stats(&s);
+    cr_assert_eq(s.machine_kept, 1);
+    cr_assert_eq(s.machine_kept_frees, 1);
+    cr_assert_eq(s.proc_poisoned_frees, 0);
+    OK(cuMemAlloc(&q, 4096));
+    cr_assert_neq(q, p, "the kept range must not be reused");
+    FAILS(cuMemAlloc(&r, 4096), CUDA_ERROR_OUT_OF_MEMORY);
+    char c = 'f';
+    write_all(k.ipc.to_child[1], &c, 1); /* the child reads intact data */
+    cr_assert_eq(read(k.ipc.to_parent[0], &c, 1), 1);
+    write_all(k.ipc.to_child[1], &c, 1); /* now close */
+    cr_assert_eq(read(k.ipc.to_parent[0], &c, 1), 1);
+    simcuda_stats(&s);
+    cr_assert_eq(s.machine_kept, 0, "the last close releases the kept block");
+    OK(cuMemAlloc(&r, 4096));
+    cr_assert_eq(r, p, "the range is free again");
+    write_all(k.ipc.to_child[1], &c, 1);
+    int st;
+    waitpid(pid, &st, 0);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+Test(simcuda, keep_mode_importer_death_releases_the_kept_block)
+{
+    setenv(SIMCUDA_ENV_FREE_WHILE_MAPPED, "keep", 1);
+    OK(init_on(0));
+    struct keep_args k = {.hold = 1};
+    CUdeviceptr p;
+    size_t start = free_bytes();
+    pid_t pid = start_keep_reader(&k, &p);
+    OK(cuMemFree(p));
+    char c = 'f';
+    write_all(k.ipc.to_child[1], &c, 1);
+    cr_assert_eq(read(k.ipc.to_parent[0], &c, 1), 1);
+    cr_assert_lt(free_bytes(), start);
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    cr_assert_eq(free_bytes(), start, "the sweep of the dead importer releases the block");
+    struct simcuda_stats s;
+    simcuda_stats(&s);
+    cr_assert_eq(s.machine_kept, 0);
+    cr_assert_eq(s.machine_poisoned_frees, 1, "really released at last, poisoned as exported");
+}
+
+Test(simcuda, poison_mode_is_the_default_and_releases_at_once)
+{
+    OK(init_on(0));
+    struct keep_args k = {.hold = 1};
+    CUdeviceptr p;
+    size_t start = free_bytes();
+    pid_t pid = start_keep_reader(&k, &p);
+    OK(cuMemFree(p));
+    cr_assert_eq(free_bytes(), start, "released at once although mapped");
+    struct simcuda_stats s;
+    simcuda_stats(&s);
+    cr_assert_eq(s.machine_kept, 0);
+    cr_assert_eq(s.proc_poisoned_frees, 1);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/* ---- SIMCUDA_PROC_ADDRESS ---- */
+
+Test(simcuda, resolver_binding_modes)
+{
+    /* Default: the driver's own function, the one dlsym of its name gives
+     * (libcuda is linked -Bsymbolic-functions: nothing preloaded changes it;
+     * tests/e2e/test_binding.c checks that under the shim). */
+    void *own = dlsym(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD), "cuMemAlloc_v2");
+    cr_assert_not_null(own);
+    cr_assert_eq(resolve("cuMemAlloc", 13000, 0), own);
+    setenv(SIMCUDA_ENV_PROC_ADDRESS, "internal", 1);
+    cr_assert_eq(resolve("cuMemAlloc", 13000, 0), own);
+
+    /* alias: internal twins of the IPC/allocation functions only. */
+    setenv(SIMCUDA_ENV_PROC_ADDRESS, "alias", 1);
+    CUresult (*alloc)(CUdeviceptr *, size_t) = (CUresult(*)(CUdeviceptr *, size_t))resolve("cuMemAlloc", 13000, 0);
+    CUresult (*release)(CUdeviceptr) = (CUresult(*)(CUdeviceptr))resolve("cuMemFree", 13000, 0);
+    cr_assert_neq((void *)alloc, own);
+    cr_assert_neq((void *)release, sym("cuMemFree_v2"));
+    cr_assert_neq(resolve("cuIpcOpenMemHandle", 13000, 0), sym("cuIpcOpenMemHandle_v2"));
+    cr_assert_eq(resolve("cuIpcOpenMemHandle", 10000, 0), sym("cuIpcOpenMemHandle"), "only the newest ABI");
+    cr_assert_eq(resolve("cuCtxCreate", 13000, 0), sym("cuCtxCreate_v4"));
+    OK(init_on(0));
+    CUdeviceptr p;
+    OK(alloc(&p, 4096)); /* the twin behaves like the original */
+    OK(cuMemsetD8(p, 1, 4096));
+    OK(release(p));
+    FAILS(cuMemFree(p), CUDA_ERROR_INVALID_VALUE);
+
+    /* global: what the dynamic linker finds first (nothing preloaded here). */
+    setenv(SIMCUDA_ENV_PROC_ADDRESS, "global", 1);
+    cr_assert_eq(resolve("cuMemAlloc", 13000, 0), dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"));
+    unsetenv(SIMCUDA_ENV_PROC_ADDRESS);
+}
+
+/* ---- stream-ordered allocation and the default pool (driver_pool.c) ---- */
+
+static void *pool_attr_ptr(CUdeviceptr p)
+{
+    void *pool = (void *)0x1;
+    OK(cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, p));
+    return pool;
+}
+
+static cuuint64_t pool_get(CUmemoryPool pool, CUmemPool_attribute a)
+{
+    cuuint64_t v = ~0ull;
+    OK(cuMemPoolGetAttribute(pool, a, &v));
+    return v;
+}
+
+Test(simcuda, stream_ordered_allocation_and_default_pool)
+{
+    CUmemoryPool pool = NULL, cur = NULL;
+    FAILS(cuDeviceGetDefaultMemPool(&pool, 0), CUDA_ERROR_NOT_INITIALIZED);
+    OK(init_on(0));
+    int v = 0;
+    OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 0));
+    cr_assert_eq(v, 1);
+    OK(cuDeviceGetDefaultMemPool(&pool, 0));
+    cr_assert_not_null(pool);
+    OK(cuDeviceGetMemPool(&cur, 0));
+    cr_assert_eq(cur, pool);
+    FAILS(cuDeviceGetDefaultMemPool(&pool, 7), CUDA_ERROR_INVALID_DEVICE);
+    FAILS(cuDeviceGetDefaultMemPool(NULL, 0), CUDA_ERROR_INVALID_VALUE);
+
+    CUstream s;
+    OK(cuStreamCreate(&s, 0));
+    size_t before = free_bytes();
+    CUdeviceptr p, q, r;
+    OK(cuMemAllocAsync(&p, 1000, s));
+    cr_assert_eq(before - free_bytes(), 1024, "pool memory is device memory, charged like any");
+    OK(cuMemsetD8(p, 7, 1000));
+    unsigned char b = 0;
+    OK(cuMemcpyDtoH(&b, p + 999, 1));
+    cr_assert_eq(b, 7);
+    cr_assert_eq(pool_attr_ptr(p), (void *)pool);
+    cr_assert_eq(pool_attr_ptr(p + 10), (void *)pool);
+    unsigned char capable = 1;
+    OK(cuPointerGetAttribute(&capable, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p));
+    cr_assert_eq(capable, 0);
+    CUipcMemHandle h;
+    FAILS(cuIpcGetMemHandle(&h, p), CUDA_ERROR_INVALID_VALUE); /* openucx/ucx#10065 */
+    cr_assert_eq(pool_get(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 1024);
+    cr_assert_eq(pool_get(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 1024);
+
+    OK(cuMemAlloc(&q, 512)); /* ordinary memory: no pool, exportable */
+    cr_assert_null(pool_attr_ptr(q));
+    OK(cuIpcGetMemHandle(&h, q));
+
+    OK(cuMemAllocFromPoolAsync(&r, 512, pool, NULL));
+    FAILS(cuMemAllocFromPoolAsync(&r, 512, (CUmemoryPool)&v, NULL), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuMemAllocFromPoolAsync(&r, 512, NULL, NULL), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuMemAllocAsync(&r, 0, s), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuMemAllocAsync(&r, 16, (CUstream)0x1234), CUDA_ERROR_INVALID_HANDLE);
+    cr_assert_eq(pool_get(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 1536);
+    cr_assert_eq(pool_get(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH), 1536);
+
+    /* The simulator frees at once: all work queued on s is already done. */
+    OK(cuMemFreeAsync(p, s));
+    FAILS(cuMemFreeAsync(p, s), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuMemFreeAsync(r + 8, s), CUDA_ERROR_INVALID_VALUE); /* not a base */
+    OK(cuMemFree(r));                                        /* pool memory, synchronous free */
+    OK(cuMemFreeAsync(q, NULL));                             /* cuMemAlloc memory, stream-ordered free */
+    cr_assert_eq(free_bytes(), before);
+    cr_assert_eq(pool_get(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 0);
+    cr_assert_eq(pool_get(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH), 1536);
+
+    /* Attributes: reuse flags and threshold are kept; high marks reset to 0 only. */
+    cuuint64_t t = 1 << 20, zero = 0;
+    OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &t));
+    cr_assert_eq(pool_get(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD), 1 << 20);
+    int off = 0, flag = -1;
+    OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &off));
+    OK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &flag));
+    cr_assert_eq(flag, 0);
+    OK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES, &flag));
+    cr_assert_eq(flag, 1);
+    FAILS(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &t), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero));
+    cr_assert_eq(pool_get(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH), 0);
+    FAILS(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &zero), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemPoolTrimTo(pool, 0));
+    FAILS(cuMemPoolTrimTo((CUmemoryPool)&v, 0), CUDA_ERROR_INVALID_VALUE);
+    OK(cuStreamDestroy(s));
+}
+
+Test(simcuda, legacy_ipc_refuses_managed_and_pool_memory)
+{
+    OK(init_on(0));
+    CUdeviceptr m, a, d;
+    CUipcMemHandle h;
+    OK(cuMemAllocManaged(&m, 4096, CU_MEM_ATTACH_GLOBAL));
+    FAILS(cuIpcGetMemHandle(&h, m), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemAllocAsync(&a, 4096, NULL));
+    FAILS(cuIpcGetMemHandle(&h, a), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemAlloc(&d, 4096));
+    OK(cuIpcGetMemHandle(&h, d));
+    /* The resolver hands the new functions out, _ptsz on request. */
+    cr_assert_eq(resolve("cuMemAllocAsync", 13000, 0), sym("cuMemAllocAsync"));
+    cr_assert_eq(resolve("cuMemAllocAsync", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM),
+                 sym("cuMemAllocAsync_ptsz"));
+    cr_assert_eq(resolve("cuMemFreeAsync", 11020, 0), sym("cuMemFreeAsync"));
+    cr_assert_eq(resolve("cuDeviceGetDefaultMemPool", 12000, 0), sym("cuDeviceGetDefaultMemPool"));
+    OK(cuMemFree(m));
+    OK(cuMemFreeAsync(a, NULL));
+    OK(cuMemFree(d));
 }

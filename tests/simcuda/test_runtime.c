@@ -904,3 +904,107 @@ Test(simcudart, nvcc_managed_program_under_the_simulator)
     cr_assert_eq(rc, 0, "%s failed check %d", SIMCUDART_MANAGED_PROG, rc);
 #endif
 }
+
+Test(simcudart, stream_ordered_allocation_and_pools)
+{
+    cudaStream_t s;
+    cr_assert_eq(cudaStreamCreate(&s), cudaSuccess);
+    size_t before = 0, total = 0, now = 0;
+    cr_assert_eq(cudaMemGetInfo(&before, &total), cudaSuccess);
+    void *p = NULL, *q = NULL;
+    cr_assert_eq(cudaMallocAsync(&p, 1000, s), cudaSuccess);
+    cr_assert_not_null(p);
+    cr_assert_eq(cudaMemsetAsync(p, 3, 1000, s), cudaSuccess);
+    unsigned char b = 0;
+    cr_assert_eq(cudaMemcpy(&b, (char *)p + 999, 1, cudaMemcpyDeviceToHost), cudaSuccess);
+    cr_assert_eq(b, 3);
+    struct cudaPointerAttributes at;
+    cr_assert_eq(cudaPointerGetAttributes(&at, p), cudaSuccess);
+    cr_assert_eq(at.type, cudaMemoryTypeDevice);
+    cudaIpcMemHandle_t h;
+    cr_assert_eq(cudaIpcGetMemHandle(&h, p), cudaErrorInvalidValue, "legacy IPC refuses pool memory");
+    cr_assert_eq(cudaGetLastError(), cudaErrorInvalidValue);
+
+    cudaMemPool_t pool = NULL;
+    cr_assert_eq(cudaDeviceGetDefaultMemPool(&pool, 0), cudaSuccess);
+    cr_assert_not_null(pool);
+    cr_assert_eq(cudaDeviceGetDefaultMemPool(&pool, 5), cudaErrorInvalidDevice);
+    cudaGetLastError();
+    unsigned long long used = 0, threshold = 1 << 20, got = 0;
+    cr_assert_eq(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used), cudaSuccess);
+    cr_assert_eq(used, 1024);
+    cr_assert_eq(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold), cudaSuccess);
+    cr_assert_eq(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &got), cudaSuccess);
+    cr_assert_eq(got, 1 << 20);
+    cr_assert_eq(cudaMemPoolTrimTo(pool, 0), cudaSuccess);
+
+    cr_assert_eq(cudaMallocFromPoolAsync(&q, 512, pool, s), cudaSuccess);
+    cr_assert_eq(cudaMemGetInfo(&now, &total), cudaSuccess);
+    cr_assert_eq(before - now, 1536);
+    cr_assert_eq(cudaFreeAsync(q, s), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(p, s), cudaSuccess);
+    cr_assert_eq(cudaFreeAsync(NULL, s), cudaSuccess);
+    cr_assert_eq(cudaStreamSynchronize(s), cudaSuccess);
+    cr_assert_eq(cudaMemGetInfo(&now, &total), cudaSuccess);
+    cr_assert_eq(now, before, "freed at once: the simulator's work is synchronous");
+    cr_assert_eq(cudaFreeAsync(p, s), cudaErrorInvalidValue);
+    cudaGetLastError();
+
+    /* The per-thread-default-stream entry points nvcc emits with
+     * --default-stream per-thread. */
+    typedef cudaError_t (*malloc_fn)(void **, size_t, cudaStream_t);
+    typedef cudaError_t (*free_fn)(void *, cudaStream_t);
+    malloc_fn ma = (malloc_fn)dlsym(RTLD_DEFAULT, "cudaMallocAsync_ptsz");
+    free_fn fa = (free_fn)dlsym(RTLD_DEFAULT, "cudaFreeAsync_ptsz");
+    cr_assert(ma && fa && dlsym(RTLD_DEFAULT, "cudaMallocFromPoolAsync_ptsz"));
+    cr_assert_eq(ma(&p, 64, cudaStreamPerThread), cudaSuccess);
+    cr_assert_eq(fa(p, cudaStreamPerThread), cudaSuccess);
+    cr_assert_eq(cudaStreamDestroy(s), cudaSuccess);
+}
+
+Test(simcudart, malloc3d_peers_and_stream_wait_event)
+{
+    setenv(SIMCUDA_ENV_DEVICES, "2", 1);
+    struct cudaPitchedPtr pp;
+    cr_assert_eq(cudaMalloc3D(&pp, (struct cudaExtent){100, 4, 3}), cudaSuccess);
+    cr_assert_not_null(pp.ptr);
+    cr_assert_geq(pp.pitch, 100);
+    cr_assert_eq(pp.xsize, 100);
+    cr_assert_eq(pp.ysize, 4);
+    cr_assert_eq(cudaMemset(pp.ptr, 1, pp.pitch * 4 * 3), cudaSuccess, "pitch x height x depth bytes");
+    cr_assert_eq(cudaMemset(pp.ptr, 1, pp.pitch * 4 * 3 + 1), cudaErrorInvalidValue);
+    cudaGetLastError();
+    cr_assert_eq(cudaFree(pp.ptr), cudaSuccess);
+    cr_assert_eq(cudaMalloc3D(&pp, (struct cudaExtent){0, 4, 3}), cudaSuccess);
+    cr_assert_null(pp.ptr);
+    cr_assert_eq(cudaMalloc3D(NULL, (struct cudaExtent){1, 1, 1}), cudaErrorInvalidValue);
+    cudaGetLastError();
+
+    /* What NVIDIA's simpleIPC sample checks and does before sharing. */
+    int can = -1;
+    cr_assert_eq(cudaDeviceCanAccessPeer(&can, 0, 1), cudaSuccess);
+    cr_assert_eq(can, 1);
+    cr_assert_eq(cudaDeviceCanAccessPeer(&can, 0, 9), cudaErrorInvalidDevice);
+    cudaGetLastError();
+    cr_assert_eq(cudaDeviceEnablePeerAccess(1, 0), cudaSuccess);
+    cr_assert_eq(cudaDeviceEnablePeerAccess(1, 0), cudaErrorPeerAccessAlreadyEnabled);
+    cr_assert_eq(cudaDeviceEnablePeerAccess(0, 0), cudaErrorInvalidDevice);
+    cr_assert_eq(cudaDeviceEnablePeerAccess(1, 1), cudaErrorInvalidValue);
+    cudaGetLastError();
+
+    cudaEvent_t e;
+    cudaStream_t s;
+    cr_assert_eq(cudaStreamCreate(&s), cudaSuccess);
+    cr_assert_eq(cudaEventCreateWithFlags(&e, cudaEventInterprocess | cudaEventDisableTiming), cudaSuccess);
+    cr_assert_eq(cudaEventRecord(e, s), cudaSuccess);
+    cr_assert_eq(cudaStreamWaitEvent(0, e, 0), cudaSuccess);
+    typedef cudaError_t (*wait_fn)(cudaStream_t, cudaEvent_t, unsigned);
+    wait_fn w = (wait_fn)dlsym(RTLD_DEFAULT, "cudaStreamWaitEvent_ptsz");
+    cr_assert_not_null(w);
+    cr_assert_eq(w(cudaStreamPerThread, e, 0), cudaSuccess);
+    cr_assert_eq(cudaStreamWaitEvent(s, NULL, 0), cudaErrorInvalidResourceHandle);
+    cudaGetLastError();
+    cr_assert_eq(cudaEventSynchronize(e), cudaSuccess);
+    cr_assert_eq(cudaEventDestroy(e), cudaSuccess);
+    cr_assert_eq(cudaStreamDestroy(s), cudaSuccess);
+}

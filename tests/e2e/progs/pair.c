@@ -7,13 +7,20 @@
  *   pair [--blocks N] [--size BYTES] [--consumers N] [--opens K] [--threads T]
  *        [--free before-open|while-reading|after-close|never] [--interior]
  *        [--device D] [--reclaim-wait MS] [--collect] [--hold MS]
- *        [--self-open] [--then-alloc BYTES]
+ *        [--self-open] [--then-alloc BYTES] [--calls]
  *
  * Output, one fact per line: "consumer K: ok|poison|wrong|error ...",
- * "reclaimed: yes MS" or "reclaimed: no BYTES", "timing: last-close-to-free MS".
+ * "reclaimed: yes MS" or "reclaimed: no BYTES", "timing: last-close-to-free MS";
+ * after a while-reading free, "after-free: charged BYTES" (device memory
+ * still used beyond the baseline) and, under the shim, "after-free:
+ * deferred N" (the shim's count of frees sent to limbo);
+ * with --calls, when the shim is loaded (ipcshim_calls found with dlsym),
+ * "calls SYMBOL DOOR: N" for the IPC and allocation functions, from the
+ * producer and (as "consumer K: calls ...") from each consumer.
  * Exit status: 0 every consumer read the data written, 1 some consumer read
  * other bytes (the poison of a freed block), 2 an error. */
 #include "api.h"
+#include "ipcshim.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -39,7 +46,7 @@ struct config {
     int blocks, consumers, opens, threads, device, reclaim_wait_ms, hold_ms;
     size_t size, then_alloc;
     const char *free_when;
-    bool interior, collect, self_open;
+    bool interior, collect, self_open, calls;
 };
 
 static double now_ms(void)
@@ -69,6 +76,21 @@ struct consumer {
 };
 
 static struct consumer C;
+
+/* --calls: the shim's per-door call counts of this process, if it is there. */
+static void print_calls(void)
+{
+    static const char *const syms[] = {"cudaMalloc", "cudaFree", "cudaIpcGetMemHandle", "cudaIpcOpenMemHandle",
+                                       "cudaIpcCloseMemHandle", "cuMemAlloc_v2", "cuMemFree_v2", "cuIpcGetMemHandle",
+                                       "cuIpcOpenMemHandle", "cuIpcOpenMemHandle_v2", "cuIpcCloseMemHandle"};
+    static const char *const doors[] = {"runtime", "driver", "resolver"};
+    long long (*calls)(const char *, const char *) =
+        (long long (*)(const char *, const char *))dlsym(RTLD_DEFAULT, "ipcshim_calls");
+    if (!calls) return;
+    for (size_t i = 0; i < sizeof syms / sizeof *syms; i++)
+        for (size_t d = 0; d < 3; d++) printf("calls %s %s: %lld\n", syms[i], doors[d], calls(syms[i], doors[d]));
+    fflush(stdout);
+}
 
 /* One consumer thread: open every block `opens` times, wait for the read,
  * then close every open in a shuffled order. */
@@ -122,16 +144,19 @@ static const char *check_blocks(size_t size)
     return verdict;
 }
 
-/* argv: --consumer DEVICE SIZE OPENS THREADS HANDLE... ; commands on stdin. */
+/* argv: --consumer DEVICE SIZE OPENS THREADS [--calls] HANDLE... ; commands
+ * on stdin. */
 static int consumer_main(int argc, char **argv)
 {
     int device = atoi(argv[2]), threads = atoi(argv[5]);
     size_t size = strtoull(argv[3], NULL, 10);
     char line[64];
     C.opens = atoi(argv[4]);
-    C.blocks = argc - 6;
+    bool calls = argc > 6 && !strcmp(argv[6], "--calls");
+    int first = 6 + calls;
+    C.blocks = argc - first;
     for (int b = 0; b < C.blocks; b++)
-        if (from_hex(argv[6 + b], C.handles[b], 64)) fail("handle parse", -1);
+        if (from_hex(argv[first + b], C.handles[b], 64)) fail("handle parse", -1);
     int r = api.init(device);
     if (r) fail("init", r);
     pthread_barrier_init(&C.opened, NULL, (unsigned)threads + 1);
@@ -144,6 +169,7 @@ static int consumer_main(int argc, char **argv)
     printf("result %s\n", C.error ? "error" : check_blocks(size)), fflush(stdout);
     pthread_barrier_wait(&C.read_done);
     for (int t = 0; t < threads; t++) pthread_join(tid[t], NULL);
+    if (calls) print_calls();
     printf("closed\n"), fflush(stdout);
     return C.error ? 2 : 0;
 }
@@ -164,9 +190,11 @@ static void spawn_consumer(struct child *c, const struct config *cfg, char hex[]
     snprintf(size, sizeof size, "%zu", cfg->size);
     snprintf(opens, sizeof opens, "%d", cfg->opens);
     snprintf(threads, sizeof threads, "%d", cfg->threads);
-    char *argv[6 + MAX_BLOCKS + 1] = {"pair", "--consumer", dev, size, opens, threads};
-    for (int b = 0; b < cfg->blocks; b++) argv[6 + b] = hex[b];
-    argv[6 + cfg->blocks] = NULL;
+    char *argv[7 + MAX_BLOCKS + 1] = {"pair", "--consumer", dev, size, opens, threads};
+    int first = 6;
+    if (cfg->calls) argv[first++] = "--calls";
+    for (int b = 0; b < cfg->blocks; b++) argv[first + b] = hex[b];
+    argv[first + cfg->blocks] = NULL;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, to_child[0], 0);
@@ -232,7 +260,15 @@ static int producer_main(const struct config *cfg)
     for (int k = 0; k < cfg->consumers; k++) spawn_consumer(&children[k], cfg, hex);
     for (int k = 0; k < cfg->consumers; k++)
         if (!reply(&children[k], line, sizeof line) || strcmp(line, "opened")) printf("consumer %d: error (%s)\n", k, line), status = 2;
-    if (!strcmp(cfg->free_when, "while-reading")) free_all(cfg, blocks);
+    if (!strcmp(cfg->free_when, "while-reading")) {
+        free_all(cfg, blocks);
+        size_t after = free_bytes();
+        printf("after-free: charged %zu\n", after < baseline ? baseline - after : 0);
+        int (*stats)(struct ipcshim_stats *, size_t) =
+            (int (*)(struct ipcshim_stats *, size_t))dlsym(RTLD_DEFAULT, "ipcshim_stats");
+        struct ipcshim_stats s;
+        if (stats && !stats(&s, sizeof s)) printf("after-free: deferred %llu\n", (unsigned long long)s.frees_deferred);
+    }
     if (cfg->hold_ms) usleep((useconds_t)cfg->hold_ms * 1000);
     for (int k = 0; k < cfg->consumers; k++) fputs("read\n", children[k].commands), fflush(children[k].commands);
     for (int k = 0; k < cfg->consumers; k++) {
@@ -268,6 +304,7 @@ static int producer_main(const struct config *cfg)
         printf("then-alloc: %s\n", r ? "failed" : "ok");
         if (!r) api.free(extra);
     }
+    if (cfg->calls) print_calls();
     return status;
 }
 
@@ -291,6 +328,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--interior")) cfg.interior = true;
         else if (!strcmp(a, "--collect")) cfg.collect = true;
         else if (!strcmp(a, "--self-open")) cfg.self_open = true;
+        else if (!strcmp(a, "--calls")) cfg.calls = true;
         else if (!strcmp(a, "--then-alloc")) cfg.then_alloc = strtoull(v, NULL, 0), i++;
         else {
             fprintf(stderr, "pair: unknown option %s\n", a);
