@@ -73,9 +73,9 @@ Test(ipc, without_shim_free_before_open_breaks_the_consumer)
     cr_assert_neq(r.status, 0, "the consumer must not succeed: %s", r.out);
 }
 
-static void protected_pair(const char *prog, const char *when)
+static void protected_pair_env(const char *prog, const char *when, const char *const *env)
 {
-    run_prog(&r, prog, true, NULL, ARGS("--free", when, "--blocks", "3"));
+    run_prog(&r, prog, true, env, ARGS("--free", when, "--blocks", "3"));
     cr_assert_eq(r.status, 0, "status %d", r.status);
     expect_field("consumer 0", "ok");
     if (!strcmp(when, "while-reading")) {
@@ -86,7 +86,24 @@ static void protected_pair(const char *prog, const char *when)
     cr_expect(run_field(&r, "reclaimed", buf, sizeof buf) && !strncmp(buf, "yes", 3), "memory not back: %s", r.out);
 }
 
+static void protected_pair(const char *prog, const char *when) { protected_pair_env(prog, when, NULL); }
+
 Test(ipc, runtime_free_while_reading) { protected_pair("pair-runtime", "while-reading"); }
+/* A stream-ordered free is a free: deferred like cudaFree / cuMemFree. */
+Test(ipc, without_shim_free_async_is_not_deferred)
+{
+    run_prog(&r, "pair-runtime", false, ENV("E2E_FREE_ASYNC=1"), ARGS("--free", "while-reading"));
+    cr_expect_null(run_field(&r, "after-free: deferred", buf, sizeof buf), "no shim, nothing deferred");
+    expect_field("consumer 0", keep_mode() ? "ok" : "poison");
+}
+Test(ipc, runtime_free_async_while_reading)
+{
+    protected_pair_env("pair-runtime", "while-reading", ENV("E2E_FREE_ASYNC=1"));
+}
+Test(ipc, driver_free_async_while_reading)
+{
+    protected_pair_env("pair-driver", "while-reading", ENV("E2E_FREE_ASYNC=1"));
+}
 Test(ipc, runtime_free_before_open) { protected_pair("pair-runtime", "before-open"); }
 Test(ipc, driver_free_while_reading) { protected_pair("pair-driver", "while-reading"); }
 Test(ipc, driver_free_before_open) { protected_pair("pair-driver", "before-open"); }

@@ -2,6 +2,7 @@
 #include "api.h"
 
 #include <cuda.h>
+#include <stdlib.h>
 #include <string.h>
 
 static CUcontext ctx;
@@ -22,7 +23,12 @@ static int alloc(uint64_t *p, size_t n)
     *p = d;
     return r;
 }
-static int release(uint64_t p) { return cuMemFree(p); }
+/* E2E_FREE_ASYNC=1: free with cuMemFreeAsync on the default stream. */
+static int release(uint64_t p)
+{
+    const char *async = getenv("E2E_FREE_ASYNC");
+    return async && *async == '1' ? cuMemFreeAsync(p, NULL) : cuMemFree(p);
+}
 static int get_handle(unsigned char h[64], uint64_t p)
 {
     CUipcMemHandle handle;

@@ -2,6 +2,7 @@
 #include "api.h"
 
 #include <cuda_runtime_api.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int device_in_use;
@@ -14,7 +15,12 @@ static int alloc(uint64_t *p, size_t n)
     *p = (uint64_t)(uintptr_t)d;
     return r;
 }
-static int release(uint64_t p) { return cudaFree((void *)(uintptr_t)p); }
+/* E2E_FREE_ASYNC=1: free with cudaFreeAsync on the default stream. */
+static int release(uint64_t p)
+{
+    const char *async = getenv("E2E_FREE_ASYNC");
+    return async && *async == '1' ? cudaFreeAsync((void *)(uintptr_t)p, 0) : cudaFree((void *)(uintptr_t)p);
+}
 static int get_handle(unsigned char h[64], uint64_t p)
 {
     cudaIpcMemHandle_t handle;
