@@ -90,14 +90,16 @@ def cleanup(machine):
 
 def sim_env(machine, shim, stats_file=None):
     """This environment minus what we set, then the simulator's (and the
-    shim's)."""
+    shim's). Two simulated devices: numba's staged IPC tests then also open
+    on device 1 what device 0 exported (through a copy between devices)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH")
            and not k.startswith(("SIMCUDA_", "IPCSHIM_", "NUMBA_"))}
     simdir = os.environ["SIMCUDA_DIR"]
     env.update(LD_LIBRARY_PATH=simdir, NUMBA_CUDA_DRIVER=os.path.join(simdir, "libcuda.so.1"),
-               SIMCUDA_MACHINE=machine, IPCSHIM_DOMAIN=machine,
-               PYTHONPATH=os.path.join(HERE, "numba_compat"))
+               SIMCUDA_MACHINE=machine, IPCSHIM_DOMAIN=machine, SIMCUDA_DEVICES="2",
+               SIMCUDA_DEVICE_MEMORY="256M",
+               PYTHONPATH=os.path.join(HERE, "numba_compat"), PYTHONDONTWRITEBYTECODE="1")
     if os.environ.get("CUDA_HOME"):
         env["CUDA_HOME"] = os.environ["CUDA_HOME"]
     if shim:
