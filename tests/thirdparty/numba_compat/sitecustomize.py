@@ -5,11 +5,13 @@ numba's ctypes binding looks every driver function up by name, `<name>_v2`
 first. CUDA 13 added cuCtxGetDevice_v2(CUdevice *, CUcontext) and
 cuCtxSynchronize_v2(CUcontext): new functions with an extra parameter, not
 new ABIs of the old names (cuda.h keeps cuCtxGetDevice and cuCtxSynchronize
-as they were). numba 0.56 therefore calls them without the context, the
-driver reads a garbage CUcontext and answers CUDA_ERROR_INVALID_CONTEXT: on
-NVIDIA's CUDA 13 driver as on the simulator, which exports the same names.
-Newer numba-cuda binds these two by their plain names; this does the same,
-and nothing else, when numba.cuda.cudadrv.driver is imported. It is on
+as they were). numba 0.56 therefore calls them without the context, and the
+driver takes whatever the register holds for one: the simulator answers
+CUDA_ERROR_INVALID_CONTEXT, and NVIDIA's CUDA 13 driver, which exports the
+same names, meets the same call. numba-cuda fixed it in 0.8.1 by binding
+these two by their plain names (NVIDIA/numba-cuda#185, "Stop Certain Driver
+API Discovery for v2"); this does the same, and nothing else, when
+numba.cuda.cudadrv.driver is imported. It is on
 PYTHONPATH only in the processes the thirdparty tests start (children
 spawned by multiprocessing inherit it). The interpreter's own
 sitecustomize, which this one shadows, still runs.
