@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -114,13 +115,18 @@ def run_inner(py, script, mode, shim, tmp):
     machine = machine_name(mode)
     out = os.path.join(tmp, mode + ".json")
     stats = os.path.join(tmp, mode + ".log") if shim else None
+    # A session of its own, so that a timeout also ends the children that
+    # multiprocessing started (a numba test waits on its queue forever).
+    proc = subprocess.Popen([py, os.path.join(HERE, script), out], env=sim_env(machine, shim, stats),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp,
+                            start_new_session=True)
     try:
-        r = subprocess.run([py, os.path.join(HERE, script), out], env=sim_env(machine, shim, stats),
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=RUN_TIMEOUT, cwd=tmp)
-        output = "exit %d\n%s" % (r.returncode, r.stdout)
-    except subprocess.TimeoutExpired as e:
-        output = "timed out after %d s\n%s" % (RUN_TIMEOUT, e.stdout or "")
+        stdout, _ = proc.communicate(timeout=RUN_TIMEOUT)
+        output = "exit %d\n%s" % (proc.returncode, stdout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, _ = proc.communicate()
+        output = "timed out after %d s\n%s" % (RUN_TIMEOUT, stdout)
     finally:
         cleanup(machine)
     result = None
