@@ -24,6 +24,15 @@ ensure_build_deps() {
           DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang; } >&2 ||
             echo "clang could not be installed; the fuzz test uses its plain driver" >&2
     fi
+    # Optional: Debian's numba runs its own CUDA IPC tests on the simulator
+    # (tests/thirdparty); without it those tests are skipped. Same rule as
+    # clang: installed only with root + apt, and its failure stops nothing.
+    if ! /usr/bin/python3 -c 'import numba' >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing (optional): python3-numba" >&2
+        { DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+          DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-numba; } >&2 ||
+            echo "python3-numba could not be installed; the thirdparty numba tests are skipped" >&2
+    fi
     [ ${#missing[@]} -eq 0 ] && return 0
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "installing: ${missing[*]}" >&2

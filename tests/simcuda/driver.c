@@ -1264,10 +1264,12 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wi
     return r;
 }
 
+/* Needs no current context: like NVIDIA's driver (unified addressing), the
+ * pointer names its allocation and so its owning context. numba frees its
+ * pending deallocations after popping every context. */
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 {
     ENTER();
-    if (!current_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
     uint64_t off;
     int dev = sim_window_of((uintptr_t)dptr, &off);
     if (!dptr || dev < 0) return CUDA_ERROR_INVALID_VALUE;

@@ -1404,3 +1404,53 @@ Test(simcuda, legacy_ipc_refuses_managed_and_pool_memory)
     OK(cuMemFreeAsync(a, NULL));
     OK(cuMemFree(d));
 }
+
+/* ---- contexts as numba drives them ---- */
+
+/* numba's reset pops every context, then frees its pending deallocations:
+ * cuMemFree needs no current context (the pointer names its owner, as on
+ * NVIDIA's driver), also with another device's context current, and still
+ * refuses what is not an allocation of this process. */
+Test(simcuda, free_without_current_context)
+{
+    setenv(SIMCUDA_ENV_DEVICES, "2", 1);
+    OK(cuInit(0));
+    CUcontext p0, p1, cur;
+    CUdeviceptr a, b, c;
+    OK(cuDevicePrimaryCtxRetain(&p0, 0));
+    OK(cuCtxPushCurrent(p0));
+    CUdevice d = -1;
+    OK(cuCtxGetDevice(&d));
+    cr_assert_eq(d, 0);
+    OK(cuMemAlloc(&a, 4096));
+    OK(cuMemAlloc(&b, 4096));
+    OK(cuCtxPopCurrent(&cur));
+    cr_assert_eq(cur, p0);
+    OK(cuCtxGetCurrent(&cur));
+    cr_assert_null(cur);
+
+    struct simcuda_stats st;
+    OK(cuMemFree(a)); /* no context current */
+    simcuda_stats(&st);
+    cr_assert_eq(st.used[0], 4096);
+    FAILS(cuMemFree(a), CUDA_ERROR_INVALID_VALUE);
+
+    OK(cuDevicePrimaryCtxRetain(&p1, 1));
+    OK(cuCtxPushCurrent(p1));
+    OK(cuMemAlloc(&c, 512));
+    OK(cuMemFree(b)); /* device 1's context current, block on device 0 */
+    simcuda_stats(&st);
+    cr_assert_eq(st.used[0], 0);
+    cr_assert_eq(st.used[1], 512);
+    OK(cuCtxPopCurrent(NULL));
+    OK(cuMemFree(c));
+
+    /* numba's Device.reset: release, then reset, the primary context. */
+    OK(cuDevicePrimaryCtxRelease(0));
+    OK(cuDevicePrimaryCtxReset(0));
+    int active = 1;
+    unsigned flags;
+    OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+    cr_assert_eq(active, 0);
+    OK(cuDevicePrimaryCtxRelease(1));
+}
