@@ -125,6 +125,11 @@ COMMANDS = {
     "scripts/bench --json bench.json": Covered("tests/bench/ipc/meson.build", "bench-smoke",
                                                "the same script at --quick sizes"),
     "scripts/gpu-check --bench": Covered("scripts/gpu-check", "--bench", "needs a GPU"),
+    # docs/gpu-validation.md
+    "scripts/gpu-check --prepare": Covered("scripts/gpu-check", "apt-get download uthash-dev",
+                                           "downloads from Debian's registry; the no-GPU path is tested by tools-gpu_check"),
+    "scripts/gpu-check --markdown gpu-run.md": Covered("tests/tools/test_gpu_check.py", "--markdown",
+                                                       "run on the simulated driver (--simulator)"),
     # docs/swap.md
     "IPCSHIM_SWAP=1 IPCSHIM_DEVICE_BUDGET=12G scripts/ipcshim-run -- python train.py":
         Covered("tests/e2e/test_swap.c", "training_at_1_5x_budget_is_correct_bounded_and_history_beats_lru",

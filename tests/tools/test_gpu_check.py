@@ -1,0 +1,55 @@
+"""test_gpu_check: scripts/gpu-check, the one command a lent GPU machine runs,
+exercised without a GPU so that it cannot rot between lendings: its argument
+errors, its no-GPU answer, and a whole run on the simulated driver
+(--simulator), which builds the shim the way a bare GPU machine would
+(-Dtests=false), runs every check and probe, and writes the Markdown block
+for docs/gpu-validation.md."""
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from tap import check, eq, run, run_all  # noqa: E402
+
+SRC = os.environ["SOURCE_ROOT"]
+BUILD = os.environ["BUILD_ROOT"]
+SCRIPT = os.path.join(SRC, "scripts", "gpu-check")
+
+
+def test_argument_errors_are_usage_errors():
+    for args in (["--json"], ["--markdown"], ["--simulator"], ["--json", "--bench"], ["--nonsense"]):
+        status, out, err = run([SCRIPT, *args])
+        eq(status, 2, f"gpu-check {' '.join(args)}")
+        check("gpu-check:" in err and "line" not in err, err)
+    status, out, _ = run([SCRIPT, "--help"])
+    eq(status, 0, "--help")
+    check("--prepare" in out and "--simulator" in out and "#!/" not in out, out)
+
+
+def test_without_a_gpu_it_says_so():
+    if shutil.which("nvidia-smi"):
+        return "this machine has nvidia-smi: gpu-check runs for real here"
+    status, out, _ = run([SCRIPT], env={"PATH": "/usr/bin:/bin"})
+    eq(status, 0, "gpu-check on a machine without nvidia-smi")
+    check("no NVIDIA GPU" in out, out)
+
+
+def test_whole_run_on_the_simulator_prints_the_validation_block():
+    with tempfile.TemporaryDirectory() as tmp:
+        md = os.path.join(tmp, "validation.md")
+        status, out, err = run([SCRIPT, "--simulator", os.environ["SIMCUDA_DIR"], "--markdown", md],
+                               env={"GPU_CHECK_DIR": os.path.join(BUILD, "gpu-check")}, timeout=600)
+        eq(status, 0, f"gpu-check --simulator:\n{out}\n{err}")
+        check(re.search(r"^\d+ passed, 0 failed$", out, re.M), out)
+        text = open(md).read()
+        check(text.startswith("\n## ") and "| check | result | detail |" in text, text)
+        for probe in ("free-while-mapped", "exporter-kill-while-mapped", "open-freed-handle", "reopen-same-context",
+                      "close-waits-for-kernel", "small-allocs-share-handle", "importer-killed"):
+            check(f"- **{probe}**:" in text, f"probe {probe} in:\n{text}")
+        check("| consumer SIGKILLed: shim reclaims its lease | pass |" in text, text)
+
+
+if __name__ == "__main__":
+    run_all(globals())
