@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static void setup(void) { run_setup("errors"); }
 TestSuite(errors, .init = setup, .fini = run_cleanup, .timeout = 60);
@@ -104,4 +105,29 @@ Test(errors, failed_close_keeps_the_block_protected)
     expect(&bare, "read", 0, "poison");
     expect(&shim, "read", 0, "ok");
     expect(&shim, "close", 1, "0");
+}
+
+/* Legacy IPC refuses managed and pool memory: the shim passes CUDA's error
+ * through unchanged and says once, at warn, what memory it was and why. */
+Test(errors, refused_exports_pass_cudas_error_and_say_why)
+{
+    char log[1024], env[1100];
+    snprintf(log, sizeof log, "/tmp/ipcshim-errors-%d.log", (int)getpid());
+    snprintf(env, sizeof env, "IPCSHIM_LOG_FILE=%s", log);
+    run_prog(&bare, "errors", false, NULL, ARGS("refused-exports"));
+    run_cleanup();
+    run_prog(&shim, "errors", true, ((const char *const[]){env, NULL}), ARGS("refused-exports"));
+    expect(&bare, "managed", 0, "1");
+    expect(&bare, "pool", 0, "1");
+    same("managed", 0);
+    same("pool", 0);
+    FILE *f = fopen(log, "r");
+    cr_assert(f, "no log at %s", log);
+    char text[8192] = "";
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    unlink(log);
+    cr_expect(strstr(text, "warn: export of") && strstr(text, "managed memory (cudaMallocManaged)"), "%s", text);
+    cr_expect(strstr(text, "stream-ordered pool memory (cudaMallocAsync)"), "%s", text);
 }

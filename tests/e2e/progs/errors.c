@@ -5,7 +5,7 @@
  * with and without the shim.
  *
  *   errors SCENARIO      open-null | bad-flags | freed-handle | reset |
- *                        reopen-dead | close-fails
+ *                        reopen-dead | close-fails | refused-exports
  *   errors exporter      (internal) allocate, fill, export; obey commands
  *   errors importer HEX  (internal) obey commands on the handle HEX */
 #include "hex.h"
@@ -162,6 +162,17 @@ int main(int argc, char **argv)
     if (argc >= 3 && !strcmp(argv[1], "importer")) return importer(argv[2]);
     if (argc < 2) return 2;
     const char *scenario = argv[1];
+    if (!strcmp(scenario, "refused-exports")) { /* memory legacy IPC cannot export */
+        void *m = NULL, *pool = NULL;
+        cudaIpcMemHandle_t h;
+        if (cudaSetDevice(0) || cudaMallocManaged(&m, 4096, cudaMemAttachGlobal) || cudaMallocAsync(&pool, 4096, 0))
+            return printf("error: setup\n"), 2;
+        printf("managed: %d\n", cudaIpcGetMemHandle(&h, m));
+        printf("pool: %d\n", cudaIpcGetMemHandle(&h, pool));
+        cudaFree(m);
+        cudaFreeAsync(pool, 0);
+        return 0;
+    }
     struct child e, i;
     char line[512], hex[130];
     start(&e, "exporter", NULL, NULL);
