@@ -28,6 +28,12 @@ SHIM_EXPORT int ipcshim_active(void)
     return shim_tracking() && ipc_active();
 }
 
+#ifndef SHIM_VERSION_STRING
+#error "SHIM_VERSION_STRING (the project version) comes from shim/meson.build"
+#endif
+
+SHIM_EXPORT const char *ipcshim_version(void) { return SHIM_VERSION_STRING; }
+
 SHIM_EXPORT int ipcshim_collect(void)
 {
     resolve_all();
