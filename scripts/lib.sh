@@ -97,7 +97,7 @@ install_test_deps() {
 }
 
 # build_project [TARGET...]: configure (once; MESON_SETUP_ARGS adds options)
-# and build TARGETs (paths under the build folder), or everything.
+# and build TARGETs (meson's [DIR/]NAME, e.g. shim/ipcshim), or everything.
 build_project() {
     local build
     build=$(build_dir)
@@ -105,5 +105,9 @@ build_project() {
         # shellcheck disable=SC2086
         meson setup "$build" ${MESON_SETUP_ARGS:-} >&2
     fi
-    ninja -C "$build" "$@" >&2
+    if [ $# -gt 0 ]; then
+        meson compile -C "$build" "$@" >&2
+    else
+        ninja -C "$build" >&2
+    fi
 }
