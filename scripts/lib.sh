@@ -32,7 +32,7 @@ missing_build_deps() {
 #   clang-format      scripts/format --check
 #   python3-mesonpy python3-venv python3-pip
 #                     tests/tools/test_wheel.py (pip install of the wheel)
-#   debhelper dpkg-dev fakeroot lintian
+#   debhelper dpkg-dev fakeroot lintian build-essential
 #                     tests/tools/test_deb.py (dpkg-buildpackage, lintian)
 optional_test_deps() {
     local want=()
@@ -45,6 +45,7 @@ optional_test_deps() {
     command -v dpkg-buildpackage >/dev/null 2>&1 || want+=(dpkg-dev)
     command -v fakeroot >/dev/null 2>&1 || want+=(fakeroot)
     command -v lintian >/dev/null 2>&1 || want+=(lintian)
+    dpkg -s build-essential >/dev/null 2>&1 || want+=(build-essential)
     echo "${want[*]}"
 }
 
