@@ -62,7 +62,8 @@ def test_wheel_builds_and_installs_into_a_venv():
     # A copy of the tree: meson-python builds inside the source folder.
     src = os.path.join(WORK, "src")
     shutil.copytree(SOURCE, src, symlinks=True,
-                    ignore=shutil.ignore_patterns(".git", "build", "build-*", ".mesonpy*", "obj-*", "__pycache__"))
+                    ignore=shutil.ignore_patterns(".git", "build", "build-*", ".mesonpy*", "obj-*", "__pycache__",
+                                                  ".carry", ".whl"))
     wheels = os.path.join(WORK, "wheels")
     status, out, err = run([os.path.join(BIN, "python"), "-m", "pip", "wheel", "--no-build-isolation", "--no-index",
                             "--no-deps", "-w", wheels, src], timeout=600, env={"PIP_NO_CACHE_DIR": "1"})
