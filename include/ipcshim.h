@@ -49,6 +49,10 @@ int ipcshim_stats(struct ipcshim_stats *out, size_t size);
  * through one door ("runtime", "driver" or "resolver"); -1 if unknown. */
 long long ipcshim_calls(const char *symbol, const char *door);
 
+/* The library's version, "MAJOR.MINOR.PATCH" (the project version; the
+ * soname carries MAJOR). A static string; never NULL. */
+const char *ipcshim_version(void);
+
 #ifdef __cplusplus
 }
 #endif

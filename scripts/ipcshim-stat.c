@@ -429,7 +429,8 @@ int main(int argc, char **argv)
                    JSON_VERSION);
             return 0;
         default:
-            if (optopt)
+            /* a long option is named as typed (--watch, not -w) */
+            if (optopt && strncmp(argv[optind - 1], "--", 2) != 0)
                 fprintf(stderr,
                         "ipcshim-stat: option -%c is unknown or needs a value (see --help)\n",
                         optopt);

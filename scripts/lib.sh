@@ -1,56 +1,116 @@
-# scripts/lib.sh: what the project's scripts share: finding or installing
-# build dependencies, and configuring + building into one folder.
+# scripts/lib.sh: what the project's scripts share: finding (and, for
+# scripts/test only, installing) build dependencies, and configuring +
+# building into one folder.
+#
+# Who installs packages: only scripts/test, and only when asked to
+# (--install-deps) or when it runs as root with CI set (a CI machine is
+# disposable; a developer's machine is not changed without being asked).
+# ipcshim-run and scripts/bench never install anything: they print the
+# command to run.
 
 # The build folder every script uses.
 build_dir() { echo "${IPCSHIM_BUILD_DIR:-$PWD/build}"; }
 
-# Install meson, ninja, Criterion, uthash and pkg-config when missing: with
-# apt-get when root, otherwise print the exact command and fail.
-ensure_build_deps() {
+# The Debian packages missing for a build (the library and the commands; with
+# --tests also what the tests need), one line, space separated.
+missing_build_deps() {
     local missing=()
     command -v meson >/dev/null 2>&1 || missing+=(meson)
     command -v ninja >/dev/null 2>&1 || missing+=(ninja-build)
     command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
     command -v python3 >/dev/null 2>&1 || missing+=(python3)
-    pkg-config --exists criterion 2>/dev/null || missing+=(libcriterion-dev)
     [ -f /usr/include/uthash.h ] || missing+=(uthash-dev)
-    # Optional: clang (with its libFuzzer runtime) makes tests/fuzz a
-    # coverage-guided libFuzzer target; without it a plain driver runs the
-    # same target. Installed only where we install anyway (root + apt), and
-    # its failure stops nothing.
-    if ! command -v clang >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "installing (optional): clang" >&2
-        { DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-          DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang; } >&2 ||
-            echo "clang could not be installed; the fuzz test uses its plain driver" >&2
+    if [ "${1:-}" = --tests ]; then
+        pkg-config --exists criterion 2>/dev/null || missing+=(libcriterion-dev)
     fi
-    # Optional: Debian's numba runs its own CUDA IPC tests on the simulator
-    # (tests/thirdparty); without it those tests are skipped. Same rule as
-    # clang: installed only with root + apt, and its failure stops nothing.
-    if ! /usr/bin/python3 -c 'import numba' >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "installing (optional): python3-numba" >&2
-        { DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-          DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-numba; } >&2 ||
-            echo "python3-numba could not be installed; the thirdparty numba tests are skipped" >&2
+    echo "${missing[*]}"
+}
+
+# Optional packages of the test run: each makes more of it run, none is
+# needed (a test that lacks one skips and says why).
+#   clang             tests/fuzz as a coverage-guided libFuzzer target
+#   clang-format      scripts/format --check
+#   python3-mesonpy python3-venv python3-pip
+#                     tests/tools/test_wheel.py (pip install of the wheel)
+#   debhelper dpkg-dev fakeroot lintian build-essential
+#                     tests/tools/test_deb.py (dpkg-buildpackage, lintian)
+#   python3-numba     tests/thirdparty (numba's own CUDA IPC tests)
+optional_test_deps() {
+    local want=()
+    command -v clang >/dev/null 2>&1 || want+=(clang)
+    command -v clang-format >/dev/null 2>&1 || want+=(clang-format)
+    /usr/bin/python3 -c 'import mesonpy' 2>/dev/null || want+=(python3-mesonpy)
+    /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || want+=(python3-venv)
+    /usr/bin/python3 -m pip --version >/dev/null 2>&1 || want+=(python3-pip)
+    command -v dh >/dev/null 2>&1 || want+=(debhelper)
+    command -v dpkg-buildpackage >/dev/null 2>&1 || want+=(dpkg-dev)
+    command -v fakeroot >/dev/null 2>&1 || want+=(fakeroot)
+    command -v lintian >/dev/null 2>&1 || want+=(lintian)
+    dpkg -s build-essential >/dev/null 2>&1 || want+=(build-essential)
+    /usr/bin/python3 -c 'import numba' >/dev/null 2>&1 || want+=(python3-numba)
+    echo "${want[*]}"
+}
+
+# For the commands (ipcshim-run, scripts/bench): fail with the command to run
+# when something the build needs is missing; never installs.
+check_build_deps() {
+    local missing
+    missing=$(missing_build_deps "$@")
+    [ -z "$missing" ] && return 0
+    echo "missing build dependencies; run:" >&2
+    echo "  sudo apt-get install -y $missing" >&2
+    echo "  (or scripts/test --install-deps, which installs them and the test tools)" >&2
+    return 1
+}
+
+# For scripts/test: install_test_deps INSTALL. With INSTALL=1 (root and
+# apt-get needed) installs what is missing, then the optional packages (whose
+# failure stops nothing); otherwise as check_build_deps --tests.
+install_test_deps() {
+    local missing optional
+    missing=$(missing_build_deps --tests)
+    if [ "$1" != 1 ]; then
+        check_build_deps --tests
+        return
     fi
-    [ ${#missing[@]} -eq 0 ] && return 0
-    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "installing: ${missing[*]}" >&2
-        DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
-    else
-        echo "missing build dependencies; run:" >&2
-        echo "  sudo apt-get install -y ${missing[*]}" >&2
-        exit 1
+    if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        echo "--install-deps needs root and apt-get" >&2
+        check_build_deps --tests
+        return
+    fi
+    optional=$(optional_test_deps)
+    [ -z "$missing$optional" ] && return 0
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    if [ -n "$missing" ]; then
+        echo "installing: $missing" >&2
+        # shellcheck disable=SC2086
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >&2
+    fi
+    if [ -n "$optional" ]; then
+        echo "installing (optional): $optional" >&2
+        # shellcheck disable=SC2086
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $optional >&2 || {
+            local p # one by one, so that one missing from the registry stops no other
+            for p in $optional; do
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >&2 ||
+                    echo "optional package $p could not be installed; the tests that need it skip" >&2
+            done
+        }
     fi
 }
 
-# Configure (once) and build everything.
+# build_project [TARGET...]: configure (once; MESON_SETUP_ARGS adds options)
+# and build TARGETs (meson's [DIR/]NAME, e.g. shim/ipcshim), or everything.
 build_project() {
     local build
     build=$(build_dir)
     if [ ! -f "$build/build.ninja" ]; then
-        meson setup "$build" "$@" >&2
+        # shellcheck disable=SC2086
+        meson setup "$build" ${MESON_SETUP_ARGS:-} >&2
     fi
-    ninja -C "$build" >&2
+    if [ $# -gt 0 ]; then
+        meson compile -C "$build" "$@" >&2
+    else
+        ninja -C "$build" >&2
+    fi
 }

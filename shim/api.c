@@ -26,6 +26,12 @@ void api_at_first_use(void) { pthread_once(&exit_hook_once, register_exit_hook);
  * call, before the runtime is even loaded) changes nothing. */
 SHIM_EXPORT int ipcshim_active(void) { return !options_get()->disable; }
 
+#ifndef SHIM_VERSION_STRING
+#error "SHIM_VERSION_STRING (the project version) comes from shim/meson.build"
+#endif
+
+SHIM_EXPORT const char *ipcshim_version(void) { return SHIM_VERSION_STRING; }
+
 SHIM_EXPORT int ipcshim_collect(void)
 {
     resolve_all();

@@ -55,6 +55,12 @@ def Covered(path, needle, why=None):
     return ("covered", path, needle, why)
 
 
+def NotRun(why):
+    """Shown but run by no test, for the reason given (printed with the
+    results): a container runtime, or a change to the whole machine."""
+    return ("notrun", None, None, why)
+
+
 GPU_ONLY = "needs a GPU and the library; scripts/gpu-check runs it, here its Python is parsed"
 
 # documented command -> how it is checked
@@ -100,12 +106,28 @@ COMMANDS = {
     "meson setup build": Covered("scripts/lib.sh", "meson setup", "how every test's build folder is made"),
     "ninja -C build": Covered("scripts/lib.sh", "ninja -C", "how every test's build folder is built"),
     "meson install -C build": Covered("tests/tools/test_install.py", "test_meson_install_destdir"),
+    "python3 -m venv --system-site-packages venv && . venv/bin/activate":
+        Covered("tests/tools/test_wheel.py", '"venv", "--system-site-packages"'),
+    "pip install --no-build-isolation .": Covered("tests/tools/test_wheel.py", '"--no-build-isolation"',
+                                                  "pip wheel of a copy of the tree, then pip install of the wheel"),
+    "python -m ipcshim -- ./program":
+        Covered("tests/tools/test_wheel.py", "test_python_m_ipcshim_protects_a_program_on_the_simulator"),
+    "dpkg-buildpackage -us -uc -b": Covered("tests/tools/test_deb.py", '"dpkg-buildpackage", "-us", "-uc", "-b"'),
+    "sudo apt-get install ../ipcshim_0.1.0_amd64.deb ../libipcshim0_0.1.0_amd64.deb":
+        Covered("tests/tools/test_deb.py", "test_installed_package_runs_a_program",
+                "dpkg -i as root with CI set; otherwise the packages are unpacked (dpkg -x) and run"),
+    # docs/deploy.md
+    "docker build -t ipcshim-app .": NotRun("no container runtime where the tests run; "
+                                            "test_dockerfile_build_steps_run runs its build steps"),
+    "docker run --gpus all --ipc=host ipcshim-app python3 train.py": NotRun("no container runtime, no GPU"),
+    "echo /usr/lib/x86_64-linux-gnu/libipcshim.so.0 | sudo tee -a /etc/ld.so.preload":
+        NotRun("changes every process of the machine; tools-deb checks the package's library is at this path"),
     "ipcshim-run -- ./producer": Run("ipcshim-run -- ./producer | ipcshim-run -- ./consumer", "consumer read 0x1010101",
                                      "with its consumer"),
     "IPCSHIM_DOMAIN=job42 ipcshim-run -- python3 train.py":
         Run("IPCSHIM_DOMAIN={domain} ipcshim-run -- python3 standin.py", "consumer 0: ok",
             "a Python program whose child uses CUDA stands in for train.py"),
-    "LD_PRELOAD=/usr/local/lib/x86_64-linux-gnu/libipcshim.so ./program":
+    "LD_PRELOAD=/usr/local/lib/x86_64-linux-gnu/libipcshim.so.0 ./program":
         Run("LD_PRELOAD={build}/shim/libipcshim.so {pair}", "consumer 0: ok", "the built library, not installed"),
     "cc -o producer producer.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcudart":
         Run("cc -o producer producer.c -I{cuda}/include -L{cuda}/lib64 -lcudart"),
@@ -203,6 +225,45 @@ def test_covering_tests_exist():
         full = os.path.join(SRC, path)
         check(os.path.exists(full), f"{cmd}: {path} does not exist")
         check(needle in open(full).read(), f"{cmd}: '{needle}' not in {path}")
+
+
+def test_commands_not_run_say_why():
+    for cmd, (kind, _, _, why) in COMMANDS.items():
+        if kind == "notrun":
+            check(why, f"{cmd}: NotRun without a reason")
+            print(f"# not run: {cmd}: {why}", flush=True)
+    preload = [c for c in COMMANDS if "ld.so.preload" in c]
+    deb = open(os.path.join(SRC, "debian", "libipcshim0.install")).read()
+    for cmd in preload:
+        check("/usr/lib/x86_64-linux-gnu/libipcshim.so.0 " in cmd and "usr/lib/${DEB_HOST_MULTIARCH}/libipcshim.so."
+              in deb, f"{cmd}: the path the Debian package installs")
+
+
+def test_dockerfile_build_steps_run():
+    """The build stage of docs/deploy.md's Dockerfile, outside a container:
+    its RUN lines that call meson/ninja, with /src, /build and /out moved
+    into a scratch folder; the tree it installs has the launcher and the
+    library where the second stage copies them from."""
+    docker = blocks("docs/deploy.md", "dockerfile")
+    eq(len(docker), 1, "one Dockerfile in docs/deploy.md")
+    lines = docker[0].replace("\\\n", " ").splitlines()
+    steps = [line[4:] for line in lines if line.startswith("RUN ") and "meson" in line]
+    check(steps, f"a RUN with meson: {lines}")
+    work = tempfile.mkdtemp(prefix="ipcshim-docker-")
+    try:
+        for step in steps:
+            step = re.sub(r"(?<![\w.])/src\b", SRC, step)
+            step = re.sub(r"(?<![\w.])/(build|out)\b", lambda m: os.path.join(work, m.group(1)), step)
+            status, out, err = run(["bash", "-c", step], cwd=work, timeout=600)
+            eq(status, 0, f"RUN {step}: {(out + err)[-2000:]}")
+        copy = re.search(r"^COPY --from=build /out(\S+) ", docker[0], re.M)
+        check(copy, "the second stage copies from /out")
+        root = os.path.join(work, "out") + copy.group(1)
+        check(os.access(os.path.join(root, "bin", "ipcshim-run"), os.X_OK), f"{root}bin/ipcshim-run")
+        check(glob.glob(os.path.join(root, "lib", "*", "libipcshim.so.0")) or
+              glob.glob(os.path.join(root, "lib", "libipcshim.so.0")), f"libipcshim.so.0 under {root}lib")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def test_python_snippets_parse():

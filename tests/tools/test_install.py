@@ -1,7 +1,9 @@
 """`meson install --destdir` into a temporary folder gives a user everything:
-the library, the header, the pkg-config file, ipcshim-run and ipcshim-stat
-with --help, and their man pages; the installed launcher finds the installed
-library and protects a real program (pair-runtime on the simulator)."""
+the library (with the soname libipcshim.so.0 and the -dev link), the header,
+the pkg-config file (with the version), ipcshim-run and ipcshim-stat with
+--help and --version, and their man pages; the installed launcher preloads
+the installed soname and protects a real program (pair-runtime on the
+simulator)."""
 import atexit
 import json
 import os
@@ -51,7 +53,7 @@ def cleanup(domain):
 def test_meson_install_destdir():
     status, out, err = run(["meson", "install", "-C", BUILD, "--no-rebuild", "--destdir", DEST], timeout=120)
     eq(status, 0, f"meson install: {out}{err}")
-    for path in (staged(LIBDIR, "libipcshim.so"), staged(INCLUDEDIR, "ipcshim.h"),
+    for path in (staged(LIBDIR, "libipcshim.so"), staged(LIBDIR, "libipcshim.so.0"), staged(INCLUDEDIR, "ipcshim.h"),
                  staged(LIBDIR, "pkgconfig/ipcshim.pc"), staged(BINDIR, "ipcshim-run"),
                  staged(BINDIR, "ipcshim-stat"), staged(MANDIR, "man1/ipcshim-run.1"),
                  staged(MANDIR, "man1/ipcshim-stat.1")):
@@ -62,9 +64,37 @@ def test_meson_install_destdir():
 
 def test_installed_launcher_points_at_the_installed_library():
     text = open(staged(BINDIR, "ipcshim-run")).read()
-    want = os.path.join(PREFIX, LIBDIR, "libipcshim.so")
+    want = os.path.join(PREFIX, LIBDIR, "libipcshim.so.0")
     check(f'installed_lib="{want}"' in text, f"installed_lib is {want}")
-    check("@IPCSHIM_" not in text, "no placeholder left")
+    check(not re.search(r"@LAUNCHER_\w+@", text), "no placeholder left")
+
+
+def test_library_has_a_soname_and_the_version():
+    lib = staged(LIBDIR, "libipcshim.so.0")
+    check(os.path.islink(staged(LIBDIR, "libipcshim.so")), "libipcshim.so is the -dev link")
+    if shutil.which("readelf"):
+        status, out, err = run(["readelf", "-d", lib])
+        eq(status, 0, err)
+        check("Library soname: [libipcshim.so.0]" in out, out)
+        check("libcuda" not in out, f"no NEEDED on a CUDA library: {out}")
+    version = option_version()
+    probe = ("import ctypes; l = ctypes.CDLL(%r); l.ipcshim_version.restype = ctypes.c_char_p; "
+             "print(l.ipcshim_version().decode())" % lib)
+    status, out, err = run([sys.executable, "-c", probe], env={"IPCSHIM_LOG": "error"})
+    eq(status, 0, err)
+    eq(out.strip(), version, "ipcshim_version()")
+    pc = open(staged(LIBDIR, "pkgconfig/ipcshim.pc")).read()
+    check(re.search(r"^Version: " + re.escape(version) + "$", pc, re.M), f"Version: {version} in ipcshim.pc")
+    for cmd in ("ipcshim-run", "ipcshim-stat"):
+        status, out, err = run([staged(BINDIR, cmd), "--version"])
+        eq(status, 0, f"{cmd} --version: {err}")
+        check(out.startswith(f"{cmd} {version}"), f"{cmd} --version: {out}")
+
+
+def option_version():
+    status, out, err = run(["meson", "introspect", "--projectinfo", BUILD])
+    eq(status, 0, err)
+    return json.loads(out)["version"]
 
 
 def test_pkg_config_file_and_header_build_a_program():
@@ -125,7 +155,10 @@ def test_installed_launcher_protects_a_program():
         status, out, err = run([staged(BINDIR, "ipcshim-run"), "--", "sh", "-c", 'echo "$LD_PRELOAD"'],
                                env=dict(env, LD_PRELOAD="libfirst.so"))
         eq(status, 0, err)
-        eq(out.strip(), "libfirst.so:" + os.path.realpath(staged(LIBDIR, "libipcshim.so")),
+        first, _, shim = out.strip().partition(":")
+        eq(first, "libfirst.so", "LD_PRELOAD keeps what was set first")
+        eq(os.path.basename(shim), "libipcshim.so.0", "the launcher preloads the soname")
+        eq(os.path.realpath(shim), os.path.realpath(staged(LIBDIR, "libipcshim.so.0")),
            "LD_PRELOAD gets the installed library, appended")
         status, out, err = run([staged(BINDIR, "ipcshim-stat"), "--domain", domain, "--json"])
         eq(status, 0, f"installed ipcshim-stat: {err}")
@@ -141,6 +174,13 @@ def test_installed_launcher_errors():
     status, _, err = run([staged(BINDIR, "ipcshim-run"), "--demo"])
     eq(status, 2, "--demo outside a checkout")
     check("needs a source checkout" in err, err)
+    # Argument errors name the command, never the script's path or a line.
+    for argv, status_want, msg in ((["--bogus"], 2, "ipcshim-run: unknown option --bogus"),
+                                   (["--", "no-such-command-here"], 127, "no-such-command-here: command not found"),
+                                   (["--", "/"], 126, "/: is a directory")):
+        status, _, err = run([staged(BINDIR, "ipcshim-run"), *argv])
+        eq(status, status_want, f"ipcshim-run {argv}")
+        check(msg in err and "line " not in err and "/bin/ipcshim-run" not in err, f"ipcshim-run {argv}: {err}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,167 @@
+"""The project's commands as a user meets them: plain --help texts (no
+script source), --version, argument errors that name the command and never
+a script path or line, `--json` without a file name as a usage error
+(scripts/bench, scripts/gpu-check); scripts/test's closing line counts
+skipped cases of every TAP dialect (scripts/test-tally); scripts/format
+skips with its reason without clang-format; the build works without
+Criterion (hidden from pkg-config: the Criterion suites are dropped, the
+library, commands, simulator and other tests stay) and -Dtests=enabled then
+fails naming it; and ipcshim-run in a checkout builds only what the command
+needs."""
+import atexit
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tap import check, eq, run, run_all  # noqa: E402
+
+SRC = os.environ["SOURCE_ROOT"]
+BUILD = os.environ["BUILD_ROOT"]
+WORK = tempfile.mkdtemp(prefix="ipcshim-cli-")
+atexit.register(shutil.rmtree, WORK, True)
+
+
+def script(name):
+    return os.path.join(SRC, "scripts", name)
+
+
+def project_version():
+    status, out, err = run(["meson", "introspect", "--projectinfo", BUILD])
+    eq(status, 0, err)
+    return json.loads(out)["version"]
+
+
+def plain(text):
+    """Help text, not a script: no shebang, no shell statements, no '# '."""
+    return not re.search(r"^(#!|# |set -|cd |\. scripts|usage\(\))", text, re.M)
+
+
+def test_help_texts_are_plain():
+    for name in ("ipcshim-run", "bench", "gpu-check", "format", "find-cuda", "test", "test-tally"):
+        status, out, err = run([script(name), "--help"])
+        eq(status, 0, f"{name} --help: {err}")
+        check(out.strip() and plain(out), f"{name} --help is plain text:\n{out}")
+
+
+def test_versions():
+    version = project_version()
+    status, out, err = run([script("ipcshim-run"), "--version"], env={"IPCSHIM_BUILD_DIR": BUILD})
+    eq(status, 0, err)
+    eq(out.strip(), f"ipcshim-run {version}", "ipcshim-run --version in a checkout")
+    status, out, err = run([os.path.join(BUILD, "scripts", "ipcshim-stat"), "--version"])
+    eq(status, 0, err)
+    check(out.startswith(f"ipcshim-stat {version} "), out)
+
+
+def no_internals(err):
+    return "line " not in err and "unbound variable" not in err and "/scripts/" not in err
+
+
+def test_argument_errors_are_usage_errors():
+    cases = [([script("bench"), "--json"], "bench: --json needs a value"),
+             ([script("bench"), "--json", "--quick"], "bench: --json needs a value"),
+             ([script("bench"), "--bogus"], "bench: unknown option --bogus"),
+             ([script("gpu-check"), "--json"], "gpu-check: --json needs a file name"),
+             ([script("gpu-check"), "--bogus"], "gpu-check: unknown option --bogus"),
+             ([script("ipcshim-run"), "--bogus"], "ipcshim-run: unknown option --bogus"),
+             ([script("format"), "--bogus"], "format: unknown option --bogus"),
+             ([script("test-tally")], "usage: test-tally"),
+             ([os.path.join(BUILD, "scripts", "ipcshim-stat"), "--watch"], "ipcshim-stat: option --watch")]
+    for argv, msg in cases:
+        status, out, err = run(argv, env={"IPCSHIM_BUILD_DIR": BUILD})
+        eq(status, 2, f"{argv[1:]} of {os.path.basename(argv[0])}: {out}{err}")
+        check(err.startswith(msg) and no_internals(err), f"{argv}: {err}")
+    status, out, err = run([script("ipcshim-run"), "--", "no-such-command-here"], env={"IPCSHIM_BUILD_DIR": BUILD})
+    eq(status, 127, f"a missing command: {err}")
+    check(err.strip() == "ipcshim-run: no-such-command-here: command not found", err)
+
+
+def test_tally_counts_skipped_cases():
+    log = os.path.join(WORK, "testlog.json")
+    entries = [
+        # Criterion --tap, as libcriterion 2.4 writes it
+        {"result": "OK", "stdout": "TAP version 13\n1..3\n# Criterion v2.4.1\nok - s::two  (0.00s)\n"
+                                   "ok - s::one  # SKIP no gpu here\nok - s::three  # SKIP test was skipped\n"},
+        # tests/tools/tap.py
+        {"result": "OK", "stdout": "1..3\nok 1 - a\nok 2 - b # SKIP no lintian\nok 3 - c # skip lower case\n"},
+        # a failure and a TODO
+        {"result": "FAIL", "stdout": "1..2\nnot ok 1 - x\n# why\nnot ok 2 - y # TODO later\n"},
+        # exitcode tests: passed, skipped (77), crashed
+        {"result": "OK", "stdout": ""}, {"result": "SKIP", "stdout": ""}, {"result": "FAIL", "stdout": None},
+        # a TAP program that crashed after its last "ok"
+        {"result": "ERROR", "stdout": "1..2\nok 1 - a\n"},
+    ]
+    with open(log, "w") as f:
+        for e in entries:
+            f.write(json.dumps(dict(name="t", **e)) + "\n")
+    status, out, err = run([script("test-tally"), log])
+    eq(status, 0, err)
+    eq(out.strip(), "5 passed, 3 failed, 5 skipped", "the closing line")
+
+
+def test_format_check_skips_without_clang_format():
+    bindir = os.path.join(WORK, "bin")
+    os.makedirs(bindir, exist_ok=True)
+    for tool in ("bash", "dirname", "sed", "git", "env"):
+        path = shutil.which(tool)
+        if path and not os.path.exists(os.path.join(bindir, tool)):
+            os.symlink(path, os.path.join(bindir, tool))
+    status, out, err = run([os.path.join(bindir, "bash"), script("format"), "--check"], env={"PATH": bindir})
+    eq(status, 0, f"{out}{err}")
+    check("SKIP: clang-format is not installed" in out, out)
+    if not shutil.which("clang-format"):
+        return "clang-format not installed: the check itself is not run"
+    status, out, err = run([script("format"), "--check"])
+    eq(status, 0, f"the checked files are formatted: {out}{err}")
+
+
+def test_builds_without_criterion():
+    empty = os.path.join(WORK, "no-pkgconfig")
+    os.makedirs(empty, exist_ok=True)
+    env = {"PKG_CONFIG_LIBDIR": empty, "PKG_CONFIG_PATH": "", "CMAKE_PREFIX_PATH": empty}
+    build = os.path.join(WORK, "build-nocriterion")
+    status, out, err = run(["meson", "setup", build, SRC], env=env, cwd=WORK, timeout=180)
+    eq(status, 0, f"meson setup without Criterion: {out[-2000:]}{err[-2000:]}")
+    check("criterion found: NO" in out and "Criterion not found" in out, out[-2000:])
+    status, out, err = run(["meson", "introspect", "--targets", build])
+    names = {t["name"] for t in json.loads(out)}
+    check({"ipcshim", "ipcshim-stat", "cuda", "cudart", "pair-runtime", "stat-scenario"} <= names, sorted(names))
+    check(not {n for n in names if n.startswith(("test-core", "test-e2e", "test-swap", "test-crash",
+                                                  "test-simcuda"))}, f"no Criterion program: {sorted(names)}")
+    status, out, err = run(["meson", "test", "-C", build, "--list", "--no-rebuild"])
+    tests = set(out.split("\n"))
+    check(any("tools-install" in t for t in tests) and not any("core-registry" in t for t in tests), out)
+    status, out, err = run(["meson", "compile", "-C", build, "shim/ipcshim", "scripts/ipcshim-stat",
+                            "tests/simcuda/cuda", "tests/e2e/pair-runtime"], timeout=300)
+    eq(status, 0, f"meson compile: {out[-2000:]}{err[-2000:]}")
+    for f in ("shim/libipcshim.so", "scripts/ipcshim-stat", "tests/simcuda/libcuda.so.1", "tests/e2e/pair-runtime"):
+        check(os.path.exists(os.path.join(build, f)), f"{f} built")
+    status, out, err = run(["meson", "setup", os.path.join(WORK, "build-enabled"), SRC, "-Dtests=enabled"],
+                           env=env, cwd=WORK, timeout=180)
+    check(status != 0 and "criterion" in (out + err).lower(), f"-Dtests=enabled needs Criterion: {out[-1500:]}")
+
+
+def test_launcher_in_a_checkout_builds_only_what_it_needs():
+    build = os.path.join(WORK, "build-launcher")
+    env = {"IPCSHIM_BUILD_DIR": build, "LD_PRELOAD": ""}
+    status, out, err = run([script("ipcshim-run"), "--", "sh", "-c", 'echo "$LD_PRELOAD"'], env=env, timeout=300)
+    eq(status, 0, f"{out}{err}")
+    eq(out.strip(), os.path.join(build, "shim", "libipcshim.so"), "preloads the library it built")
+    check(not os.path.exists(os.path.join(build, "tests", "simcuda", "libcuda.so.1")), "no simulator without --sim")
+    check(not os.path.exists(os.path.join(build, "scripts", "ipcshim-stat")), "nor ipcshim-stat")
+    check(not os.path.exists(os.path.join(build, "tests", "core")) or
+          not os.listdir(os.path.join(build, "tests", "core")) or
+          not any(n.startswith("test-") and "." not in n for n in os.listdir(os.path.join(build, "tests", "core"))),
+          "no test program")
+    status, out, err = run([script("ipcshim-run"), "--sim", "--", "true"], env=env, timeout=300)
+    eq(status, 0, f"{out}{err}")
+    check(os.path.exists(os.path.join(build, "tests", "simcuda", "libcuda.so.1")), "--sim builds the simulator")
+    check(not os.path.exists(os.path.join(build, "tests", "e2e", "pair-runtime")), "but not the demo program")
+
+
+if __name__ == "__main__":
+    run_all(globals())

@@ -1,0 +1,173 @@
+"""The Debian package: `dpkg-buildpackage -us -uc -b` on a copy of the tree
+builds libipcshim0 (the library, soname libipcshim.so.0, in the multiarch
+libdir), libipcshim-dev (header, pkg-config file, the .so link) and ipcshim
+(ipcshim-run, ipcshim-stat, man pages); lintian reports no error (its
+warnings are printed as TAP comments); the packages unpacked with `dpkg -x`
+into a temporary root give a launcher that preloads the unpacked soname and
+protects a program on the simulator. A real `dpkg -i` into the system (and
+`dpkg -r` afterwards) runs only as root with CI set: a CI machine is
+disposable, a developer's is not changed by a test. Skips, saying why,
+without debhelper / dpkg-dev / fakeroot."""
+import atexit
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tap import check, eq, run, run_all  # noqa: E402
+
+SOURCE = os.environ["SOURCE_ROOT"]
+PID = os.getpid()
+UID = os.geteuid()
+WORK = tempfile.mkdtemp(prefix="ipcshim-deb-")
+atexit.register(shutil.rmtree, WORK, True)
+ROOT = os.path.join(WORK, "root")
+PAIR = [os.path.join(os.environ["E2E_BIN_DIR"], "pair-runtime"), "--free", "while-reading"]
+PACKAGES = ("libipcshim0", "libipcshim-dev", "ipcshim")
+state = {}
+
+
+def multiarch():
+    status, out, _ = run(["dpkg-architecture", "-qDEB_HOST_MULTIARCH"])
+    return out.strip() if status == 0 else None
+
+
+def sim_env(tag):
+    domain = f"deb-{tag}-{PID}"
+    return domain, {"LD_LIBRARY_PATH": os.environ["SIMCUDA_DIR"], "SIMCUDA_MACHINE": domain,
+                    "IPCSHIM_DOMAIN": domain, "LD_PRELOAD": ""}
+
+
+def cleanup(domain):
+    for name in os.listdir("/dev/shm"):
+        if f"-{UID}-{domain}" in name:
+            os.unlink(os.path.join("/dev/shm", name))
+
+
+def debs():
+    return {p: os.path.join(WORK, f"{p}_{state['version']}_{state['arch']}.deb") for p in PACKAGES}
+
+
+def test_dpkg_buildpackage_builds_three_packages():
+    missing = [tool for tool, pkg in (("dpkg-buildpackage", "dpkg-dev"), ("dh", "debhelper"),
+                                      ("fakeroot", "fakeroot")) if not shutil.which(tool)]
+    if missing:
+        state["skip"] = f"{', '.join(missing)} not installed (scripts/test --install-deps installs them)"
+        return state["skip"]
+    src = os.path.join(WORK, "src")
+    shutil.copytree(SOURCE, src, symlinks=True,
+                    ignore=shutil.ignore_patterns(".git", "build", "build-*", ".mesonpy*", "obj-*", "__pycache__",
+                                                  ".carry", ".whl"))
+    status, out, err = run(["dpkg-checkbuilddeps"], cwd=src)
+    if status != 0:
+        state["skip"] = f"build dependencies missing ({err.strip()[-300:]}; scripts/test --install-deps installs them)"
+        return state["skip"]
+    status, out, err = run(["dpkg-buildpackage", "-us", "-uc", "-b"], cwd=src, timeout=600)
+    eq(status, 0, f"dpkg-buildpackage: {(out + err)[-4000:]}")
+    status, out, _ = run(["dpkg-parsechangelog", "-S", "Version"], cwd=src)
+    state["version"] = out.strip()
+    status, out, _ = run(["dpkg-architecture", "-qDEB_HOST_ARCH"])
+    state["arch"] = out.strip()
+    for pkg, path in debs().items():
+        check(os.path.isfile(path), f"{os.path.basename(path)} built: {os.listdir(WORK)}")
+    state["built"] = True
+
+
+def built():
+    if "skip" in state:
+        return state["skip"]
+    check(state.get("built"), "the packages were built (see the first test)")
+    return None
+
+
+def test_packages_hold_the_library_header_pc_commands_and_man_pages():
+    if built():
+        return built()
+    ma = multiarch()
+    want = {"libipcshim0": [f"./usr/lib/{ma}/libipcshim.so.0", f"./usr/lib/{ma}/libipcshim.so.0."],
+            "libipcshim-dev": ["./usr/include/ipcshim.h", f"./usr/lib/{ma}/libipcshim.so ",
+                               f"./usr/lib/{ma}/pkgconfig/ipcshim.pc"],
+            "ipcshim": ["./usr/bin/ipcshim-run", "./usr/bin/ipcshim-stat", "./usr/share/man/man1/ipcshim-run.1",
+                        "./usr/share/man/man1/ipcshim-stat.1"]}
+    for pkg, path in debs().items():
+        status, out, err = run(["dpkg-deb", "-c", path])
+        eq(status, 0, err)
+        for name in want[pkg]:
+            check(name in out, f"{pkg} has {name}: {out}")
+    status, out, _ = run(["dpkg-deb", "-f", debs()["ipcshim"], "Depends"])
+    check("libipcshim0 (= " in out, f"ipcshim depends on its library: {out}")
+
+
+def test_lintian_reports_no_error():
+    if built():
+        return built()
+    if not shutil.which("lintian"):
+        return "lintian not installed (scripts/test --install-deps installs it)"
+    changes = glob.glob(os.path.join(WORK, "*.changes"))
+    status, out, err = run(["lintian", "--tag-display-limit", "0", *changes], timeout=300)
+    tags = [line for line in (out + err).splitlines() if line[:2] in ("E:", "W:", "I:", "X:")]
+    for line in tags:
+        print(f"# lintian: {line}", flush=True)
+    errors = [line for line in tags if line.startswith("E:")]
+    check(not errors, "lintian errors:\n" + "\n".join(errors))
+
+
+def test_unpacked_launcher_protects_a_program():
+    if built():
+        return built()
+    for path in debs().values():
+        status, out, err = run(["dpkg-deb", "-x", path, ROOT])
+        eq(status, 0, err)
+    ma = multiarch()
+    lib = os.path.join(ROOT, "usr", "lib", ma, "libipcshim.so.0")
+    if shutil.which("readelf"):
+        status, out, err = run(["readelf", "-d", lib])
+        check("Library soname: [libipcshim.so.0]" in out and "libcuda" not in out, out)
+    launcher = os.path.join(ROOT, "usr", "bin", "ipcshim-run")
+    status, out, err = run([launcher, "--version"])
+    eq(status, 0, err)
+    check(out.startswith("ipcshim-run " + state["version"].split("-")[0]), out)
+    domain, env = sim_env("x")
+    try:
+        status, out, err = run([launcher, "--", "sh", "-c", 'echo "$LD_PRELOAD"'], env=env)
+        eq(status, 0, err)
+        eq(os.path.realpath(out.strip()), os.path.realpath(lib), "the unpacked soname is preloaded")
+        status, out, err = run([launcher, "--", *PAIR], env=dict(env, IPCSHIM_STATS="1"))
+        eq(status, 0, f"unpacked ipcshim-run: {out}{err}")
+        check("consumer 0: ok" in out and "reclaimed: yes" in out, out)
+        check("deferred frees 1," in err, f"exit report: {err}")
+        status, out, err = run([os.path.join(ROOT, "usr", "bin", "ipcshim-stat"), "--domain", domain])
+        eq(status, 0, f"unpacked ipcshim-stat: {err}")
+    finally:
+        cleanup(domain)
+
+
+def test_installed_package_runs_a_program():
+    if built():
+        return built()
+    if UID != 0 or not os.environ.get("CI"):
+        return "a real dpkg -i into the system runs only as root with CI set (the unpacked packages were tested)"
+    status, out, _ = run(["dpkg-query", "-W", "-f", "${Status}", "ipcshim"])
+    if status == 0 and "installed" in out and "not-installed" not in out:
+        return "an ipcshim package is installed already; not replaced by a test"
+    try:
+        status, out, err = run(["dpkg", "-i", *debs().values()], timeout=120)
+        eq(status, 0, f"dpkg -i: {out}{err}")
+        domain, env = sim_env("i")
+        try:
+            status, out, err = run(["/usr/bin/ipcshim-run", "--", *PAIR], env=env)
+            eq(status, 0, f"installed ipcshim-run: {out}{err}")
+            check("consumer 0: ok" in out, out)
+            status, out, err = run(["/usr/bin/ipcshim-run", "--", "sh", "-c", 'echo "$LD_PRELOAD"'], env=env)
+            eq(out.strip(), f"/usr/lib/{multiarch()}/libipcshim.so.0", "preloads the installed soname")
+        finally:
+            cleanup(domain)
+    finally:
+        run(["dpkg", "-r", *reversed(PACKAGES)], timeout=120)
+
+
+if __name__ == "__main__":
+    run_all(globals())

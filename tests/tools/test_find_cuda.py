@@ -1,0 +1,95 @@
+"""Finding the CUDA Toolkit (scripts/find-cuda, which meson.build runs): a
+wrapper script named nvcc earlier on PATH that execs the real nvcc does not
+send the build to the wrapper's folder (nvcc itself is asked where its
+toolkit is); a CUDA_HOME without include/cuda.h is passed over, named in
+--verbose, for the next place; and `meson setup` with only the wrapper on
+PATH configures with the real toolkit."""
+import atexit
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tap import check, eq, run, run_all  # noqa: E402
+
+SOURCE = os.environ["SOURCE_ROOT"]
+FIND = os.path.join(SOURCE, "scripts", "find-cuda")
+WORK = tempfile.mkdtemp(prefix="ipcshim-find-cuda-")
+atexit.register(shutil.rmtree, WORK, True)
+
+
+def real_toolkit():
+    """The toolkit as found with the caller's environment, and its nvcc."""
+    status, out, err = run([FIND])
+    if status != 0:
+        return None, None
+    nvcc = os.path.join(out.strip(), "bin", "nvcc")
+    return out.strip(), (nvcc if os.access(nvcc, os.X_OK) else None)
+
+
+TOOLKIT, NVCC = real_toolkit()
+
+
+def wrapper_path():
+    """A folder holding only a wrapper nvcc, first on a PATH without the
+    toolkit's bin folder."""
+    wrap = os.path.join(WORK, "wrap", "bin")
+    os.makedirs(wrap, exist_ok=True)
+    with open(os.path.join(wrap, "nvcc"), "w") as f:
+        f.write(f'#!/bin/sh\n# a site wrapper around the real compiler\nexec "{NVCC}" "$@"\n')
+    os.chmod(os.path.join(wrap, "nvcc"), 0o755)
+    rest = [d for d in os.environ["PATH"].split(os.pathsep) if d and not os.path.exists(os.path.join(d, "nvcc"))]
+    return os.pathsep.join([wrap] + rest), wrap
+
+
+def test_wrapper_nvcc_leads_to_the_real_toolkit():
+    if not NVCC:
+        return "no CUDA Toolkit with bin/nvcc here"
+    path, wrap = wrapper_path()
+    status, out, err = run([FIND, "--verbose"], env={"PATH": path, "CUDA_HOME": ""})
+    eq(status, 0, err)
+    eq(out.strip(), TOOLKIT, "the toolkit nvcc reports, not the wrapper's folder")
+    check("nvcc --dryrun TOP" in err and os.path.join(wrap, "nvcc") in err, f"found by asking nvcc: {err}")
+    check(os.path.isfile(os.path.join(out.strip(), "include", "cuda.h")), "include/cuda.h there")
+
+
+def test_bad_cuda_home_is_named_and_passed_over():
+    if not NVCC:
+        return "no CUDA Toolkit with bin/nvcc here"
+    path, _ = wrapper_path()
+    bogus = os.path.join(WORK, "not-cuda")
+    os.makedirs(bogus, exist_ok=True)
+    status, out, err = run([FIND, "--verbose"], env={"PATH": path, "CUDA_HOME": bogus})
+    eq(status, 0, err)
+    eq(out.strip(), TOOLKIT, "the next place in order")
+    check(f"CUDA_HOME: {bogus} has no include/cuda.h" in err, err)
+
+
+def test_arguments():
+    status, out, _ = run([FIND, "--help"])
+    eq(status, 0, "--help")
+    check("CUDA_HOME" in out and "/usr/local/cuda-*" in out and "#" not in out, out)
+    status, _, err = run([FIND, "--bogus"])
+    eq(status, 2, "unknown argument")
+    check(err.startswith("find-cuda: unknown argument --bogus"), err)
+
+
+def test_meson_setup_with_a_wrapper_nvcc_uses_the_real_toolkit():
+    if not NVCC:
+        return "no CUDA Toolkit with bin/nvcc here"
+    path, _ = wrapper_path()
+    build = os.path.join(WORK, "build")
+    status, out, err = run(["meson", "setup", build, SOURCE, "-Dtests=disabled"], cwd=WORK, timeout=120,
+                           env={"PATH": path, "CUDA_HOME": ""})
+    eq(status, 0, f"meson setup: {out[-2000:]}{err[-2000:]}")
+    found = re.search(r"CUDA Toolkit: (\S+)", out)
+    check(found, out[-2000:])
+    eq(found.group(1), TOOLKIT, "meson's toolkit")
+    check(re.search(r"Program " + re.escape(os.path.join(TOOLKIT, "bin", "nvcc")) + r" found: YES", out),
+          f"the toolkit's own nvcc, not the wrapper: {out[-2000:]}")
+
+
+if __name__ == "__main__":
+    run_all(globals())
