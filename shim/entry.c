@@ -129,9 +129,9 @@ static void *const exported[SYM_COUNT] = {
 #include "symbols.def"
 };
 
-void *entry_via_resolver(enum symbol_id id) { return via_resolver[id]; }
-void *entry_exported(enum symbol_id id) { return exported[id]; }
-const char *entry_name(enum symbol_id id) { return names[id]; }
+EARLY_SAFE void *entry_via_resolver(enum symbol_id id) { return via_resolver[id]; }
+EARLY_SAFE void *entry_exported(enum symbol_id id) { return exported[id]; }
+EARLY_SAFE const char *entry_name(enum symbol_id id) { return names[id]; }
 
 long long entry_calls(enum symbol_id id, enum door door)
 {

@@ -56,7 +56,7 @@ static pthread_mutex_t resolve_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned long long objects_seen; /* dlpi_adds when the slots were last filled */
 int resolve_done;
 
-static void find_real_dlsym(void)
+EARLY_SAFE static void find_real_dlsym(void)
 {
     /* dlsym is interposed below, so the real one is found by version. */
     static const char *versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
@@ -65,7 +65,7 @@ static void find_real_dlsym(void)
 }
 
 /* True if p is one of the shim's own functions (exported or resolver twin). */
-static bool is_shim_function(void *p)
+EARLY_SAFE static bool is_shim_function(void *p)
 {
     for (int id = 0; id < SYM_COUNT; id++)
         if (p == entry_exported(id) || p == entry_via_resolver(id)) return true;
@@ -75,12 +75,12 @@ static bool is_shim_function(void *p)
 /* String helpers for the dlsym door, which must not call libc's: a
  * sanitizer runtime intercepts strcmp and friends, and asks the door for the
  * real ones before its interceptors work. */
-static bool same_string(const char *a, const char *b)
+EARLY_SAFE static bool same_string(const char *a, const char *b)
 {
     while (*a && *a == *b) a++, b++;
     return *a == *b;
 }
-static bool starts_with(const char *s, const char *prefix)
+EARLY_SAFE static bool starts_with(const char *s, const char *prefix)
 {
     while (*prefix && *s == *prefix) s++, prefix++;
     return !*prefix;
@@ -88,7 +88,7 @@ static bool starts_with(const char *s, const char *prefix)
 
 /* True if p lies in NVIDIA's driver or runtime (or the simulator standing in
  * for them, which has the same file names). */
-static bool in_cuda_library(const void *p)
+EARLY_SAFE static bool in_cuda_library(const void *p)
 {
     Dl_info info;
     if (!dladdr(p, &info) || !info.dli_fname) return false;
@@ -256,7 +256,7 @@ __attribute__((constructor)) static void note_initialised(void)
  * relocates the d_ptr entries of .dynamic in place, except in read-only ones
  * (the vDSO), where they are still offsets from l_addr; an IFUNC's address
  * is what its resolver returns. */
-static void *object_symbol(const struct link_map *m, const char *name)
+EARLY_SAFE static void *object_symbol(const struct link_map *m, const char *name)
 {
     const ElfW(Sym) *symtab = NULL, *found = NULL;
     const char *strtab = NULL;
@@ -335,7 +335,7 @@ done:
  * linker would without the shim in between: the definition in the first
  * object loaded after the caller that defines name. The vDSO is skipped:
  * it defines time() and friends, but the loader never binds to it. */
-static void *next_definition(const void *caller, const char *name)
+EARLY_SAFE static void *next_definition(const void *caller, const char *name)
 {
     Dl_info info;
     struct link_map *self = NULL;
@@ -355,7 +355,7 @@ static void *next_definition(const void *caller, const char *name)
  * answer is a CUDA function. RTLD_NEXT and RTLD_DEFAULT are answered for the
  * caller, not for the shim; RTLD_NEXT results are never redirected (the
  * caller is another interposer wrapping the next definition). */
-SHIM_EXPORT __attribute__((noinline)) void *dlsym(void *handle, const char *name)
+SHIM_EXPORT EARLY_SAFE __attribute__((noinline)) void *dlsym(void *handle, const char *name)
 {
     const void *caller = __builtin_return_address(0);
     pthread_once(&dlsym_once, find_real_dlsym);

@@ -45,6 +45,11 @@ extern cudaError_t CUDARTAPI __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 g
 
 #define SHIM_EXPORT __attribute__((visibility("default")))
 
+/* Code on the dlsym door's path: it can run before a sanitizer runtime has
+ * initialised (the runtime looks up its interceptors through it), when
+ * instrumented code would touch shadow memory that does not exist yet. */
+#define EARLY_SAFE __attribute__((no_sanitize_address, no_sanitize_undefined))
+
 /* Doors through which a program reaches an entry point (ARCHITECTURE). */
 enum door { DOOR_RUNTIME, DOOR_DRIVER, DOOR_RESOLVER, DOOR_COUNT };
 
