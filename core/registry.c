@@ -607,7 +607,11 @@ static int lock_slow(struct registry *r)
         int rc = pthread_mutex_timedlock(m, &dl);
         if (rc != ETIMEDOUT) return rc;
         int word = lock_word(m), owner = word & FUTEX_TID_MASK;
-        if (owner && owner_verdict(r, owner) == OWNER_BOGUS) {
+        /* This very thread never holds the lock while it waits for it (no
+         * registry function locks twice): a word naming it is corrupt. */
+        bool bogus = owner && (owner == (int)syscall(SYS_gettid) ||
+                               owner_verdict(r, owner) == OWNER_BOGUS);
+        if (bogus) {
             strikes = owner == last ? strikes + 1 : 1;
             last = owner;
             if (strikes >= LOCK_BOGUS_CHECKS && mark_owner_dead(m, word)) {
