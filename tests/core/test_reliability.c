@@ -292,7 +292,6 @@ Test(reliability, registry_dir_holds_the_registry_and_stat_finds_it)
     ipc_shutdown();
     registry_unlink(test_domain);
     rmdir(dir);
-    unsetenv("IPCSHIM_REGISTRY_DIR");
 }
 
 Test(reliability, squatted_name_is_replaced_and_stat_follows)
