@@ -192,8 +192,8 @@ int registry_validate(int fd, struct reg_caps *caps, struct reg_layout *l, char 
     int rc = 0;
 #define REFUSE(code, ...)                                                                         \
     do {                                                                                          \
+        rc = (code); /* before the message: errno is read first */                                \
         snprintf(why, len, __VA_ARGS__);                                                          \
-        rc = (code);                                                                              \
         goto out;                                                                                 \
     } while (0)
     /* The creator may still be between creating the file and publishing ready. */
