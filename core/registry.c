@@ -31,9 +31,9 @@ enum {
     MAX_HOLDERS_LIMIT = 1 << 16,
     MAX_BLOCKS_LIMIT = 1 << 24,
     MAX_LEASES_LIMIT = 1 << 24,
-    LOCK_CHECK_MS = 200,    /* a contended lock re-checks its owner this often */
-    LOCK_BOGUS_CHECKS = 2,  /* ... and repairs after this many "not a holder" in a row */
-    LOCK_PROBE_MS = 20,     /* the wait on a hold we already gave up on once */
+    LOCK_CHECK_MS = 200,   /* a contended lock re-checks its owner this often */
+    LOCK_BOGUS_CHECKS = 2, /* ... and repairs after this many "not a holder" in a row */
+    LOCK_PROBE_MS = 20,    /* the wait on a hold we already gave up on once */
 };
 
 unsigned registry_attach_wait_ms = 2000;
@@ -190,11 +190,11 @@ int registry_validate(int fd, struct reg_caps *caps, struct reg_layout *l, char 
     struct reg_header *h = MAP_FAILED;
     uint64_t deadline = reg_now_ns() + registry_attach_wait_ms * 1000000ull;
     int rc = 0;
-#define REFUSE(code, ...)                                                                         \
-    do {                                                                                          \
-        rc = (code); /* before the message: errno is read first */                                \
-        snprintf(why, len, __VA_ARGS__);                                                          \
-        goto out;                                                                                 \
+#define REFUSE(code, ...)                                                                          \
+    do {                                                                                           \
+        rc = (code); /* before the message: errno is read first */                                 \
+        snprintf(why, len, __VA_ARGS__);                                                           \
+        goto out;                                                                                  \
     } while (0)
     /* The creator may still be between creating the file and publishing ready. */
     for (;;) {
@@ -223,7 +223,8 @@ int registry_validate(int fd, struct reg_caps *caps, struct reg_layout *l, char 
     *caps = (struct reg_caps){h->max_holders, h->max_blocks, h->max_leases};
     if (h->magic != REG_MAGIC) REFUSE(-EPROTO, "has bad magic (not an ipcshim registry)");
     if (h->abi != REG_ABI)
-        REFUSE(-EPROTO, "has a different ABI version (ABI %u; this release uses ABI %u)", h->abi, REG_ABI);
+        REFUSE(-EPROTO, "has a different ABI version (ABI %u; this release uses ABI %u)", h->abi,
+               REG_ABI);
     if (registry_layout(caps, l) != 0) REFUSE(-EPROTO, "has impossible capacities");
     if (h->size != l->size || h->nbuckets != l->nbuckets)
         REFUSE(-EPROTO, "has a header that does not add up");
@@ -497,9 +498,9 @@ int registry_fd(struct registry *r)
     /* The program closed our descriptor (closefrom) or put another file at
      * its number (dup2, a later open): the number is not ours any more. */
     int fd = open_same(r);
-    LOG_ONCE(LOG_WARN,
-             "registry %s: the program closed or replaced the shim's descriptor %d; %s", r->name,
-             r->fd, fd >= 0 ? "re-opened it" : "cannot re-open it (liveness unknown: alive)");
+    LOG_ONCE(LOG_WARN, "registry %s: the program closed or replaced the shim's descriptor %d; %s",
+             r->name, r->fd,
+             fd >= 0 ? "re-opened it" : "cannot re-open it (liveness unknown: alive)");
     r->fd = fd;
     if (fd < 0) return -1;
     /* Our own lock byte lives on while a mapping of its description does
@@ -609,8 +610,8 @@ static int lock_slow(struct registry *r)
         int word = lock_word(m), owner = word & FUTEX_TID_MASK;
         /* This very thread never holds the lock while it waits for it (no
          * registry function locks twice): a word naming it is corrupt. */
-        bool bogus = owner && (owner == (int)syscall(SYS_gettid) ||
-                               owner_verdict(r, owner) == OWNER_BOGUS);
+        bool bogus =
+            owner && (owner == (int)syscall(SYS_gettid) || owner_verdict(r, owner) == OWNER_BOGUS);
         if (bogus) {
             strikes = owner == last ? strikes + 1 : 1;
             last = owner;

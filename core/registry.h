@@ -130,11 +130,11 @@ struct registry {
     ino_t ino;
     uint32_t self_slot; /* our holder slot (REG_NONE): its lock byte is re-taken if lost */
     uint64_t self_nonce;
-    void *pin;         /* a page mapped from the descriptor that holds our lock byte */
-    int32_t stuck_tid; /* a lock owner we already waited IPCSHIM_LOCK_WAIT for ... */
+    void *pin;            /* a page mapped from the descriptor that holds our lock byte */
+    int32_t stuck_tid;    /* a lock owner we already waited IPCSHIM_LOCK_WAIT for ... */
     uint64_t stuck_since; /* ... in the hold that began then (lock_since_ns) */
-    char name[96];  /* for messages: "/ipcshim-<uid>-<domain>" in /dev/shm, else the path */
-    char path[256]; /* the file */
+    char name[96];        /* for messages: "/ipcshim-<uid>-<domain>" in /dev/shm, else the path */
+    char path[256];       /* the file */
 };
 
 static inline uint64_t reg_now_ns(void)

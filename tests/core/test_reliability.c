@@ -296,7 +296,8 @@ Test(reliability, registry_dir_holds_the_registry_and_stat_finds_it)
 
 Test(reliability, squatted_name_is_replaced_and_stat_follows)
 {
-    if (geteuid() != 0) cr_skip_test("needs root to make a file another user's (uid %u)", (unsigned)geteuid());
+    if (geteuid() != 0)
+        cr_skip_test("needs root to make a file another user's (uid %u)", (unsigned)geteuid());
     struct passwd *pw = getpwnam("nobody");
     uid_t nobody = pw ? pw->pw_uid : 65534;
     char path[256], name[256];
@@ -365,7 +366,8 @@ Test(reliability, full_tmpfs_refuses_cleanly_without_sigbus)
     int status = child_wait(pid);
     rmdir(dir);
     if (status >= 70 && status <= 72)
-        cr_skip_test("cannot mount a small tmpfs here (step %d: needs root and mount namespaces)", status - 70);
+        cr_skip_test("cannot mount a small tmpfs here (step %d: needs root and mount namespaces)",
+                     status - 70);
     cr_expect_neq(status, 128 + SIGBUS, "killed by SIGBUS: the registry was mapped sparse");
     cr_expect_eq(status, 0, "status %d", status);
     char *log = log_text();
@@ -419,8 +421,10 @@ Test(reliability, stopped_lock_holder_bounds_opens_and_defers_frees)
     fprintf(stderr, "stopped lock holder: open waited %.0f ms, free %.0f ms, next open %.0f ms\n",
             first_open, first_free, second_open);
     double bound = (double)options_get()->lock_wait;
-    cr_expect(first_open >= bound * 0.8 && first_open < bound + 2000, "open waited %.0f ms", first_open);
-    cr_expect(second_open < 200, "a second open waited the whole bound again (%.0f ms)", second_open);
+    cr_expect(first_open >= bound * 0.8 && first_open < bound + 2000, "open waited %.0f ms",
+              first_open);
+    cr_expect(second_open < 200, "a second open waited the whole bound again (%.0f ms)",
+              second_open);
     cr_expect(ipc_active(), "tracking was turned off");
     /* ipcshim-stat shows who holds the lock, and for how long. */
     struct inspect_snapshot s;
@@ -459,7 +463,8 @@ Test(reliability, lock_word_naming_a_live_non_holder_is_repaired)
     v.hdr->lock.mutex.__data.__lock = sleeper;
     v.hdr->lock.mutex.__data.__owner = sleeper;
     uint64_t t0 = test_now_ns();
-    cr_expect_eq(ipc_free_begin(BASE), IPC_DONE, "not tracked after the repair (the hand-off keeps it)");
+    cr_expect_eq(ipc_free_begin(BASE), IPC_DONE,
+                 "not tracked after the repair (the hand-off keeps it)");
     double took = ms_since(t0);
     fprintf(stderr, "lock word naming a live non-holder: repaired after %.0f ms\n", took);
     cr_expect(took < 5000, "took %.0f ms", took);
@@ -485,7 +490,8 @@ Test(reliability, unclaimed_handoffs_leave_room_for_other_programs)
     struct ipcshim_stats st;
     memset(&st, 0, sizeof st);
     ipc_stats(&st);
-    cr_expect_leq(st.limbo_blocks, 256 / 8, "limbo holds %llu blocks", (unsigned long long)st.limbo_blocks);
+    cr_expect_leq(st.limbo_blocks, 256 / 8, "limbo holds %llu blocks",
+                  (unsigned long long)st.limbo_blocks);
     /* Another program still gets its exports tracked. */
     pid_t pid = fork();
     if (pid == 0) {
