@@ -272,7 +272,6 @@ static int ready_locked(void)
     return 0;
 }
 
-
 /* Is b a record this process exported with this generation? */
 static bool own_block(const struct reg_block *b, uint64_t generation)
 {
@@ -1005,7 +1004,7 @@ static void report_held(const struct reg_block *b)
             b->state == BLOCK_LIVE ? " (never freed by the program)" : "");
 }
 
-enum { EXIT_REPORT_LINES = 8 }; /* blocks named one by one at exit; the rest summed */
+enum { EXIT_REPORT_LINES = 8 };             /* blocks named one by one at exit; the rest summed */
 #define EXIT_HANDOFF_GRACE_NS 1000000000ull /* at exit, unclaimed hand-offs wait this long */
 
 /* Our exports (freed or not) that a live importer still maps -- or, with
@@ -1054,7 +1053,8 @@ void ipc_shutdown(void)
     if (attached) {
         uint64_t start = reg_now_ns(), wait_ns = options_get()->exit_wait * 1000000ull;
         uint64_t deadline = start + wait_ns;
-        uint64_t grace_end = start + (wait_ns < EXIT_HANDOFF_GRACE_NS ? wait_ns : EXIT_HANDOFF_GRACE_NS);
+        uint64_t grace_end =
+            start + (wait_ns < EXIT_HANDOFF_GRACE_NS ? wait_ns : EXIT_HANDOFF_GRACE_NS);
         uint64_t expired0 = __atomic_load_n(&st.handoffs_expired, __ATOMIC_RELAXED);
         for (;;) {
             uint32_t seen = __atomic_load_n(&reg.holders[self].wake, __ATOMIC_SEQ_CST);
