@@ -279,7 +279,7 @@ int inspect_snapshot(const char *domain, struct inspect_snapshot *s, char *why, 
     s->lock_tid = __atomic_load_n(&r.hdr->lock.mutex.__data.__lock, __ATOMIC_RELAXED) & 0x3fffffff;
 #endif
     if (s->lock_tid) {
-        s->lock_pid = __atomic_load_n(&r.hdr->lock_pid, __ATOMIC_RELAXED);
+        s->lock_pid = liveness_tgid(s->lock_tid);
         uint64_t since = __atomic_load_n(&r.hdr->lock_since_ns, __ATOMIC_RELAXED);
         uint64_t now = clock_ns(CLOCK_MONOTONIC);
         s->lock_held_ns = since && since < now ? now - since : 0;

@@ -636,7 +636,7 @@ static int lock_slow(struct registry *r)
                      "registry %s: its lock has been held by pid %d "
                      "(thread %d) for more than IPCSHIM_LOCK_WAIT (a stopped process?); going "
                      "on without it: opens and exports pass untracked, frees are deferred",
-                     r->name, (int)__atomic_load_n(&r->hdr->lock_pid, __ATOMIC_RELAXED), owner);
+                     r->name, (int)liveness_tgid(owner), owner);
             return ETIMEDOUT;
         }
     }
@@ -646,11 +646,8 @@ int registry_lock(struct registry *r)
 {
     int rc = pthread_mutex_trylock(&r->hdr->lock.mutex);
     if (rc == EBUSY) rc = lock_slow(r);
-    if (rc == 0 || rc == EOWNERDEAD) {
-        __atomic_store_n(&r->hdr->lock_tid, (int32_t)syscall(SYS_gettid), __ATOMIC_RELAXED);
-        __atomic_store_n(&r->hdr->lock_pid, (int32_t)getpid(), __ATOMIC_RELAXED);
+    if (rc == 0 || rc == EOWNERDEAD)
         __atomic_store_n(&r->hdr->lock_since_ns, reg_now_ns(), __ATOMIC_RELAXED);
-    }
     if (rc == 0) {
         test_delay();
         return 0;
@@ -672,7 +669,6 @@ int registry_lock(struct registry *r)
 
 void registry_unlock(struct registry *r)
 {
-    __atomic_store_n(&r->hdr->lock_pid, 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&r->hdr->lock.mutex);
 }
 
@@ -775,22 +771,33 @@ void reg_holder_release(struct registry *r, uint32_t idx)
     if (fd >= 0) liveness_unlock_byte(fd, r->lock_base + idx);
 }
 
+/* A holder's lock byte is held (true) unless we know it is free. The
+ * descriptor is believed at once only when it says "held" (a number the
+ * program reused can make a dead holder look alive -- a leak -- but never
+ * the reverse); "free" or an error is asked again through the verified
+ * descriptor (registry_fd). So a live holder is never judged dead through
+ * the wrong file, and the common case costs one fcntl, as before. */
+static bool holder_byte_locked(struct registry *r, uint32_t idx)
+{
+    off_t off = r->lock_base + idx;
+    if (r->fd >= 0 && liveness_byte_state(r->fd, off) == 1) return true;
+    int fd = registry_fd(r);
+    if (fd < 0) return true; /* unknown: alive */
+    return liveness_byte_state(fd, off) != 0;
+}
+
 bool reg_holder_alive(struct registry *r, uint32_t idx)
 {
     struct reg_holder *h = reg_holder_at(r, idx);
     if (!h || LOAD_STATE(h->state) != HOLDER_ACTIVE) return false;
-    int fd = registry_fd(r);
-    if (fd < 0) return true; /* unknown: alive */
-    return liveness_alive(fd, r->lock_base + idx, h->pid, h->start_time);
+    return holder_byte_locked(r, idx) && liveness_pid_alive(h->pid, h->start_time);
 }
 
 bool reg_holder_alive_quick(struct registry *r, uint32_t idx)
 {
     struct reg_holder *h = reg_holder_at(r, idx);
     if (!h || LOAD_STATE(h->state) != HOLDER_ACTIVE) return false;
-    int fd = registry_fd(r);
-    if (fd < 0) return true; /* unknown: alive */
-    return liveness_byte_locked(fd, r->lock_base + idx);
+    return holder_byte_locked(r, idx);
 }
 
 void reg_holder_sweep(struct registry *r, uint32_t idx)

@@ -54,15 +54,13 @@ struct reg_header {
         pthread_mutex_t mutex; /* process-shared, robust */
         uint8_t bytes[64];
     } lock;
-    /* Who holds the lock and since when (CLOCK_MONOTONIC), written by the
-     * locker after it got the lock; advisory, for ipcshim-stat and for
-     * telling one long hold from the next. lock_pid is 0 when unlocked.
-     * Carved from `reserved` (zero in segments of earlier builds of ABI 1,
-     * whose lockers never write them): the layout is unchanged. */
-    int32_t lock_pid;
-    int32_t lock_tid;
+    /* When the lock's current hold began (CLOCK_MONOTONIC), written by the
+     * locker after it got the lock (who holds it is in the lock word);
+     * advisory, for ipcshim-stat and for telling one long hold from the
+     * next. Carved from `reserved` (zero in segments of earlier builds of
+     * ABI 1, whose lockers never write it): the layout is unchanged. */
     uint64_t lock_since_ns;
-    uint64_t reserved[14];
+    uint64_t reserved[15];
 };
 
 struct reg_holder {
