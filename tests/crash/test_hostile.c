@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char log_path[256], log_env[300];
@@ -543,4 +544,33 @@ Test(hostile, exec_reattaches_cleanly)
     cr_expect_eq(child_wait(&exporter, 20000), 0);
     cr_assert_eq(crash_registry_counts(&n, 0), 0);
     cr_expect_eq(n.holders + n.blocks + n.leases, 0, "records left after everyone exited");
+}
+
+/* An exporter that exits without freeing a block an importer still maps
+ * (issue 11): its exit waits (IPCSHIM_EXIT_WAIT) until the importer closed,
+ * so the importer reads its data, not what the driver puts in freed memory;
+ * and it leaves as soon as the importer closed, not at the end of the wait. */
+Test(hostile, exporter_exiting_without_free_waits_for_its_importer)
+{
+    char hex[129], line[256];
+    cr_assert_eq(child_spawn(&exporter, "misc", true, ENV(log_env, "IPCSHIM_EXIT_WAIT=20s"), ARGS("export", "6")), 0);
+    cr_assert_eq(child_line(&exporter, line, sizeof line, 10000), 1, "%s", exporter.buf);
+    cr_assert_eq(sscanf(line, "handle %128s", hex), 1, "%s", line);
+    cr_assert_eq(child_line(&exporter, line, sizeof line, 10000), 1);
+    cr_assert_eq(child_spawn(&holder, "misc", true, ENV(log_env), ARGS("open", "6", hex, "hold")), 0);
+    while (child_line(&holder, line, sizeof line, 10000) == 1 && strcmp(line, "opened")) {
+    }
+    child_close_stdin(&exporter); /* the exporter leaves without freeing */
+    usleep(700000);
+    int ws;
+    cr_expect_eq(waitpid(exporter.pid, &ws, WNOHANG), 0, "the exporter did not wait for its importer");
+    child_send(&holder, "read");
+    cr_expect_eq(child_wait(&holder, 20000), 0, "%s", holder.buf);
+    cr_expect_eq(count_lines(holder.buf, "data ok"), 1, "the importer read freed memory:\n%s", holder.buf);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    child_wait(&exporter, 15000);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double waited = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    cr_expect_lt(waited, 10.0, "the exporter waited out IPCSHIM_EXIT_WAIT after the last close (%.1f s)", waited);
 }
