@@ -1,7 +1,8 @@
 /* inspect: read-only snapshots of a registry; see inspect.h for what a
- * snapshot promises (and that it may be torn). The checks mirror
- * registry.c's attach(): a segment the shim itself would refuse is refused
- * here too, with the reason. */
+ * snapshot promises (and that it may be torn). The registry is found and
+ * checked by registry.c's own registry_locate() and registry_validate(),
+ * the library's one validator: a segment the shim itself would refuse is
+ * refused here too, with the same reason. */
 #include "inspect.h"
 #include "liveness.h"
 #include "registry.h"
@@ -95,73 +96,6 @@ static void read_comm(pid_t pid, char *out, size_t len)
     if (n <= 0) n = 0;
     out[n] = 0;
     out[strcspn(out, "\n")] = 0;
-}
-
-/* Validates the segment behind fd the way attach() does and fills *l.
- * The caller maps nothing before this succeeds. */
-static int validate(int fd, const char *name, struct reg_caps *caps, struct reg_layout *l,
-                    char *why, size_t len)
-{
-    struct stat st;
-    struct reg_header *h = MAP_FAILED;
-    uint64_t deadline = clock_ns(CLOCK_MONOTONIC) + registry_attach_wait_ms * 1000000ull;
-    int rc = 0;
-    /* A creator may be between shm_open and publishing ready. */
-    for (;;) {
-        if (fstat(fd, &st) != 0) {
-            rc = fail(-errno, why, len, "cannot stat %s: %s", name, strerror(errno));
-            goto out;
-        }
-        if (st.st_uid != geteuid()) {
-            rc = fail(-EPERM, why, len, "registry %s is owned by uid %u, not by you (uid %u)", name,
-                      (unsigned)st.st_uid, (unsigned)geteuid());
-            goto out;
-        }
-        if (st.st_mode & 077) {
-            rc = fail(-EPERM, why, len,
-                      "registry %s has mode %o (group/other access); the shim refuses it too", name,
-                      (unsigned)(st.st_mode & 0777));
-            goto out;
-        }
-        if ((size_t)st.st_size >= sizeof *h) {
-            if (h == MAP_FAILED) h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, fd, 0);
-            if (h == MAP_FAILED) {
-                rc = fail(-errno, why, len, "cannot map %s: %s", name, strerror(errno));
-                goto out;
-            }
-            if (__atomic_load_n(&h->ready, __ATOMIC_ACQUIRE) == 1) break;
-        }
-        if (clock_ns(CLOCK_MONOTONIC) > deadline) {
-            rc = fail(-ETIMEDOUT, why, len,
-                      "registry %s was never initialised (its creator died?); remove /dev/shm%s to "
-                      "reset it",
-                      name, name);
-            goto out;
-        }
-        usleep(1000);
-    }
-    *caps = (struct reg_caps){h->max_holders, h->max_blocks, h->max_leases};
-    const char *bad = NULL;
-    if (h->magic != REG_MAGIC)
-        bad = "bad magic (not an ipcshim registry)";
-    else if (h->abi != REG_ABI)
-        bad = "a different ABI version (made by another ipcshim release)";
-    else if (registry_layout(caps, l) != 0)
-        bad = "impossible capacities";
-    else if (h->size != l->size || h->nbuckets != l->nbuckets)
-        bad = "a header that does not add up";
-    else if ((uint64_t)st.st_size != l->size)
-        bad = "the wrong size";
-    if (bad) {
-        if (h->magic == REG_MAGIC && h->abi != REG_ABI)
-            rc = fail(-EPROTO, why, len, "registry %s has ABI %u, this tool reads ABI %u", name,
-                      h->abi, REG_ABI);
-        else
-            rc = fail(-EPROTO, why, len, "registry %s has %s", name, bad);
-    }
-out:
-    if (h != MAP_FAILED) munmap(h, sizeof *h);
-    return rc;
 }
 
 static int by_block_then_holder(const void *a, const void *b)
@@ -280,26 +214,36 @@ int inspect_snapshot(const char *domain, struct inspect_snapshot *s, char *why, 
 {
     memset(s, 0, sizeof *s);
     if (why && whylen) why[0] = 0;
-    if (registry_name(domain, s->name, sizeof s->name) != 0)
+    char path[256];
+    int rc = registry_locate(domain, path, sizeof path, s->name, sizeof s->name);
+    if (rc == -EINVAL)
         return fail(-EINVAL, why, whylen, "\"%s\" is not a domain name (1-64 of A-Z a-z 0-9 . _ -)",
                     domain ? domain : "");
-    int fd = shm_open(s->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+    if (rc == -ENOENT) {
+        registry_candidate(domain, 0, path, sizeof path, s->name, sizeof s->name);
+        return fail(-ENOENT, why, whylen,
+                    "no registry for domain \"%s\" (%s does not exist): no program of "
+                    "this user has "
+                    "exported or opened a block under the shim in this domain yet",
+                    domain, path);
+    }
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
-        if (e == ENOENT)
-            return fail(-ENOENT, why, whylen,
-                        "no registry for domain \"%s\" (/dev/shm%s does not exist): no program of "
-                        "this user has "
-                        "exported or opened a block under the shim in this domain yet",
-                        domain, s->name);
-        return fail(-e, why, whylen, "cannot open /dev/shm%s: %s", s->name, strerror(e));
+        return fail(-e, why, whylen, "cannot open %s: %s", path, strerror(e));
     }
     struct reg_caps caps;
     struct reg_layout l;
-    int rc = validate(fd, s->name, &caps, &l, why, whylen);
+    char reason[160];
+    rc = registry_validate(fd, &caps, &l, reason, sizeof reason);
     if (rc) {
         close(fd);
-        return rc;
+        if (rc == -EUSERS) rc = -EPERM;
+        if (rc == -ETIMEDOUT)
+            return fail(rc, why, whylen, "registry %s %s; remove %s to reset it", s->name, reason,
+                        path);
+        return fail(rc, why, whylen, "registry %s %s%s", s->name, reason,
+                    rc == -EPERM ? "; the shim refuses it too" : "");
     }
     void *p = mmap(NULL, l.size, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
@@ -331,6 +275,15 @@ int inspect_snapshot(const char *domain, struct inspect_snapshot *s, char *why, 
     s->max_leases = caps.max_leases;
     s->repairs = r.hdr->repairs;
     s->creator_pid = r.hdr->creator_pid;
+#ifdef __GLIBC__
+    s->lock_tid = __atomic_load_n(&r.hdr->lock.mutex.__data.__lock, __ATOMIC_RELAXED) & 0x3fffffff;
+#endif
+    if (s->lock_tid) {
+        s->lock_pid = liveness_tgid(s->lock_tid);
+        uint64_t since = __atomic_load_n(&r.hdr->lock_since_ns, __ATOMIC_RELAXED);
+        uint64_t now = clock_ns(CLOCK_MONOTONIC);
+        s->lock_held_ns = since && since < now ? now - since : 0;
+    }
     s->created_ns = r.hdr->created_ns;
     s->taken_ns = clock_ns(CLOCK_MONOTONIC);
     s->taken_real_ns = clock_ns(CLOCK_REALTIME);

@@ -63,12 +63,16 @@ struct inspect_block {
 };
 
 struct inspect_snapshot {
-    char name[96]; /* "/ipcshim-<uid>-<domain>" */
+    char name[256]; /* "/ipcshim-<uid>-<domain>" in /dev/shm, else the file's path */
     uint32_t abi;
     uint64_t size;
     uint32_t max_holders, max_blocks, max_leases;
     uint32_t repairs;
     int32_t creator_pid;
+    /* The registry lock when the snapshot was taken: the thread its word
+     * names (0: free), the pid its holder recorded, and for how long. */
+    int32_t lock_tid, lock_pid;
+    uint64_t lock_held_ns;
     uint64_t created_ns;    /* CLOCK_REALTIME */
     uint64_t taken_ns;      /* CLOCK_MONOTONIC when the snapshot was taken */
     uint64_t taken_real_ns; /* CLOCK_REALTIME, same moment */

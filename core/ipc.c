@@ -156,6 +156,75 @@ static void turn_off(void)
     __atomic_store_n(&state, S_OFF, __ATOMIC_RELEASE);
 }
 
+/* The registry lock. False when it is not to be had: unusable (tracking is
+ * then turned off for good), or held past IPCSHIM_LOCK_WAIT by another
+ * process -- a stopped one -- (tracking stays on; this one operation goes on
+ * without the registry: an open or export untracked, a free or a lease drop
+ * deferred and retried later, never anything unsafe). */
+static bool lock_registry(void)
+{
+    int rc = registry_lock(&reg);
+    if (rc == 0) return true;
+    if (rc != -ETIMEDOUT) turn_off();
+    return false;
+}
+
+/* Lease drops (a last close, an aborted open) that could not get the
+ * registry lock: a lock-free stack, retried under the lock by later calls. */
+struct deferred_drop {
+    uint32_t lease, block;
+    uint64_t generation;
+    bool give_back; /* an aborted open that claimed a hand-off */
+    struct deferred_drop *next;
+};
+static struct deferred_drop *drops;
+
+static void defer_drop(uint32_t lease, uint32_t block, uint64_t generation, bool give_back)
+{
+    struct deferred_drop *d = malloc(sizeof *d);
+    if (!d) return; /* the lease stays until this process exits (a leak) */
+    *d = (struct deferred_drop){lease, block, generation, give_back, NULL};
+    d->next = __atomic_load_n(&drops, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(&drops, &d->next, d, true, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED)) {
+    }
+}
+
+static struct reg_lease *ticket_lease(uint32_t lease, uint32_t block, uint64_t generation);
+
+/* One lease drop: a count down, or the lease itself. Registry lock held.
+ * Returns the exporter to wake, or REG_NONE. */
+static uint32_t drop_one(uint32_t lease, uint32_t block, uint64_t generation, bool give_back)
+{
+    struct reg_lease *l = ticket_lease(lease, block, generation);
+    if (!l) return REG_NONE;
+    if (l->count > 1) {
+        l->count--;
+        uint32_t closing = LEASE_CLOSING;
+        __atomic_compare_exchange_n(&l->intent, &closing, LEASE_OPEN, false, __ATOMIC_RELEASE,
+                                    __ATOMIC_RELAXED);
+        return REG_NONE;
+    }
+    struct reg_block *b = reg_block_at(&reg, block);
+    if (give_back && b && b->generation == generation &&
+        (b->state == BLOCK_LIVE || b->state == BLOCK_LIMBO))
+        b->pending++; /* give the hand-off back */
+    return reg_lease_drop(&reg, lease);
+}
+
+/* Retries the deferred lease drops. Registry lock held. */
+static void retry_drops(void)
+{
+    struct deferred_drop *d = __atomic_exchange_n(&drops, NULL, __ATOMIC_ACQUIRE);
+    while (d) {
+        struct deferred_drop *next = d->next;
+        uint32_t wake = drop_one(d->lease, d->block, d->generation, d->give_back);
+        if (wake != REG_NONE) registry_wake(&reg, wake);
+        free(d);
+        d = next;
+    }
+}
+
 static uint32_t cap32(uint64_t v)
 {
     return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
@@ -187,10 +256,7 @@ static int ready_locked(void)
         __atomic_store_n(&state, S_ACTIVE, __ATOMIC_RELEASE);
     }
     if (self == REG_NONE) {
-        if (registry_lock(&reg) != 0) {
-            turn_off();
-            return -ENODEV;
-        }
+        if (!lock_registry()) return -ENODEV;
         self_nonce = new_nonce();
         self = reg_holder_attach(&reg, self_nonce);
         registry_unlock(&reg);
@@ -204,14 +270,6 @@ static int ready_locked(void)
         log_msg(LOG_DEBUG, "attached to %s as holder %u", reg.name, self);
     }
     return 0;
-}
-
-/* Registry lock for an attached process; turns tracking off if unusable. */
-static bool lock_registry(void)
-{
-    if (registry_lock(&reg) == 0) return true;
-    turn_off();
-    return false;
 }
 
 /* Is b a record this process exported with this generation? */
@@ -247,7 +305,18 @@ static void let_go(uint32_t idx)
 
 /* ---- export ---- */
 
+static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, int device,
+                      uint64_t ctx, bool retry);
+static int collect(bool full);
+static size_t shed_unclaimed_n(bool all);
+
 int ipc_export(const struct ipc_handle *h, uint64_t base, uint64_t size, int device, uint64_t ctx)
+{
+    return export_try(h, base, size, device, ctx, true);
+}
+
+static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, int device,
+                      uint64_t ctx, bool retry)
 {
     local_lock();
     int rc = ready_locked();
@@ -290,10 +359,12 @@ int ipc_export(const struct ipc_handle *h, uint64_t base, uint64_t size, int dev
     }
     uint32_t idx = reg_block_create(&reg, h, base, size, device, self, now);
     uint64_t gen = idx != REG_NONE ? reg.blocks[idx].generation : 0;
+    size_t shed = idx == REG_NONE && retry ? shed_unclaimed_n(true) : 0;
     registry_unlock(&reg);
     if (idx == REG_NONE) {
         free(ne);
         local_unlock();
+        if (shed && collect(true) > 0) return export_try(h, base, size, device, ctx, false);
         LOG_ONCE(LOG_WARN,
                  "registry %s is full (IPCSHIM_MAX_BLOCKS=%u): new exports are not "
                  "tracked",
@@ -504,18 +575,14 @@ void ipc_open_abort(struct ipc_open *t)
         local_map_del(m);
         local_broadcast();
     }
-    if (state == S_ACTIVE && self != REG_NONE && lock_registry()) {
-        struct reg_lease *l = ticket_lease(t->lease, t->block, t->generation);
-        if (l && l->count > 1) {
-            l->count--;
-        } else if (l) {
-            struct reg_block *b = reg_block_at(&reg, t->block);
-            if ((t->flags & TICKET_CLAIMED) && b && b->generation == t->generation &&
-                (b->state == BLOCK_LIVE || b->state == BLOCK_LIMBO))
-                b->pending++; /* give the hand-off back */
-            wake = reg_lease_drop(&reg, t->lease);
+    if (state == S_ACTIVE && self != REG_NONE) {
+        if (lock_registry()) {
+            wake = drop_one(t->lease, t->block, t->generation, t->flags & TICKET_CLAIMED);
+            retry_drops();
+            registry_unlock(&reg);
+        } else if (state == S_ACTIVE) {
+            defer_drop(t->lease, t->block, t->generation, t->flags & TICKET_CLAIMED);
         }
-        registry_unlock(&reg);
     }
     local_unlock();
     if (wake != REG_NONE) registry_wake(&reg, wake);
@@ -595,16 +662,14 @@ void ipc_close_finish(struct ipc_close *t)
         local_broadcast();
     }
     local_unlock();
-    if (!ipc_active() || !lock_registry()) return;
-    struct reg_lease *l = ticket_lease(t->lease, t->block, t->generation);
-    if (l && l->count > 1) {
-        l->count--;
-        uint32_t closing = LEASE_CLOSING;
-        __atomic_compare_exchange_n(&l->intent, &closing, LEASE_OPEN, false, __ATOMIC_RELEASE,
-                                    __ATOMIC_RELAXED);
-    } else if (l) {
-        wake = reg_lease_drop(&reg, t->lease);
+    if (!ipc_active()) return;
+    if (!lock_registry()) {
+        if (ipc_active()) defer_drop(t->lease, t->block, t->generation, false);
+        STAT_ADD(closes, 1);
+        return;
     }
+    wake = drop_one(t->lease, t->block, t->generation, false);
+    retry_drops();
     registry_unlock(&reg);
     if (wake != REG_NONE) registry_wake(&reg, wake);
     STAT_ADD(closes, 1);
@@ -679,6 +744,7 @@ static int collect(bool full)
         local_unlock();
         return 0;
     }
+    retry_drops();
     if (sweep) {
         reg_sweep_dead(&reg, self);
         last_sweep_ns = now;
@@ -687,6 +753,12 @@ static int collect(bool full)
     DL_FOREACH_SAFE(local_limbo_head(), e, tmp)
     {
         struct reg_block *b = reg_block_at(&reg, e->block);
+        if (e->lock_deferred && own_block(b, e->generation) && b->state == BLOCK_LIVE) {
+            /* Freed while the lock was out of reach: into limbo now. */
+            e->lock_deferred = false;
+            b->limbo_since_ns = now;
+            b->state = BLOCK_LIMBO;
+        }
         if (!own_block(b, e->generation) || b->state != BLOCK_LIMBO) {
             local_export_del(e); /* no longer ours to free */
             continue;
@@ -770,6 +842,50 @@ int ipc_collect_pressure(void)
     return collect(true);
 }
 
+/* ---- fair share ---- */
+
+/* A process's share of the block table for blocks that only unclaimed
+ * hand-offs keep (freed by the program, opened by nobody yet). */
+static size_t unclaimed_share(void)
+{
+    size_t share = reg.max_blocks / 8;
+    return share < 16 ? 16 : share;
+}
+
+/* Fair share: when this process's limbo outgrows its share, the oldest of
+ * its blocks that only unclaimed hand-offs keep lose them now (down to half
+ * the share), so that a program exporting handles nobody opens cannot fill
+ * the table and leave every other program unprotected. The next collect
+ * frees them. Blocks somebody opened (leases) are never touched. all: every
+ * such block (the table is full). Local and registry locks held. */
+static size_t shed_unclaimed_n(bool all)
+{
+    size_t n = local_limbo_count(), share = unclaimed_share(), shed = 0;
+    if (!all && n <= share) return 0;
+    struct local_export *e;
+    DL_FOREACH(local_limbo_head(), e)
+    {
+        if (!all && n - shed <= share / 2) break;
+        struct reg_block *b = reg_block_at(&reg, e->block);
+        if (!own_block(b, e->generation) || b->state != BLOCK_LIMBO || !b->pending ||
+            b->lease_head != REG_NONE)
+            continue;
+        expire_handoffs(b, 0, true);
+        shed++;
+    }
+    if (shed)
+        LOG_RATE(LOG_WARN,
+                 "this process holds more than its share (%zu) of registry %s with hand-offs "
+                 "nobody claimed; %zu expired early",
+                 share, reg.name, shed);
+    return shed;
+}
+
+static void shed_unclaimed(void)
+{
+    (void)shed_unclaimed_n(false);
+}
+
 /* ---- free ---- */
 
 int ipc_free_begin(uint64_t ptr)
@@ -788,11 +904,19 @@ int ipc_free_begin(uint64_t ptr)
                  (unsigned long long)ptr);
         result = -EINVAL;
     } else if (e && (state != S_ACTIVE || !lock_registry())) {
-        /* Tracked, but the registry became unusable: importers may still
-         * hold the block and nothing can tell. Keep it (a leak, logged)
-         * rather than free memory someone may read. */
-        LOG_RATE(LOG_WARN, "registry unusable: exported block 0x%llx is kept, not freed",
-                 (unsigned long long)ptr);
+        if (state == S_ACTIVE) {
+            /* The lock is held past IPCSHIM_LOCK_WAIT (a stopped process):
+             * defer the free here; collect() moves it into limbo later. */
+            e->lock_deferred = true;
+            local_limbo_add(e);
+            STAT_ADD(frees_deferred, 1);
+        } else {
+            /* Tracked, but the registry became unusable: importers may still
+             * hold the block and nothing can tell. Keep it (a leak, logged)
+             * rather than free memory someone may read. */
+            LOG_RATE(LOG_WARN, "registry unusable: exported block 0x%llx is kept, not freed",
+                     (unsigned long long)ptr);
+        }
         result = IPC_DONE;
     } else if (e) {
         struct reg_block *b = reg_block_at(&reg, e->block);
@@ -806,6 +930,7 @@ int ipc_free_begin(uint64_t ptr)
                 b->state = BLOCK_LIMBO;
                 local_limbo_add(e);
                 STAT_ADD(frees_deferred, 1);
+                shed_unclaimed();
                 result = IPC_DONE;
             } else {
                 b->state = BLOCK_RETIRED;
@@ -925,11 +1050,50 @@ static void report_held(const struct reg_block *b)
             len += (size_t)snprintf(pids + len, sizeof pids - len, " %d", (int)h->pid);
         li = l->next;
     }
-    log_msg(LOG_WARN, "exiting with block 0x%llx (%llu bytes) still held: importers:%s%s",
+    log_msg(LOG_WARN, "exiting with block 0x%llx (%llu bytes) still held: importers:%s%s%s",
             (unsigned long long)b->base, (unsigned long long)b->size, len ? pids : " none",
-            b->pending ? " (and an unclaimed hand-off)" : "");
+            b->pending ? " (and an unclaimed hand-off)" : "",
+            b->state == BLOCK_LIVE ? " (never freed by the program)" : "");
 }
 
+enum { EXIT_REPORT_LINES = 8 };             /* blocks named one by one at exit; the rest summed */
+#define EXIT_HANDOFF_GRACE_NS 1000000000ull /* at exit, unclaimed hand-offs wait this long */
+
+/* Our exports (freed or not) that a live importer still maps -- or, with
+ * handoffs, whose handle is still on its way to one -- : what exit waits
+ * for. Dead importers' leases are swept on the way. With report, logs them
+ * (EXIT_REPORT_LINES, then a sum). Local and registry locks held. */
+static size_t held_by_others(bool report, bool handoffs)
+{
+    size_t held = 0;
+    uint64_t bytes = 0;
+    uint8_t *alive = calloc(reg.max_holders, 1);
+    struct local_export *e, *tmp;
+    HASH_ITER(hh, local_exports(), e, tmp)
+    {
+        struct reg_block *b = reg_block_at(&reg, e->block);
+        if (!own_block(b, e->generation) || (b->state != BLOCK_LIVE && b->state != BLOCK_LIMBO))
+            continue;
+        sweep_lease_holders(e->block, alive);
+        if (b->lease_head == REG_NONE && !(handoffs && b->pending)) continue;
+        if (report && held < EXIT_REPORT_LINES) report_held(b);
+        held++;
+        bytes += b->size;
+    }
+    free(alive);
+    if (report && held > EXIT_REPORT_LINES)
+        log_msg(LOG_WARN, "... and %zu more blocks still mapped by importers (%llu bytes in all)",
+                held - EXIT_REPORT_LINES, (unsigned long long)bytes);
+    return held;
+}
+
+/* At exit: hand-offs nobody claimed are waited for only briefly
+ * (EXIT_HANDOFF_GRACE_NS: a consumer at the other end of a pipe opens within
+ * it), then dropped, so limbo kept only by them goes. Then wait, up to
+ * IPCSHIM_EXIT_WAIT, for every block of ours -- freed or not -- that a live
+ * importer still maps: the driver frees an exiting process's memory, and
+ * the importer would read whatever comes next. Then report what is left,
+ * orphan it, and release our holder slot (importers' too). */
 void ipc_shutdown(void)
 {
     static int done;
@@ -939,28 +1103,42 @@ void ipc_shutdown(void)
     bool attached = state == S_ACTIVE && !shut && self != REG_NONE && !forked();
     local_unlock();
     if (attached) {
-        uint64_t deadline = reg_now_ns() + options_get()->exit_wait * 1000000ull;
+        uint64_t start = reg_now_ns(), wait_ns = options_get()->exit_wait * 1000000ull;
+        uint64_t deadline = start + wait_ns;
+        uint64_t grace_end =
+            start + (wait_ns < EXIT_HANDOFF_GRACE_NS ? wait_ns : EXIT_HANDOFF_GRACE_NS);
+        uint64_t expired0 = __atomic_load_n(&st.handoffs_expired, __ATOMIC_RELAXED);
         for (;;) {
             uint32_t seen = __atomic_load_n(&reg.holders[self].wake, __ATOMIC_SEQ_CST);
+            uint64_t now = reg_now_ns();
+            /* After the grace, every round (IPCSHIM_HANDOFF=window re-arms a
+             * hand-off at a last close). */
+            if (now >= grace_end) expire_limbo_older_than(UINT64_MAX);
             collect(true);
+            size_t held = 0;
             local_lock();
-            size_t left = local_limbo_count();
-            uint64_t now = reg_now_ns(), wait = left ? next_wait_ns(now) : 0;
+            if (state == S_ACTIVE && lock_registry()) {
+                held = held_by_others(false, now < grace_end);
+                registry_unlock(&reg);
+            } else if (state == S_ACTIVE) {
+                held = 1; /* the lock is out of reach: keep waiting, bounded */
+            }
             local_unlock();
-            if (!left || now >= deadline) break;
-            if (wait > deadline - now) wait = deadline - now;
+            now = reg_now_ns();
+            if (!held || now >= deadline) break;
+            uint64_t wait = deadline - now;
             if (wait > 100000000) wait = 100000000;
             registry_wait(&reg, self, seen, wait);
         }
+        uint64_t expired = __atomic_load_n(&st.handoffs_expired, __ATOMIC_RELAXED) - expired0;
+        if (expired)
+            log_msg(LOG_INFO, "exit: %llu hand-offs nobody claimed were dropped, not waited for",
+                    (unsigned long long)expired);
     }
     local_lock();
-    if (attached && !forked() && lock_registry()) {
-        struct local_export *e;
-        DL_FOREACH(local_limbo_head(), e)
-        {
-            struct reg_block *b = reg_block_at(&reg, e->block);
-            if (own_block(b, e->generation)) report_held(b);
-        }
+    if (attached && !forked() && state == S_ACTIVE && lock_registry()) {
+        retry_drops();
+        held_by_others(true, false);
         /* Our leases go, waking their exporters; our blocks are orphaned
          * (or recycled when nothing holds them); the slot is freed. */
         reg_holder_sweep(&reg, self);
@@ -971,6 +1149,17 @@ void ipc_shutdown(void)
     local_reset(true);
     local_broadcast(); /* opens waiting on a pending mapping give up */
     local_unlock();
+}
+
+/* The last word at exit, for every process that attached (import-only ones
+ * included: the shim's own exit hook is registered at the first export).
+ * Lowest priority: it runs after the library's other destructors; in the
+ * dynamic linker's order, after the program's own destructors (the program
+ * is finalised before the libraries it did not load). ipc_shutdown is
+ * idempotent: an earlier call (the shim's atexit hook) wins. */
+__attribute__((destructor(101))) static void ipc_at_unload(void)
+{
+    if (ops && __atomic_load_n(&state, __ATOMIC_ACQUIRE) == S_ACTIVE) ipc_shutdown();
 }
 
 bool ipc_limbo_pending(void) { return local_limbo_pending(); }

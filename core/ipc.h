@@ -7,8 +7,10 @@
  * Conventions: functions return 0 or a positive IPC_* decision, or a negative
  * errno. Pointers and contexts are opaque 64-bit values. "Untracked" (PASS)
  * is always a safe answer: the shim then behaves as if it were not loaded.
- * No function here blocks on another process for longer than the registry
- * lock's critical section, except ipc_shutdown (bounded by IPCSHIM_EXIT_WAIT).
+ * No function here waits on another process for longer than
+ * IPCSHIM_LOCK_WAIT (a holder stopped inside the registry lock; then the call
+ * goes on without the registry, safely), except ipc_shutdown (bounded by
+ * IPCSHIM_EXIT_WAIT).
  * Thread-safe throughout. */
 #ifndef IPC_H
 #define IPC_H
@@ -129,9 +131,12 @@ int ipc_collect_pressure(void);
 /* Counters for ipcshim_stats(): fills the ipc part of *out. */
 void ipc_stats(struct ipcshim_stats *out);
 
-/* At process exit: wait up to IPCSHIM_EXIT_WAIT for this process's limbo to
- * drain (collecting as importers close), then log what is still held, mark
- * it orphaned and detach. Idempotent. */
+/* At process exit: wait up to IPCSHIM_EXIT_WAIT for every block this
+ * process exported -- freed or not -- that a live importer still maps
+ * (unclaimed hand-offs only for the first second), collecting as importers
+ * close; then log what is still held (capped), orphan it, drop our leases
+ * and release our holder slot. Idempotent; also run by a destructor of the
+ * library for every attached process, import-only ones included. */
 void ipc_shutdown(void);
 
 #endif

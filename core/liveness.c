@@ -67,16 +67,38 @@ void liveness_unlock_byte(int fd, off_t off)
     (void)fcntl(fd, F_OFD_SETLK, &fl);
 }
 
-bool liveness_byte_locked(int fd, off_t off)
+int liveness_byte_state(int fd, off_t off)
 {
     struct flock fl = byte_at(F_WRLCK, off);
-    if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return true; /* unknown: alive */
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return -errno;
     return fl.l_type != F_UNLCK;
+}
+
+bool liveness_byte_locked(int fd, off_t off)
+{
+    return liveness_byte_state(fd, off) != 0; /* unknown: alive */
+}
+
+pid_t liveness_tgid(pid_t tid)
+{
+    char path[48], line[128];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)tid);
+    FILE *f = fopen(path, "re");
+    pid_t tgid = tid;
+    if (!f) return tid;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Tgid: %d", &tgid) == 1) break;
+    fclose(f);
+    return tgid;
 }
 
 bool liveness_alive(int fd, off_t off, pid_t pid, uint64_t start_time)
 {
-    if (!liveness_byte_locked(fd, off)) return false;
+    return liveness_byte_locked(fd, off) && liveness_pid_alive(pid, start_time);
+}
+
+bool liveness_pid_alive(pid_t pid, uint64_t start_time)
+{
     if (pid <= 0) return false;
     if (kill(pid, 0) != 0 && errno == ESRCH) return false;
     uint64_t now_start;

@@ -31,6 +31,18 @@ void liveness_unlock_byte(int fd, off_t off);
  * itself, so its own locks read as unlocked. */
 bool liveness_byte_locked(int fd, off_t off);
 
+/* The byte at off: 1 locked by another description, 0 unlocked, or a
+ * negative errno when it cannot be found out (e.g. -EBADF). */
+int liveness_byte_state(int fd, off_t off);
+
+/* The process half of the rule: the pid exists with this start time
+ * (unknown counts as alive). */
+bool liveness_pid_alive(pid_t pid, uint64_t start_time);
+
+/* The thread group (process) of a thread id, from /proc; tid itself when it
+ * cannot be read. */
+pid_t liveness_tgid(pid_t tid);
+
 /* The whole rule above. */
 bool liveness_alive(int fd, off_t off, pid_t pid, uint64_t start_time);
 

@@ -74,6 +74,11 @@ struct local_export *local_export_find(uint64_t base)
     return e;
 }
 
+struct local_export *local_exports(void)
+{
+    return exports;
+}
+
 int local_export_add(struct local_export *e)
 {
     HASH_ADD(hh, exports, base, sizeof e->base, e);

@@ -26,6 +26,8 @@ struct local_export {
     int device;
     uint32_t own_opens; /* opens of our own export, answered with base */
     bool in_limbo;
+    bool lock_deferred; /* freed while the registry lock was out of reach: the
+                         * block is still LIVE there; collect() moves it on */
     struct ipc_handle handle;
     UT_hash_handle hh;
     struct local_export *prev, *next; /* limbo list */
@@ -68,6 +70,8 @@ bool local_maybe_export(uint64_t base);
 bool local_limbo_pending(void);
 
 struct local_export *local_export_find(uint64_t base);
+/* Every export of this process (iterate with HASH_ITER(hh, ...)). */
+struct local_export *local_exports(void);
 int local_export_add(struct local_export *e);  /* 0 or -ENOMEM; sets has_exports */
 void local_export_del(struct local_export *e); /* also leaves limbo; frees e */
 void local_limbo_add(struct local_export *e);

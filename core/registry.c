@@ -13,10 +13,12 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 _Static_assert(sizeof(pthread_mutex_t) <= 64, "the header reserves 64 bytes for the mutex");
@@ -29,12 +31,18 @@ enum {
     MAX_HOLDERS_LIMIT = 1 << 16,
     MAX_BLOCKS_LIMIT = 1 << 24,
     MAX_LEASES_LIMIT = 1 << 24,
-    LOCK_CHECK_MS = 500,  /* a contended lock re-checks its owner this often */
-    LOCK_GONE_CHECKS = 4, /* ... and gives up after this many "owner gone" in a row */
-    LOCK_ABANDONED = -1,  /* lock_slow gave up (and said why) */
+    LOCK_CHECK_MS = 200,   /* a contended lock re-checks its owner this often */
+    LOCK_BOGUS_CHECKS = 2, /* ... and repairs after this many "not a holder" in a row */
+    LOCK_PROBE_MS = 20,    /* the wait on a hold we already gave up on once */
 };
 
 unsigned registry_attach_wait_ms = 2000;
+
+static int reserve_space(int fd, off_t size)
+{
+    return posix_fallocate(fd, 0, size);
+}
+int (*registry_reserve)(int fd, off_t size) = reserve_space;
 
 /* IPCSHIM_TEST_DELAY_US: a pause at points inside critical sections, so that
  * crash tests can kill a process there (tests/crash). One load when unset. */
@@ -126,6 +134,10 @@ static int create(struct registry *r, int fd, const struct reg_caps *caps)
     struct reg_layout l;
     registry_layout(caps, &l);
     if (ftruncate(fd, (off_t)l.size) != 0) return -errno;
+    /* Reserve the pages now: a sparse file on a full tmpfs maps fine and
+     * then kills the host with SIGBUS at the first touch of a missing page. */
+    int err = registry_reserve(fd, (off_t)l.size);
+    if (err) return -err;
     void *p = mmap(NULL, l.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return -errno;
     r->base = p;
@@ -172,32 +184,29 @@ static bool lock_kind_ok(const pthread_mutex_t *m)
 #endif
 }
 
-/* Checks an existing segment and maps it. Logs why on refusal. */
-static int attach(struct registry *r, int fd)
+int registry_validate(int fd, struct reg_caps *caps, struct reg_layout *l, char *why, size_t len)
 {
     struct stat st;
     struct reg_header *h = MAP_FAILED;
     uint64_t deadline = reg_now_ns() + registry_attach_wait_ms * 1000000ull;
-    /* The creator may still be between shm_open and publishing ready. */
+    int rc = 0;
+#define REFUSE(code, ...)                                                                          \
+    do {                                                                                           \
+        rc = (code); /* before the message: errno is read first */                                 \
+        snprintf(why, len, __VA_ARGS__);                                                           \
+        goto out;                                                                                  \
+    } while (0)
+    /* The creator may still be between creating the file and publishing ready. */
     for (;;) {
-        if (fstat(fd, &st) != 0) return -errno;
-        if (!S_ISREG(st.st_mode)) {
-            LOG_ONCE(LOG_ERROR, "registry %s is not a regular file; not using it", r->name);
-            return -EPERM;
-        }
-        if (st.st_uid != geteuid()) {
-            LOG_ONCE(LOG_ERROR, "registry %s is owned by uid %u, not us; not using it", r->name,
-                     (unsigned)st.st_uid);
-            return -EPERM;
-        }
-        if (st.st_mode & 077) {
-            LOG_ONCE(LOG_ERROR, "registry %s has mode %o (group/other access); not using it",
-                     r->name, (unsigned)(st.st_mode & 0777));
-            return -EPERM;
-        }
+        if (fstat(fd, &st) != 0) REFUSE(-errno, "cannot be examined (%s)", strerror(errno));
+        if (st.st_uid != geteuid())
+            REFUSE(-EUSERS, "is owned by uid %u, not us", (unsigned)st.st_uid);
+        if (!S_ISREG(st.st_mode)) REFUSE(-EPERM, "is not a regular file");
+        if (st.st_mode & 077)
+            REFUSE(-EPERM, "has mode %o (group/other access)", (unsigned)(st.st_mode & 0777));
         if ((size_t)st.st_size >= sizeof *h) {
             if (h == MAP_FAILED) h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, fd, 0);
-            if (h == MAP_FAILED) return -errno;
+            if (h == MAP_FAILED) REFUSE(-errno, "cannot be mapped (%s)", strerror(errno));
             if (__atomic_load_n(&h->ready, __ATOMIC_ACQUIRE) == 1) break;
             /* Magic and ABI sit at offsets every version keeps: a segment
              * that is neither blank nor ours is refused now, not waited on
@@ -207,36 +216,40 @@ static int attach(struct registry *r, int fd)
                 (magic != REG_MAGIC || __atomic_load_n(&h->abi, __ATOMIC_ACQUIRE) != REG_ABI))
                 break;
         }
-        if (reg_now_ns() > deadline) {
-            if (h != MAP_FAILED) munmap(h, sizeof *h);
-            LOG_ONCE(LOG_ERROR,
-                     "registry %s was never initialised (its creator died?); remove "
-                     "/dev/shm%s to reset it",
-                     r->name, r->name);
-            return -ETIMEDOUT;
-        }
+        if (reg_now_ns() > deadline)
+            REFUSE(-ETIMEDOUT, "was never initialised (its creator died?)");
         usleep(1000);
     }
-    struct reg_caps caps = {h->max_holders, h->max_blocks, h->max_leases};
+    *caps = (struct reg_caps){h->max_holders, h->max_blocks, h->max_leases};
+    if (h->magic != REG_MAGIC) REFUSE(-EPROTO, "has bad magic (not an ipcshim registry)");
+    if (h->abi != REG_ABI)
+        REFUSE(-EPROTO, "has a different ABI version (ABI %u; this release uses ABI %u)", h->abi,
+               REG_ABI);
+    if (registry_layout(caps, l) != 0) REFUSE(-EPROTO, "has impossible capacities");
+    if (h->size != l->size || h->nbuckets != l->nbuckets)
+        REFUSE(-EPROTO, "has a header that does not add up");
+    if ((uint64_t)st.st_size != l->size) REFUSE(-EPROTO, "has the wrong size");
+    if (!lock_kind_ok(&h->lock.mutex))
+        REFUSE(-EPROTO, "has a lock that is not a robust process-shared mutex");
+#undef REFUSE
+out:
+    if (h != MAP_FAILED) munmap(h, sizeof *h);
+    return rc;
+}
+
+/* Checks an existing segment and maps it. Logs why on refusal, except for
+ * -EUSERS (a squatted name: the caller moves on to the next name). */
+static int attach(struct registry *r, int fd)
+{
+    struct reg_caps caps;
     struct reg_layout l;
-    const char *why = NULL;
-    if (h->magic != REG_MAGIC)
-        why = "bad magic";
-    else if (h->abi != REG_ABI)
-        why = "a different ABI version";
-    else if (registry_layout(&caps, &l) != 0)
-        why = "impossible capacities";
-    else if (h->size != l.size || h->nbuckets != l.nbuckets)
-        why = "a header that does not add up";
-    else if ((uint64_t)st.st_size != l.size)
-        why = "the wrong size";
-    else if (!lock_kind_ok(&h->lock.mutex))
-        why = "a lock that is not a robust process-shared mutex";
-    munmap(h, sizeof *h);
-    if (why) {
-        LOG_ONCE(LOG_ERROR, "registry %s has %s; not using it (remove /dev/shm%s to reset it)",
-                 r->name, why, r->name);
-        return -EPROTO;
+    char why[160];
+    int rc = registry_validate(fd, &caps, &l, why, sizeof why);
+    if (rc == -EUSERS) return rc;
+    if (rc) {
+        LOG_ONCE(LOG_ERROR, "registry %s %s; not using it (remove %s to reset it)", r->name, why,
+                 r->path);
+        return rc == -EPROTO || rc == -ETIMEDOUT ? rc : -EPERM;
     }
     void *p = mmap(NULL, l.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return -errno;
@@ -245,10 +258,126 @@ static int attach(struct registry *r, int fd)
     return 0;
 }
 
+/* A directory only its owner can add names to: ours, no group/other write. */
+static bool private_dir(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+           !(st.st_mode & 022);
+}
+
+const char *registry_dir(char *buf, size_t len)
+{
+    const char *opt = options_get()->registry_dir;
+    if (opt && !strcmp(opt, "private")) {
+        snprintf(buf, len, "/run/user/%u", (unsigned)geteuid());
+        if (!private_dir(buf)) {
+            LOG_ONCE(LOG_WARN, "IPCSHIM_REGISTRY_DIR=private: %s is not a private directory of yours; "
+                     "using /dev/shm", buf);
+            snprintf(buf, len, "/dev/shm");
+        }
+    } else if (opt && *opt) {
+        snprintf(buf, len, "%s", opt);
+    } else {
+        snprintf(buf, len, "/dev/shm");
+    }
+    return buf;
+}
+
+int registry_candidate(const char *domain, int i, char *path, size_t plen, char *name, size_t nlen)
+{
+    char base[96], dir[200], suffix[8] = "";
+    if (registry_name(domain, base, sizeof base) != 0 || i < 0 || i >= REG_NAME_TRIES)
+        return -EINVAL;
+    if (i) snprintf(suffix, sizeof suffix, "~%d", i);
+    registry_dir(dir, sizeof dir);
+    int w = snprintf(path, plen, "%s%s%s", dir, base, suffix);
+    if (w < 0 || (size_t)w >= plen) return -ENAMETOOLONG;
+    /* Messages keep the shm-style name for the usual place. */
+    if (!strcmp(dir, "/dev/shm"))
+        snprintf(name, nlen, "%s%s", base, suffix);
+    else
+        snprintf(name, nlen, "%s", path);
+    return 0;
+}
+
+/* The name at path is another user's (whatever it is: file, FIFO, link). */
+static bool squatted(const char *path, uid_t *owner)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0 || st.st_uid == geteuid()) return false;
+    *owner = st.st_uid;
+    return true;
+}
+
+int registry_locate(const char *domain, char *path, size_t plen, char *name, size_t nlen)
+{
+    for (int i = 0; i < REG_NAME_TRIES; i++) {
+        struct stat st;
+        uid_t owner;
+        int rc = registry_candidate(domain, i, path, plen, name, nlen);
+        if (rc) return rc;
+        if (lstat(path, &st) != 0) continue;
+        if (!squatted(path, &owner)) return 0;
+    }
+    return -ENOENT;
+}
+
+void registry_unlink(const char *domain)
+{
+    char path[256], name[256];
+    for (int i = 0; i < REG_NAME_TRIES; i++) {
+        uid_t owner;
+        if (registry_candidate(domain, i, path, sizeof path, name, sizeof name) == 0 &&
+            !squatted(path, &owner))
+            unlink(path);
+    }
+}
+
+/* Opens (creating if needed) the registry at r->path. -EUSERS: the name is
+ * another user's. */
+static int open_at(struct registry *r, const struct reg_caps *caps)
+{
+    int rc = 0;
+    uid_t owner;
+    for (int tries = 0; tries < 3; tries++) {
+        int fd = open(r->path, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            r->fd = fd;
+            rc = create(r, fd, caps);
+            if (rc) {
+                unlink(r->path);
+                if (rc == -ENOSPC)
+                    LOG_ONCE(LOG_WARN,
+                             "registry %s: no space for it (%s is full); not tracking (calls "
+                             "pass through as without the shim)",
+                             r->name, r->path);
+            }
+        } else if (errno == EEXIST) {
+            fd = open(r->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0);
+            if (fd < 0 && errno == ENOENT) continue; /* unlinked meanwhile: retry */
+            if (fd < 0) {
+                rc = -errno;
+                if (squatted(r->path, &owner)) rc = -EUSERS;
+            } else {
+                r->fd = fd;
+                rc = attach(r, fd);
+            }
+        } else {
+            rc = -errno;
+        }
+        break;
+    }
+    return rc;
+}
+
 int registry_open(struct registry *r, const char *domain, const struct reg_caps *caps)
 {
     memset(r, 0, sizeof *r);
     r->fd = -1;
+    r->self_slot = REG_NONE;
+    char first[96] = "";
+    uid_t squatter = 0;
     if (registry_name(domain, r->name, sizeof r->name) != 0) {
         LOG_ONCE(LOG_ERROR, "IPCSHIM_DOMAIN=\"%s\" is not 1-64 of [A-Za-z0-9._-]; not tracking",
                  domain ? domain : "");
@@ -260,113 +389,261 @@ int registry_open(struct registry *r, const char *domain, const struct reg_caps 
                  caps->max_holders, caps->max_blocks, caps->max_leases);
         return -EINVAL;
     }
-    int rc = 0;
-    for (int tries = 0; tries < 3; tries++) {
-        int fd = shm_open(r->name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd >= 0) {
-            r->fd = fd;
-            rc = create(r, fd, caps);
-            if (rc) shm_unlink(r->name);
-        } else if (errno == EEXIST) {
-            fd = shm_open(r->name, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
-            if (fd < 0 && errno == ENOENT) continue; /* unlinked meanwhile: retry */
-            if (fd < 0)
-                rc = -errno;
-            else {
-                r->fd = fd;
-                rc = attach(r, fd);
-            }
-        } else {
-            rc = -errno;
+    /* The first candidate that exists and is ours wins (everyone of the
+     * user then meets there); else create at the first one not squatted. */
+    int pick = -1, used = -1, rc = -EUSERS;
+    for (int i = 0; i < REG_NAME_TRIES && pick < 0; i++) {
+        uid_t owner;
+        struct stat st;
+        registry_candidate(domain, i, r->path, sizeof r->path, r->name, sizeof r->name);
+        if (lstat(r->path, &st) == 0 && !squatted(r->path, &owner)) pick = i;
+    }
+    for (int i = pick < 0 ? 0 : pick; i < REG_NAME_TRIES; i++) {
+        registry_candidate(domain, i, r->path, sizeof r->path, r->name, sizeof r->name);
+        rc = open_at(r, caps);
+        used = i;
+        if (rc != -EUSERS) break;
+        if (r->fd >= 0) close(r->fd);
+        r->fd = -1;
+    }
+    /* Say which name is squatted, whether we found it so or met a
+     * fallback that an earlier process of ours made. */
+    for (int i = 0; i < used; i++) {
+        char path[256], name[96];
+        struct stat st;
+        registry_candidate(domain, i, path, sizeof path, name, sizeof name);
+        if (lstat(path, &st) == 0 && st.st_uid != geteuid()) {
+            snprintf(first, sizeof first, "%s", name);
+            squatter = st.st_uid;
+            break;
         }
-        break;
     }
     if (rc == 0) {
         struct stat st;
         if (fstat(r->fd, &st) == 0) r->dev = st.st_dev, r->ino = st.st_ino;
+        if (first[0])
+            LOG_ONCE(LOG_WARN,
+                     "registry name %s is taken by uid %u (not you): protecting under %s "
+                     "instead; to fix, have its owner or root remove it, or set "
+                     "IPCSHIM_REGISTRY_DIR to a directory only you can write",
+                     first, (unsigned)squatter, r->name);
         return 0;
     }
-    if (rc != -EPERM && rc != -EPROTO && rc != -ETIMEDOUT && rc != -EINVAL)
+    if (rc == -EUSERS)
+        LOG_ONCE(LOG_ERROR,
+                 "registry %s and its %d fallback names are all taken by other users; not "
+                 "tracking (set IPCSHIM_REGISTRY_DIR to a directory only you can write)",
+                 first, REG_NAME_TRIES - 1);
+    else if (rc != -EPERM && rc != -EPROTO && rc != -ETIMEDOUT && rc != -EINVAL && rc != -ENOSPC)
         LOG_ONCE(LOG_ERROR, "cannot open registry %s: %s; not tracking", r->name, strerror(-rc));
     if (r->base) munmap(r->base, r->size);
     if (r->fd >= 0) close(r->fd);
     memset(r, 0, sizeof *r);
     r->fd = -1;
+    r->self_slot = REG_NONE;
     return rc;
 }
 
 void registry_close(struct registry *r)
 {
     if (r->base) munmap(r->base, r->size);
-    if (r->fd >= 0) close(r->fd);
+    if (r->pin) munmap(r->pin, 4096);
+    struct stat st; /* close the number only while it is still ours */
+    if (r->fd >= 0 && fstat(r->fd, &st) == 0 && st.st_dev == r->dev && st.st_ino == r->ino)
+        close(r->fd);
     memset(r, 0, sizeof *r);
     r->fd = -1;
+    r->self_slot = REG_NONE;
+}
+
+/* Opens the registry again by path; -1 unless it is still the same file. */
+static int open_same(const struct registry *r)
+{
+    struct stat st;
+    int fd = open(r->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return -1;
+    if (fstat(fd, &st) != 0 || st.st_dev != r->dev || st.st_ino != r->ino) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Maps one page from fd so that fd's description -- and the OFD lock byte
+ * taken through it -- lives as long as the mapping, whatever the program
+ * does to its descriptors. */
+static void pin_description(struct registry *r, int fd)
+{
+    void *p = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return;
+    if (r->pin) munmap(r->pin, 4096);
+    r->pin = p;
 }
 
 int registry_reopen_fd(struct registry *r)
 {
-    int fd = shm_open(r->name, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
-    if (fd < 0) return -errno;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_dev != r->dev || st.st_ino != r->ino) {
-        close(fd);
-        return -ESTALE; /* the segment was replaced since we mapped it */
+    int fd = open_same(r);
+    if (fd < 0) return -ESTALE; /* the segment was replaced since we mapped it */
+    /* The inherited number may not even be ours any more; never close
+     * something the program owns. The parent's description keeps its locks. */
+    if (r->fd >= 0) {
+        struct stat st;
+        if (fstat(r->fd, &st) == 0 && st.st_dev == r->dev && st.st_ino == r->ino) close(r->fd);
     }
-    if (r->fd >= 0) close(r->fd); /* the parent's description keeps its locks */
     r->fd = fd;
+    r->self_slot = REG_NONE; /* the parent's slot is not ours */
+    pin_description(r, fd);
     return 0;
+}
+
+int registry_fd(struct registry *r)
+{
+    struct stat st;
+    if (r->fd >= 0 && fstat(r->fd, &st) == 0 && st.st_dev == r->dev && st.st_ino == r->ino)
+        return r->fd;
+    /* The program closed our descriptor (closefrom) or put another file at
+     * its number (dup2, a later open): the number is not ours any more. */
+    int fd = open_same(r);
+    LOG_ONCE(LOG_WARN, "registry %s: the program closed or replaced the shim's descriptor %d; %s",
+             r->name, r->fd,
+             fd >= 0 ? "re-opened it" : "cannot re-open it (liveness unknown: alive)");
+    r->fd = fd;
+    if (fd < 0) return -1;
+    /* Our own lock byte lives on while a mapping of its description does
+     * (the registry's own mapping, or the pin): find out, and re-take it if
+     * it was lost, so that we never look dead to the others. */
+    struct reg_holder *me = r->self_slot < r->max_holders ? &r->holders[r->self_slot] : NULL;
+    if (me && !liveness_byte_locked(fd, r->lock_base + r->self_slot)) {
+        if (LOAD_STATE(me->state) == HOLDER_ACTIVE && me->nonce == r->self_nonce &&
+            liveness_lock_byte(fd, r->lock_base + r->self_slot) == 0) {
+            pin_description(r, fd);
+            log_msg(LOG_WARN, "registry %s: re-took this process's lock byte", r->name);
+        } else {
+            LOG_ONCE(LOG_ERROR,
+                     "registry %s: this process lost its lock byte and was judged dead; its "
+                     "leases were released",
+                     r->name);
+        }
+    }
+    return fd;
 }
 
 /* ---- lock and repair ---- */
 
-/* The thread that owns a contended lock, by the lock word (glibc), has
- * exited without the kernel marking the lock (its robust list never ran:
- * the word is corrupt, or names a thread of another PID namespace).
- * Unknown counts as alive. */
-static bool lock_owner_gone(const pthread_mutex_t *m, int *owner)
+enum { OWNER_HOLDER, OWNER_BOGUS };
+
+/* Is the thread named by the lock word a possible holder of this registry?
+ * A real owner maps the registry (it mapped it before locking); a thread
+ * that no longer exists, or whose process does not map this file, can only
+ * be named by a corrupt word -- or by a holder in another PID namespace,
+ * which is not supported (liveness by pid cannot work there either).
+ * Unknown (/proc unreadable) counts as a holder. */
+static int owner_verdict(const struct registry *r, int tid)
+{
+    char path[40], line[512];
+    if (tid <= 0) return OWNER_HOLDER;
+    snprintf(path, sizeof path, "/proc/%d/maps", tid); /* any thread id, not only processes */
+    FILE *f = fopen(path, "re");
+    if (!f) return errno == ENOENT || errno == ESRCH ? OWNER_BOGUS : OWNER_HOLDER;
+    int verdict = OWNER_BOGUS;
+    unsigned maj, min;
+    unsigned long long ino;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "%*s %*s %*s %x:%x %llu", &maj, &min, &ino) == 3 &&
+            ino == (unsigned long long)r->ino && maj == major(r->dev) && min == minor(r->dev)) {
+            verdict = OWNER_HOLDER;
+            break;
+        }
+    }
+    fclose(f);
+    return verdict;
+}
+
+/* Makes a lock word that names a bogus owner look like a dead owner's, the
+ * way the kernel marks the lock of a thread that died holding it: the next
+ * locker gets EOWNERDEAD and repairs. A CAS: a word that changed meanwhile
+ * (a real release or acquisition) is left alone. */
+static bool mark_owner_dead(pthread_mutex_t *m, int word)
 {
 #ifdef __GLIBC__
-    int tid = __atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED) & FUTEX_TID_MASK;
-    char path[32];
-    struct stat st;
-    *owner = tid;
-    if (tid <= 0) return false;
-    snprintf(path, sizeof path, "/proc/%d", tid); /* any thread id, not only processes */
-    return stat(path, &st) != 0 && errno == ENOENT;
+    int dead = (word & FUTEX_WAITERS) | FUTEX_OWNER_DIED;
+    if (!__atomic_compare_exchange_n(&m->__data.__lock, &word, dead, false, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_RELAXED))
+        return false;
+    syscall(SYS_futex, &m->__data.__lock, FUTEX_WAKE, 1, NULL, NULL, 0);
+    return true;
 #else
-    (void)m;
-    *owner = 0;
+    (void)m, (void)word;
     return false;
 #endif
 }
 
-/* Waits for a contended lock. Never for ever: a lock whose owner thread is
- * gone (and that the kernel will therefore never hand back) is given up
- * after LOCK_GONE_CHECKS checks that all name the same vanished owner. */
+static int lock_word(pthread_mutex_t *m)
+{
+#ifdef __GLIBC__
+    return __atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED);
+#else
+    (void)m;
+    return 0;
+#endif
+}
+
+/* Waits for a contended lock, never without bound: a bogus owner is
+ * repaired after LOCK_BOGUS_CHECKS checks that name the same one; a live
+ * owner is waited for at most IPCSHIM_LOCK_WAIT per hold (and a hold we
+ * already gave up on is only probed for LOCK_PROBE_MS). */
 static int lock_slow(struct registry *r)
 {
     pthread_mutex_t *m = &r->hdr->lock.mutex;
+    uint64_t start = reg_now_ns(), bound = options_get()->lock_wait * 1000000ull;
     int strikes = 0, last = 0;
+    int tid0 = lock_word(m) & FUTEX_TID_MASK;
+    uint64_t since0 = __atomic_load_n(&r->hdr->lock_since_ns, __ATOMIC_RELAXED);
+    if (tid0 && __atomic_load_n(&r->stuck_tid, __ATOMIC_RELAXED) == tid0 &&
+        __atomic_load_n(&r->stuck_since, __ATOMIC_RELAXED) == since0 &&
+        bound > LOCK_PROBE_MS * 1000000ull)
+        bound = LOCK_PROBE_MS * 1000000ull;
     for (;;) {
+        uint64_t now = reg_now_ns(), left = now - start < bound ? bound - (now - start) : 0;
+        uint64_t step = left < LOCK_CHECK_MS * 1000000ull ? left : LOCK_CHECK_MS * 1000000ull;
         struct timespec dl;
         clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_nsec += (LOCK_CHECK_MS % 1000) * 1000000L;
-        dl.tv_sec += LOCK_CHECK_MS / 1000 + dl.tv_nsec / 1000000000L;
-        dl.tv_nsec %= 1000000000L;
+        dl.tv_sec += (time_t)(step / 1000000000ull);
+        dl.tv_nsec += (long)(step % 1000000000ull);
+        if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
         int rc = pthread_mutex_timedlock(m, &dl);
         if (rc != ETIMEDOUT) return rc;
-        int owner;
-        if (!lock_owner_gone(m, &owner) || owner != last) {
-            strikes = 0;
+        int word = lock_word(m), owner = word & FUTEX_TID_MASK;
+        /* This very thread never holds the lock while it waits for it (no
+         * registry function locks twice): a word naming it is corrupt. */
+        bool bogus =
+            owner && (owner == (int)syscall(SYS_gettid) || owner_verdict(r, owner) == OWNER_BOGUS);
+        if (bogus) {
+            strikes = owner == last ? strikes + 1 : 1;
             last = owner;
-            continue;
+            if (strikes >= LOCK_BOGUS_CHECKS && mark_owner_dead(m, word)) {
+                log_msg(LOG_WARN,
+                        "registry %s: its lock named thread %d, which is not a holder (it no "
+                        "longer exists or does not map the registry): a corrupt lock word; "
+                        "repairing",
+                        r->name, owner);
+                strikes = 0;
+                continue;
+            }
+        } else {
+            strikes = 0;
         }
-        if (++strikes >= LOCK_GONE_CHECKS) {
-            LOG_ONCE(LOG_ERROR,
-                     "registry %s: its lock is held by thread %d, which no longer exists "
-                     "(a corrupt segment, or a holder in another PID namespace); not tracking",
-                     r->name, owner);
-            return LOCK_ABANDONED;
+        if (reg_now_ns() - start >= bound) {
+            __atomic_store_n(&r->stuck_tid, owner, __ATOMIC_RELAXED);
+            __atomic_store_n(&r->stuck_since,
+                             __atomic_load_n(&r->hdr->lock_since_ns, __ATOMIC_RELAXED),
+                             __ATOMIC_RELAXED);
+            LOG_RATE(LOG_WARN,
+                     "registry %s: its lock has been held by pid %d "
+                     "(thread %d) for more than IPCSHIM_LOCK_WAIT (a stopped process?); going "
+                     "on without it: opens and exports pass untracked, frees are deferred",
+                     r->name, (int)liveness_tgid(owner), owner);
+            return ETIMEDOUT;
         }
     }
 }
@@ -375,6 +652,8 @@ int registry_lock(struct registry *r)
 {
     int rc = pthread_mutex_trylock(&r->hdr->lock.mutex);
     if (rc == EBUSY) rc = lock_slow(r);
+    if (rc == 0 || rc == EOWNERDEAD)
+        __atomic_store_n(&r->hdr->lock_since_ns, reg_now_ns(), __ATOMIC_RELAXED);
     if (rc == 0) {
         test_delay();
         return 0;
@@ -389,9 +668,8 @@ int registry_lock(struct registry *r)
         log_msg(LOG_WARN, "registry %s: lock owner died; repaired", r->name);
         return 0;
     }
-    if (rc != LOCK_ABANDONED)
-        LOG_ONCE(LOG_ERROR, "registry %s lock is unusable (%s); not tracking", r->name,
-                 strerror(rc));
+    if (rc == ETIMEDOUT) return -ETIMEDOUT;
+    LOG_ONCE(LOG_ERROR, "registry %s lock is unusable (%s); not tracking", r->name, strerror(rc));
     return -ENOTRECOVERABLE;
 }
 
@@ -466,6 +744,8 @@ uint32_t reg_holder_attach(struct registry *r, uint64_t nonce)
      * sweep (or of this very pid before an exec) go now, not at some later
      * collect. */
     reg_sweep_dead(r, REG_NONE);
+    int fd = registry_fd(r);
+    if (fd < 0) return REG_NONE;
     for (uint32_t i = 0; i < r->max_holders; i++) {
         struct reg_holder *h = &r->holders[i];
         uint32_t state = LOAD_STATE(h->state);
@@ -473,13 +753,15 @@ uint32_t reg_holder_attach(struct registry *r, uint64_t nonce)
         if (state == HOLDER_ACTIVE) continue;
         /* Held by a description that outlived its holder (a fork child's
          * inherited copy): not usable yet. */
-        if (liveness_lock_byte(r->fd, r->lock_base + i) != 0) continue;
+        if (liveness_lock_byte(fd, r->lock_base + i) != 0) continue;
         if (state != HOLDER_FREE) reg_holder_sweep(r, i); /* whatever it claimed goes */
         h->pid = (int32_t)pid;
         h->start_time = start;
         h->nonce = nonce;
         h->attach_ns = reg_now_ns();
         STORE_STATE(h->state, HOLDER_ACTIVE);
+        r->self_slot = i;
+        r->self_nonce = nonce;
         return i;
     }
     return REG_NONE;
@@ -490,21 +772,38 @@ void reg_holder_release(struct registry *r, uint32_t idx)
     struct reg_holder *h = reg_holder_at(r, idx);
     if (!h) return;
     STORE_STATE(h->state, HOLDER_FREE);
-    liveness_unlock_byte(r->fd, r->lock_base + idx);
+    if (r->self_slot == idx) r->self_slot = REG_NONE;
+    int fd = registry_fd(r);
+    if (fd >= 0) liveness_unlock_byte(fd, r->lock_base + idx);
+}
+
+/* A holder's lock byte is held (true) unless we know it is free. The
+ * descriptor is believed at once only when it says "held" (a number the
+ * program reused can make a dead holder look alive -- a leak -- but never
+ * the reverse); "free" or an error is asked again through the verified
+ * descriptor (registry_fd). So a live holder is never judged dead through
+ * the wrong file, and the common case costs one fcntl, as before. */
+static bool holder_byte_locked(struct registry *r, uint32_t idx)
+{
+    off_t off = r->lock_base + idx;
+    if (r->fd >= 0 && liveness_byte_state(r->fd, off) == 1) return true;
+    int fd = registry_fd(r);
+    if (fd < 0) return true; /* unknown: alive */
+    return liveness_byte_state(fd, off) != 0;
 }
 
 bool reg_holder_alive(struct registry *r, uint32_t idx)
 {
     struct reg_holder *h = reg_holder_at(r, idx);
     if (!h || LOAD_STATE(h->state) != HOLDER_ACTIVE) return false;
-    return liveness_alive(r->fd, r->lock_base + idx, h->pid, h->start_time);
+    return holder_byte_locked(r, idx) && liveness_pid_alive(h->pid, h->start_time);
 }
 
 bool reg_holder_alive_quick(struct registry *r, uint32_t idx)
 {
     struct reg_holder *h = reg_holder_at(r, idx);
     if (!h || LOAD_STATE(h->state) != HOLDER_ACTIVE) return false;
-    return liveness_byte_locked(r->fd, r->lock_base + idx);
+    return holder_byte_locked(r, idx);
 }
 
 void reg_holder_sweep(struct registry *r, uint32_t idx)

@@ -30,6 +30,7 @@
 #define REG_ABI 1u
 #define REG_NONE UINT32_MAX
 #define REG_DOMAIN_MAX 64
+#define REG_NAME_TRIES 8 /* the name, then "~1".."~7" when another user squats it */
 
 enum { HOLDER_FREE = 0, HOLDER_ACTIVE = 1 };
 enum { BLOCK_FREE = 0, BLOCK_LIVE, BLOCK_LIMBO, BLOCK_ORPHANED, BLOCK_RETIRED };
@@ -53,7 +54,13 @@ struct reg_header {
         pthread_mutex_t mutex; /* process-shared, robust */
         uint8_t bytes[64];
     } lock;
-    uint64_t reserved[16];
+    /* When the lock's current hold began (CLOCK_MONOTONIC), written by the
+     * locker after it got the lock (who holds it is in the lock word);
+     * advisory, for ipcshim-stat and for telling one long hold from the
+     * next. Carved from `reserved` (zero in segments of earlier builds of
+     * ABI 1, whose lockers never write it): the layout is unchanged. */
+    uint64_t lock_since_ns;
+    uint64_t reserved[15];
 };
 
 struct reg_holder {
@@ -107,7 +114,7 @@ struct reg_layout {
 
 /* One process's view of the segment. */
 struct registry {
-    int fd;
+    int fd; /* verified against dev/ino before use: registry_fd() */
     uint8_t *base;
     size_t size;
     struct reg_header *hdr;
@@ -119,7 +126,13 @@ struct registry {
     off_t lock_base; /* file offset of holder 0's lock byte */
     dev_t dev;
     ino_t ino;
-    char name[96];
+    uint32_t self_slot; /* our holder slot (REG_NONE): its lock byte is re-taken if lost */
+    uint64_t self_nonce;
+    void *pin;            /* a page mapped from the descriptor that holds our lock byte */
+    int32_t stuck_tid;    /* a lock owner we already waited IPCSHIM_LOCK_WAIT for ... */
+    uint64_t stuck_since; /* ... in the hold that began then (lock_since_ns) */
+    char name[96];        /* for messages: "/ipcshim-<uid>-<domain>" in /dev/shm, else the path */
+    char path[256];       /* the file */
 };
 
 static inline uint64_t reg_now_ns(void)
@@ -135,12 +148,57 @@ static inline uint64_t reg_now_ns(void)
  * [A-Za-z0-9._-]{1,64}. */
 int registry_name(const char *domain, char *buf, size_t len);
 
+/* Where registries live (docs/crash-safety.md, "Where the registry lives"):
+ * /dev/shm by default, where every process of the user meets, containers
+ * sharing an IPC namespace included (squatted names are stepped over, see
+ * registry_candidate); IPCSHIM_REGISTRY_DIR=DIR puts them in DIR, and
+ * "private" in /run/user/<euid> when it is a directory of ours nobody else
+ * can write (logind's: nobody else can create a name there, but it comes
+ * and goes with the user's sessions, so it is opt-in). */
+const char *registry_dir(char *buf, size_t len);
+
+/* Candidate `i` (0 .. REG_NAME_TRIES-1) of the domain's registry: its path
+ * and its display name. Candidate 0 is "<dir>/ipcshim-<uid>-<domain>", the
+ * others add "~i": another user can pre-create a name in a shared directory
+ * like /dev/shm, and then the next one is used. -EINVAL for a bad domain. */
+int registry_candidate(const char *domain, int i, char *path, size_t plen, char *name, size_t nlen);
+
+/* The one validator of an existing registry file, used by registry_open and
+ * by ipcshim-stat (inspect.c): a regular file, ours, no group/other access,
+ * initialised (waiting up to registry_attach_wait_ms for its creator), magic,
+ * ABI, capacities, header, size, lock type. On success fills *caps and *l.
+ * On refusal returns a negative errno (-EPERM, -EPROTO, -ETIMEDOUT, ...) and
+ * a reason in why[] ("is owned by uid 7, not us", "has bad magic", ...),
+ * to be prefixed with the registry's name. -EUSERS: owned by another user
+ * (the name is squatted). */
+int registry_validate(int fd, struct reg_caps *caps, struct reg_layout *l, char *why, size_t len);
+
+/* Locate the domain's existing registry, as registry_open would find it:
+ * the first candidate that exists and is not another user's. Fills path and
+ * name. 0, -ENOENT (none), -EINVAL (bad domain). */
+int registry_locate(const char *domain, char *path, size_t plen, char *name, size_t nlen);
+
+/* Remove every candidate of the domain that is ours (tests, tools). */
+void registry_unlink(const char *domain);
+
+/* The registry's descriptor, verified to still be the registry (fstat
+ * dev/inode as recorded at attach): a program that closes descriptors it
+ * does not own, or dup2()s over ours, gets a fresh one opened by path (and
+ * our lock byte re-taken if it was lost), never a test of the wrong file.
+ * -1 when the registry cannot be re-opened: callers count unknown as alive. */
+int registry_fd(struct registry *r);
+
 /* Offsets for these capacities. -EINVAL if a capacity is 0 or too large. */
 int registry_layout(const struct reg_caps *caps, struct reg_layout *out);
 
 /* How long an attacher waits for a segment's creator to publish `ready`
  * (2000 ms). Tests and the fuzz target shorten it. */
 extern unsigned registry_attach_wait_ms;
+
+/* Reserves the segment's bytes before they are touched (posix_fallocate):
+ * 0 or an errno (ENOSPC: the directory's file system is full; the registry
+ * is then refused, never mapped sparse). A seam for tests. */
+extern int (*registry_reserve)(int fd, off_t size);
 
 /* Create the domain's segment with caps, or attach to the existing one
  * (whose own capacities win). 0, or a negative errno after logging why the
@@ -151,16 +209,22 @@ int registry_open(struct registry *r, const char *domain, const struct reg_caps 
 void registry_close(struct registry *r);
 
 /* In a forked child: replace the inherited descriptor (which shares the
- * parent's OFD locks) with a fresh one on the same segment. 0 or -errno. */
+ * parent's OFD locks) with a fresh one on the same segment, pinned by a
+ * small mapping so that closing the descriptor cannot drop our lock byte
+ * (an OFD lock lives as long as its description: any mapping made from it
+ * keeps it). 0 or -errno. */
 int registry_reopen_fd(struct registry *r);
 
 /* ---- lock ---- */
 
 /* Take the registry lock; if its owner died, repair and carry on. A lock
- * that stays held by a thread that no longer exists (which the kernel never
- * releases: a corrupt lock word, or another PID namespace) is given up after
- * about two seconds instead of waited on for ever.
- * 0, or -ENOTRECOVERABLE (the registry must not be used any more). */
+ * word that names a thread which is not a holder of this registry (it no
+ * longer exists, or does not even map the registry: a corrupt word) is
+ * repaired like a dead owner's lock. A live owner (a stopped process) is
+ * waited for at most IPCSHIM_LOCK_WAIT, and once that bound passed for a
+ * hold, later lockers of the same hold only probe briefly.
+ * 0; -ETIMEDOUT (the bound passed: do this operation without the registry,
+ * safely); -ENOTRECOVERABLE (the registry must not be used any more). */
 int registry_lock(struct registry *r);
 void registry_unlock(struct registry *r);
 

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #define JSON_VERSION 1
+#define LOCK_HELD_NOTE_NS 1000000000ull /* show the lock's holder when held this long */
 
 static const char usage_text[] =
     "usage: ipcshim-stat [--domain D] [--json] [--watch SECONDS [--count N]]\n"
@@ -139,6 +140,11 @@ static void print_text(const struct inspect_snapshot *s, const char *domain)
         "leases %u of %u\n",
         s->nholders, s->max_holders, t.dead, s->nblocks, s->max_blocks, t.live, t.limbo, t.orphaned,
         t.retired, s->nleases, s->max_leases);
+    if (s->lock_tid && s->lock_held_ns >= LOCK_HELD_NOTE_NS)
+        printf("LOCK held for %s by pid %d (thread %d): a stopped or hung process? Others wait "
+               "at most IPCSHIM_LOCK_WAIT, then go on untracked\n",
+               fmt_age(s->lock_held_ns / 1000000ull, a, sizeof a), (int)s->lock_pid,
+               (int)s->lock_tid);
 
     printf("\nHOLDERS\n");
     if (!s->nholders)
@@ -339,19 +345,27 @@ static void print_json(const struct inspect_snapshot *s, const char *domain)
  * inline, comma-separated after a prefix). Returns how many. */
 static int list_domains(FILE *out, bool inline_list)
 {
-    char prefix[64];
+    char prefix[64], dirs[2][200];
     int n = 0, plen = snprintf(prefix, sizeof prefix, "ipcshim-%u-", (unsigned)geteuid());
-    DIR *d = opendir("/dev/shm");
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (strncmp(e->d_name, prefix, (size_t)plen) || !e->d_name[plen]) continue;
-        if (inline_list)
-            fprintf(out, "%s%s", n ? ", " : "", e->d_name + plen);
-        else
-            fprintf(out, "%s\n", e->d_name + plen);
-        n++;
+    /* Where this user's registries are created now, and /dev/shm (older
+     * registries, or a directory that went away). */
+    registry_dir(dirs[0], sizeof dirs[0]);
+    snprintf(dirs[1], sizeof dirs[1], "/dev/shm");
+    for (int k = 0; k < 2; k++) {
+        if (k == 1 && !strcmp(dirs[0], dirs[1])) break;
+        DIR *d = opendir(dirs[k]);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            if (strncmp(e->d_name, prefix, (size_t)plen) || !e->d_name[plen]) continue;
+            if (strchr(e->d_name + plen, '~')) continue; /* a fallback name: same domain */
+            if (inline_list)
+                fprintf(out, "%s%s", n ? ", " : "", e->d_name + plen);
+            else
+                fprintf(out, "%s\n", e->d_name + plen);
+            n++;
+        }
+        if (d) closedir(d);
     }
-    if (d) closedir(d);
     return n;
 }
 

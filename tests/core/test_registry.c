@@ -34,7 +34,8 @@ Test(registry, layout_pinned)
     cr_assert_eq(offsetof(struct reg_header, creator_pid), 52);
     cr_assert_eq(offsetof(struct reg_header, created_ns), 56);
     cr_assert_eq(offsetof(struct reg_header, lock), 64);
-    cr_assert_eq(offsetof(struct reg_header, reserved), 128);
+    cr_assert_eq(offsetof(struct reg_header, lock_since_ns), 128);
+    cr_assert_eq(offsetof(struct reg_header, reserved), 136);
 
     cr_assert_eq(sizeof(struct reg_holder), 64);
     cr_assert_eq(offsetof(struct reg_holder, start_time), 0);

@@ -1,5 +1,6 @@
 /* crash.c: see crash.h. */
 #include "crash.h"
+#include "options.h"
 #include "registry.h"
 
 #include <dirent.h>
@@ -23,6 +24,10 @@ void crash_setup(const char *test_name)
     snprintf(machine, sizeof machine, "crash-%s-%d", test_name, (int)getpid());
     snprintf(segment, sizeof segment, "/dev/shm/ipcshim-%u-%s", (unsigned)geteuid(), machine);
     signal(SIGPIPE, SIG_IGN);
+    /* The tests write their hostile segments in /dev/shm: make the test and
+     * the programs it runs look there, whatever the machine's default. */
+    setenv("IPCSHIM_REGISTRY_DIR", "/dev/shm", 1);
+    options_reload();
 }
 
 const char *crash_domain(void) { return machine; }

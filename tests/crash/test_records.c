@@ -26,13 +26,13 @@ static void setup(void)
 {
     snprintf(domain, sizeof domain, "crash-records-%d", (int)getpid());
     setenv("IPCSHIM_LOG", "error", 1);
+    setenv("IPCSHIM_REGISTRY_DIR", "/dev/shm", 1);
     options_reload();
 }
 
 static void teardown(void)
 {
-    char name[128];
-    if (registry_name(domain, name, sizeof name) == 0) shm_unlink(name);
+    registry_unlink(domain);
 }
 
 TestSuite(records, .init = setup, .fini = teardown, .timeout = 30);

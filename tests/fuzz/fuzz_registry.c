@@ -44,6 +44,7 @@ static void init_once(void)
     setenv("IPCSHIM_LOG_FILE", "/dev/null", 1);
     setenv("IPCSHIM_LOG", "error", 1);
     unsetenv("IPCSHIM_TEST_DELAY_US");
+    setenv("IPCSHIM_REGISTRY_DIR", "/dev/shm", 1); /* where the images are written */
     options_reload();
     registry_attach_wait_ms = 0; /* an image that is not ready is refused at once */
     registry_name(domain, name, sizeof name);

@@ -45,6 +45,7 @@ int main(int argc, char **argv)
     char domain[64];
     snprintf(domain, sizeof domain, "gen-corpus-%d", (int)getpid());
     setenv("IPCSHIM_LOG", "error", 1);
+    setenv("IPCSHIM_REGISTRY_DIR", "/dev/shm", 1);
     options_reload();
     struct registry r;
     struct reg_caps caps = {4, 8, 16};
