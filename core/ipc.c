@@ -24,8 +24,10 @@
  * another timeout, so importers that receive the handle later are covered
  * too (registry.c, reg_lease_drop). */
 #include "ipc.h"
+#include "callsite.h"
 #include "collector.h"
 #include "ipcshim.h"
+#include "leak.h"
 #include "local.h"
 #include "log.h"
 #include "options.h"
@@ -65,6 +67,7 @@ static pid_t canary_pid;
 static struct {
     uint64_t exports, opens, closes, frees_deferred, frees_reclaimed, bytes_reclaimed;
     uint64_t handoffs_expired, longest_limbo_ns;
+    uint64_t limbo_left, limbo_left_bytes; /* limbo when ipc_shutdown let go of it */
 } st;
 
 #define STAT_ADD(field, n) __atomic_fetch_add(&st.field, (n), __ATOMIC_RELAXED)
@@ -136,6 +139,7 @@ static void init_once(void)
     }
     canary_pid = getpid();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    leak_init();
 }
 
 void ipc_init(const struct device_ops *o)
@@ -226,6 +230,7 @@ static void expire_handoffs(struct reg_block *b, uint64_t now, bool force)
 {
     if (!b->pending || (!force && now < b->last_export_ns + timeout_ns())) return;
     STAT_ADD(handoffs_expired, b->pending);
+    b->expired += b->pending;
     LOG_ONCE(LOG_INFO,
              "a hand-off expired unclaimed (block of %llu bytes); "
              "further expiries are counted in stats only",
@@ -242,13 +247,14 @@ static void let_go(uint32_t idx)
     if (b->lease_head == REG_NONE)
         reg_block_recycle(&reg, idx);
     else
-        b->state = BLOCK_ORPHANED;
+        b->state = BLOCK_ORPHANED, b->orphaned_ns = reg_now_ns();
 }
 
 /* ---- export ---- */
 
 int ipc_export(const struct ipc_handle *h, uint64_t base, uint64_t size, int device, uint64_t ctx)
 {
+    uint32_t cs = callsite_capture();
     local_lock();
     int rc = ready_locked();
     if (rc) {
@@ -267,6 +273,7 @@ int ipc_export(const struct ipc_handle *h, uint64_t base, uint64_t size, int dev
             if (b->pending++ == 0) b->first_export_ns = now;
             b->last_export_ns = now;
             again = true;
+            leak_note_reexport(e);
         } else if (own_block(b, e->generation)) {
             let_go(e->block); /* a new allocation at a base we never saw freed */
         }
@@ -307,6 +314,7 @@ int ipc_export(const struct ipc_handle *h, uint64_t base, uint64_t size, int dev
     ne->block = idx;
     ne->generation = gen;
     ne->handle = *h;
+    leak_note_export(ne, now, cs);
     if (local_export_add(ne) != 0) {
         free(ne);
         if (lock_registry()) {
@@ -331,6 +339,7 @@ off:
 int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t, uint64_t *ptr)
 {
     if (options_get()->disable) return IPC_PASS;
+    uint32_t cs = callsite_capture();
     local_lock();
     if (ready_locked() != 0) {
         local_unlock();
@@ -346,6 +355,7 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
     }
     if (m) {
         m->count++;
+        leak_note_reopen(m);
         *ptr = m->ptr;
         STAT_ADD(opens, 1);
         local_unlock();
@@ -418,6 +428,7 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
         }
         if (b->pending) {
             b->pending--;
+            b->claimed++;
             flags |= TICKET_CLAIMED;
         }
     }
@@ -431,6 +442,7 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
     nm->block = bi;
     nm->lease = li;
     nm->generation = b->generation;
+    leak_note_open(nm, &reg, b, cs);
     result = IPC_REAL;
 unlock:
     registry_unlock(&reg);
@@ -853,29 +865,25 @@ void ipc_stats(struct ipcshim_stats *out)
     out->handoffs_expired = __atomic_load_n(&st.handoffs_expired, __ATOMIC_RELAXED);
     out->longest_limbo_ns = __atomic_load_n(&st.longest_limbo_ns, __ATOMIC_RELAXED);
     local_lock();
-    out->limbo_blocks = local_limbo_count();
-    out->limbo_bytes = local_limbo_bytes();
+    out->limbo_blocks = shut ? st.limbo_left : local_limbo_count();
+    out->limbo_bytes = shut ? st.limbo_left_bytes : local_limbo_bytes();
     local_unlock();
 }
 
-/* Logs one block still held at exit: its size and its importers' pids. */
-static void report_held(const struct reg_block *b)
+static int leaks_reported;
+
+void ipc_report_leaks(void)
 {
-    char pids[256];
-    size_t len = 0;
-    pids[0] = 0;
-    uint32_t li = b->lease_head;
-    for (uint32_t steps = 0; li != REG_NONE && steps < reg.max_leases; steps++) {
-        struct reg_lease *l = reg_lease_at(&reg, li);
-        if (!l) break;
-        struct reg_holder *h = reg_holder_at(&reg, l->holder);
-        if (h && len < sizeof pids - 16)
-            len += (size_t)snprintf(pids + len, sizeof pids - len, " %d", (int)h->pid);
-        li = l->next;
+    if (local_has_exports()) return; /* ipc_shutdown reports, after its exit wait */
+    if (__atomic_exchange_n(&leaks_reported, 1, __ATOMIC_ACQ_REL)) return;
+    struct leak_report *leaks = NULL;
+    local_lock();
+    if (state == S_ACTIVE && !shut && self != REG_NONE && !forked() && lock_registry()) {
+        leaks = leak_gather(&reg, self);
+        registry_unlock(&reg);
     }
-    log_msg(LOG_WARN, "exiting with block 0x%llx (%llu bytes) still held: importers:%s%s",
-            (unsigned long long)b->base, (unsigned long long)b->size, len ? pids : " none",
-            b->pending ? " (and an unclaimed hand-off)" : "");
+    local_unlock();
+    leak_print(leaks, __atomic_load_n(&st.handoffs_expired, __ATOMIC_RELAXED));
 }
 
 void ipc_shutdown(void)
@@ -901,22 +909,22 @@ void ipc_shutdown(void)
             registry_wait(&reg, self, seen, wait);
         }
     }
+    struct leak_report *leaks = NULL;
     local_lock();
     if (attached && !forked() && lock_registry()) {
-        struct local_export *e;
-        DL_FOREACH(local_limbo_head(), e)
-        {
-            struct reg_block *b = reg_block_at(&reg, e->block);
-            if (own_block(b, e->generation)) report_held(b);
-        }
+        if (!__atomic_exchange_n(&leaks_reported, 1, __ATOMIC_ACQ_REL))
+            leaks = leak_gather(&reg, self); /* what is still held, for the exit report */
         /* Our leases go, waking their exporters; our blocks are orphaned
          * (or recycled when nothing holds them); the slot is freed. */
         reg_holder_sweep(&reg, self);
         reg_holder_release(&reg, self);
         registry_unlock(&reg);
     }
+    st.limbo_left = local_limbo_count(); /* IPCSHIM_STATS, printed after this, agrees */
+    st.limbo_left_bytes = local_limbo_bytes();
     shut = true;
     local_reset(true);
     local_broadcast(); /* opens waiting on a pending mapping give up */
     local_unlock();
+    leak_print(leaks, __atomic_load_n(&st.handoffs_expired, __ATOMIC_RELAXED));
 }

@@ -118,6 +118,12 @@ int ipc_collect_pressure(void);
 /* Counters for ipcshim_stats(): fills the ipc part of *out. */
 void ipc_stats(struct ipcshim_stats *out);
 
+/* At exit of a process that opened but never exported (its exit hook):
+ * the leak report (leak.h) of what it still maps. Nothing is released: its
+ * leases go when it is dead, as before. No-op in a process that exported
+ * (ipc_shutdown reports there) and after the first call. */
+void ipc_report_leaks(void);
+
 /* At process exit: wait up to IPCSHIM_EXIT_WAIT for this process's limbo to
  * drain (collecting as importers close), then log what is still held, mark
  * it orphaned and detach. Idempotent. */

@@ -22,6 +22,13 @@ static void register_exit_hook(void) { atexit(shutdown_at_exit); }
 
 void api_at_first_use(void) { pthread_once(&exit_hook_once, register_exit_hook); }
 
+/* An importer's exit hook: only the leak report (its leases stay until it
+ * is dead, so no thread of it can read memory freed under it). */
+static pthread_once_t open_hook_once = PTHREAD_ONCE_INIT;
+static void report_leaks_at_exit(void) { ipc_report_leaks(); }
+static void register_open_hook(void) { atexit(report_leaks_at_exit); }
+void api_at_first_open(void) { pthread_once(&open_hook_once, register_open_hook); }
+
 SHIM_EXPORT int ipcshim_active(void)
 {
     resolve_all();

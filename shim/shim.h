@@ -125,5 +125,7 @@ uint64_t shim_current_context(bool runtime_door);
 
 /* Register the exit report and the shutdown hook (idempotent). */
 void api_at_first_use(void);
+/* After the first tracked open: registers the importer's exit leak report. */
+void api_at_first_open(void);
 
 #endif

@@ -1,0 +1,54 @@
+/* leak: who holds what, since when, opened where -- the exit report.
+ *
+ * Like LeakSanitizer for exported device memory: when a process under the
+ * shim exits with something outstanding, IPCSHIM_LEAK_REPORT=summary (the
+ * default) logs one warning line; =full logs every item:
+ *   - mappings this process opened and never closed (bytes, exporter pid and
+ *     command, alive or dead and since when, how long held, opens and
+ *     closes of the handle, the call site of the first open);
+ *   - its exports nobody ever opened (hand-offs unclaimed or expired);
+ *   - its blocks still in limbo, with the processes that still hold them.
+ * Call sites come from callsite.h (captured at export and open only).
+ *
+ * ipc.c drives this module with one-line hooks; the bookkeeping lives in
+ * fields of its local records (local.h) and of the registry records
+ * (registry.h, ABI 2), so nothing here adds a table or a lookup to the
+ * hot paths. leak_gather() runs with the local and registry locks held and
+ * only copies; leak_print() formats and symbolizes after they are released. */
+#ifndef LEAK_H
+#define LEAK_H
+
+#include <stdint.h>
+
+struct registry;
+struct reg_block;
+struct local_export;
+struct local_map;
+
+enum { LEAK_REPORT_OFF, LEAK_REPORT_SUMMARY, LEAK_REPORT_FULL }; /* IPCSHIM_LEAK_REPORT */
+
+/* Reads IPCSHIM_CALLSITE_DEPTH into callsite.h. Called from ipc_init. */
+void leak_init(void);
+
+/* A new export record e (first export of the block) at now, call site cs. */
+void leak_note_export(struct local_export *e, uint64_t now, uint32_t cs);
+/* The same allocation exported again. */
+void leak_note_reexport(struct local_export *e);
+/* A first open in this context of block b (registry lock held): m is the
+ * pending mapping, cs the call site. */
+void leak_note_open(struct local_map *m, const struct registry *r, const struct reg_block *b,
+                    uint32_t cs);
+/* The same handle opened again in this context (a cached mapping). */
+void leak_note_reopen(struct local_map *m);
+
+/* What this process holds or left held, copied out. Local and registry
+ * locks held; self is our holder slot. NULL when the report is off (or out
+ * of memory). */
+struct leak_report *leak_gather(struct registry *r, uint32_t self);
+
+/* Logs the report (summary or full, per IPCSHIM_LEAK_REPORT) when it has
+ * items or hand-offs expired unclaimed during the run, and frees it. NULL is
+ * a no-op. No lock held. */
+void leak_print(struct leak_report *lr, uint64_t expired_during_run);
+
+#endif
