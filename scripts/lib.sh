@@ -24,6 +24,18 @@ ensure_build_deps() {
           DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang; } >&2 ||
             echo "clang could not be installed; the fuzz test uses its plain driver" >&2
     fi
+    # Optional: the observability tests validate ipcshim-stat --prometheus
+    # with prometheus_client's OpenMetrics parser and draw ipcshim-plot's PNG
+    # with matplotlib; without them those tests skip and say why.
+    local optional=()
+    python3 -c 'import prometheus_client' >/dev/null 2>&1 || optional+=(python3-prometheus-client)
+    python3 -c 'import matplotlib' >/dev/null 2>&1 || optional+=(python3-matplotlib)
+    if [ ${#optional[@]} -gt 0 ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing (optional): ${optional[*]}" >&2
+        { DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+          DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${optional[@]}"; } >&2 ||
+            echo "${optional[*]} could not be installed; the tests that need them skip" >&2
+    fi
     [ ${#missing[@]} -eq 0 ] && return 0
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "installing: ${missing[*]}" >&2
