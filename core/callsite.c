@@ -25,6 +25,12 @@ struct slot {
 
 static unsigned depth;
 static struct slot *table;
+static int (*unwinder)(void **, int);
+
+void callsite_set_unwinder(int (*fn)(void **, int))
+{
+    __atomic_store_n(&unwinder, fn, __ATOMIC_RELEASE);
+}
 
 void callsite_init(unsigned d)
 {
@@ -58,7 +64,8 @@ uint32_t callsite_capture(void)
     struct slot *t = __atomic_load_n(&table, __ATOMIC_ACQUIRE);
     if (!d || !t) return 0;
     void *pc[RAW_MAX];
-    int n = backtrace(pc, (int)(d + EXTRA_FRAMES));
+    int (*fast)(void **, int) = __atomic_load_n(&unwinder, __ATOMIC_ACQUIRE);
+    int n = fast ? fast(pc, (int)(d + EXTRA_FRAMES)) : backtrace(pc, (int)(d + EXTRA_FRAMES));
     if (n <= 1) return 0;
     /* pc[0] is this function: not part of the call site. */
     uint64_t h = hash_pcs(pc + 1, n - 1);

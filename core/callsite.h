@@ -1,7 +1,8 @@
 /* callsite: where an export or an open came from, for the leak report.
  *
- * callsite_capture() takes a short native backtrace (glibc backtrace(), no
- * symbolization) and interns it in a fixed table of this process, returning
+ * callsite_capture() takes a short native backtrace (no symbolization:
+ * libunwind's unw_backtrace when the shim could load it, else glibc's
+ * backtrace(), about 20 times slower) and interns it in a fixed table of this process, returning
  * a small id; callsite_format() turns an id into text lazily, at report
  * time (backtrace_symbols(): names of dynamic symbols, else module+offset,
  * which addr2line reads). Captured only at export and open, never on
@@ -24,6 +25,10 @@
 /* Set the depth (frames of the program shown; 0 = off). Idempotent; also
  * warms backtrace() up (its first call loads libgcc_s) when depth > 0. */
 void callsite_init(unsigned depth);
+
+/* A faster unwinder with backtrace()'s contract (libunwind's unw_backtrace,
+ * which the shim may load: shim/unwind.c). NULL goes back to glibc's. */
+void callsite_set_unwinder(int (*fn)(void **pcs, int max));
 
 /* The current stack as an interned id; 0 when off, full or unknown. */
 uint32_t callsite_capture(void);

@@ -129,6 +129,7 @@ static void resolve_once(void)
     resolve_driver();
     resolve_runtime();
     memory_init();
+    unwind_init();
     __atomic_store_n(&resolve_done, 1, __ATOMIC_RELEASE);
 }
 

@@ -114,6 +114,9 @@ long long entry_calls(enum symbol_id id, enum door door);
 /* Install core's device operations; called once from resolve_all(). */
 void memory_init(void);
 
+/* unwind.c: load libunwind for call sites when IPCSHIM_CALLSITE_DEPTH > 0. */
+void unwind_init(void);
+
 /* True when tracking is on for this process (not IPCSHIM_DISABLE). */
 bool shim_tracking(void);
 
