@@ -83,6 +83,7 @@ static void after_fork(bool consistent)
 {
     local_reset(consistent);
     collector_after_fork();
+    leak_after_fork();
     memset(&st, 0, sizeof st);
     self = REG_NONE;
     last_sweep_ns = last_collect_ns = 0;
@@ -327,6 +328,7 @@ int ipc_export(const struct ipc_handle *h, uint64_t base, uint64_t size, int dev
     }
     STAT_ADD(exports, 1);
     if (options_get()->collector) collector_start();
+    leak_watch_start();
     local_unlock();
     return 0;
 off:
@@ -485,6 +487,7 @@ void ipc_open_commit(struct ipc_open *t, uint64_t ptr)
         local_broadcast();
     }
     local_unlock();
+    leak_watch_start();
 }
 
 void ipc_open_abort(struct ipc_open *t)
@@ -870,11 +873,24 @@ void ipc_stats(struct ipcshim_stats *out)
     local_unlock();
 }
 
+void ipc_leak_check(void)
+{
+    local_lock();
+    bool ok = state == S_ACTIVE && !shut && self != REG_NONE && !forked() && lock_registry();
+    if (ok) {
+        leak_check_locked(&reg, self);
+        registry_unlock(&reg);
+    }
+    local_unlock();
+    if (ok) leak_check_flush();
+}
+
 static int leaks_reported;
 
 void ipc_report_leaks(void)
 {
     if (local_has_exports()) return; /* ipc_shutdown reports, after its exit wait */
+    leak_watch_stop();
     if (__atomic_exchange_n(&leaks_reported, 1, __ATOMIC_ACQ_REL)) return;
     struct leak_report *leaks = NULL;
     local_lock();
@@ -891,6 +907,7 @@ void ipc_shutdown(void)
     static int done;
     if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL)) return;
     collector_stop();
+    leak_watch_stop();
     local_lock();
     bool attached = state == S_ACTIVE && !shut && self != REG_NONE && !forked();
     local_unlock();

@@ -118,6 +118,10 @@ int ipc_collect_pressure(void);
 /* Counters for ipcshim_stats(): fills the ipc part of *out. */
 void ipc_stats(struct ipcshim_stats *out);
 
+/* One check of the leak watch (leak.h): dead exporters' blocks held too
+ * long, limbo or open mappings growing. Called by the watch thread. */
+void ipc_leak_check(void);
+
 /* At exit of a process that opened but never exported (its exit hook):
  * the leak report (leak.h) of what it still maps. Nothing is released: its
  * leases go when it is dead, as before. No-op in a process that exported

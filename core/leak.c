@@ -5,13 +5,17 @@
 #include "local.h"
 #include "log.h"
 #include "options.h"
+#include "ipc.h"
 #include "registry.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { ITEM_OPEN, ITEM_LIMBO, ITEM_UNOPENED };
@@ -128,11 +132,12 @@ struct leak_report *leak_gather(struct registry *r, uint32_t self)
         bool same = b && b->generation == m->generation && b->state != BLOCK_FREE;
         if (!same || b->state == BLOCK_ORPHANED) {
             it->peer_dead = true;
-            it->dead_ns = same ? b->orphaned_ns : 0;
+            it->dead_ns = m->dead_ns ? m->dead_ns : same ? b->orphaned_ns : 0;
         } else {
             const struct reg_holder *ex = reg_holder_at(r, b->exporter);
             it->peer_dead =
                 !ex || ex->nonce != b->exporter_nonce || !reg_holder_alive(r, b->exporter);
+            if (it->peer_dead) it->dead_ns = m->dead_ns;
         }
     }
     struct local_export *e, *et;
@@ -163,6 +168,212 @@ struct leak_report *leak_gather(struct registry *r, uint32_t self)
         it->opens = b->claimed;
     }
     return lr;
+}
+
+/* ---- the watch ---- */
+
+static int watch_started, watch_stopping, watch_running;
+static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t watch_cv; /* CLOCK_MONOTONIC, set up in leak_watch_start */
+static char watch_lines[3][768];
+static unsigned watch_nlines;
+
+/* Growth tracking of one quantity: consecutive increases. */
+struct growth {
+    uint64_t last, streak, warned_at;
+};
+static struct growth limbo_growth, open_growth;
+static bool dead_warned;
+
+static void *watch_loop(void *arg)
+{
+    (void)arg;
+    struct timespec next;
+    clock_gettime(CLOCK_MONOTONIC, &next);
+    pthread_mutex_lock(&watch_mu);
+    while (!__atomic_load_n(&watch_stopping, __ATOMIC_ACQUIRE)) {
+        next.tv_sec += 1;
+        while (!__atomic_load_n(&watch_stopping, __ATOMIC_ACQUIRE) &&
+               pthread_cond_timedwait(&watch_cv, &watch_mu, &next) == 0) {
+        }
+        if (__atomic_load_n(&watch_stopping, __ATOMIC_ACQUIRE)) break;
+        pthread_mutex_unlock(&watch_mu);
+        ipc_leak_check(); /* takes the shim's locks: never under watch_mu */
+        pthread_mutex_lock(&watch_mu);
+    }
+    pthread_mutex_unlock(&watch_mu);
+    __atomic_store_n(&watch_running, 0, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+void leak_watch_start(void)
+{
+    const struct options *o = options_get();
+    if (!o->dead_hold_warn && !o->growth_checks) return;
+    if (__atomic_load_n(&watch_started, __ATOMIC_RELAXED)) return;
+    if (__atomic_exchange_n(&watch_started, 1, __ATOMIC_ACQ_REL)) return;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&watch_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_attr_t attr;
+    pthread_t t;
+    sigset_t all, old;
+    sigfillset(&all); /* the host's signal handlers never run on this thread */
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    __atomic_store_n(&watch_running, 1, __ATOMIC_RELEASE);
+    int rc = pthread_create(&t, &attr, watch_loop, NULL);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc) {
+        __atomic_store_n(&watch_running, 0, __ATOMIC_RELEASE);
+        LOG_ONCE(LOG_INFO, "cannot start the leak watch thread; leaks are reported at exit only");
+    }
+}
+
+void leak_watch_stop(void)
+{
+    __atomic_store_n(&watch_stopping, 1, __ATOMIC_RELEASE);
+    if (!__atomic_load_n(&watch_running, __ATOMIC_ACQUIRE)) return;
+    pthread_mutex_lock(&watch_mu);
+    pthread_cond_broadcast(&watch_cv);
+    pthread_mutex_unlock(&watch_mu);
+    struct timespec ms = {0, 1000000};
+    for (int i = 0; i < 200 && __atomic_load_n(&watch_running, __ATOMIC_ACQUIRE); i++)
+        nanosleep(&ms, NULL);
+}
+
+void leak_after_fork(void)
+{
+    watch_started = watch_stopping = watch_running = 0;
+    pthread_mutex_init(&watch_mu, NULL); /* the thread is not in this process */
+    watch_nlines = 0;
+    memset(&limbo_growth, 0, sizeof limbo_growth);
+    memset(&open_growth, 0, sizeof open_growth);
+    dead_warned = false;
+}
+
+static const char *bytes_str(uint64_t n, char *buf, size_t len);
+static const char *age_str(uint64_t ns, char *buf, size_t len);
+
+/* True when value grew at `checks` consecutive checks (and, after a warning,
+ * as many more again). */
+static bool grew(struct growth *g, uint64_t value, uint64_t checks)
+{
+    g->streak = value > g->last ? g->streak + 1 : 0;
+    if (!g->streak) g->warned_at = 0;
+    g->last = value;
+    if (!checks || g->streak < checks || (g->warned_at && g->streak < g->warned_at + checks))
+        return false;
+    g->warned_at = g->streak;
+    return true;
+}
+
+/* Appends "pid N (comm)" of holder idx to buf unless already there. */
+static void name_holder(struct registry *r, uint32_t idx, char *buf, size_t len)
+{
+    const struct reg_holder *h = reg_holder_at(r, idx);
+    if (!h) return;
+    char tag[48], comm[17];
+    memcpy(comm, h->comm, 16), comm[16] = 0;
+    snprintf(tag, sizeof tag, "pid %d (%s)", (int)h->pid, comm[0] ? comm : "?");
+    size_t used = strlen(buf);
+    if (strstr(buf, tag) || used + strlen(tag) + 3 >= len) return;
+    snprintf(buf + used, len - used, "%s%s", used ? ", " : "", tag);
+}
+
+/* Is the exporter of this mapping's block dead (cheap test: its lock byte)? */
+static bool exporter_dead(struct registry *r, const struct local_map *m, const struct reg_block **out)
+{
+    const struct reg_block *blk = reg_block_at(r, m->block);
+    *out = blk && blk->generation == m->generation && blk->state != BLOCK_FREE ? blk : NULL;
+    if (!*out || blk->state == BLOCK_ORPHANED) return true;
+    const struct reg_holder *ex = reg_holder_at(r, blk->exporter);
+    return !ex || ex->nonce != blk->exporter_nonce || !reg_holder_alive_quick(r, blk->exporter);
+}
+
+void leak_check_locked(struct registry *r, uint32_t self)
+{
+    const struct options *o = options_get();
+    uint64_t now = reg_now_ns(), threshold = o->dead_hold_warn * 1000000ull;
+    char b[32], a[32], who[256] = "";
+    /* Imports: dead exporters, and how many opens lack a close. */
+    uint64_t open_maps = 0, dead_bytes = 0, oldest = 0;
+    struct local_map *m, *mt;
+    HASH_ITER(hh, local_maps(), m, mt)
+    {
+        if (m->pending || !m->count) continue;
+        open_maps += m->count;
+        const struct reg_block *blk;
+        if (!exporter_dead(r, m, &blk)) continue;
+        if (!m->dead_ns) m->dead_ns = blk && blk->orphaned_ns ? blk->orphaned_ns : now;
+        if (!threshold || now - m->dead_ns < threshold) continue;
+        dead_bytes += m->size;
+        if (!oldest || m->dead_ns < oldest) oldest = m->dead_ns;
+        char tag[48];
+        snprintf(tag, sizeof tag, "pid %d (%s)", (int)m->exporter_pid,
+                 m->exporter_comm[0] ? m->exporter_comm : "?");
+        size_t used = strlen(who);
+        if (!strstr(who, tag) && used + strlen(tag) + 3 < sizeof who)
+            snprintf(who + used, sizeof who - used, "%s%s", used ? ", " : "", tag);
+    }
+    if (dead_bytes && !dead_warned && watch_nlines < 3) {
+        dead_warned = true;
+        snprintf(watch_lines[watch_nlines++], sizeof watch_lines[0],
+                 "leak: this process has held %s exported by %s, dead for %s "
+                 "(IPCSHIM_DEAD_HOLD_WARN): the memory stays pinned until it closes them "
+                 "(cudaIpcCloseMemHandle) or exits",
+                 bytes_str(dead_bytes, b, sizeof b), who, age_str(now - oldest, a, sizeof a));
+    }
+    if (grew(&open_growth, open_maps, o->growth_checks) && watch_nlines < 3) {
+        who[0] = 0;
+        HASH_ITER(hh, local_maps(), m, mt)
+        {
+            const struct reg_block *blk = reg_block_at(r, m->block);
+            if (!m->pending && m->count && blk && blk->generation == m->generation)
+                name_holder(r, blk->exporter, who, sizeof who);
+        }
+        snprintf(watch_lines[watch_nlines++], sizeof watch_lines[0],
+                 "leak in progress? this process's open mappings grew at %llu checks in a row "
+                 "(now %llu opens without a close, of blocks exported by %s); "
+                 "IPCSHIM_LEAK_REPORT=full at exit says where they were opened",
+                 (unsigned long long)open_growth.streak, (unsigned long long)open_maps,
+                 who[0] ? who : "?");
+    }
+    /* Exports: limbo that keeps growing, and who holds it. */
+    uint64_t limbo = local_limbo_count();
+    if (grew(&limbo_growth, limbo, o->growth_checks) && watch_nlines < 3) {
+        who[0] = 0;
+        struct local_export *e;
+        DL_FOREACH(local_limbo_head(), e)
+        {
+            const struct reg_block *blk = reg_block_at(r, e->block);
+            if (!blk || blk->generation != e->generation || blk->exporter != self) continue;
+            uint32_t li = blk->lease_head;
+            for (uint32_t steps = 0; li != REG_NONE && steps < r->max_leases; steps++) {
+                const struct reg_lease *l = reg_lease_at(r, li);
+                if (!l) break;
+                name_holder(r, l->holder, who, sizeof who);
+                li = l->next;
+            }
+        }
+        snprintf(watch_lines[watch_nlines++], sizeof watch_lines[0],
+                 "leak in progress? this process's limbo grew at %llu checks in a row (now %llu "
+                 "blocks, %s) held by %s",
+                 (unsigned long long)limbo_growth.streak, (unsigned long long)limbo,
+                 bytes_str(local_limbo_bytes(), b, sizeof b),
+                 who[0] ? who : "nobody (unclaimed hand-offs)");
+    }
+}
+
+void leak_check_flush(void)
+{
+    for (unsigned i = 0; i < watch_nlines; i++)
+        log_msg(LOG_WARN, "%s", watch_lines[i]);
+    watch_nlines = 0;
 }
 
 static const char *bytes_str(uint64_t n, char *buf, size_t len)

@@ -41,6 +41,25 @@ void leak_note_open(struct local_map *m, const struct registry *r, const struct 
 /* The same handle opened again in this context (a cached mapping). */
 void leak_note_reopen(struct local_map *m);
 
+/* ---- the watch: warnings while the program runs ----
+ * A thread of this process (started on the first export or open when
+ * IPCSHIM_DEAD_HOLD_WARN or IPCSHIM_GROWTH_CHECKS is on) checks once a
+ * second, through ipc_leak_check(), and logs one warning line when
+ *   - this process has held a dead exporter's block longer than
+ *     IPCSHIM_DEAD_HOLD_WARN (once per process);
+ *   - its limbo, or its open mappings, grew at IPCSHIM_GROWTH_CHECKS
+ *     consecutive checks (a leak in progress; again only after it grew as
+ *     many more times), naming the processes that hold or export them. */
+void leak_watch_start(void);
+/* Stops the thread (waits for it at most about 200 ms). */
+void leak_watch_stop(void);
+/* In a fork child: no thread there; start again on demand. */
+void leak_after_fork(void);
+/* One check; local and registry locks held (ipc_leak_check). Lines to log
+ * are kept until leak_check_flush(), called after the locks are released. */
+void leak_check_locked(struct registry *r, uint32_t self);
+void leak_check_flush(void);
+
 /* What this process holds or left held, copied out. Local and registry
  * locks held; self is our holder slot. NULL when the report is off (or out
  * of memory). */

@@ -52,6 +52,7 @@ struct local_map {
     uint32_t callsite;      /* callsite.h id of the first open */
     int32_t exporter_pid;
     char exporter_comm[16];
+    uint64_t dead_ns; /* when the watch first saw its exporter dead, 0 if not */
 };
 
 struct local_retiring {

@@ -37,18 +37,28 @@ static struct run_result r;
 static char logbuf[65536];
 
 /* Runs leaky MODE under the shim with the log in log_path, then reads it. */
-static void run_leaky(const char *mode, const char *report, const char *extra)
+static void run_leaky_args(const char *mode, const char *report, const char *extra,
+                           const char *extra2, const char *hold_ms)
 {
     char logenv[300], rep[64];
     snprintf(logenv, sizeof logenv, "IPCSHIM_LOG_FILE=%s", log_path);
     snprintf(rep, sizeof rep, "IPCSHIM_LEAK_REPORT=%s", report);
-    const char *env[] = {logenv, rep, "IPCSHIM_EXIT_WAIT=300ms", extra, NULL};
-    run_prog(&r, "leaky-runtime", true, env, ARGS(mode, SIZE));
+    const char *env[] = {logenv, rep, "IPCSHIM_EXIT_WAIT=300ms", extra, extra2, NULL};
+    if (extra && !extra2) env[4] = NULL;
+    if (hold_ms)
+        run_prog(&r, "leaky-runtime", true, env, ARGS(mode, SIZE, hold_ms));
+    else
+        run_prog(&r, "leaky-runtime", true, env, ARGS(mode, SIZE));
     cr_assert_eq(r.status, 0, "status %d: %s", r.status, r.out);
     FILE *f = fopen(log_path, "r");
     size_t n = f ? fread(logbuf, 1, sizeof logbuf - 1, f) : 0;
     logbuf[n] = 0;
     if (f) fclose(f);
+}
+
+static void run_leaky(const char *mode, const char *report, const char *extra)
+{
+    run_leaky_args(mode, report, extra, NULL, NULL);
 }
 
 static int pid_of(const char *role)
@@ -174,4 +184,27 @@ Test(leaks, call_sites_off_at_depth_0)
     cr_assert(
         log_line(importer, line, sizeof line, "leak:   holds 4.0 MiB", "opened at unknown", NULL),
         "no item line without a call site in:\n%s", logbuf);
+}
+
+Test(leaks, warns_while_a_dead_exporters_block_is_held, .timeout = 90)
+{
+    run_leaky_args("exporter-killed", "summary", "IPCSHIM_DEAD_HOLD_WARN=1s", NULL, "2600");
+    int exporter = pid_of("exporter"), importer = pid_of("importer");
+    snprintf(want, sizeof want, "exported by pid %d (leaky-runtime), dead for ", exporter);
+    cr_assert(log_line(importer, line, sizeof line, "leak: this process has held 4.0 MiB", want,
+                       "(IPCSHIM_DEAD_HOLD_WARN)", NULL),
+              "no warning while the block was held, in:\n%s", logbuf);
+    cr_expect_eq(count_lines("IPCSHIM_DEAD_HOLD_WARN"), 1, "one warning line:\n%s", logbuf);
+}
+
+Test(leaks, warns_when_limbo_keeps_growing, .timeout = 90)
+{
+    run_leaky_args("limbo-grows", "summary", "IPCSHIM_GROWTH_CHECKS=2", NULL, NULL);
+    int exporter = pid_of("exporter");
+    cr_assert(log_line(exporter, line, sizeof line, "leak in progress? this process's limbo grew at 2 "
+                       "checks in a row", "held by nobody (unclaimed hand-offs)", NULL),
+              "no growth warning in:\n%s", logbuf);
+    cr_assert(log_line(exporter, line, sizeof line, "leak: pid", "10 exports nobody opened (40.0 MiB)",
+                       NULL),
+              "no exit summary in:\n%s", logbuf);
 }

@@ -7,6 +7,10 @@
  *   leaky open-twice SIZE         a child opens it twice, closes it once
  *   leaky exporter-killed SIZE    we open a child's block; the child is killed
  *   leaky unopened SIZE           we export a block nobody opens, free it, exit
+ *   leaky limbo-grows SIZE        we export and free a block every 400 ms, ten
+ *                                 times; nobody opens them (limbo grows)
+ * exporter-killed takes a third argument: how long to hold the dead
+ * exporter's block, in ms (default 1200).
  *
  * Output: "exporter PID" and "importer PID" lines (who is who), "done".
  * Exit status 0, or 2 on a CUDA error. */
@@ -115,8 +119,8 @@ int main(int argc, char **argv)
     if (argc == 5 && !strcmp(argv[1], "--open"))
         return opener(argv[2], atoi(argv[3]), atoi(argv[4]));
     if (argc == 3 && !strcmp(argv[1], "--export")) return exporter(strtoull(argv[2], NULL, 0));
-    if (argc != 3) {
-        fprintf(stderr, "usage: leaky never-close|open-twice|exporter-killed|unopened SIZE\n");
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: leaky never-close|open-twice|exporter-killed|unopened|limbo-grows SIZE [MS]\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -151,11 +155,18 @@ int main(int argc, char **argv)
         printf("exporter %d\nimporter %d\n", (int)child, (int)getpid());
         kill(child, SIGKILL);
         waitpid(child, &st, 0);
-        sleep_ms(1200); /* a dead exporter's block, held for a while */
+        sleep_ms(argc == 4 ? atoi(argv[3]) : 1200); /* a dead exporter's block, held a while */
     } else if (!strcmp(mode, "unopened")) {
         uint64_t p = leaky_export_block(size, h);
         printf("exporter %d\n", (int)getpid());
         if ((r = api.free(p))) fail("free", r); /* in limbo: the hand-off is pending */
+    } else if (!strcmp(mode, "limbo-grows")) {
+        printf("exporter %d\n", (int)getpid());
+        for (int i = 0; i < 10; i++) {
+            uint64_t p = leaky_export_block(size, h);
+            if ((r = api.free(p))) fail("free", r);
+            sleep_ms(400);
+        }
     } else {
         fprintf(stderr, "leaky: unknown mode %s\n", mode);
         return 2;
