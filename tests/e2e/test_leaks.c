@@ -188,7 +188,7 @@ Test(leaks, call_sites_off_at_depth_0)
 
 Test(leaks, warns_while_a_dead_exporters_block_is_held, .timeout = 90)
 {
-    run_leaky_args("exporter-killed", "summary", "IPCSHIM_DEAD_HOLD_WARN=1s", NULL, "2600");
+    run_leaky_args("exporter-killed", "summary", "IPCSHIM_DEAD_HOLD_WARN=1s", NULL, "3500");
     int exporter = pid_of("exporter"), importer = pid_of("importer");
     snprintf(want, sizeof want, "exported by pid %d (leaky-runtime), dead for ", exporter);
     cr_assert(log_line(importer, line, sizeof line, "leak: this process has held 4.0 MiB", want,
