@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define JSON_VERSION 2
+#define JSON_VERSION 1
 
 static const char usage_text[] =
     "usage: ipcshim-stat [--domain D | --all] [--json | --leaks | --prometheus]\n"
@@ -375,15 +375,6 @@ static void print_json(const struct inspect_snapshot *s, const char *domain)
             printf("%llu", (unsigned long long)age_ms(s, b->limbo_since_ns));
         else
             fputs("null", stdout);
-        printf(",\"exporter_pid\":%d,\"exporter_command\":", (int)b->exporter_pid);
-        json_str(b->exporter_comm[0] ? b->exporter_comm : NULL);
-        printf(",\"exporter_dead\":%s,\"claimed_handoffs\":%u,\"expired_handoffs\":%u,"
-               "\"orphaned_age_ms\":",
-               b->exporter_dead ? "true" : "false", b->claimed, b->expired);
-        if (b->orphaned_ns)
-            printf("%llu", (unsigned long long)age_ms(s, b->orphaned_ns));
-        else
-            fputs("null", stdout);
         printf(",\"importers\":[");
         for (uint32_t k = 0; k < b->nleases; k++) {
             const struct inspect_lease *l = &s->leases[b->first_lease + k];
@@ -394,7 +385,17 @@ static void print_json(const struct inspect_snapshot *s, const char *domain)
                    l->count, inspect_lease_intent(l->intent),
                    (unsigned long long)age_ms(s, l->open_ns));
         }
-        printf("]}");
+        printf("]");
+        printf(",\"exporter_pid\":%d,\"exporter_command\":", (int)b->exporter_pid);
+        json_str(b->exporter_comm[0] ? b->exporter_comm : NULL);
+        printf(",\"exporter_dead\":%s,\"claimed_handoffs\":%u,\"expired_handoffs\":%u,"
+               "\"orphaned_age_ms\":",
+               b->exporter_dead ? "true" : "false", b->claimed, b->expired);
+        if (b->orphaned_ns)
+            printf("%llu", (unsigned long long)age_ms(s, b->orphaned_ns));
+        else
+            fputs("null", stdout);
+        printf("}");
     }
 
     printf("],\"limbo\":[");

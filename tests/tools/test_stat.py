@@ -28,8 +28,8 @@ HOLDER_KEYS = ["slot", "pid", "alive", "command", "attached_ms", "exports", "imp
                "limbo_bytes", "recorded_command", "exported_bytes", "imported_bytes", "dead_pinned_blocks",
                "dead_pinned_bytes", "stale_leases"]
 BLOCK_KEYS = ["slot", "generation", "state", "device", "base", "size", "exporter", "pending_handoffs",
-              "export_age_ms", "limbo_age_ms", "exporter_pid", "exporter_command", "exporter_dead",
-              "claimed_handoffs", "expired_handoffs", "orphaned_age_ms", "importers"]
+              "export_age_ms", "limbo_age_ms", "importers", "exporter_pid", "exporter_command", "exporter_dead",
+              "claimed_handoffs", "expired_handoffs", "orphaned_age_ms"]
 IMPORTER_KEYS = ["slot", "pid", "alive", "opens", "intent", "open_age_ms"]
 LIMBO_KEYS = ["slot", "pid", "alive", "command", "blocks", "bytes", "oldest_ms"]
 TOTAL_KEYS = ["holders", "dead_holders", "blocks", "bytes", "live_blocks", "limbo_blocks", "limbo_bytes",
@@ -158,7 +158,7 @@ def test_help_and_version():
         check(word in out, f"--help mentions {word}")
     status, out, _ = run([STAT, "--version"])
     eq(status, 0, "--version status")
-    check("registry ABI 2" in out and "JSON version 2" in out, out)
+    check("registry ABI 2" in out and "JSON version 1" in out, out)
 
 
 def write_fake(domain, data, mode):
@@ -208,7 +208,7 @@ def test_leases_limbo_and_a_dead_holder_json():
         j = stat_json(sc.domain)
         check_keys(j, TOP_KEYS, "top level")
         eq(j["format"], "ipcshim-stat", "format")
-        eq(j["version"], 2, "version")
+        eq(j["version"], 1, "version")
         eq(j["domain"], sc.domain, "domain")
         eq(j["registry"], f"/ipcshim-{UID}-{sc.domain}", "registry")
         eq(j["abi"], 2, "abi")
