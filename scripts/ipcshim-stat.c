@@ -740,9 +740,10 @@ static int show_all(int mode)
             if (inspect_snapshot(names[i], &snaps[k], why, sizeof why) == 0)
                 doms[k++] = names[i];
             else
-                fprintf(stderr, "ipcshim-stat: %s\n", why), status = 1;
+                fprintf(stderr, "ipcshim-stat: %s\n", why);
         }
         if (snaps && doms) print_prometheus(snaps, doms, k);
+        if (n && !k) status = 1;
         for (int i = 0; snaps && i < k; i++)
             inspect_free(&snaps[i]);
         free(snaps);
@@ -750,12 +751,15 @@ static int show_all(int mode)
         fflush(stdout);
         return status;
     }
+    /* A registry that cannot be read (another release's, one being created)
+     * is named on stderr; the status is 1 only when none could be read. */
+    int shown = 0;
     if (!n && mode != MODE_JSON) printf("no registry for this user\n");
     for (int i = 0; i < n; i++) {
-        if (i && mode != MODE_JSON) printf("\n");
-        if (show(names[i], mode)) status = 1;
+        if (shown && mode != MODE_JSON) printf("\n");
+        if (show(names[i], mode) == 0) shown++;
     }
-    return status;
+    return n && !shown ? 1 : status;
 }
 
 int main(int argc, char **argv)
