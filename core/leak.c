@@ -286,7 +286,8 @@ static void name_holder(struct registry *r, uint32_t idx, char *buf, size_t len)
 }
 
 /* Is the exporter of this mapping's block dead (cheap test: its lock byte)? */
-static bool exporter_dead(struct registry *r, const struct local_map *m, const struct reg_block **out)
+static bool exporter_dead(struct registry *r, const struct local_map *m,
+                          const struct reg_block **out)
 {
     const struct reg_block *blk = reg_block_at(r, m->block);
     *out = blk && blk->generation == m->generation && blk->state != BLOCK_FREE ? blk : NULL;

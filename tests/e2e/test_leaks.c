@@ -201,10 +201,12 @@ Test(leaks, warns_when_limbo_keeps_growing, .timeout = 90)
 {
     run_leaky_args("limbo-grows", "summary", "IPCSHIM_GROWTH_CHECKS=2", NULL, NULL);
     int exporter = pid_of("exporter");
-    cr_assert(log_line(exporter, line, sizeof line, "leak in progress? this process's limbo grew at 2 "
-                       "checks in a row", "held by nobody (unclaimed hand-offs)", NULL),
+    cr_assert(log_line(exporter, line, sizeof line,
+                       "leak in progress? this process's limbo grew at 2 "
+                       "checks in a row",
+                       "held by nobody (unclaimed hand-offs)", NULL),
               "no growth warning in:\n%s", logbuf);
-    cr_assert(log_line(exporter, line, sizeof line, "leak: pid", "10 exports nobody opened (40.0 MiB)",
-                       NULL),
+    cr_assert(log_line(exporter, line, sizeof line, "leak: pid",
+                       "10 exports nobody opened (40.0 MiB)", NULL),
               "no exit summary in:\n%s", logbuf);
 }

@@ -120,7 +120,9 @@ int main(int argc, char **argv)
         return opener(argv[2], atoi(argv[3]), atoi(argv[4]));
     if (argc == 3 && !strcmp(argv[1], "--export")) return exporter(strtoull(argv[2], NULL, 0));
     if (argc != 3 && argc != 4) {
-        fprintf(stderr, "usage: leaky never-close|open-twice|exporter-killed|unopened|limbo-grows SIZE [MS]\n");
+        fprintf(
+            stderr,
+            "usage: leaky never-close|open-twice|exporter-killed|unopened|limbo-grows SIZE [MS]\n");
         return 2;
     }
     const char *mode = argv[1];
