@@ -328,8 +328,8 @@ int ipc_export(const struct ipc_handle *h, uint64_t base, uint64_t size, int dev
     }
     STAT_ADD(exports, 1);
     if (options_get()->collector) collector_start();
-    leak_watch_start();
     local_unlock();
+    leak_watch_start();
     return 0;
 off:
     local_unlock();

@@ -451,7 +451,8 @@ void registry_repair(struct registry *r)
         struct reg_holder *o = reg_holder_at(r, b->exporter);
         if (b->state == BLOCK_FREE) continue;
         bool exporter_gone = !o || o->state != HOLDER_ACTIVE || o->nonce != b->exporter_nonce;
-        if (exporter_gone && b->state != BLOCK_ORPHANED) b->state = BLOCK_ORPHANED, b->orphaned_ns = reg_now_ns();
+        if (exporter_gone && b->state != BLOCK_ORPHANED)
+            b->state = BLOCK_ORPHANED, b->orphaned_ns = reg_now_ns();
         if (b->state == BLOCK_ORPHANED && b->lease_head == REG_NONE) reg_block_recycle(r, i);
     }
 }
