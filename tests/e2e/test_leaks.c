@@ -210,3 +210,16 @@ Test(leaks, warns_when_limbo_keeps_growing, .timeout = 90)
                        "10 exports nobody opened (40.0 MiB)", NULL),
               "no exit summary in:\n%s", logbuf);
 }
+
+Test(leaks, warns_when_opens_keep_growing, .timeout = 90)
+{
+    run_leaky_args("opens-grow", "summary", "IPCSHIM_GROWTH_CHECKS=2", NULL, NULL);
+    int exporter = pid_of("exporter"), importer = pid_of("importer");
+    snprintf(want, sizeof want, "of blocks exported by pid %d (leaky-runtime))", exporter);
+    cr_assert(log_line(importer, line, sizeof line,
+                       "leak in progress? this process's open mappings grew at 2 checks in a row",
+                       want, NULL),
+              "no growth warning for the importer %d in:\n%s", importer, logbuf);
+    cr_assert(log_line(importer, line, sizeof line, "10 mappings never closed (40.0 MiB)", NULL),
+              "no exit summary in:\n%s", logbuf);
+}

@@ -9,6 +9,8 @@
  *   leaky unopened SIZE           we export a block nobody opens, free it, exit
  *   leaky limbo-grows SIZE        we export and free a block every 400 ms, ten
  *                                 times; nobody opens them (limbo grows)
+ *   leaky opens-grow SIZE         a child opens one of our ten blocks every
+ *                                 400 ms and closes none (its opens grow)
  * exporter-killed takes a third argument: how long to hold the dead
  * exporter's block, in ms (default 1200).
  *
@@ -114,15 +116,32 @@ static int exporter(size_t size)
     return 0;
 }
 
+/* leaky --open-slowly HEX...: open each handle, 400 ms apart; close none. */
+static int slow_opener(int n, char **hex)
+{
+    int r = api.init(0);
+    if (r) fail("init", r);
+    for (int i = 0; i < n; i++) {
+        unsigned char h[64];
+        if (from_hex(hex[i], h, 64)) fail("handle parse", -1);
+        leaky_open_block(h);
+        sleep_ms(400);
+    }
+    printf("importer %d\n", (int)getpid());
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 3 && !strcmp(argv[1], "--open-slowly")) return slow_opener(argc - 2, argv + 2);
     if (argc == 5 && !strcmp(argv[1], "--open"))
         return opener(argv[2], atoi(argv[3]), atoi(argv[4]));
     if (argc == 3 && !strcmp(argv[1], "--export")) return exporter(strtoull(argv[2], NULL, 0));
     if (argc != 3 && argc != 4) {
         fprintf(
             stderr,
-            "usage: leaky never-close|open-twice|exporter-killed|unopened|limbo-grows SIZE [MS]\n");
+            "usage: leaky never-close|open-twice|exporter-killed|unopened|limbo-grows|opens-grow "
+            "SIZE [MS]\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -162,6 +181,25 @@ int main(int argc, char **argv)
         uint64_t p = leaky_export_block(size, h);
         printf("exporter %d\n", (int)getpid());
         if ((r = api.free(p))) fail("free", r); /* in limbo: the hand-off is pending */
+    } else if (!strcmp(mode, "opens-grow")) {
+        enum { N = 10 };
+        uint64_t p[N];
+        static char hexes[N][129];
+        char *args[N + 3] = {"leaky", "--open-slowly"};
+        for (int i = 0; i < N; i++) {
+            p[i] = leaky_export_block(size, h);
+            to_hex(h, 64, hexes[i]);
+            args[2 + i] = hexes[i];
+        }
+        args[N + 2] = NULL;
+        printf("exporter %d\n", (int)getpid());
+        pid_t child = spawn_self(args, &out);
+        while (fgets(line, sizeof line, out))
+            fputs(line, stdout);
+        waitpid(child, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st)) fail("importer", st);
+        for (int i = 0; i < N; i++)
+            if ((r = api.free(p[i]))) fail("free", r);
     } else if (!strcmp(mode, "limbo-grows")) {
         printf("exporter %d\n", (int)getpid());
         for (int i = 0; i < 10; i++) {
