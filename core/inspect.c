@@ -255,7 +255,8 @@ static int copy_records(struct registry *r, struct inspect_snapshot *s)
             s->skipped++;
             continue;
         }
-        s->leases[s->nleases++] = (struct inspect_lease){i, block, holder, count, intent, l->open_ns};
+        s->leases[s->nleases++] =
+            (struct inspect_lease){i, block, holder, count, intent, l->open_ns};
     }
     qsort(s->leases, s->nleases, sizeof *s->leases, by_block_then_holder);
     for (uint32_t i = 0; i < s->nleases; i++) {

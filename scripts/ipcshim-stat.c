@@ -227,7 +227,8 @@ static void print_text(const struct inspect_snapshot *s, const char *domain)
             char e[32], im[32], l[32], d[32];
             printf("  %-8d %-6s %-10s %-10s %-10s %-11s %-6u %s\n", (int)h->pid,
                    h->alive ? "alive" : "dead", fmt_bytes(h->exported_bytes, e, sizeof e),
-                   fmt_bytes(h->imported_bytes, im, sizeof im), fmt_bytes(h->limbo_bytes, l, sizeof l),
+                   fmt_bytes(h->imported_bytes, im, sizeof im),
+                   fmt_bytes(h->limbo_bytes, l, sizeof l),
                    fmt_bytes(h->dead_pinned_bytes, d, sizeof d), stale_leases(s, h->slot),
                    holder_comm(h));
         }
@@ -456,8 +457,7 @@ static void print_leaks(const struct inspect_snapshot *s, const char *domain)
                        "call site: only in the process's own exit report\n",
                        fmt_bytes(b->size, a, sizeof a), (int)b->exporter_pid,
                        b->exporter_comm[0] ? b->exporter_comm : "?", dead,
-                       fmt_age(held, c, sizeof c), l->count,
-                       held > stale_s * 1e3 ? ", stale" : "",
+                       fmt_age(held, c, sizeof c), l->count, held > stale_s * 1e3 ? ", stale" : "",
                        l->intent != LEASE_OPEN ? ", in flight" : "");
             }
         }
@@ -470,8 +470,8 @@ static void print_leaks(const struct inspect_snapshot *s, const char *domain)
                 printf("  exported %s %s ago, never opened (%u hand-off(s) unclaimed, %u "
                        "expired)%s; call site: only in the process's own exit report\n",
                        fmt_bytes(b->size, a, sizeof a),
-                       fmt_age(age_ms(s, b->first_export_ns), c, sizeof c), b->pending,
-                       b->expired, b->state == BLOCK_LIMBO ? ", freed (in limbo)" : "");
+                       fmt_age(age_ms(s, b->first_export_ns), c, sizeof c), b->pending, b->expired,
+                       b->state == BLOCK_LIMBO ? ", freed (in limbo)" : "");
             } else if (b->state == BLOCK_LIMBO) {
                 HEADER();
                 char who[256] = "";
@@ -479,13 +479,15 @@ static void print_leaks(const struct inspect_snapshot *s, const char *domain)
                 for (uint32_t j = 0; j < b->nleases && len < sizeof who - 48; j++) {
                     const struct inspect_lease *l = &s->leases[b->first_lease + j];
                     const struct inspect_holder *o = inspect_holder_by_slot(s, l->holder);
-                    len += (size_t)snprintf(who + len, sizeof who - len, "%spid %d (%s%s)",
-                                            len ? ", " : "", o ? (int)o->pid : -1,
-                                            o ? holder_comm(o) : "?", o && !o->alive ? ", dead" : "");
+                    len +=
+                        (size_t)snprintf(who + len, sizeof who - len, "%spid %d (%s%s)",
+                                         len ? ", " : "", o ? (int)o->pid : -1,
+                                         o ? holder_comm(o) : "?", o && !o->alive ? ", dead" : "");
                 }
                 printf("  left %s in limbo for %s, still held by %s%s\n",
-                       fmt_bytes(b->size, a, sizeof a), fmt_age(age_ms(s, b->limbo_since_ns), c, sizeof c),
-                       len ? who : "nobody", b->pending ? " and an unclaimed hand-off" : "");
+                       fmt_bytes(b->size, a, sizeof a),
+                       fmt_age(age_ms(s, b->limbo_since_ns), c, sizeof c), len ? who : "nobody",
+                       b->pending ? " and an unclaimed hand-off" : "");
             }
         }
 #undef HEADER
@@ -521,13 +523,27 @@ static void om_labels(const char *domain, const struct inspect_holder *h)
     putchar('}');
 }
 
-enum { G_ALIVE, G_EXPORTS, G_EXPORTED, G_IMPORTS, G_IMPORTED, G_OPENS, G_LIMBO_BLOCKS, G_LIMBO,
-       G_DEAD_BLOCKS, G_DEAD, G_STALE, G_OLDEST_LIMBO, G_COUNT };
+enum {
+    G_ALIVE,
+    G_EXPORTS,
+    G_EXPORTED,
+    G_IMPORTS,
+    G_IMPORTED,
+    G_OPENS,
+    G_LIMBO_BLOCKS,
+    G_LIMBO,
+    G_DEAD_BLOCKS,
+    G_DEAD,
+    G_STALE,
+    G_OLDEST_LIMBO,
+    G_COUNT
+};
 
 static const struct {
     const char *name, *unit, *help;
 } gauges[G_COUNT] = {
-    {"ipcshim_process_alive", NULL, "1 while the process lives (0: dead, released at the next sweep)"},
+    {"ipcshim_process_alive", NULL,
+     "1 while the process lives (0: dead, released at the next sweep)"},
     {"ipcshim_process_exports", NULL, "blocks the process exported that are in the registry"},
     {"ipcshim_process_exported_bytes", "bytes", "bytes of its exports, live or in limbo"},
     {"ipcshim_process_imports", NULL, "blocks the process has open (leases)"},
@@ -536,7 +552,8 @@ static const struct {
     {"ipcshim_process_limbo_blocks", NULL, "its freed blocks waiting for importers (limbo)"},
     {"ipcshim_process_limbo_bytes", "bytes", "bytes of its blocks in limbo"},
     {"ipcshim_process_dead_pinned_blocks", NULL, "blocks of dead exporters it still has open"},
-    {"ipcshim_process_dead_pinned_bytes", "bytes", "bytes of dead exporters' blocks it still has open"},
+    {"ipcshim_process_dead_pinned_bytes", "bytes",
+     "bytes of dead exporters' blocks it still has open"},
     {"ipcshim_process_stale_leases", NULL, "its leases open longer than the --stale threshold"},
     {"ipcshim_process_oldest_limbo_seconds", "seconds", "age of its oldest block in limbo"},
 };
@@ -544,18 +561,30 @@ static const struct {
 static double gauge_value(const struct inspect_snapshot *s, const struct inspect_holder *h, int g)
 {
     switch (g) {
-    case G_ALIVE: return h->alive;
-    case G_EXPORTS: return h->exports;
-    case G_EXPORTED: return (double)h->exported_bytes;
-    case G_IMPORTS: return h->imports;
-    case G_IMPORTED: return (double)h->imported_bytes;
-    case G_OPENS: return h->opens;
-    case G_LIMBO_BLOCKS: return h->limbo_blocks;
-    case G_LIMBO: return (double)h->limbo_bytes;
-    case G_DEAD_BLOCKS: return h->dead_pinned_blocks;
-    case G_DEAD: return (double)h->dead_pinned_bytes;
-    case G_STALE: return stale_leases(s, h->slot);
-    default: return h->oldest_limbo_ns ? age_ms(s, h->oldest_limbo_ns) / 1e3 : 0;
+    case G_ALIVE:
+        return h->alive;
+    case G_EXPORTS:
+        return h->exports;
+    case G_EXPORTED:
+        return (double)h->exported_bytes;
+    case G_IMPORTS:
+        return h->imports;
+    case G_IMPORTED:
+        return (double)h->imported_bytes;
+    case G_OPENS:
+        return h->opens;
+    case G_LIMBO_BLOCKS:
+        return h->limbo_blocks;
+    case G_LIMBO:
+        return (double)h->limbo_bytes;
+    case G_DEAD_BLOCKS:
+        return h->dead_pinned_blocks;
+    case G_DEAD:
+        return (double)h->dead_pinned_bytes;
+    case G_STALE:
+        return stale_leases(s, h->slot);
+    default:
+        return h->oldest_limbo_ns ? age_ms(s, h->oldest_limbo_ns) / 1e3 : 0;
     }
 }
 
@@ -586,8 +615,10 @@ static void print_prometheus(struct inspect_snapshot *snaps, const char *const *
             }
     }
     static const char *const counters[2][2] = {
-        {"ipcshim_process_handoffs_claimed", "hand-offs of its blocks now in the registry claimed by a first open"},
-        {"ipcshim_process_handoffs_expired", "hand-offs of its blocks now in the registry that expired unclaimed"},
+        {"ipcshim_process_handoffs_claimed",
+         "hand-offs of its blocks now in the registry claimed by a first open"},
+        {"ipcshim_process_handoffs_expired",
+         "hand-offs of its blocks now in the registry that expired unclaimed"},
     };
     for (int c = 0; c < 2; c++) {
         printf("# TYPE %s counter\n# HELP %s %s\n", counters[c][0], counters[c][0], counters[c][1]);
@@ -601,13 +632,15 @@ static void print_prometheus(struct inspect_snapshot *snaps, const char *const *
             }
     }
     printf("# TYPE ipcshim_registry_lock_repairs counter\n"
-           "# HELP ipcshim_registry_lock_repairs times the registry lock was recovered from a dead owner\n");
+           "# HELP ipcshim_registry_lock_repairs times the registry lock was recovered from a dead "
+           "owner\n");
     for (int d = 0; d < n; d++) {
         fputs("ipcshim_registry_lock_repairs_total", stdout);
         om_labels(domains[d], NULL);
         printf(" %u\n", snaps[d].repairs);
     }
-    printf("# TYPE ipcshim_registry_blocks gauge\n# HELP ipcshim_registry_blocks blocks in the registry by state\n");
+    printf("# TYPE ipcshim_registry_blocks gauge\n# HELP ipcshim_registry_blocks blocks in the "
+           "registry by state\n");
     for (int d = 0; d < n; d++) {
         struct totals t = count(&snaps[d]);
         const char *st[] = {"live", "limbo", "orphaned", "retired"};
@@ -677,7 +710,8 @@ static int remove_domain(const char *domain)
         size_t len = 0;
         for (uint32_t i = 0; i < s.nholders && len < sizeof pids - 24; i++)
             if (s.holders[i].alive)
-                len += (size_t)snprintf(pids + len, sizeof pids - len, " %d", (int)s.holders[i].pid);
+                len +=
+                    (size_t)snprintf(pids + len, sizeof pids - len, " %d", (int)s.holders[i].pid);
         inspect_free(&s);
         if (len) {
             fprintf(stderr,
@@ -765,13 +799,19 @@ static int show_all(int mode)
 int main(int argc, char **argv)
 {
     static const struct option longs[] = {
-        {"domain", required_argument, NULL, 'd'}, {"json", no_argument, NULL, 'j'},
-        {"watch", required_argument, NULL, 'w'},  {"count", required_argument, NULL, 'n'},
-        {"list", no_argument, NULL, 'l'},         {"help", no_argument, NULL, 'h'},
-        {"all", no_argument, NULL, 'a'},          {"leaks", no_argument, NULL, 'L'},
-        {"prometheus", no_argument, NULL, 'p'},   {"stale", required_argument, NULL, 's'},
+        {"domain", required_argument, NULL, 'd'},
+        {"json", no_argument, NULL, 'j'},
+        {"watch", required_argument, NULL, 'w'},
+        {"count", required_argument, NULL, 'n'},
+        {"list", no_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        {"all", no_argument, NULL, 'a'},
+        {"leaks", no_argument, NULL, 'L'},
+        {"prometheus", no_argument, NULL, 'p'},
+        {"stale", required_argument, NULL, 's'},
         {"remove", required_argument, NULL, 'r'},
-        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
     };
     const char *domain = getenv("IPCSHIM_DOMAIN");
     bool json = false, list = false, all = false, leaks = false, prom = false;
@@ -824,7 +864,8 @@ int main(int argc, char **argv)
         case 's':
             stale_s = strtod(optarg, &end);
             if (end == optarg || *end || !(stale_s >= 0)) {
-                fprintf(stderr, "ipcshim-stat: --stale takes a number of seconds >= 0, not \"%s\"\n",
+                fprintf(stderr,
+                        "ipcshim-stat: --stale takes a number of seconds >= 0, not \"%s\"\n",
                         optarg);
                 return 2;
             }
@@ -863,7 +904,8 @@ int main(int argc, char **argv)
     int mode = json ? MODE_JSON : leaks ? MODE_LEAKS : prom ? MODE_PROM : MODE_TEXT;
     if (remove) {
         if (registry_name(remove, name_check, sizeof name_check) != 0) {
-            fprintf(stderr, "ipcshim-stat: \"%s\" is not a domain name (1-64 of A-Z a-z 0-9 . _ -)\n",
+            fprintf(stderr,
+                    "ipcshim-stat: \"%s\" is not a domain name (1-64 of A-Z a-z 0-9 . _ -)\n",
                     remove);
             return 2;
         }
