@@ -231,6 +231,7 @@ static void expire_handoffs(struct reg_block *b, uint64_t now, bool force)
 {
     if (!b->pending || (!force && now < b->last_export_ns + timeout_ns())) return;
     STAT_ADD(handoffs_expired, b->pending);
+    leak_note_expired(b);
     b->expired += b->pending;
     LOG_ONCE(LOG_INFO,
              "a hand-off expired unclaimed (block of %llu bytes); "
@@ -899,7 +900,7 @@ void ipc_report_leaks(void)
         registry_unlock(&reg);
     }
     local_unlock();
-    leak_print(leaks, __atomic_load_n(&st.handoffs_expired, __ATOMIC_RELAXED));
+    leak_print(leaks);
 }
 
 void ipc_shutdown(void)
@@ -943,5 +944,5 @@ void ipc_shutdown(void)
     local_reset(true);
     local_broadcast(); /* opens waiting on a pending mapping give up */
     local_unlock();
-    leak_print(leaks, __atomic_load_n(&st.handoffs_expired, __ATOMIC_RELAXED));
+    leak_print(leaks);
 }

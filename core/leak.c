@@ -72,6 +72,15 @@ void leak_note_reopen(struct local_map *m)
     m->opens++;
 }
 
+/* Blocks whose hand-offs expired before anyone ever opened them. */
+static uint64_t unopened_expired;
+
+void leak_note_expired(const struct reg_block *b)
+{
+    if (b->pending && !b->claimed && !b->expired)
+        __atomic_fetch_add(&unopened_expired, 1, __ATOMIC_RELAXED);
+}
+
 static struct leak_item *add_item(struct leak_report *lr, int kind)
 {
     if (lr->n == lr->cap) {
@@ -254,6 +263,7 @@ void leak_after_fork(void)
     memset(&limbo_growth, 0, sizeof limbo_growth);
     memset(&open_growth, 0, sizeof open_growth);
     dead_warned = false;
+    unopened_expired = 0;
 }
 
 static const char *bytes_str(uint64_t n, char *buf, size_t len);
@@ -462,8 +472,9 @@ static void print_item(const struct leak_report *lr, const struct leak_item *it)
     }
 }
 
-void leak_print(struct leak_report *lr, uint64_t expired_during_run)
+void leak_print(struct leak_report *lr)
 {
+    uint64_t expired_during_run = __atomic_load_n(&unopened_expired, __ATOMIC_RELAXED);
     if (!lr) return;
     if (!lr->n && !expired_during_run) {
         free(lr->items);
@@ -505,7 +516,8 @@ void leak_print(struct leak_report *lr, uint64_t expired_during_run)
         ADD("%s%u export%s nobody opened (%s)", used ? "; " : "", unopened,
             unopened == 1 ? "" : "s", bytes_str(unopened_b, b, sizeof b));
     if (expired_during_run)
-        ADD("%s%llu hand-off%s expired unclaimed during the run (IPCSHIM_HANDOFF_TIMEOUT)",
+        ADD("%s%llu export%s nobody ever opened expired during the run "
+            "(IPCSHIM_HANDOFF_TIMEOUT)",
             used ? "; " : "", (unsigned long long)expired_during_run,
             expired_during_run == 1 ? "" : "s");
 #undef ADD

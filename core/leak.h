@@ -40,6 +40,9 @@ void leak_note_open(struct local_map *m, const struct registry *r, const struct 
                     uint32_t cs);
 /* The same handle opened again in this context (a cached mapping). */
 void leak_note_reopen(struct local_map *m);
+/* b's pending hand-offs expire now (registry lock held, before they are
+ * added to b->expired): counts the blocks nobody ever opened. */
+void leak_note_expired(const struct reg_block *b);
 
 /* ---- the watch: warnings while the program runs ----
  * A thread of this process (started on the first export or open when
@@ -66,8 +69,8 @@ void leak_check_flush(void);
 struct leak_report *leak_gather(struct registry *r, uint32_t self);
 
 /* Logs the report (summary or full, per IPCSHIM_LEAK_REPORT) when it has
- * items or hand-offs expired unclaimed during the run, and frees it. NULL is
- * a no-op. No lock held. */
-void leak_print(struct leak_report *lr, uint64_t expired_during_run);
+ * items or exports nobody ever opened expired during the run, and frees
+ * it. NULL is a no-op. No lock held. */
+void leak_print(struct leak_report *lr);
 
 #endif

@@ -223,3 +223,20 @@ Test(leaks, warns_when_opens_keep_growing, .timeout = 90)
     cr_assert(log_line(importer, line, sizeof line, "10 mappings never closed (40.0 MiB)", NULL),
               "no exit summary in:\n%s", logbuf);
 }
+
+Test(leaks, export_that_expired_unopened_is_counted)
+{
+    /* The hand-off expires during the exit wait: the block is freed, and the
+     * summary still says that nobody ever opened it. */
+    run_leaky_args("unopened", "full", "IPCSHIM_HANDOFF_TIMEOUT=100ms", "IPCSHIM_STATS=1", NULL);
+    int exporter = pid_of("exporter");
+    cr_assert(log_line(exporter, line, sizeof line, "leak: pid",
+                       "exits with 1 export nobody ever opened expired during the run "
+                       "(IPCSHIM_HANDOFF_TIMEOUT):",
+                       NULL),
+              "no summary line in:\n%s", logbuf);
+    cr_expect(!log_line(exporter, line, sizeof line, "leak:   ", NULL), "no item left: %s", line);
+    cr_assert(log_line(exporter, line, sizeof line, "report:", "still in limbo 0,",
+                       "hand-offs expired 1", NULL),
+              "the stats disagree with the report:\n%s", logbuf);
+}
