@@ -137,6 +137,8 @@ static int copy_records(struct registry *r, struct inspect_snapshot *s)
         nonces[i] = h->nonce;
         o->alive = liveness_alive(r->fd, r->lock_base + i, h->pid, h->start_time);
         if (o->alive) read_comm(h->pid, o->comm, sizeof o->comm);
+        memcpy(o->reg_comm, h->comm, sizeof h->comm);
+        o->reg_comm[16] = 0;
         holder_at[i] = s->nholders++;
     }
     for (uint32_t i = 0; i < r->max_blocks; i++) {
@@ -164,6 +166,14 @@ static int copy_records(struct registry *r, struct inspect_snapshot *s)
                               nonces[o->exporter] == b->exporter_nonce;
         o->first_lease = UINT32_MAX;
         memcpy(o->handle, b->handle, sizeof o->handle);
+        o->exporter_pid = b->exporter_pid;
+        memcpy(o->exporter_comm, b->exporter_comm, sizeof b->exporter_comm);
+        o->exporter_comm[16] = 0;
+        o->claimed = b->claimed;
+        o->expired = b->expired;
+        o->orphaned_ns = state == BLOCK_ORPHANED ? b->orphaned_ns : 0;
+        o->exporter_dead = state == BLOCK_ORPHANED || !o->exporter_current ||
+                           !s->holders[holder_at[o->exporter]].alive;
         block_at[i] = s->nblocks++;
     }
     for (uint32_t i = 0; i < r->max_leases; i++) {
@@ -179,7 +189,8 @@ static int copy_records(struct registry *r, struct inspect_snapshot *s)
             s->skipped++;
             continue;
         }
-        s->leases[s->nleases++] = (struct inspect_lease){i, block, holder, count, intent};
+        s->leases[s->nleases++] =
+            (struct inspect_lease){i, block, holder, count, intent, l->open_ns};
     }
     qsort(s->leases, s->nleases, sizeof *s->leases, by_block_then_holder);
     for (uint32_t i = 0; i < s->nleases; i++) {
@@ -190,6 +201,13 @@ static int copy_records(struct registry *r, struct inspect_snapshot *s)
         struct inspect_holder *h = &s->holders[holder_at[l->holder]];
         h->imports++;
         h->opens += l->count;
+        h->imported_bytes += b->size;
+        if (b->exporter_dead) {
+            h->dead_pinned_blocks++;
+            h->dead_pinned_bytes += b->size;
+            if (b->orphaned_ns && (!h->oldest_dead_ns || b->orphaned_ns < h->oldest_dead_ns))
+                h->oldest_dead_ns = b->orphaned_ns;
+        }
     }
     for (uint32_t i = 0; i < s->nblocks; i++) {
         struct inspect_block *b = &s->blocks[i];
@@ -197,6 +215,7 @@ static int copy_records(struct registry *r, struct inspect_snapshot *s)
         struct inspect_holder *h = &s->holders[holder_at[b->exporter]];
         if (!b->exporter_current) continue;
         h->exports++;
+        if (b->state == BLOCK_LIVE || b->state == BLOCK_LIMBO) h->exported_bytes += b->size;
         if (b->state != BLOCK_LIMBO) continue;
         h->limbo_blocks++;
         h->limbo_bytes += b->size;

@@ -38,6 +38,13 @@ struct inspect_holder {
     uint32_t limbo_blocks;
     uint64_t limbo_bytes;
     uint64_t oldest_limbo_ns; /* limbo_since_ns of its oldest limbo block, 0 if none */
+    /* Observability (registry ABI 2): */
+    char reg_comm[17];          /* command name it recorded itself (also when dead) */
+    uint64_t exported_bytes;    /* its current exports, live or in limbo */
+    uint64_t imported_bytes;    /* blocks it holds a lease on */
+    uint64_t dead_pinned_bytes; /* of those, blocks whose exporter is gone or dead */
+    uint32_t dead_pinned_blocks;
+    uint64_t oldest_dead_ns; /* earliest orphaned_ns among those, 0 if unknown */
 };
 
 struct inspect_lease {
@@ -46,6 +53,8 @@ struct inspect_lease {
     uint32_t holder; /* holder slot */
     uint32_t count;  /* opens in that holder */
     uint32_t intent; /* LEASE_OPENING / OPEN / CLOSING */
+
+    uint64_t open_ns; /* CLOCK_MONOTONIC of its first open (ABI 2) */
 };
 
 struct inspect_block {
@@ -60,6 +69,12 @@ struct inspect_block {
     uint32_t first_lease;  /* index into snapshot.leases of its first lease, or UINT32_MAX */
     uint32_t nleases;      /* its leases are leases[first_lease .. first_lease+nleases) */
     uint8_t handle[64];
+    /* Observability (registry ABI 2): */
+    int32_t exporter_pid; /* recorded at creation: known after the exporter died */
+    char exporter_comm[17];
+    bool exporter_dead;        /* exporter gone, or its holder is not alive */
+    uint32_t claimed, expired; /* hand-offs claimed by a first open; expired unclaimed */
+    uint64_t orphaned_ns;      /* CLOCK_MONOTONIC when orphaned, 0 if not (or unknown) */
 };
 
 struct inspect_snapshot {

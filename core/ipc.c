@@ -24,8 +24,10 @@
  * another timeout, so importers that receive the handle later are covered
  * too (registry.c, reg_lease_drop). */
 #include "ipc.h"
+#include "callsite.h"
 #include "collector.h"
 #include "ipcshim.h"
+#include "leak.h"
 #include "local.h"
 #include "log.h"
 #include "options.h"
@@ -65,6 +67,7 @@ static pid_t canary_pid;
 static struct {
     uint64_t exports, opens, closes, frees_deferred, frees_reclaimed, bytes_reclaimed;
     uint64_t handoffs_expired, longest_limbo_ns;
+    uint64_t limbo_left, limbo_left_bytes; /* limbo when ipc_shutdown let go of it */
 } st;
 
 #define STAT_ADD(field, n) __atomic_fetch_add(&st.field, (n), __ATOMIC_RELAXED)
@@ -80,6 +83,7 @@ static void after_fork(bool consistent)
 {
     local_reset(consistent);
     collector_after_fork();
+    leak_after_fork();
     memset(&st, 0, sizeof st);
     self = REG_NONE;
     last_sweep_ns = last_collect_ns = 0;
@@ -136,6 +140,7 @@ static void init_once(void)
     }
     canary_pid = getpid();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    leak_init();
 }
 
 void ipc_init(const struct device_ops *o)
@@ -279,11 +284,14 @@ static bool own_block(const struct reg_block *b, uint64_t generation)
            b->exporter_nonce == self_nonce && b->state != BLOCK_FREE;
 }
 
-/* Expires b's pending hand-offs if due (or now, if force). Registry lock held. */
-static void expire_handoffs(struct reg_block *b, uint64_t now, bool force)
+/* Expires b's pending hand-offs if due (or now, if force); e is b's export
+ * record. Local and registry locks held. */
+static void expire_handoffs(const struct local_export *e, struct reg_block *b, uint64_t now, bool force)
 {
     if (!b->pending || (!force && now < b->last_export_ns + timeout_ns())) return;
     STAT_ADD(handoffs_expired, b->pending);
+    leak_note_expired(b, e);
+    b->expired += b->pending;
     LOG_ONCE(LOG_INFO,
              "a hand-off expired unclaimed (block of %llu bytes); "
              "further expiries are counted in stats only",
@@ -300,23 +308,25 @@ static void let_go(uint32_t idx)
     if (b->lease_head == REG_NONE)
         reg_block_recycle(&reg, idx);
     else
-        b->state = BLOCK_ORPHANED;
+        b->state = BLOCK_ORPHANED, b->orphaned_ns = reg_now_ns();
 }
 
 /* ---- export ---- */
 
 static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, int device,
-                      uint64_t ctx, bool retry);
+                      uint64_t ctx, bool retry, uint32_t cs);
 static int collect(bool full);
 static size_t shed_unclaimed_n(bool all);
 
 int ipc_export(const struct ipc_handle *h, uint64_t base, uint64_t size, int device, uint64_t ctx)
 {
-    return export_try(h, base, size, device, ctx, true);
+    return export_try(h, base, size, device, ctx, true, callsite_capture());
 }
 
+/* ipc_export, with one retry after shedding this process's own unclaimed
+ * hand-offs when the table is full; cs: the export's call site. */
 static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, int device,
-                      uint64_t ctx, bool retry)
+                      uint64_t ctx, bool retry, uint32_t cs)
 {
     local_lock();
     int rc = ready_locked();
@@ -336,6 +346,7 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
             if (b->pending++ == 0) b->first_export_ns = now;
             b->last_export_ns = now;
             again = true;
+            leak_note_reexport(e);
         } else if (own_block(b, e->generation)) {
             let_go(e->block); /* a new allocation at a base we never saw freed */
         }
@@ -364,7 +375,7 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
     if (idx == REG_NONE) {
         free(ne);
         local_unlock();
-        if (shed && collect(true) > 0) return export_try(h, base, size, device, ctx, false);
+        if (shed && collect(true) > 0) return export_try(h, base, size, device, ctx, false, cs);
         LOG_ONCE(LOG_WARN,
                  "registry %s is full (IPCSHIM_MAX_BLOCKS=%u): new exports are not "
                  "tracked",
@@ -378,6 +389,7 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
     ne->block = idx;
     ne->generation = gen;
     ne->handle = *h;
+    leak_note_export(ne, now, cs);
     if (local_export_add(ne) != 0) {
         free(ne);
         if (lock_registry()) {
@@ -391,6 +403,7 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
     STAT_ADD(exports, 1);
     if (options_get()->collector) collector_start();
     local_unlock();
+    leak_watch_start();
     return 0;
 off:
     local_unlock();
@@ -416,6 +429,7 @@ static bool block_still_exported(uint32_t block, uint64_t generation)
 int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t, uint64_t *ptr)
 {
     if (options_get()->disable) return IPC_PASS;
+    uint32_t cs = callsite_capture();
     local_lock();
     if (ready_locked() != 0) {
         local_unlock();
@@ -437,6 +451,7 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
             return -EOWNERDEAD;
         }
         m->count++;
+        leak_note_reopen(m);
         *ptr = m->ptr;
         STAT_ADD(opens, 1);
         local_unlock();
@@ -509,6 +524,7 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
         }
         if (b->pending) {
             b->pending--;
+            b->claimed++;
             flags |= TICKET_CLAIMED;
         }
     }
@@ -522,6 +538,7 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
     nm->block = bi;
     nm->lease = li;
     nm->generation = b->generation;
+    leak_note_open(nm, &reg, b, cs);
     result = IPC_REAL;
 unlock:
     registry_unlock(&reg);
@@ -564,6 +581,7 @@ void ipc_open_commit(struct ipc_open *t, uint64_t ptr)
         local_broadcast();
     }
     local_unlock();
+    leak_watch_start();
 }
 
 void ipc_open_abort(struct ipc_open *t)
@@ -763,7 +781,7 @@ static int collect(bool full)
             local_export_del(e); /* no longer ours to free */
             continue;
         }
-        expire_handoffs(b, now, false);
+        expire_handoffs(e, b, now, false);
         sweep_lease_holders(e->block, alive);
         if (b->lease_head != REG_NONE || b->pending || n == cap) continue;
         b->state = BLOCK_RETIRED; /* from here on no open can succeed */
@@ -824,7 +842,7 @@ static void expire_limbo_older_than(uint64_t before)
             struct reg_block *b = reg_block_at(&reg, e->block);
             if (own_block(b, e->generation) && b->state == BLOCK_LIMBO &&
                 b->last_export_ns <= before)
-                expire_handoffs(b, 0, true);
+                expire_handoffs(e, b, 0, true);
         }
         registry_unlock(&reg);
     }
@@ -870,7 +888,7 @@ static size_t shed_unclaimed_n(bool all)
         if (!own_block(b, e->generation) || b->state != BLOCK_LIMBO || !b->pending ||
             b->lease_head != REG_NONE)
             continue;
-        expire_handoffs(b, 0, true);
+        expire_handoffs(e, b, 0, true);
         shed++;
     }
     if (shed)
@@ -924,7 +942,7 @@ int ipc_free_begin(uint64_t ptr)
         if (!own_block(b, e->generation) || b->state != BLOCK_LIVE) {
             local_export_del(e);
         } else {
-            expire_handoffs(b, now, false);
+            expire_handoffs(e, b, now, false);
             if (b->lease_head != REG_NONE || b->pending) {
                 b->limbo_since_ns = now;
                 b->state = BLOCK_LIMBO;
@@ -1030,43 +1048,49 @@ void ipc_stats(struct ipcshim_stats *out)
     out->handoffs_expired = __atomic_load_n(&st.handoffs_expired, __ATOMIC_RELAXED);
     out->longest_limbo_ns = __atomic_load_n(&st.longest_limbo_ns, __ATOMIC_RELAXED);
     local_lock();
-    out->limbo_blocks = local_limbo_count();
-    out->limbo_bytes = local_limbo_bytes();
+    out->limbo_blocks = shut ? st.limbo_left : local_limbo_count();
+    out->limbo_bytes = shut ? st.limbo_left_bytes : local_limbo_bytes();
     local_unlock();
 }
 
-/* Logs one block still held at exit: its size and its importers' pids. */
-static void report_held(const struct reg_block *b)
+void ipc_leak_check(void)
 {
-    char pids[256];
-    size_t len = 0;
-    pids[0] = 0;
-    uint32_t li = b->lease_head;
-    for (uint32_t steps = 0; li != REG_NONE && steps < reg.max_leases; steps++) {
-        struct reg_lease *l = reg_lease_at(&reg, li);
-        if (!l) break;
-        struct reg_holder *h = reg_holder_at(&reg, l->holder);
-        if (h && len < sizeof pids - 16)
-            len += (size_t)snprintf(pids + len, sizeof pids - len, " %d", (int)h->pid);
-        li = l->next;
+    local_lock();
+    bool ok = state == S_ACTIVE && !shut && self != REG_NONE && !forked() && lock_registry();
+    if (ok) {
+        leak_check_locked(&reg, self);
+        registry_unlock(&reg);
     }
-    log_msg(LOG_WARN, "exiting with block 0x%llx (%llu bytes) still held: importers:%s%s%s",
-            (unsigned long long)b->base, (unsigned long long)b->size, len ? pids : " none",
-            b->pending ? " (and an unclaimed hand-off)" : "",
-            b->state == BLOCK_LIVE ? " (never freed by the program)" : "");
+    local_unlock();
+    if (ok) leak_check_flush();
 }
 
-enum { EXIT_REPORT_LINES = 8 };             /* blocks named one by one at exit; the rest summed */
+static int leaks_reported;
+
+void ipc_report_leaks(void)
+{
+    if (local_has_exports()) return; /* ipc_shutdown reports, after its exit wait */
+    leak_watch_stop();
+    if (__atomic_exchange_n(&leaks_reported, 1, __ATOMIC_ACQ_REL)) return;
+    struct leak_report *leaks = NULL;
+    local_lock();
+    if (state == S_ACTIVE && !shut && self != REG_NONE && !forked() && lock_registry()) {
+        leaks = leak_gather(&reg, self);
+        registry_unlock(&reg);
+    }
+    local_unlock();
+    leak_print(leaks);
+}
+
 #define EXIT_HANDOFF_GRACE_NS 1000000000ull /* at exit, unclaimed hand-offs wait this long */
 
 /* Our exports (freed or not) that a live importer still maps -- or, with
  * handoffs, whose handle is still on its way to one -- : what exit waits
- * for. Dead importers' leases are swept on the way. With report, logs them
- * (EXIT_REPORT_LINES, then a sum). Local and registry locks held. */
-static size_t held_by_others(bool report, bool handoffs)
+ * for. Dead importers' leases are swept on the way. What is left at the end
+ * is told by the leak report (leak.h). Local and registry locks held. */
+static size_t held_by_others(bool handoffs)
 {
     size_t held = 0;
-    uint64_t bytes = 0;
     uint8_t *alive = calloc(reg.max_holders, 1);
     struct local_export *e, *tmp;
     HASH_ITER(hh, local_exports(), e, tmp)
@@ -1076,14 +1100,9 @@ static size_t held_by_others(bool report, bool handoffs)
             continue;
         sweep_lease_holders(e->block, alive);
         if (b->lease_head == REG_NONE && !(handoffs && b->pending)) continue;
-        if (report && held < EXIT_REPORT_LINES) report_held(b);
         held++;
-        bytes += b->size;
     }
     free(alive);
-    if (report && held > EXIT_REPORT_LINES)
-        log_msg(LOG_WARN, "... and %zu more blocks still mapped by importers (%llu bytes in all)",
-                held - EXIT_REPORT_LINES, (unsigned long long)bytes);
     return held;
 }
 
@@ -1099,6 +1118,7 @@ void ipc_shutdown(void)
     static int done;
     if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL)) return;
     collector_stop();
+    leak_watch_stop();
     local_lock();
     bool attached = state == S_ACTIVE && !shut && self != REG_NONE && !forked();
     local_unlock();
@@ -1118,7 +1138,7 @@ void ipc_shutdown(void)
             size_t held = 0;
             local_lock();
             if (state == S_ACTIVE && lock_registry()) {
-                held = held_by_others(false, now < grace_end);
+                held = held_by_others(now < grace_end);
                 registry_unlock(&reg);
             } else if (state == S_ACTIVE) {
                 held = 1; /* the lock is out of reach: keep waiting, bounded */
@@ -1135,20 +1155,26 @@ void ipc_shutdown(void)
             log_msg(LOG_INFO, "exit: %llu hand-offs nobody claimed were dropped, not waited for",
                     (unsigned long long)expired);
     }
+    struct leak_report *leaks = NULL;
     local_lock();
     if (attached && !forked() && state == S_ACTIVE && lock_registry()) {
         retry_drops();
-        held_by_others(true, false);
+        held_by_others(false); /* sweeps dead importers' leases: the report names live ones */
+        if (!__atomic_exchange_n(&leaks_reported, 1, __ATOMIC_ACQ_REL))
+            leaks = leak_gather(&reg, self); /* what is still held, for the exit report */
         /* Our leases go, waking their exporters; our blocks are orphaned
          * (or recycled when nothing holds them); the slot is freed. */
         reg_holder_sweep(&reg, self);
         reg_holder_release(&reg, self);
         registry_unlock(&reg);
     }
+    st.limbo_left = local_limbo_count(); /* IPCSHIM_STATS, printed after this, agrees */
+    st.limbo_left_bytes = local_limbo_bytes();
     shut = true;
     local_reset(true);
     local_broadcast(); /* opens waiting on a pending mapping give up */
     local_unlock();
+    leak_print(leaks);
 }
 
 /* The last word at exit, for every process that attached (import-only ones

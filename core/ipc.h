@@ -131,11 +131,22 @@ int ipc_collect_pressure(void);
 /* Counters for ipcshim_stats(): fills the ipc part of *out. */
 void ipc_stats(struct ipcshim_stats *out);
 
+/* One check of the leak watch (leak.h): dead exporters' blocks held too
+ * long, limbo or open mappings growing. Called by the watch thread. */
+void ipc_leak_check(void);
+
+/* At exit of a process that opened but never exported (its atexit hook):
+ * the leak report (leak.h) of what it still maps, printed before anything
+ * is released (ipc_shutdown, from the library's last destructor, then
+ * releases its leases and slot). No-op in a process that exported
+ * (ipc_shutdown reports there) and after the first call. */
+void ipc_report_leaks(void);
+
 /* At process exit: wait up to IPCSHIM_EXIT_WAIT for every block this
  * process exported -- freed or not -- that a live importer still maps
  * (unclaimed hand-offs only for the first second), collecting as importers
- * close; then log what is still held (capped), orphan it, drop our leases
- * and release our holder slot. Idempotent; also run by a destructor of the
+ * close; then print the leak report (leak.h), orphan what is still held,
+ * drop our leases and release our holder slot. Idempotent; also run by a destructor of the
  * library for every attached process, import-only ones included. */
 void ipc_shutdown(void);
 

@@ -67,16 +67,21 @@ bool local_limbo_pending(void)
     return __atomic_load_n(&limbo_count, __ATOMIC_RELAXED) != 0;
 }
 
+struct local_export *local_exports(void)
+{
+    return exports;
+}
+
+struct local_map *local_maps(void)
+{
+    return maps;
+}
+
 struct local_export *local_export_find(uint64_t base)
 {
     struct local_export *e;
     HASH_FIND(hh, exports, &base, sizeof base, e);
     return e;
-}
-
-struct local_export *local_exports(void)
-{
-    return exports;
 }
 
 int local_export_add(struct local_export *e)

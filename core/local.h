@@ -31,6 +31,10 @@ struct local_export {
     struct ipc_handle handle;
     UT_hash_handle hh;
     struct local_export *prev, *next; /* limbo list */
+    /* For the leak report (leak.h): */
+    uint64_t export_ns; /* CLOCK_MONOTONIC of the first export */
+    uint32_t handoffs;  /* exports of this block (hand-offs sent) */
+    uint32_t callsite;  /* callsite.h id of the first export */
 };
 
 struct local_map_key {
@@ -44,6 +48,13 @@ struct local_map {
     uint32_t count, block, lease;
     bool pending; /* the real open is in flight (no ptr yet) */
     UT_hash_handle hh, hh_ptr;
+    /* For the leak report (leak.h): */
+    uint64_t open_ns, size; /* first open (CLOCK_MONOTONIC); the block's bytes */
+    uint32_t opens;         /* opens since the first; closes = opens - count */
+    uint32_t callsite;      /* callsite.h id of the first open */
+    int32_t exporter_pid;
+    char exporter_comm[16];
+    uint64_t dead_ns; /* when the watch first saw its exporter dead, 0 if not */
 };
 
 struct local_retiring {
@@ -70,14 +81,16 @@ bool local_maybe_export(uint64_t base);
 bool local_limbo_pending(void);
 
 struct local_export *local_export_find(uint64_t base);
-/* Every export of this process (iterate with HASH_ITER(hh, ...)). */
-struct local_export *local_exports(void);
 int local_export_add(struct local_export *e);  /* 0 or -ENOMEM; sets has_exports */
 void local_export_del(struct local_export *e); /* also leaves limbo; frees e */
 void local_limbo_add(struct local_export *e);
 struct local_export *local_limbo_head(void);
 size_t local_limbo_count(void);
 uint64_t local_limbo_bytes(void);
+
+/* The tables' heads, to walk with HASH_ITER(hh, ...) (the leak report). */
+struct local_export *local_exports(void);
+struct local_map *local_maps(void);
 
 struct local_map *local_map_find(const struct ipc_handle *h, uint64_t ctx);
 struct local_map *local_map_find_ptr(uint64_t ptr);

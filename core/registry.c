@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -23,9 +24,9 @@
 
 _Static_assert(sizeof(pthread_mutex_t) <= 64, "the header reserves 64 bytes for the mutex");
 _Static_assert(sizeof(struct reg_header) == 256, "header layout");
-_Static_assert(sizeof(struct reg_holder) == 64, "holder layout");
-_Static_assert(sizeof(struct reg_block) == 160, "block layout");
-_Static_assert(sizeof(struct reg_lease) == 32, "lease layout");
+_Static_assert(sizeof(struct reg_holder) == 80, "holder layout");
+_Static_assert(sizeof(struct reg_block) == 200, "block layout");
+_Static_assert(sizeof(struct reg_lease) == 40, "lease layout");
 
 enum {
     MAX_HOLDERS_LIMIT = 1 << 16,
@@ -728,7 +729,8 @@ void registry_repair(struct registry *r)
         struct reg_holder *o = reg_holder_at(r, b->exporter);
         if (b->state == BLOCK_FREE) continue;
         bool exporter_gone = !o || o->state != HOLDER_ACTIVE || o->nonce != b->exporter_nonce;
-        if (exporter_gone && b->state != BLOCK_ORPHANED) b->state = BLOCK_ORPHANED;
+        if (exporter_gone && b->state != BLOCK_ORPHANED)
+            b->state = BLOCK_ORPHANED, b->orphaned_ns = reg_now_ns();
         if (b->state == BLOCK_ORPHANED && b->lease_head == REG_NONE) reg_block_recycle(r, i);
     }
 }
@@ -759,6 +761,7 @@ uint32_t reg_holder_attach(struct registry *r, uint64_t nonce)
         h->start_time = start;
         h->nonce = nonce;
         h->attach_ns = reg_now_ns();
+        if (prctl(PR_GET_NAME, h->comm) != 0) h->comm[0] = 0; /* observability */
         STORE_STATE(h->state, HOLDER_ACTIVE);
         r->self_slot = i;
         r->self_nonce = nonce;
@@ -823,7 +826,7 @@ void reg_holder_sweep(struct registry *r, uint32_t idx)
         if (b->state == BLOCK_RETIRED || b->lease_head == REG_NONE)
             reg_block_recycle(r, i);
         else
-            b->state = BLOCK_ORPHANED;
+            b->state = BLOCK_ORPHANED, b->orphaned_ns = reg_now_ns();
     }
     STORE_STATE(h->state, HOLDER_FREE);
 }
@@ -917,6 +920,8 @@ uint32_t reg_block_create(struct registry *r, const struct ipc_handle *hd, uint6
     b->first_export_ns = b->last_export_ns = now;
     b->limbo_since_ns = 0;
     b->lease_head = REG_NONE;
+    b->exporter_pid = o->pid, b->claimed = b->expired = 0, b->orphaned_ns = 0; /* observability */
+    memcpy(b->exporter_comm, o->comm, sizeof b->exporter_comm);
     uint32_t bk = bucket_of(r, b->handle);
     b->hash_next = r->buckets[bk];
     r->buckets[bk] = idx;
@@ -1024,6 +1029,7 @@ uint32_t reg_lease_create(struct registry *r, uint32_t block, uint32_t holder)
     l->block_gen = b->generation;
     l->holder = holder;
     l->count = 1;
+    l->open_ns = reg_now_ns();
     l->next = b->lease_head;
     b->lease_head = li;
     test_delay();

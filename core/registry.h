@@ -27,7 +27,7 @@
 #include <time.h>
 
 #define REG_MAGIC 0x31534d4843504931ull /* "1IPCHMS1" */
-#define REG_ABI 1u
+#define REG_ABI 2u /* 2: observability fields (leak.h) at the end of the records */
 #define REG_NONE UINT32_MAX
 #define REG_DOMAIN_MAX 64
 #define REG_NAME_TRIES 8 /* the name, then "~1".."~7" when another user squats it */
@@ -71,6 +71,8 @@ struct reg_holder {
     uint32_t state; /* HOLDER_* */
     uint32_t wake;  /* futex word: bumped to wake this holder's collector */
     uint32_t reserved[7];
+    /* Observability (ABI 2; written by the holder itself before `state`): */
+    char comm[16]; /* its command name (PR_GET_NAME), NUL-terminated */
 };
 
 struct reg_block {
@@ -89,6 +91,13 @@ struct reg_block {
     uint32_t hash_next;  /* derived: hash chain, or free list when FREE */
     uint32_t lease_head; /* derived: this block's leases */
     uint64_t reserved[2];
+    /* Observability (ABI 2), under the registry lock; nothing decides on them: */
+    int32_t exporter_pid; /* copied from the exporter's holder at creation */
+    uint32_t claimed;     /* hand-offs claimed by an importer's first open */
+    uint32_t expired;     /* hand-offs that expired unclaimed */
+    uint32_t obs_reserved;
+    uint64_t orphaned_ns;   /* CLOCK_MONOTONIC when it became ORPHANED, else 0 */
+    char exporter_comm[16]; /* the exporter's command name */
 };
 
 struct reg_lease {
@@ -99,6 +108,7 @@ struct reg_lease {
     uint32_t intent; /* LEASE_* */
     uint32_t next;   /* derived: block's lease chain, or free list */
     uint32_t reserved;
+    uint64_t open_ns; /* ABI 2: CLOCK_MONOTONIC of the lease's first open */
 };
 
 /* Capacities chosen by the creator. */

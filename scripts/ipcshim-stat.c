@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +26,10 @@
 #define LOCK_HELD_NOTE_NS 1000000000ull /* show the lock's holder when held this long */
 
 static const char usage_text[] =
-    "usage: ipcshim-stat [--domain D] [--json] [--watch SECONDS [--count N]]\n"
+    "usage: ipcshim-stat [--domain D | --all] [--json | --leaks | --prometheus]\n"
+    "                    [--stale SECONDS] [--watch SECONDS [--count N]]\n"
     "       ipcshim-stat --list\n"
+    "       ipcshim-stat --remove DOMAIN\n"
     "\n"
     "Show the ipcshim registry of one domain: the processes using it (pid,\n"
     "command, alive or dead), the exported blocks (exporter, device, size,\n"
@@ -39,6 +42,13 @@ static const char usage_text[] =
     "                     (format: docs/ipcshim-stat.md, man ipcshim-stat)\n"
     "  -w, --watch SECS   take a snapshot every SECS seconds until interrupted\n"
     "  -n, --count N      with --watch: stop after N snapshots\n"
+    "  -a, --all          every domain of this user, one after the other\n"
+    "  -L, --leaks        what each live process holds: mappings never closed,\n"
+    "                     exports nobody opened, limbo (a live leak report)\n"
+    "  -p, --prometheus   OpenMetrics text: per-process gauges and counters\n"
+    "                     (for node_exporter's textfile collector)\n"
+    "  -s, --stale SECS   a lease open longer than this is stale (default 300)\n"
+    "  -r, --remove D     delete domain D's registry if no live process holds it\n"
     "  -l, --list         list the domains that have a registry for this user\n"
     "  -h, --help         show this help\n"
     "  -V, --version      show the version and the registry ABI it reads\n"
@@ -50,6 +60,8 @@ static void on_signal(int sig)
 {
     (void)sig, stop = 1;
 }
+
+static double stale_s = 300; /* --stale */
 
 /* ---- formatting helpers ----------------------------------------------- */
 
@@ -113,6 +125,24 @@ static struct totals count(const struct inspect_snapshot *s)
     for (uint32_t i = 0; i < s->nleases; i++)
         t.opens += s->leases[i].count;
     return t;
+}
+
+/* Leases of holder slot h open for longer than --stale. */
+static uint32_t stale_leases(const struct inspect_snapshot *s, uint32_t slot)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->nleases; i++) {
+        const struct inspect_lease *l = &s->leases[i];
+        if (l->holder == slot && l->open_ns && age_ms(s, l->open_ns) > stale_s * 1e3) n++;
+    }
+    return n;
+}
+
+/* The command of holder h: /proc when alive, else what it recorded. */
+static const char *holder_comm(const struct inspect_holder *h)
+{
+    if (h->alive && h->comm[0]) return h->comm;
+    return h->reg_comm[0] ? h->reg_comm : "-";
 }
 
 /* The exporting holder of b, or NULL when that process is gone. */
@@ -194,6 +224,22 @@ static void print_text(const struct inspect_snapshot *s, const char *domain)
                importers);
     }
 
+    if (s->nholders) {
+        printf("\nBY PROCESS\n");
+        printf("  %-8s %-6s %-10s %-10s %-10s %-11s %-6s %s\n", "PID", "STATUS", "EXPORTED",
+               "IMPORTED", "IN-LIMBO", "DEAD-PINNED", "STALE", "COMMAND");
+        for (uint32_t i = 0; i < s->nholders; i++) {
+            const struct inspect_holder *h = &s->holders[i];
+            char e[32], im[32], l[32], d[32];
+            printf("  %-8d %-6s %-10s %-10s %-10s %-11s %-6u %s\n", (int)h->pid,
+                   h->alive ? "alive" : "dead", fmt_bytes(h->exported_bytes, e, sizeof e),
+                   fmt_bytes(h->imported_bytes, im, sizeof im),
+                   fmt_bytes(h->limbo_bytes, l, sizeof l),
+                   fmt_bytes(h->dead_pinned_bytes, d, sizeof d), stale_leases(s, h->slot),
+                   holder_comm(h));
+        }
+    }
+
     if (t.limbo) {
         printf("\nLIMBO BY EXPORTER\n");
         printf("  %-8s %-6s %-14s %-8s %s\n", "PID", "BLOCKS", "BYTES", "OLDEST", "COMMAND");
@@ -224,6 +270,31 @@ static void print_text(const struct inspect_snapshot *s, const char *domain)
              "memory; "
              "importers still mapping them read freed memory and should close them\n",
              t.orphaned, fmt_bytes(t.orphaned_bytes, a, sizeof a));
+    for (uint32_t i = 0; i < s->nholders; i++) {
+        const struct inspect_holder *h = &s->holders[i];
+        if (!h->alive || !h->dead_pinned_bytes) continue;
+        char who[256] = "";
+        size_t len = 0;
+        for (uint32_t k = 0; k < s->nblocks && len < sizeof who - 48; k++) {
+            const struct inspect_block *b = &s->blocks[k];
+            bool mine = false;
+            for (uint32_t j = 0; j < b->nleases; j++)
+                mine |= s->leases[b->first_lease + j].holder == h->slot;
+            if (!mine || !b->exporter_dead) continue;
+            char tag[48];
+            snprintf(tag, sizeof tag, "pid %d (%s)", (int)b->exporter_pid,
+                     b->exporter_comm[0] ? b->exporter_comm : "?");
+            if (strstr(who, tag)) continue;
+            len += (size_t)snprintf(who + len, sizeof who - len, "%s%s", len ? ", " : "", tag);
+        }
+        char since[48] = "";
+        if (h->oldest_dead_ns)
+            snprintf(since, sizeof since, ", dead for %s",
+                     fmt_age(age_ms(s, h->oldest_dead_ns), c, sizeof c));
+        NOTE("pid %d (%s) holds %s exported by %s%s: they stay pinned until it closes them "
+             "(cudaIpcCloseMemHandle) or exits; ipcshim-stat --leaks lists them\n",
+             (int)h->pid, holder_comm(h), fmt_bytes(h->dead_pinned_bytes, a, sizeof a), who, since);
+    }
     if (s->skipped)
         NOTE("%u record(s) changed while they were read and were left out; run again for a steady "
              "view\n",
@@ -283,9 +354,16 @@ static void print_json(const struct inspect_snapshot *s, const char *domain)
         json_str(h->alive && h->comm[0] ? h->comm : NULL);
         printf(
             ",\"attached_ms\":%llu,\"exports\":%u,\"imports\":%u,\"opens\":%u,\"limbo_blocks\":%u,"
-            "\"limbo_bytes\":%llu}",
+            "\"limbo_bytes\":%llu",
             (unsigned long long)age_ms(s, h->attach_ns), h->exports, h->imports, h->opens,
             h->limbo_blocks, (unsigned long long)h->limbo_bytes);
+        printf(",\"recorded_command\":");
+        json_str(h->reg_comm[0] ? h->reg_comm : NULL);
+        printf(",\"exported_bytes\":%llu,\"imported_bytes\":%llu,\"dead_pinned_blocks\":%u,"
+               "\"dead_pinned_bytes\":%llu,\"stale_leases\":%u}",
+               (unsigned long long)h->exported_bytes, (unsigned long long)h->imported_bytes,
+               h->dead_pinned_blocks, (unsigned long long)h->dead_pinned_bytes,
+               stale_leases(s, h->slot));
     }
 
     printf("],\"blocks\":[");
@@ -308,11 +386,23 @@ static void print_json(const struct inspect_snapshot *s, const char *domain)
         for (uint32_t k = 0; k < b->nleases; k++) {
             const struct inspect_lease *l = &s->leases[b->first_lease + k];
             const struct inspect_holder *h = inspect_holder_by_slot(s, l->holder);
-            printf("%s{\"slot\":%u,\"pid\":%d,\"alive\":%s,\"opens\":%u,\"intent\":\"%s\"}",
+            printf("%s{\"slot\":%u,\"pid\":%d,\"alive\":%s,\"opens\":%u,\"intent\":\"%s\","
+                   "\"open_age_ms\":%llu}",
                    k ? "," : "", l->holder, h ? (int)h->pid : -1, h && h->alive ? "true" : "false",
-                   l->count, inspect_lease_intent(l->intent));
+                   l->count, inspect_lease_intent(l->intent),
+                   (unsigned long long)age_ms(s, l->open_ns));
         }
-        printf("]}");
+        printf("]");
+        printf(",\"exporter_pid\":%d,\"exporter_command\":", (int)b->exporter_pid);
+        json_str(b->exporter_comm[0] ? b->exporter_comm : NULL);
+        printf(",\"exporter_dead\":%s,\"claimed_handoffs\":%u,\"expired_handoffs\":%u,"
+               "\"orphaned_age_ms\":",
+               b->exporter_dead ? "true" : "false", b->claimed, b->expired);
+        if (b->orphaned_ns)
+            printf("%llu", (unsigned long long)age_ms(s, b->orphaned_ns));
+        else
+            fputs("null", stdout);
+        printf("}");
     }
 
     printf("],\"limbo\":[");
@@ -337,6 +427,237 @@ static void print_json(const struct inspect_snapshot *s, const char *domain)
         (unsigned long long)t.limbo_bytes, t.orphaned, (unsigned long long)t.orphaned_bytes,
         t.retired, s->nleases, t.opens);
     printf(",\"skipped\":%u,\"swap\":null}\n", s->skipped);
+}
+
+/* ---- leaks (live, read-only) ------------------------------------------ */
+
+/* What each live process holds, the exit report's items seen from outside.
+ * Call sites live only in each process's memory: the exit report has them. */
+static void print_leaks(const struct inspect_snapshot *s, const char *domain)
+{
+    char a[32], c[32], d[32];
+    int shown = 0;
+    printf("leaks in domain %s (live processes; read-only)\n", domain);
+    for (uint32_t i = 0; i < s->nholders; i++) {
+        const struct inspect_holder *h = &s->holders[i];
+        bool header = false;
+#define HEADER()                                                                                   \
+    (void)(header ? 0                                                                              \
+                  : (printf("\npid %d (%s)%s\n", (int)h->pid, holder_comm(h),                      \
+                            h->alive ? "" : ", dead: released at the next sweep"),                 \
+                     header = true, shown++))
+        for (uint32_t k = 0; k < s->nblocks; k++) {
+            const struct inspect_block *b = &s->blocks[k];
+            for (uint32_t j = 0; j < b->nleases; j++) {
+                const struct inspect_lease *l = &s->leases[b->first_lease + j];
+                if (l->holder != h->slot) continue;
+                HEADER();
+                char dead[64] = "alive";
+                if (b->exporter_dead && b->orphaned_ns)
+                    snprintf(dead, sizeof dead, "dead for %s",
+                             fmt_age(age_ms(s, b->orphaned_ns), d, sizeof d));
+                else if (b->exporter_dead)
+                    snprintf(dead, sizeof dead, "dead");
+                uint64_t held = age_ms(s, l->open_ns);
+                printf("  holds %s exported by pid %d (%s), %s; open for %s, %u open(s)%s%s; "
+                       "call site: only in the process's own exit report\n",
+                       fmt_bytes(b->size, a, sizeof a), (int)b->exporter_pid,
+                       b->exporter_comm[0] ? b->exporter_comm : "?", dead,
+                       fmt_age(held, c, sizeof c), l->count, held > stale_s * 1e3 ? ", stale" : "",
+                       l->intent != LEASE_OPEN ? ", in flight" : "");
+            }
+        }
+        for (uint32_t k = 0; k < s->nblocks; k++) {
+            const struct inspect_block *b = &s->blocks[k];
+            if (!b->exporter_current || b->exporter != h->slot) continue;
+            if (b->state != BLOCK_LIVE && b->state != BLOCK_LIMBO) continue;
+            if (!b->claimed && !b->nleases && (b->pending || b->expired)) {
+                HEADER();
+                printf("  exported %s %s ago, never opened (%u hand-off(s) unclaimed, %u "
+                       "expired)%s; call site: only in the process's own exit report\n",
+                       fmt_bytes(b->size, a, sizeof a),
+                       fmt_age(age_ms(s, b->first_export_ns), c, sizeof c), b->pending, b->expired,
+                       b->state == BLOCK_LIMBO ? ", freed (in limbo)" : "");
+            } else if (b->state == BLOCK_LIMBO) {
+                HEADER();
+                char who[256] = "";
+                size_t len = 0;
+                for (uint32_t j = 0; j < b->nleases && len < sizeof who - 48; j++) {
+                    const struct inspect_lease *l = &s->leases[b->first_lease + j];
+                    const struct inspect_holder *o = inspect_holder_by_slot(s, l->holder);
+                    len +=
+                        (size_t)snprintf(who + len, sizeof who - len, "%spid %d (%s%s)",
+                                         len ? ", " : "", o ? (int)o->pid : -1,
+                                         o ? holder_comm(o) : "?", o && !o->alive ? ", dead" : "");
+                }
+                printf("  left %s in limbo for %s, still held by %s%s\n",
+                       fmt_bytes(b->size, a, sizeof a),
+                       fmt_age(age_ms(s, b->limbo_since_ns), c, sizeof c), len ? who : "nobody",
+                       b->pending ? " and an unclaimed hand-off" : "");
+            }
+        }
+#undef HEADER
+    }
+    if (!shown) printf("  nothing held: no open mapping, no unopened export, no limbo\n");
+}
+
+/* ---- OpenMetrics ------------------------------------------------------- */
+
+/* A label value with OpenMetrics escapes (\\, \", \n). */
+static void om_value(const char *v)
+{
+    putchar('"');
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            printf("\\%c", *v);
+        else if (*v == '\n')
+            fputs("\\n", stdout);
+        else
+            putchar(*v);
+    }
+    putchar('"');
+}
+
+static void om_labels(const char *domain, const struct inspect_holder *h)
+{
+    fputs("{domain=", stdout);
+    om_value(domain);
+    if (h) {
+        printf(",pid=\"%d\",command=", (int)h->pid);
+        om_value(holder_comm(h));
+    }
+    putchar('}');
+}
+
+enum {
+    G_ALIVE,
+    G_EXPORTS,
+    G_EXPORTED,
+    G_IMPORTS,
+    G_IMPORTED,
+    G_OPENS,
+    G_LIMBO_BLOCKS,
+    G_LIMBO,
+    G_DEAD_BLOCKS,
+    G_DEAD,
+    G_STALE,
+    G_OLDEST_LIMBO,
+    G_COUNT
+};
+
+static const struct {
+    const char *name, *unit, *help;
+} gauges[G_COUNT] = {
+    {"ipcshim_process_alive", NULL,
+     "1 while the process lives (0: dead, released at the next sweep)"},
+    {"ipcshim_process_exports", NULL, "blocks the process exported that are in the registry"},
+    {"ipcshim_process_exported_bytes", "bytes", "bytes of its exports, live or in limbo"},
+    {"ipcshim_process_imports", NULL, "blocks the process has open (leases)"},
+    {"ipcshim_process_imported_bytes", "bytes", "bytes of the blocks it has open"},
+    {"ipcshim_process_opens", NULL, "opens without a close yet, over its leases"},
+    {"ipcshim_process_limbo_blocks", NULL, "its freed blocks waiting for importers (limbo)"},
+    {"ipcshim_process_limbo_bytes", "bytes", "bytes of its blocks in limbo"},
+    {"ipcshim_process_dead_pinned_blocks", NULL, "blocks of dead exporters it still has open"},
+    {"ipcshim_process_dead_pinned_bytes", "bytes",
+     "bytes of dead exporters' blocks it still has open"},
+    {"ipcshim_process_stale_leases", NULL, "its leases open longer than the --stale threshold"},
+    {"ipcshim_process_oldest_limbo_seconds", "seconds", "age of its oldest block in limbo"},
+};
+
+static double gauge_value(const struct inspect_snapshot *s, const struct inspect_holder *h, int g)
+{
+    switch (g) {
+    case G_ALIVE:
+        return h->alive;
+    case G_EXPORTS:
+        return h->exports;
+    case G_EXPORTED:
+        return (double)h->exported_bytes;
+    case G_IMPORTS:
+        return h->imports;
+    case G_IMPORTED:
+        return (double)h->imported_bytes;
+    case G_OPENS:
+        return h->opens;
+    case G_LIMBO_BLOCKS:
+        return h->limbo_blocks;
+    case G_LIMBO:
+        return (double)h->limbo_bytes;
+    case G_DEAD_BLOCKS:
+        return h->dead_pinned_blocks;
+    case G_DEAD:
+        return (double)h->dead_pinned_bytes;
+    case G_STALE:
+        return stale_leases(s, h->slot);
+    default:
+        return h->oldest_limbo_ns ? age_ms(s, h->oldest_limbo_ns) / 1e3 : 0;
+    }
+}
+
+/* Hand-offs over the process's blocks now in the registry: claimed or expired. */
+static void handoffs_of(const struct inspect_snapshot *s, const struct inspect_holder *h,
+                        uint64_t *claimed, uint64_t *expired)
+{
+    *claimed = *expired = 0;
+    for (uint32_t k = 0; k < s->nblocks; k++) {
+        const struct inspect_block *b = &s->blocks[k];
+        if (!b->exporter_current || b->exporter != h->slot) continue;
+        *claimed += b->claimed, *expired += b->expired;
+    }
+}
+
+/* One exposition for all the snapshots (families are not repeated). */
+static void print_prometheus(struct inspect_snapshot *snaps, const char *const *domains, int n)
+{
+    for (int g = 0; g < G_COUNT; g++) {
+        printf("# TYPE %s gauge\n", gauges[g].name);
+        if (gauges[g].unit) printf("# UNIT %s %s\n", gauges[g].name, gauges[g].unit);
+        printf("# HELP %s %s\n", gauges[g].name, gauges[g].help);
+        for (int d = 0; d < n; d++)
+            for (uint32_t i = 0; i < snaps[d].nholders; i++) {
+                fputs(gauges[g].name, stdout);
+                om_labels(domains[d], &snaps[d].holders[i]);
+                printf(" %.17g\n", gauge_value(&snaps[d], &snaps[d].holders[i], g));
+            }
+    }
+    static const char *const counters[2][2] = {
+        {"ipcshim_process_handoffs_claimed",
+         "hand-offs of its blocks now in the registry claimed by a first open"},
+        {"ipcshim_process_handoffs_expired",
+         "hand-offs of its blocks now in the registry that expired unclaimed"},
+    };
+    for (int c = 0; c < 2; c++) {
+        printf("# TYPE %s counter\n# HELP %s %s\n", counters[c][0], counters[c][0], counters[c][1]);
+        for (int d = 0; d < n; d++)
+            for (uint32_t i = 0; i < snaps[d].nholders; i++) {
+                uint64_t v[2];
+                handoffs_of(&snaps[d], &snaps[d].holders[i], &v[0], &v[1]);
+                printf("%s_total", counters[c][0]);
+                om_labels(domains[d], &snaps[d].holders[i]);
+                printf(" %llu\n", (unsigned long long)v[c]);
+            }
+    }
+    printf("# TYPE ipcshim_registry_lock_repairs counter\n"
+           "# HELP ipcshim_registry_lock_repairs times the registry lock was recovered from a dead "
+           "owner\n");
+    for (int d = 0; d < n; d++) {
+        fputs("ipcshim_registry_lock_repairs_total", stdout);
+        om_labels(domains[d], NULL);
+        printf(" %u\n", snaps[d].repairs);
+    }
+    printf("# TYPE ipcshim_registry_blocks gauge\n# HELP ipcshim_registry_blocks blocks in the "
+           "registry by state\n");
+    for (int d = 0; d < n; d++) {
+        struct totals t = count(&snaps[d]);
+        const char *st[] = {"live", "limbo", "orphaned", "retired"};
+        uint32_t v[] = {t.live, t.limbo, t.orphaned, t.retired};
+        for (int k = 0; k < 4; k++) {
+            fputs("ipcshim_registry_blocks{domain=", stdout);
+            om_value(domains[d]);
+            printf(",state=\"%s\"} %u\n", st[k], v[k]);
+        }
+    }
+    printf("# EOF\n");
 }
 
 /* ---- domains ---------------------------------------------------------- */
@@ -369,7 +690,63 @@ static int list_domains(FILE *out, bool inline_list)
     return n;
 }
 
-static int show(const char *domain, bool json)
+/* The domains with a registry of this user, into names (at most max).
+ * Returns how many. */
+static int collect_domains(char (*names)[REG_DOMAIN_MAX + 1], int max)
+{
+    char prefix[64];
+    int n = 0, plen = snprintf(prefix, sizeof prefix, "ipcshim-%u-", (unsigned)geteuid());
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    while (d && (e = readdir(d)) && n < max) {
+        if (strncmp(e->d_name, prefix, (size_t)plen) || !e->d_name[plen]) continue;
+        if (strlen(e->d_name + plen) > REG_DOMAIN_MAX) continue;
+        snprintf(names[n++], REG_DOMAIN_MAX + 1, "%s", e->d_name + plen);
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+enum { MODE_TEXT, MODE_JSON, MODE_LEAKS, MODE_PROM };
+
+/* --remove: unlink the registry of domain when no live process holds it. */
+static int remove_domain(const char *domain)
+{
+    struct inspect_snapshot s;
+    char why[512], name[128];
+    int rc = inspect_snapshot(domain, &s, why, sizeof why);
+    if (rc == -ENOENT) {
+        fprintf(stderr, "ipcshim-stat: %s\n", why);
+        return 1;
+    }
+    if (rc == 0) {
+        char pids[256] = "";
+        size_t len = 0;
+        for (uint32_t i = 0; i < s.nholders && len < sizeof pids - 24; i++)
+            if (s.holders[i].alive)
+                len +=
+                    (size_t)snprintf(pids + len, sizeof pids - len, " %d", (int)s.holders[i].pid);
+        inspect_free(&s);
+        if (len) {
+            fprintf(stderr,
+                    "ipcshim-stat: domain %s is in use by live process(es)%s; not removed\n",
+                    domain, pids);
+            return 1;
+        }
+    }
+    /* A registry we cannot read (another ABI, never initialised) holds no
+     * process we can see: it is removed too, which is what the shim's own
+     * message for those cases advises. */
+    registry_name(domain, name, sizeof name);
+    if (shm_unlink(name) != 0) {
+        fprintf(stderr, "ipcshim-stat: cannot remove /dev/shm%s: %s\n", name, strerror(errno));
+        return 1;
+    }
+    printf("removed /dev/shm%s%s%s\n", name, rc ? " (" : "", rc ? "it could not be read)" : "");
+    return 0;
+}
+
+static int show(const char *domain, int mode)
 {
     struct inspect_snapshot s;
     char why[512];
@@ -384,8 +761,12 @@ static int show(const char *domain, bool json)
         }
         return 1;
     }
-    if (json)
+    if (mode == MODE_JSON)
         print_json(&s, domain);
+    else if (mode == MODE_LEAKS)
+        print_leaks(&s, domain);
+    else if (mode == MODE_PROM)
+        print_prometheus(&s, &domain, 1);
     else
         print_text(&s, domain);
     fflush(stdout);
@@ -393,22 +774,69 @@ static int show(const char *domain, bool json)
     return 0;
 }
 
+/* --all: every domain of this user; one exposition for --prometheus. */
+static int show_all(int mode)
+{
+    static char names[256][REG_DOMAIN_MAX + 1];
+    int n = collect_domains(names, 256), status = 0;
+    if (mode == MODE_PROM) {
+        struct inspect_snapshot *snaps = calloc((size_t)n + 1, sizeof *snaps);
+        const char **doms = calloc((size_t)n + 1, sizeof *doms);
+        int k = 0;
+        char why[512];
+        for (int i = 0; snaps && doms && i < n; i++) {
+            if (inspect_snapshot(names[i], &snaps[k], why, sizeof why) == 0)
+                doms[k++] = names[i];
+            else
+                fprintf(stderr, "ipcshim-stat: %s\n", why);
+        }
+        if (snaps && doms) print_prometheus(snaps, doms, k);
+        if (n && !k) status = 1;
+        for (int i = 0; snaps && i < k; i++)
+            inspect_free(&snaps[i]);
+        free(snaps);
+        free((void *)doms);
+        fflush(stdout);
+        return status;
+    }
+    /* A registry that cannot be read (another release's, one being created)
+     * is named on stderr; the status is 1 only when none could be read. */
+    int shown = 0;
+    if (!n && mode != MODE_JSON) printf("no registry for this user\n");
+    for (int i = 0; i < n; i++) {
+        if (shown && mode != MODE_JSON) printf("\n");
+        if (show(names[i], mode) == 0) shown++;
+    }
+    return n && !shown ? 1 : status;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longs[] = {
-        {"domain", required_argument, NULL, 'd'}, {"json", no_argument, NULL, 'j'},
-        {"watch", required_argument, NULL, 'w'},  {"count", required_argument, NULL, 'n'},
-        {"list", no_argument, NULL, 'l'},         {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
+        {"domain", required_argument, NULL, 'd'},
+        {"json", no_argument, NULL, 'j'},
+        {"watch", required_argument, NULL, 'w'},
+        {"count", required_argument, NULL, 'n'},
+        {"list", no_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        {"all", no_argument, NULL, 'a'},
+        {"leaks", no_argument, NULL, 'L'},
+        {"prometheus", no_argument, NULL, 'p'},
+        {"stale", required_argument, NULL, 's'},
+        {"remove", required_argument, NULL, 'r'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
     };
     const char *domain = getenv("IPCSHIM_DOMAIN");
-    bool json = false, list = false;
+    bool json = false, list = false, all = false, leaks = false, prom = false;
+    const char *remove = NULL;
     double watch = 0;
     long max_count = 0;
     int c;
+    char name_check[128];
     if (!domain || !*domain) domain = "default";
     opterr = 0; /* our own messages, with our own name */
-    while ((c = getopt_long(argc, argv, "d:jw:n:lhV", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "d:jw:n:lhVaLps:r:", longs, NULL)) != -1) {
         char *end;
         switch (c) {
         case 'd':
@@ -434,6 +862,27 @@ int main(int argc, char **argv)
             break;
         case 'l':
             list = true;
+            break;
+        case 'a':
+            all = true;
+            break;
+        case 'L':
+            leaks = true;
+            break;
+        case 'p':
+            prom = true;
+            break;
+        case 'r':
+            remove = optarg;
+            break;
+        case 's':
+            stale_s = strtod(optarg, &end);
+            if (end == optarg || *end || !(stale_s >= 0)) {
+                fprintf(stderr,
+                        "ipcshim-stat: --stale takes a number of seconds >= 0, not \"%s\"\n",
+                        optarg);
+                return 2;
+            }
             break;
         case 'h':
             fputs(usage_text, stdout);
@@ -463,8 +912,22 @@ int main(int argc, char **argv)
         fprintf(stderr, "ipcshim-stat: --count needs --watch\n");
         return 2;
     }
+    if (json + leaks + prom > 1) {
+        fprintf(stderr, "ipcshim-stat: choose one of --json, --leaks, --prometheus\n");
+        return 2;
+    }
+    int mode = json ? MODE_JSON : leaks ? MODE_LEAKS : prom ? MODE_PROM : MODE_TEXT;
+    if (remove) {
+        if (registry_name(remove, name_check, sizeof name_check) != 0) {
+            fprintf(stderr,
+                    "ipcshim-stat: \"%s\" is not a domain name (1-64 of A-Z a-z 0-9 . _ -)\n",
+                    remove);
+            return 2;
+        }
+        return remove_domain(remove);
+    }
     char name[128];
-    if (registry_name(domain, name, sizeof name) != 0) {
+    if (!all && registry_name(domain, name, sizeof name) != 0) {
         fprintf(stderr, "ipcshim-stat: \"%s\" is not a domain name (1-64 of A-Z a-z 0-9 . _ -)\n",
                 domain);
         return 2;
@@ -473,7 +936,7 @@ int main(int argc, char **argv)
         list_domains(stdout, false);
         return 0;
     }
-    if (!watch) return show(domain, json);
+    if (!watch) return all ? show_all(mode) : show(domain, mode);
 
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
@@ -487,7 +950,7 @@ int main(int argc, char **argv)
             }
             if (stop) break;
         }
-        if (!json) {
+        if (mode == MODE_TEXT || mode == MODE_LEAKS) {
             time_t now = time(NULL);
             struct tm tm;
             char when[32] = "";
@@ -498,7 +961,7 @@ int main(int argc, char **argv)
                 printf("\n");
             printf("---- %s, every %gs (Ctrl-C to stop)\n", when, watch);
         }
-        status = show(domain, json);
+        status = all ? show_all(mode) : show(domain, mode);
     }
     return status;
 }

@@ -35,6 +35,11 @@ missing_build_deps() {
 #   debhelper dpkg-dev fakeroot lintian build-essential
 #                     tests/tools/test_deb.py (dpkg-buildpackage, lintian)
 #   python3-numba     tests/thirdparty (numba's own CUDA IPC tests)
+#   python3-prometheus-client python3-matplotlib
+#                     tests/tools/test_observe.py (a real OpenMetrics parser;
+#                     ipcshim-plot's PNG)
+#   libunwind8        cheap call sites for the leak report (else glibc's
+#                     backtrace, ~20x slower)
 optional_test_deps() {
     local want=()
     command -v clang >/dev/null 2>&1 || want+=(clang)
@@ -48,6 +53,9 @@ optional_test_deps() {
     command -v lintian >/dev/null 2>&1 || want+=(lintian)
     dpkg -s build-essential >/dev/null 2>&1 || want+=(build-essential)
     /usr/bin/python3 -c 'import numba' >/dev/null 2>&1 || want+=(python3-numba)
+    /usr/bin/python3 -c 'import prometheus_client' >/dev/null 2>&1 || want+=(python3-prometheus-client)
+    /usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1 || want+=(python3-matplotlib)
+    ldconfig -p 2>/dev/null | grep -q 'libunwind\.so\.8 ' || want+=(libunwind8)
     echo "${want[*]}"
 }
 

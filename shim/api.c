@@ -22,6 +22,13 @@ static void register_exit_hook(void) { atexit(shutdown_at_exit); }
 
 void api_at_first_use(void) { pthread_once(&exit_hook_once, register_exit_hook); }
 
+/* An importer's exit hook: the leak report, before the library's last
+ * destructor releases its leases (ipc_shutdown). */
+static pthread_once_t open_hook_once = PTHREAD_ONCE_INIT;
+static void report_leaks_at_exit(void) { ipc_report_leaks(); }
+static void register_open_hook(void) { atexit(report_leaks_at_exit); }
+void api_at_first_open(void) { pthread_once(&open_hook_once, register_open_hook); }
+
 /* Answers from the options alone, so that asking first (before any CUDA
  * call, before the runtime is even loaded) changes nothing. */
 SHIM_EXPORT int ipcshim_active(void) { return !options_get()->disable; }

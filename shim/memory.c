@@ -246,7 +246,7 @@ static int op_open(const void *handle, unsigned int flags, uint64_t *out, bool r
     }
     int result = real_open(out, handle, flags);
     if (decision == IPC_REAL) {
-        if (result == codes->ok) ipc_open_commit(&ticket, *out);
+        if (result == codes->ok) ipc_open_commit(&ticket, *out), api_at_first_open();
         else ipc_open_abort(&ticket);
     }
     return result;

@@ -198,6 +198,7 @@ static void resolve_once(void)
     resolve_runtime();
     pthread_mutex_unlock(&resolve_lock);
     memory_init();
+    unwind_init();
     __atomic_store_n(&resolve_done, 1, __ATOMIC_RELEASE);
 }
 

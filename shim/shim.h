@@ -126,6 +126,9 @@ long long entry_calls(enum symbol_id id, enum door door);
 /* Install core's device operations; called once from resolve_all(). */
 void memory_init(void);
 
+/* unwind.c: load libunwind for call sites when IPCSHIM_CALLSITE_DEPTH > 0. */
+void unwind_init(void);
+
 /* True when tracking is on for this process (not IPCSHIM_DISABLE). */
 bool shim_tracking(void);
 
@@ -137,5 +140,7 @@ uint64_t shim_current_context(bool runtime_door);
 
 /* Register the exit report and the shutdown hook (idempotent). */
 void api_at_first_use(void);
+/* After the first tracked open: registers the importer's exit leak report. */
+void api_at_first_open(void);
 
 #endif

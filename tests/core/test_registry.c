@@ -37,7 +37,8 @@ Test(registry, layout_pinned)
     cr_assert_eq(offsetof(struct reg_header, lock_since_ns), 128);
     cr_assert_eq(offsetof(struct reg_header, reserved), 136);
 
-    cr_assert_eq(sizeof(struct reg_holder), 64);
+    cr_assert_eq(sizeof(struct reg_holder), 80);
+    cr_assert_eq(offsetof(struct reg_holder, comm), 64);
     cr_assert_eq(offsetof(struct reg_holder, start_time), 0);
     cr_assert_eq(offsetof(struct reg_holder, nonce), 8);
     cr_assert_eq(offsetof(struct reg_holder, attach_ns), 16);
@@ -46,7 +47,13 @@ Test(registry, layout_pinned)
     cr_assert_eq(offsetof(struct reg_holder, wake), 32);
     cr_assert_eq(offsetof(struct reg_holder, reserved), 36);
 
-    cr_assert_eq(sizeof(struct reg_block), 160);
+    cr_assert_eq(sizeof(struct reg_block), 200);
+    cr_assert_eq(offsetof(struct reg_block, exporter_pid), 160);
+    cr_assert_eq(offsetof(struct reg_block, claimed), 164);
+    cr_assert_eq(offsetof(struct reg_block, expired), 168);
+    cr_assert_eq(offsetof(struct reg_block, obs_reserved), 172);
+    cr_assert_eq(offsetof(struct reg_block, orphaned_ns), 176);
+    cr_assert_eq(offsetof(struct reg_block, exporter_comm), 184);
     cr_assert_eq(offsetof(struct reg_block, handle), 0);
     cr_assert_eq(offsetof(struct reg_block, base), 64);
     cr_assert_eq(offsetof(struct reg_block, size), 72);
@@ -63,7 +70,8 @@ Test(registry, layout_pinned)
     cr_assert_eq(offsetof(struct reg_block, lease_head), 140);
     cr_assert_eq(offsetof(struct reg_block, reserved), 144);
 
-    cr_assert_eq(sizeof(struct reg_lease), 32);
+    cr_assert_eq(sizeof(struct reg_lease), 40);
+    cr_assert_eq(offsetof(struct reg_lease, open_ns), 32);
     cr_assert_eq(offsetof(struct reg_lease, block_gen), 0);
     cr_assert_eq(offsetof(struct reg_lease, block), 8);
     cr_assert_eq(offsetof(struct reg_lease, holder), 12);
@@ -77,12 +85,12 @@ Test(registry, layout_pinned)
     cr_assert_eq(registry_layout(&caps, &l), 0);
     cr_assert_eq(l.locks, 256);
     cr_assert_eq(l.holders, 256 + 512);
-    cr_assert_eq(l.blocks, 256 + 512 + 512 * 64);
-    cr_assert_eq(l.leases, l.blocks + 16384 * 160);
-    cr_assert_eq(l.buckets, l.leases + 65536 * 32);
+    cr_assert_eq(l.blocks, 256 + 512 + 512 * 80);
+    cr_assert_eq(l.leases, l.blocks + 16384 * 200);
+    cr_assert_eq(l.buckets, l.leases + 65536 * 40);
     cr_assert_eq(l.nbuckets, 16384);
     cr_assert_eq(l.size, l.buckets + 16384 * 4);
-    cr_assert_eq(l.size, 4817664); /* about 4.6 MiB */
+    cr_assert_eq(l.size, 6005504); /* about 5.7 MiB */
     struct reg_caps bad = {0, 1, 1};
     cr_assert_eq(registry_layout(&bad, &l), -EINVAL);
 }

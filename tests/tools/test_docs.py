@@ -92,6 +92,20 @@ COMMANDS = {
         Run(None, "0"),
     "ipcshim-stat --json --watch 5 --count 12 >> /tmp/ipcshim-stat.jsonl":
         Run("ipcshim-stat --json --watch 0.05 --count 3 >> stat.jsonl && test $(wc -l < stat.jsonl) = 3"),
+    "ipcshim-stat --leaks": Run(None, "leaks in domain"),
+    "ipcshim-stat --all": Run(None, f"(domain {DOMAIN}, ABI 2)"),
+    "ipcshim-stat --all --prometheus > /var/lib/node_exporter/ipcshim.prom.tmp && mv /var/lib/node_exporter/ipcshim.prom.tmp /var/lib/node_exporter/ipcshim.prom":
+        Run("ipcshim-stat --all --prometheus > ipcshim.prom.tmp && mv ipcshim.prom.tmp ipcshim.prom && tail -1 ipcshim.prom",
+            "# EOF", "into the scratch folder instead of node_exporter's"),
+    "ipcshim-stat --remove job42":
+        Run("IPCSHIM_DOMAIN={domain}-rm2 ipcshim-run -- {pair} >/dev/null && ipcshim-stat --remove {domain}-rm2",
+            "removed /dev/shm/ipcshim-"),
+    "ipcshim-stat --json --watch 0.5 > run.jsonl":
+        Run("ipcshim-stat --json --watch 0.1 --count 3 > run.jsonl && test $(wc -l < run.jsonl) = 3"),
+    "ipcshim-plot run.jsonl -o run.png": Covered("tests/tools/test_observe.py", "test_plot_of_a_recorded_run",
+                                                 "needs matplotlib; that test records a run and checks the PNG"),
+    "IPCSHIM_LEAK_REPORT=full ipcshim-run -- ./program":
+        Covered("tests/e2e/test_leaks.c", "consumer_that_never_closes", "programs that leak, each kind"),
     "IPCSHIM_LOG=info ipcshim-run -- ./program": Run("IPCSHIM_LOG=info ipcshim-run -- {pair}", "options in effect"),
     "IPCSHIM_LOG=debug IPCSHIM_LOG_FILE=/tmp/ipcshim.log ipcshim-run -- ./program":
         Run("IPCSHIM_LOG=debug IPCSHIM_LOG_FILE=$PWD/ipcshim.log ipcshim-run -- {pair}", "consumer 0: ok"),

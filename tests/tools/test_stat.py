@@ -25,10 +25,12 @@ PID = os.getpid()
 TOP_KEYS = ["format", "version", "domain", "registry", "abi", "time_unix_ms", "created_unix_ms", "creator_pid",
             "repairs", "capacity", "holders", "blocks", "limbo", "totals", "skipped", "swap"]
 HOLDER_KEYS = ["slot", "pid", "alive", "command", "attached_ms", "exports", "imports", "opens", "limbo_blocks",
-               "limbo_bytes"]
+               "limbo_bytes", "recorded_command", "exported_bytes", "imported_bytes", "dead_pinned_blocks",
+               "dead_pinned_bytes", "stale_leases"]
 BLOCK_KEYS = ["slot", "generation", "state", "device", "base", "size", "exporter", "pending_handoffs",
-              "export_age_ms", "limbo_age_ms", "importers"]
-IMPORTER_KEYS = ["slot", "pid", "alive", "opens", "intent"]
+              "export_age_ms", "limbo_age_ms", "importers", "exporter_pid", "exporter_command", "exporter_dead",
+              "claimed_handoffs", "expired_handoffs", "orphaned_age_ms"]
+IMPORTER_KEYS = ["slot", "pid", "alive", "opens", "intent", "open_age_ms"]
 LIMBO_KEYS = ["slot", "pid", "alive", "command", "blocks", "bytes", "oldest_ms"]
 TOTAL_KEYS = ["holders", "dead_holders", "blocks", "bytes", "live_blocks", "limbo_blocks", "limbo_bytes",
               "orphaned_blocks", "orphaned_bytes", "retired_blocks", "leases", "opens"]
@@ -107,6 +109,17 @@ def sections(text):
     return result
 
 
+def ageless(importers):
+    """The importers without open_age_ms (checked to be a count of ms)."""
+    out = []
+    for imp in importers:
+        imp = dict(imp)
+        age = imp.pop("open_age_ms")
+        check(isinstance(age, int) and 0 <= age < 600000, f"open_age_ms {age}")
+        out.append(imp)
+    return out
+
+
 def check_keys(obj, keys, what):
     eq(list(obj.keys()), keys, f"{what} keys")
 
@@ -145,7 +158,7 @@ def test_help_and_version():
         check(word in out, f"--help mentions {word}")
     status, out, _ = run([STAT, "--version"])
     eq(status, 0, "--version status")
-    check("registry ABI 1" in out and "JSON version 1" in out, out)
+    check("registry ABI 2" in out and "JSON version 1" in out, out)
 
 
 def write_fake(domain, data, mode):
@@ -178,11 +191,11 @@ def test_refuses_what_the_shim_refuses():
     case("magic", bad, 0o600, "bad magic")
     other = bytearray(bad)
     other[0:8] = magic
-    other[8:12] = (2).to_bytes(4, "little")  # abi
-    case("abi", other, 0o600, "ABI 2")
+    other[8:12] = (3).to_bytes(4, "little")  # abi
+    case("abi", other, 0o600, "ABI 3")
     sized = bytearray(bad)
     sized[0:8] = magic
-    sized[8:12] = (1).to_bytes(4, "little")
+    sized[8:12] = (2).to_bytes(4, "little")
     sized[24:36] = b"".join(n.to_bytes(4, "little") for n in (16, 64, 128))
     case("size", sized, 0o600, "does not add up")
 
@@ -198,7 +211,7 @@ def test_leases_limbo_and_a_dead_holder_json():
         eq(j["version"], 1, "version")
         eq(j["domain"], sc.domain, "domain")
         eq(j["registry"], f"/ipcshim-{UID}-{sc.domain}", "registry")
-        eq(j["abi"], 1, "abi")
+        eq(j["abi"], 2, "abi")
         eq(j["capacity"], {"holders": 16, "blocks": 64, "leases": 128}, "capacity")
         eq(j["creator_pid"], e, "creator_pid")
         eq(j["repairs"], 0, "repairs")
@@ -234,13 +247,13 @@ def test_leases_limbo_and_a_dead_holder_json():
         a, bb, c = blocks["0x100000"], blocks["0x300000"], blocks["0x400000"]
         eq((a["state"], a["device"], a["size"], a["pending_handoffs"]), ("limbo", 0, 1 << 20, 0), "block A")
         check(a["limbo_age_ms"] is not None and 0 <= a["limbo_age_ms"] <= a["export_age_ms"], "A limbo age")
-        eq(a["importers"], [{"slot": hi["slot"], "pid": i, "alive": True, "opens": 2, "intent": "open"},
+        eq(ageless(a["importers"]), [{"slot": hi["slot"], "pid": i, "alive": True, "opens": 2, "intent": "open"},
                             {"slot": hd["slot"], "pid": d, "alive": False, "opens": 1, "intent": "open"}],
            "A importers")
-        eq((bb["state"], bb["device"], bb["size"], bb["pending_handoffs"], bb["limbo_age_ms"], bb["importers"]),
+        eq((bb["state"], bb["device"], bb["size"], bb["pending_handoffs"], bb["limbo_age_ms"], ageless(bb["importers"])),
            ("live", 1, 4096, 1, None, []), "block B")
         eq((c["state"], c["device"], c["size"], c["pending_handoffs"]), ("limbo", 0, 8192, 0), "block C")
-        eq(c["importers"], [{"slot": hd["slot"], "pid": d, "alive": False, "opens": 1, "intent": "open"}],
+        eq(ageless(c["importers"]), [{"slot": hd["slot"], "pid": d, "alive": False, "opens": 1, "intent": "open"}],
            "C importers")
 
         eq(len(j["limbo"]), 1, "one exporter with limbo")
@@ -261,13 +274,13 @@ def test_leases_limbo_and_a_dead_holder_text():
         e, i, d = sc.pids["exporter"], sc.pids["importer"], sc.pids["dead"]
         out = stat_text(sc.domain)
         first = out.splitlines()[:2]
-        check(first[0].startswith(f"registry /ipcshim-{UID}-{sc.domain} (domain {sc.domain}, ABI 1), created "),
+        check(first[0].startswith(f"registry /ipcshim-{UID}-{sc.domain} (domain {sc.domain}, ABI 2), created "),
               first[0])
         check(first[0].endswith(f"by pid {e}, lock repairs 0"), first[0])
         eq(first[1], "holders 3 of 16 (1 dead), blocks 3 of 64 (1 live, 2 limbo, 0 orphaned, 0 retired), "
                      "leases 3 of 128", "summary line")
         s = sections(out)
-        eq(list(s), ["HOLDERS", "BLOCKS", "LIMBO BY EXPORTER", "NOTES"], "sections")
+        eq(list(s), ["HOLDERS", "BLOCKS", "BY PROCESS", "LIMBO BY EXPORTER", "NOTES"], "sections")
 
         rows = {int(r["PID"]): r for r in s["HOLDERS"]}
         eq(sorted(rows), sorted([e, i, d]), "holder rows")
@@ -349,7 +362,7 @@ def test_orphaned_block_of_a_dead_exporter():
         b = j["blocks"][0]
         eq((b["state"], b["exporter"], b["size"], b["device"], b["base"], b["limbo_age_ms"]),
            ("orphaned", None, 65536, 0, "0x500000", None), "orphaned block")
-        eq(b["importers"], [{"slot": h["slot"], "pid": i, "alive": True, "opens": 1, "intent": "open"}], "importers")
+        eq(ageless(b["importers"]), [{"slot": h["slot"], "pid": i, "alive": True, "opens": 1, "intent": "open"}], "importers")
         eq((j["totals"]["orphaned_blocks"], j["totals"]["orphaned_bytes"], j["limbo"]), (1, 65536, []), "totals")
         check(x not in [h["pid"] for h in j["holders"]], "dead exporter swept")
 

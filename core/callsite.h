@@ -1,0 +1,46 @@
+/* callsite: where an export or an open came from, for the leak report.
+ *
+ * callsite_capture() takes a short native backtrace (no symbolization:
+ * libunwind's unw_backtrace when the shim could load it, else glibc's
+ * backtrace(), about 20 times slower) and interns it in a fixed table of this process, returning
+ * a small id; callsite_format() turns an id into text lazily, at report
+ * time (backtrace_symbols(): names of dynamic symbols, else module+offset,
+ * which addr2line reads). Captured only at export and open, never on
+ * allocations or frees.
+ *
+ * The table is lock-free (a slot is claimed by CAS on its hash word and
+ * published by a release store), so capture is safe from any thread, in a
+ * fork child, and under the shim's own locks. When it is full, new stacks
+ * get id 0, which formats as "unknown". Depth 0 (IPCSHIM_CALLSITE_DEPTH=0)
+ * turns capture off: callsite_capture() then returns 0 at once. */
+#ifndef CALLSITE_H
+#define CALLSITE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Frames kept per call site at most (IPCSHIM_CALLSITE_DEPTH is clamped). */
+#define CALLSITE_MAX_DEPTH 16
+
+/* Set the depth (frames of the program shown; 0 = off). Idempotent; also
+ * warms backtrace() up (its first call loads libgcc_s) when depth > 0. */
+void callsite_init(unsigned depth);
+
+/* A faster unwinder with backtrace()'s contract (libunwind's unw_backtrace,
+ * which the shim may load: shim/unwind.c). NULL goes back to glibc's. */
+void callsite_set_unwinder(int (*fn)(void **pcs, int max));
+
+/* The current stack as an interned id; 0 when off, full or unknown. */
+uint32_t callsite_capture(void);
+
+/* Writes the program's frames of call site id into buf, innermost first,
+ * separated by " < ", leaving out this library's and the CUDA libraries'
+ * frames: "open_block+0x1f (leaky) < main+0x8c (leaky)". Returns buf.
+ * "unknown" for id 0. Not async-signal-safe (it allocates). */
+const char *callsite_format(uint32_t id, char *buf, size_t len);
+
+/* The first (innermost) program frame's function name of id, e.g.
+ * "open_block", or "" when it has no symbol. Returns buf. */
+const char *callsite_function(uint32_t id, char *buf, size_t len);
+
+#endif

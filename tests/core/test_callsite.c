@@ -1,0 +1,61 @@
+/* test_callsite: core/callsite.h -- capture, interning, formatting, off.
+ * The frames come from this test binary, built with -rdynamic below, so
+ * the capturing function shows by name; the end-to-end tests check the
+ * same through the shim (tests/e2e/test_leaks.c). */
+#include "callsite.h"
+
+#include <criterion/criterion.h>
+#include <string.h>
+
+TestSuite(callsite, .timeout = 30);
+
+__attribute__((noinline, visibility("default"))) uint32_t callsite_test_capture_here(void)
+{
+    uint32_t id = callsite_capture();
+    __asm__ volatile("" ::: "memory"); /* no tail call */
+    return id;
+}
+
+__attribute__((noinline, visibility("default"))) uint32_t callsite_test_other_site(void)
+{
+    uint32_t id = callsite_capture();
+    __asm__ volatile("" ::: "memory");
+    return id;
+}
+
+Test(callsite, off_at_depth_0)
+{
+    callsite_init(0);
+    cr_assert_eq(callsite_capture(), 0);
+    char buf[64];
+    cr_assert_str_eq(callsite_format(0, buf, sizeof buf), "unknown");
+}
+
+Test(callsite, same_stack_same_id_and_named_frames)
+{
+    callsite_init(4);
+    uint32_t ids[2];
+    volatile int n = 2; /* an unknown trip count: one call instruction, not peeled */
+    for (int i = 0; i < n; i++)
+        ids[i & 1] = callsite_test_capture_here();
+    uint32_t a = ids[0], b = ids[1];
+    cr_assert_neq(a, 0);
+    char fa[64], fb[64], text[1024];
+    cr_assert_str_eq(callsite_function(a, fa, sizeof fa), "callsite_test_capture_here");
+    cr_assert_str_eq(callsite_function(b, fb, sizeof fb), "callsite_test_capture_here");
+    callsite_format(a, text, sizeof text);
+    cr_assert(strstr(text, "callsite_test_capture_here+"), "%s", text);
+    cr_assert_eq(a, b, "one call site in a loop, one interned id");
+    uint32_t o = callsite_test_other_site();
+    cr_assert_neq(o, a, "another function, another id");
+    cr_assert_str_eq(callsite_function(o, fa, sizeof fa), "callsite_test_other_site");
+}
+
+Test(callsite, depth_limits_the_frames_shown)
+{
+    callsite_init(1);
+    char text[1024];
+    callsite_format(callsite_test_capture_here(), text, sizeof text);
+    cr_assert(strstr(text, "callsite_test_capture_here+"), "%s", text);
+    cr_assert_null(strstr(text, " < "), "one frame at depth 1: %s", text);
+}
