@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "swap_load.h"
 #include "swap_trace.h"
 
 static void usage(void)
@@ -67,7 +68,7 @@ int main(int argc, char **argv)
     if (!path || (!budget && oversub <= 0)) usage();
     struct swap_trace t = {0};
     size_t bad = 0;
-    int rc = swap_trace_load(path, &t, &bad);
+    int rc = swap_load(path, &t, &bad);
     if (rc) {
         if (rc == -EINVAL)
             fprintf(stderr, "swap-replay: %s:%zu: malformed line\n", path, bad);
