@@ -67,7 +67,9 @@ static int next_uses(const struct swap_trace *t, bool by_launch, uint64_t **out)
             }
         }
         if (ev->kind == SWAP_EV_FREE) {
-            e->next = SWAP_NEVER;
+            /* by launch (min): the time it dies, flagged (swap_policy.c ranks
+             * a dead block by it); by event (the bound): never needed again */
+            e->next = by_launch ? now | (1ULL << 63) : SWAP_NEVER;
         } else {
             next[i] = e->next;
             e->next = by_launch ? now : i;

@@ -76,6 +76,11 @@
 #define NOT_PINNED UINT64_MAX
 /* See "Ranking" above. */
 #define CLEAN_WEIGHT 2.0
+/* Shadow costs decay by 1 - 1/SHADOW_WINDOW per launch (see "Robustness"). */
+#define SHADOW_WINDOW 256.0
+/* MIN only: a next_use with this bit is the time the block is freed, with
+ * no access before (dead). */
+#define DEAD_BIT (1ULL << 63)
 
 struct blk {
     uint64_t id;
@@ -84,8 +89,14 @@ struct blk {
     uint64_t pin_launch; /* launch of its latest access: pinned while == now */
     uint64_t next_use;   /* min: true next use after its latest access */
     bool resident, dirty, has_host;
+    /* history: the two shadow caches (SH_LRU, SH_HIST), see "Robustness" */
+    bool s_res[2], s_dirty[2], s_host[2];
     UT_hash_handle hh;
 };
+
+/* Shadow caches of the history kind: what lru alone, and history's
+ * prediction alone, would have kept resident. */
+enum { SH_LRU, SH_HIST };
 
 struct cand {
     struct blk *b;
@@ -105,6 +116,12 @@ struct swap_policy {
     size_t evict_cap;
     struct cand *cand;
     size_t cand_cap;
+    /* history: shadow caches, their resident bytes and their recent cost
+     * (bytes they would have moved, decayed per launch) */
+    uint64_t s_resident[2];
+    double s_cost[2];
+    double decay;
+    bool follow_hist; /* the real cache ranks by prediction (else by recency) */
 };
 
 int swap_policy_create_params(const struct swap_params *prm, struct swap_policy **out)
@@ -116,6 +133,7 @@ int swap_policy_create_params(const struct swap_params *prm, struct swap_policy 
     if (!p) return -ENOMEM;
     p->prm = *prm;
     p->clean_weight = CLEAN_WEIGHT;
+    p->decay = 1.0 - 1.0 / SHADOW_WINDOW;
     if (prm->kind == SWAP_POLICY_HISTORY) {
         int rc = swap_history_create(prm->history_events, prm->history_launches, &p->hist);
         if (rc) {
@@ -179,31 +197,64 @@ static int by_score_desc(const void *x, const void *y)
     return a->b->last_use < b->b->last_use ? -1 : a->b->last_use > b->b->last_use;
 }
 
-/* Ranks every resident unpinned block other than self into p->cand, best
- * victim first; returns how many, or -ENOMEM. */
-static int rank_victims(struct swap_policy *p, const struct blk *self)
+/* Ranks every unpinned block other than self that is resident in cache
+ * `which` (-1: the real one; SH_LRU, SH_HIST: a shadow) into p->cand, best
+ * victim first, by prediction (predict) or by recency; returns how many, or
+ * -ENOMEM. */
+static int rank_victims(struct swap_policy *p, const struct blk *self, int which, bool predict)
 {
     size_t n = 0;
     if (grow((void **)&p->cand, &p->cand_cap, HASH_COUNT(p->blocks), sizeof(*p->cand)))
         return -ENOMEM;
-    bool predict = p->prm.kind == SWAP_POLICY_MIN ||
-                   (p->prm.kind == SWAP_POLICY_HISTORY && swap_history_period(p->hist));
     for (struct blk *b = p->blocks; b; b = b->hh.next) {
-        if (!b->resident || b == self || pinned(p, b)) continue;
+        bool res = which < 0 ? b->resident : b->s_res[which];
+        if (!res || b == self || pinned(p, b)) continue;
+        bool dirty = which < 0 ? b->dirty : b->s_dirty[which];
         double score;
         if (!predict) {
             score = -(double)b->last_use;
+        } else if (p->prm.kind == SWAP_POLICY_MIN && b->next_use != SWAP_NEVER &&
+                   (b->next_use & DEAD_BIT)) {
+            /* Dead (freed before any use): dropping it clean is free; a
+             * dirty one costs one write-back, like a clean block's refetch,
+             * and frees room only until the free. */
+            double dist = (double)((b->next_use & ~DEAD_BIT) - p->now);
+            score = dirty ? dist * p->clean_weight : 2e30;
         } else {
             uint64_t next =
                 p->prm.kind == SWAP_POLICY_MIN ? b->next_use : swap_history_predict(p->hist, b->id);
             double dist = next == SWAP_NEVER ? 1e30 : (double)(next - p->now);
-            score = b->dirty ? dist : dist * p->clean_weight;
-            if (next == SWAP_NEVER && !b->dirty) score = 2e30; /* free to drop */
+            score = dirty ? dist : dist * p->clean_weight;
+            if (next == SWAP_NEVER && !dirty) score = 2e30; /* free to drop */
         }
         p->cand[n++] = (struct cand){.b = b, .score = score};
     }
     qsort(p->cand, n, sizeof(*p->cand), by_score_desc);
     return (int)n;
+}
+
+/* Replays one access in shadow cache k (no decision, only its cost). */
+static int shadow_access(struct swap_policy *p, int k, struct blk *b, uint64_t size, bool is_write)
+{
+    uint64_t old = b->s_res[k] ? b->size : 0;
+    uint64_t after = p->s_resident[k] - old + size;
+    if (after > p->prm.budget_bytes) {
+        int n = rank_victims(p, b, k, k == SH_HIST && swap_history_period(p->hist));
+        if (n < 0) return n;
+        for (int i = 0; i < n && after > p->prm.budget_bytes; i++) {
+            struct blk *v = p->cand[i].b;
+            if (v->s_dirty[k]) p->s_cost[k] += (double)v->size;
+            v->s_res[k] = v->s_dirty[k] = false;
+            v->s_host[k] = true;
+            after -= v->size;
+        }
+        if (after > p->prm.budget_bytes) return 0; /* overflow: left to demand paging */
+    }
+    if (!b->s_res[k] && b->s_host[k]) p->s_cost[k] += (double)size;
+    p->s_resident[k] = after;
+    b->s_res[k] = true;
+    b->s_dirty[k] = b->s_dirty[k] || is_write;
+    return 0;
 }
 
 static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, bool is_write,
@@ -229,6 +280,12 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
             return -ENOMEM;
         }
     }
+    if (p->hist) {
+        for (int k = SH_LRU; k <= SH_HIST; k++) {
+            int rc = shadow_access(p, k, b, size, is_write);
+            if (rc) return rc;
+        }
+    }
     /* Bytes this access adds to the resident total (a resident block may
      * have been reallocated larger at the same id). */
     uint64_t old = b->resident ? b->size : 0;
@@ -241,7 +298,10 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
             p->c.overflows++;
             return -ENOSPC;
         }
-        int n = rank_victims(p, b);
+        bool predict = p->prm.kind == SWAP_POLICY_MIN || (p->prm.kind == SWAP_POLICY_HISTORY &&
+                                                          p->follow_hist &&
+                                                          swap_history_period(p->hist));
+        int n = rank_victims(p, b, -1, predict);
         if (n < 0) return n;
         if (grow((void **)&p->evict, &p->evict_cap, (size_t)n, sizeof(*p->evict))) return -ENOMEM;
         out->evict = p->evict;
@@ -297,11 +357,13 @@ int swap_policy_access_known(struct swap_policy *p, uint64_t block, uint64_t siz
 int swap_policy_free(struct swap_policy *p, uint64_t block)
 {
     if (!p) return -EINVAL;
-    if (p->hist) swap_history_forget(p->hist, block);
+    if (p->hist) swap_history_retire(p->hist, block);
     struct blk *b;
     HASH_FIND(hh, p->blocks, &block, sizeof(block), b);
     if (!b) return -ENOENT;
     if (b->resident) p->resident -= b->size;
+    for (int k = SH_LRU; k <= SH_HIST; k++)
+        if (b->s_res[k]) p->s_resident[k] -= b->size;
     HASH_DEL(p->blocks, b);
     free(b);
     return 0;
@@ -312,7 +374,14 @@ void swap_policy_next_launch(struct swap_policy *p)
     if (!p) return;
     p->now++;
     p->c.launches++;
-    if (p->hist) swap_history_next_launch(p->hist);
+    if (p->hist) {
+        swap_history_next_launch(p->hist);
+        for (int k = SH_LRU; k <= SH_HIST; k++)
+            p->s_cost[k] *= p->decay;
+        /* Follow the prediction while it has recently cost no more than
+         * recency would have (see "Robustness"). */
+        p->follow_hist = p->s_cost[SH_HIST] < p->s_cost[SH_LRU];
+    }
 }
 
 void swap_policy_counters(const struct swap_policy *p, struct swap_counters *out)

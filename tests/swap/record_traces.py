@@ -318,14 +318,14 @@ def run_trace(kind, names, iters, rec):
 
 # name -> (kind, models, iterations)
 TRACES = {
-    "resnet18-train": ("train", ["resnet18"], 8),
-    "resnet18-infer": ("infer", ["resnet18"], 8),
-    "transformer-train": ("train", ["transformer"], 8),
-    "transformer-infer": ("infer", ["transformer"], 8),
-    "lstm-train": ("train", ["lstm"], 8),
-    "moe-train": ("train", ["moe"], 8),
-    "resnet18-phases": ("phases", ["resnet18"], 12),
-    "interleave-resnet18-transformer": ("interleave", ["resnet18", "transformer"], 6),
+    "resnet18-train": ("train", ["resnet18"], 16),
+    "resnet18-infer": ("infer", ["resnet18"], 16),
+    "transformer-train": ("train", ["transformer"], 16),
+    "transformer-infer": ("infer", ["transformer"], 16),
+    "lstm-train": ("train", ["lstm"], 16),
+    "moe-train": ("train", ["moe"], 16),
+    "resnet18-phases": ("phases", ["resnet18"], 18),
+    "interleave-resnet18-transformer": ("interleave", ["resnet18", "transformer"], 10),
 }
 
 
