@@ -28,7 +28,7 @@
  * a missing one there) and still count as a match. */
 #define PHASE_SLACK 4
 /* Share of launches that must repeat at the candidate period. */
-#define MATCH_MIN 0.90
+#define MATCH_MIN 0.6
 /* A longer candidate replaces a shorter one only if it matches this much better. */
 #define MATCH_BETTER 0.01
 /* Candidate periods verified per detection, at most. */

@@ -1,6 +1,7 @@
 /* swap-real: replays the recorded real-model traces (tests/swap/traces,
  * written by tests/swap/record_traces.py) at budgets of 1/1.25, 1/1.5 and
- * 1/2 of each trace's peak working set, counting the whole run (warm-up
+ * 1/2 of each trace's peak working set (the most bytes of blocks alive at
+ * once), counting the whole run (warm-up
  * included), and prints per trace and budget the bytes moved by history and
  * lru, the best offline schedule found ("offline", swap_min.c) and the
  * proven lower bound ("lb", fractional Belady on host->device bytes; no
@@ -24,6 +25,7 @@
 
 #include "swap_load.h"
 #include "swap_trace.h"
+#include "uthash_wrap.h"
 
 static const double oversubs[] = {1.25, 1.5, 2.0};
 #define NO (sizeof(oversubs) / sizeof(oversubs[0]))
@@ -53,6 +55,51 @@ static const char *base_name(const char *path)
     char *dot = strstr(buf, ".trace");
     if (dot) *dot = '\0';
     return buf;
+}
+
+/* Peak working set of a real trace: the largest sum of sizes of the
+ * blocks alive at once (touched and not yet freed). The per-iteration sum
+ * of distinct blocks (swap_trace_working_set) overcounts a trace whose
+ * tensors are freed and reallocated within the iteration. 0 on -ENOMEM. */
+struct live {
+    uint64_t id, size;
+    UT_hash_handle hh;
+};
+
+static uint64_t peak_live(const struct swap_trace *t)
+{
+    struct live *tab = NULL, *l, *tmp;
+    uint64_t cur = 0, peak = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const struct swap_event *e = &t->ev[i];
+        if (e->kind != SWAP_EV_ACCESS && e->kind != SWAP_EV_FREE) continue;
+        HASH_FIND(hh, tab, &e->block, sizeof(e->block), l);
+        if (e->kind == SWAP_EV_FREE) {
+            if (l) {
+                cur -= l->size;
+                HASH_DEL(tab, l);
+                free(l);
+            }
+            continue;
+        }
+        if (!l) {
+            if (!(l = calloc(1, sizeof(*l)))) {
+                peak = 0;
+                break;
+            }
+            l->id = e->block;
+            HASH_ADD(hh, tab, id, sizeof(l->id), l);
+        }
+        cur = cur - l->size + e->bytes;
+        l->size = e->bytes;
+        if (cur > peak) peak = cur;
+    }
+    HASH_ITER(hh, tab, l, tmp)
+    {
+        HASH_DEL(tab, l);
+        free(l);
+    }
+    return peak;
 }
 
 struct worst {
@@ -101,7 +148,11 @@ int main(int argc, char **argv)
             return 1;
         }
         const char *name = base_name(argv[i]);
-        uint64_t max_launch, ws = swap_trace_working_set(&t, 1, &max_launch);
+        uint64_t ws = peak_live(&t);
+        if (!ws) {
+            fprintf(stderr, "swap-real: %s: no accesses, or out of memory\n", argv[i]);
+            return 1;
+        }
         for (size_t k = 0; k < NO; k++) {
             uint64_t budget = (uint64_t)((double)ws / oversubs[k]);
             struct swap_params prm = {.budget_bytes = budget};
