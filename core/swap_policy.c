@@ -20,16 +20,41 @@
  * of signatures every iteration, so the sequence has a period P. To learn it,
  * take as candidates the current period (if any, so that one odd launch
  * does not erase it) and the distances back to earlier occurrences of the
- * latest launch's signature; a candidate passes if at least 90% of the
- * recent launches (half the retained window, which holds at least two
- * periods) find their own signature about P launches earlier (within +-4
+ * latest launch's signature; a candidate passes if at least 60% of the
+ * recent launches (at most half the retained window; at least a quarter of
+ * a period, so a loop is learned early in its second repetition: warm-up
+ * counts) find their own signature about P launches earlier (within +-4
  * launches, so that an inserted or dropped kernel does not break the match;
  * less for periods under 8, so that a launch never matches itself).
  * The shortest passing candidate wins unless a longer one matches clearly
  * better: with gradient accumulation the micro-batch repeats but the
  * optimizer only once per full step, so the full step matches ~100% and the
- * micro-batch ~85-95%. Detection runs every 8 launches until a period is
- * found, then every period to confirm or replace it.
+ * micro-batch ~85-95%. The threshold is low (60%) because real loops are
+ * not exact: a mixture of experts routes data-dependent token counts, so
+ * its activations change size (and id) every step; a wrong period is
+ * caught by the shadows below. Detection runs every 8 launches until a
+ * period is found, then every period to confirm or replace it.
+ *
+ * Freed blocks keep their past (swap_history_retire): a caching allocator
+ * gives the same address to the same tensor every iteration, so a new block
+ * of the same size at a freed block's id continues its chain of events; an
+ * activation freed at the end of backward is predicted from what its
+ * predecessor did one period ago.
+ *
+ * Robustness (phases, interleaving, shuffles). Prediction from the past is
+ * only as good as the repetition. So the history kind also replays every
+ * access in two shadow caches, at no cost to the device: one ranked by
+ * recency alone (what lru would hold) and one by prediction alone. Each
+ * counts the bytes it would have moved, decayed by 1 - 1/SHADOW_WINDOW per
+ * launch (a window of ~256 launches). The real cache ranks its victims by
+ * prediction only while the prediction shadow's recent cost is strictly
+ * below the recency shadow's, else by recency: when the pattern changes
+ * (an evaluation pass, a second model, a shuffled order) history degrades
+ * to lru within a window, and returns to prediction once the new pattern
+ * has been learned and proves cheaper. Cost: two bits of state per block
+ * and a victim ranking per shadow eviction. On the recorded real traces
+ * (docs/swap.md) history moves at most ~0.1% more than lru, and far less
+ * where the loop repeats.
  *
  * Next use. If the pattern repeats with period P, what block b does next is
  * what it did one period ago: its predicted next use is t + P, where t is
@@ -57,7 +82,10 @@
  * allocation, Farach-Colton & Liberatore). So the replay's "min" is an
  * offline schedule, not a proof: it runs this engine with the true next
  * uses under clean weights 1 (plain Belady), 1.5, 2, 3, 4 and 8 and keeps
- * the cheapest in steady state. Each is a feasible schedule, so min is an
+ * the cheapest (in steady state, or over the whole run with warm-up 0). A
+ * block freed before its next use is dead: MIN drops it for free when
+ * clean, and ranks a dirty one by the time it dies, its write-back costing
+ * like a clean block's refetch. Each is a feasible schedule, so min is an
  * upper bound on the true optimum, and history/min < 1 is possible (a
  * greedy schedule's steady state depends on the state it starts from). The
  * replay also prints a lower bound (swap_min.c): the host->device bytes of
