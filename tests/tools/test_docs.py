@@ -141,6 +141,15 @@ COMMANDS = {
             "on a generated trace instead of one recorded from ./train"),
     "build/tests/bench/swap-bench": Covered("tests/bench/ipc/meson.build", "bench-smoke",
                                             "scripts/bench runs swap-bench; figure 6"),
+    "apt-get install -y python3-torch python3-torchvision":
+        Covered("tests/swap/test_record.py", "python3-torch", "installs packages; the recorder test skips without them"),
+    "/usr/bin/python3 tests/swap/record_traces.py --out tests/swap/traces":
+        Covered("tests/swap/test_record.py", "--only", "re-records one trace and compares it with the committed one"),
+    "build/tests/bench/swap-real tests/swap/traces/*.trace.xz":
+        Covered("tests/bench/meson.build", "swap-real-traces"),
+    "build/tests/bench/swap-replay tests/swap/traces/moe-train.trace.xz --oversub 1.5 --warmup 0":
+        Run("{build}/tests/bench/swap-replay {src}/tests/swap/traces/moe-train.trace.xz --oversub 1.5 --warmup 0",
+            "whole run"),
 }
 
 STANDIN = f"""import subprocess, sys
