@@ -17,7 +17,8 @@
  *   refuse to be exported, imports are never registered.
  *
  * Locking: one mutex (swap_lock) around the index, the policies, the layout
- * cache and the trace. The prefetch and advise calls are made under it (they
+ * cache and the trace. A free that is not of a swappable block does not
+ * take it (a lock-free counting filter, base_filter). The prefetch and advise calls are made under it (they
  * only enqueue work). Kernels are recorded as writing every block they touch:
  * a launch does not say which parameters it writes. Copies and sets
  * record the source as read and the destination as written, and never fetch
@@ -304,6 +305,24 @@ static void end_launch(struct swap_policy **touched, size_t n)
 
 /* ---- allocation, free, export ------------------------------------------ */
 
+/* A counting filter over the bases of registered blocks, read without the
+ * lock: a free whose slot counts 0 is not of a swappable block (the common
+ * case, every ordinary free in the process) and returns at once. Counts
+ * change under swap_lock; a block is counted before its allocation returns
+ * and uncounted after it leaves the index, so a free of a registered block
+ * always sees a count > 0 (false positives only take the lock). */
+#define FILTER_SLOTS 16384u
+static uint32_t base_filter[FILTER_SLOTS];
+
+static uint32_t *filter_slot(uint64_t base)
+{
+    uint64_t x = base >> 12; /* managed blocks are page-aligned */
+    x ^= x >> 17;
+    x *= 0xed5ad4bbu;
+    x ^= x >> 11;
+    return &base_filter[x % FILTER_SLOTS];
+}
+
 static void register_block(uint64_t base, size_t size)
 {
     CUdevice dev = 0;
@@ -317,6 +336,7 @@ static void register_block(uint64_t base, size_t size)
     if (!rc) {
         counts.managed_allocs++;
         __atomic_add_fetch(&live_blocks, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(filter_slot(base), 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&swap_lock);
     if (rc)
@@ -361,11 +381,12 @@ bool swap_alloc_driver(CUdeviceptr *ptr, size_t size)
 
 void swap_on_free_slow(uint64_t ptr)
 {
-    if (!ptr) return;
+    if (!ptr || !__atomic_load_n(filter_slot(ptr), __ATOMIC_ACQUIRE)) return; /* lock-free */
     struct swap_block b;
     pthread_mutex_lock(&swap_lock);
     if (!swap_index_remove(blocks, ptr, &b)) {
         __atomic_sub_fetch(&live_blocks, 1, __ATOMIC_RELAXED);
+        __atomic_sub_fetch(filter_slot(b.base), 1, __ATOMIC_RELEASE);
         struct swap_policy *p = b.device >= 0 && b.device < MAX_DEVICES ? policies[b.device] : NULL;
         if (p) swap_policy_free(p, b.base);
         if (trace) {
