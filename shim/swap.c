@@ -166,17 +166,24 @@ static void flush_trace(void)
 void swap_init(void)
 {
     const struct options *o = options_get();
-    if (!o->swap || o->disable) return;
+    if (o->disable) return;
+    /* One knob: a budget > 0 turns swap on. IPCSHIM_SWAP is a deprecated
+     * alias that changes nothing (docs/environment.md). */
+    if (o->swap)
+        LOG_ONCE(LOG_WARN, "IPCSHIM_SWAP is deprecated and has no effect: IPCSHIM_DEVICE_BUDGET > 0 "
+                           "alone turns host swap on");
     if (!o->device_budget) {
-        LOG_ONCE(LOG_WARN,
-                 "IPCSHIM_SWAP=1 but IPCSHIM_DEVICE_BUDGET is 0 or unset: host swap stays off");
+        if (o->swap)
+            LOG_ONCE(LOG_WARN,
+                     "IPCSHIM_SWAP=1 but IPCSHIM_DEVICE_BUDGET is 0 or unset: host swap stays off");
         return;
     }
     if (!real_cuMemAllocManaged || !real_cuMemPrefetchAsync_v2 || !real_cuCtxGetDevice ||
         !real_cuMemFree_v2) {
         LOG_ONCE(
             LOG_WARN,
-            "IPCSHIM_SWAP=1 but the driver lacks managed memory or prefetch; host swap stays off");
+            "IPCSHIM_DEVICE_BUDGET is set but the driver lacks managed memory or prefetch; host "
+            "swap stays off");
         return;
     }
     if (swap_index_create(&blocks)) {
@@ -407,9 +414,9 @@ bool swap_refuses_export_slow(uint64_t ptr, const char *call)
     if (!b) return false;
     LOG_RATE(LOG_WARN,
              "%s(%#llx) refused: the block (%llu bytes) is swappable managed memory "
-             "(IPCSHIM_SWAP=1), which CUDA IPC "
-             "cannot export; set IPCSHIM_SWAP_MIN_BYTES above %llu (or IPCSHIM_SWAP=0) for blocks "
-             "you share",
+             "(host swap is on), which CUDA IPC "
+             "cannot export; set IPCSHIM_SWAP_MIN_BYTES above %llu (or IPCSHIM_DEVICE_BUDGET=0) for "
+             "blocks you share",
              call, (unsigned long long)ptr, (unsigned long long)size, (unsigned long long)size);
     return true;
 }

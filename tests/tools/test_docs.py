@@ -126,12 +126,12 @@ COMMANDS = {
                                                "the same script at --quick sizes"),
     "scripts/gpu-check --bench": Covered("scripts/gpu-check", "--bench", "needs a GPU"),
     # docs/swap.md
-    "IPCSHIM_SWAP=1 IPCSHIM_DEVICE_BUDGET=12G scripts/ipcshim-run -- python train.py":
+    "IPCSHIM_DEVICE_BUDGET=12G scripts/ipcshim-run -- python train.py":
         Covered("tests/e2e/test_swap.c", "training_at_1_5x_budget_is_correct_bounded_and_history_beats_lru",
                 "an nvcc-built training loop stands in for train.py"),
-    "IPCSHIM_SWAP=1 IPCSHIM_DEVICE_BUDGET=12G IPCSHIM_STATS=1 ./train":
+    "IPCSHIM_DEVICE_BUDGET=12G IPCSHIM_STATS=1 ./train":
         Covered("tests/e2e/test_swap.c", "IPCSHIM_STATS", "the same program with the exit report"),
-    "IPCSHIM_SWAP=1 IPCSHIM_DEVICE_BUDGET=8G IPCSHIM_TRACE=/tmp/t.trace ./train":
+    "IPCSHIM_DEVICE_BUDGET=8G IPCSHIM_TRACE=/tmp/t.trace ./train":
         Covered("tests/e2e/test_swap.c", "trace_records_launches_copies_and_frees"),
     "build/tests/bench/swap-gen --variant train --layers 24 -o /tmp/gen.trace":
         Run("{build}/tests/bench/swap-gen --variant train --layers 24 -o gen.trace && test -s gen.trace"),
