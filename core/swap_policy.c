@@ -326,9 +326,9 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
             p->c.overflows++;
             return -ENOSPC;
         }
-        bool predict = p->prm.kind == SWAP_POLICY_MIN || (p->prm.kind == SWAP_POLICY_HISTORY &&
-                                                          p->follow_hist &&
-                                                          swap_history_period(p->hist));
+        bool predict =
+            p->prm.kind == SWAP_POLICY_MIN ||
+            (p->prm.kind == SWAP_POLICY_HISTORY && p->follow_hist && swap_history_period(p->hist));
         int n = rank_victims(p, b, -1, predict);
         if (n < 0) return n;
         if (grow((void **)&p->evict, &p->evict_cap, (size_t)n, sizeof(*p->evict))) return -ENOMEM;

@@ -18,11 +18,11 @@
  *
  * Locking: one mutex (swap_lock) around the index, the policies, the layout
  * cache and the trace. A free that is not of a swappable block does not
- * take it (a lock-free counting filter, base_filter). The prefetch and advise calls are made under it (they
- * only enqueue work). Kernels are recorded as writing every block they touch:
- * a launch does not say which parameters it writes. Copies and sets
- * record the source as read and the destination as written, and never fetch
- * (a copy works wherever the block is; the next launch fetches it). */
+ * take it (a lock-free counting filter, base_filter). The prefetch and advise calls are made under
+ * it (they only enqueue work). Kernels are recorded as writing every block they touch: a launch
+ * does not say which parameters it writes. Copies and sets record the source as read and the
+ * destination as written, and never fetch (a copy works wherever the block is; the next launch
+ * fetches it). */
 #include "swap.h" /* shim/swap.h; core/swap.h comes with swap_trace.h */
 #include "log.h"
 #include "options.h"
@@ -170,8 +170,9 @@ void swap_init(void)
     /* One knob: a budget > 0 turns swap on. IPCSHIM_SWAP is a deprecated
      * alias that changes nothing (docs/environment.md). */
     if (o->swap)
-        LOG_ONCE(LOG_WARN, "IPCSHIM_SWAP is deprecated and has no effect: IPCSHIM_DEVICE_BUDGET > 0 "
-                           "alone turns host swap on");
+        LOG_ONCE(LOG_WARN,
+                 "IPCSHIM_SWAP is deprecated and has no effect: IPCSHIM_DEVICE_BUDGET > 0 "
+                 "alone turns host swap on");
     if (!o->device_budget) {
         if (o->swap)
             LOG_ONCE(LOG_WARN,
@@ -412,12 +413,13 @@ bool swap_refuses_export_slow(uint64_t ptr, const char *call)
     if (b) counts.refused_exports++;
     pthread_mutex_unlock(&swap_lock);
     if (!b) return false;
-    LOG_RATE(LOG_WARN,
-             "%s(%#llx) refused: the block (%llu bytes) is swappable managed memory "
-             "(host swap is on), which CUDA IPC "
-             "cannot export; set IPCSHIM_SWAP_MIN_BYTES above %llu (or IPCSHIM_DEVICE_BUDGET=0) for "
-             "blocks you share",
-             call, (unsigned long long)ptr, (unsigned long long)size, (unsigned long long)size);
+    LOG_RATE(
+        LOG_WARN,
+        "%s(%#llx) refused: the block (%llu bytes) is swappable managed memory "
+        "(host swap is on), which CUDA IPC "
+        "cannot export; set IPCSHIM_SWAP_MIN_BYTES above %llu (or IPCSHIM_DEVICE_BUDGET=0) for "
+        "blocks you share",
+        call, (unsigned long long)ptr, (unsigned long long)size, (unsigned long long)size);
     return true;
 }
 
@@ -483,166 +485,25 @@ static CUstream pt(cudaStream_t s)
 
 #define SWAP_ON __builtin_expect(swap_enabled, 0)
 
-cudaError_t do_cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args,
-                                size_t sharedMem, cudaStream_t stream)
-{
-    if (SWAP_ON) before_launch(FN_RUNTIME, func, args, NULL, (CUstream)stream);
-    return CALL_REAL_RUNTIME(cudaLaunchKernel, (func, gridDim, blockDim, args, sharedMem, stream));
-}
-
-cudaError_t do_cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim, void **args,
-                                     size_t sharedMem, cudaStream_t stream)
-{
-    if (SWAP_ON) before_launch(FN_RUNTIME, func, args, NULL, pt(stream));
-    return CALL_REAL_RUNTIME(cudaLaunchKernel_ptsz, (func, gridDim, blockDim, args, sharedMem, stream));
-}
-
-cudaError_t do___cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args,
-                                  size_t sharedMem, cudaStream_t stream)
-{
-    if (SWAP_ON) before_launch(FN_RUNTIME, kernel, args, NULL, (CUstream)stream);
-    return CALL_REAL_RUNTIME(__cudaLaunchKernel, (kernel, gridDim, blockDim, args, sharedMem, stream));
-}
-
-cudaError_t do___cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
-                                       void **args, size_t sharedMem, cudaStream_t stream)
-{
-    if (SWAP_ON) before_launch(FN_RUNTIME, kernel, args, NULL, pt(stream));
-    return CALL_REAL_RUNTIME(__cudaLaunchKernel_ptsz,
-                        (kernel, gridDim, blockDim, args, sharedMem, stream));
-}
-
-cudaError_t do_cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
-{
-    if (SWAP_ON && config) before_launch(FN_RUNTIME, func, args, NULL, (CUstream)config->stream);
-    return CALL_REAL_RUNTIME(cudaLaunchKernelExC, (config, func, args));
-}
-
-cudaError_t do_cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config, const void *func,
-                                        void **args)
-{
-    if (SWAP_ON && config) before_launch(FN_RUNTIME, func, args, NULL, pt(config->stream));
-    return CALL_REAL_RUNTIME(cudaLaunchKernelExC_ptsz, (config, func, args));
-}
-
-CUresult do_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                           unsigned int bx, unsigned int by, unsigned int bz,
-                           unsigned int sharedMemBytes, CUstream hStream, void **kernelParams,
-                           void **extra)
-{
-    if (SWAP_ON) before_launch(FN_DRIVER, f, kernelParams, extra, hStream);
-    return CALL_REAL_DRIVER(cuLaunchKernel,
-                       (f, gx, gy, gz, bx, by, bz, sharedMemBytes, hStream, kernelParams, extra));
-}
-
-CUresult do_cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                                unsigned int bx, unsigned int by, unsigned int bz,
-                                unsigned int sharedMemBytes, CUstream hStream, void **kernelParams,
-                                void **extra)
-{
-    if (SWAP_ON)
-        before_launch(FN_DRIVER, f, kernelParams, extra, hStream ? hStream : CU_STREAM_PER_THREAD);
-    return CALL_REAL_DRIVER(cuLaunchKernel_ptsz,
-                       (f, gx, gy, gz, bx, by, bz, sharedMemBytes, hStream, kernelParams, extra));
-}
-
-CUresult do_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
-                             void **extra)
-{
-    if (SWAP_ON && config) before_launch(FN_DRIVER, f, kernelParams, extra, config->hStream);
-    return CALL_REAL_DRIVER(cuLaunchKernelEx, (config, f, kernelParams, extra));
-}
-
-CUresult do_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
-                                  void **extra)
-{
-    if (SWAP_ON && config)
-        before_launch(FN_DRIVER, f, kernelParams, extra,
-                      config->hStream ? config->hStream : CU_STREAM_PER_THREAD);
-    return CALL_REAL_DRIVER(cuLaunchKernelEx_ptsz, (config, f, kernelParams, extra));
-}
-
-/* ---- copies and sets --------------------------------------------------- */
-
-cudaError_t do_cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
-{
-    if (SWAP_ON) record_copy((uint64_t)dst, (uint64_t)src, NULL);
-    return CALL_REAL_RUNTIME(cudaMemcpy, (dst, src, count, kind));
-}
-
-cudaError_t do_cudaMemcpy_ptds(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
-{
-    if (SWAP_ON) record_copy((uint64_t)dst, (uint64_t)src, CU_STREAM_PER_THREAD);
-    return CALL_REAL_RUNTIME(cudaMemcpy_ptds, (dst, src, count, kind));
-}
-
-cudaError_t do_cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
-                               cudaStream_t stream)
-{
-    if (SWAP_ON) record_copy((uint64_t)dst, (uint64_t)src, (CUstream)stream);
-    return CALL_REAL_RUNTIME(cudaMemcpyAsync, (dst, src, count, kind, stream));
-}
-
-cudaError_t do_cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count,
-                                    enum cudaMemcpyKind kind, cudaStream_t stream)
-{
-    if (SWAP_ON) record_copy((uint64_t)dst, (uint64_t)src, pt(stream));
-    return CALL_REAL_RUNTIME(cudaMemcpyAsync_ptsz, (dst, src, count, kind, stream));
-}
-
-cudaError_t do_cudaMemset(void *devPtr, int value, size_t count)
-{
-    if (SWAP_ON) record_copy((uint64_t)devPtr, 0, NULL);
-    return CALL_REAL_RUNTIME(cudaMemset, (devPtr, value, count));
-}
-
-cudaError_t do_cudaMemset_ptds(void *devPtr, int value, size_t count)
-{
-    if (SWAP_ON) record_copy((uint64_t)devPtr, 0, CU_STREAM_PER_THREAD);
-    return CALL_REAL_RUNTIME(cudaMemset_ptds, (devPtr, value, count));
-}
-
-cudaError_t do_cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
-{
-    if (SWAP_ON) record_copy((uint64_t)devPtr, 0, (CUstream)stream);
-    return CALL_REAL_RUNTIME(cudaMemsetAsync, (devPtr, value, count, stream));
-}
-
-cudaError_t do_cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count, cudaStream_t stream)
-{
-    if (SWAP_ON) record_copy((uint64_t)devPtr, 0, pt(stream));
-    return CALL_REAL_RUNTIME(cudaMemsetAsync_ptsz, (devPtr, value, count, stream));
-}
-
-CUresult do_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
-{
-    if (SWAP_ON) record_copy(dstDevice, (uint64_t)srcHost, NULL);
-    return CALL_REAL_DRIVER(cuMemcpyHtoD_v2, (dstDevice, srcHost, ByteCount));
-}
-
-CUresult do_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    if (SWAP_ON) record_copy((uint64_t)dstHost, srcDevice, NULL);
-    return CALL_REAL_DRIVER(cuMemcpyDtoH_v2, (dstHost, srcDevice, ByteCount));
-}
-
-CUresult do_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    if (SWAP_ON) record_copy(dstDevice, srcDevice, NULL);
-    return CALL_REAL_DRIVER(cuMemcpyDtoD_v2, (dstDevice, srcDevice, ByteCount));
-}
-
-CUresult do_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
-{
-    if (SWAP_ON) record_copy(dstDevice, 0, NULL);
-    return CALL_REAL_DRIVER(cuMemsetD8_v2, (dstDevice, uc, N));
-}
-
-CUresult do_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
-{
-    if (SWAP_ON) record_copy(dstDevice, 0, NULL);
-    return CALL_REAL_DRIVER(cuMemsetD32_v2, (dstDevice, ui, N));
-}
+/* The launch, copy and set entry points: do_<name> for every RUNTIME_SWAP
+ * and DRIVER_SWAP line of symbols.def, its hook then the real call. */
+#define RUNTIME_SWAP(ret, name, params, args, hook)                                                \
+    ret do_##name params                                                                           \
+    {                                                                                              \
+        if (SWAP_ON) {                                                                             \
+            hook;                                                                                  \
+        }                                                                                          \
+        return CALL_REAL_RUNTIME(name, args);                                                      \
+    }
+#define DRIVER_SWAP(ret, name, base, ver, params, args, hook)                                      \
+    ret do_##name params                                                                           \
+    {                                                                                              \
+        if (SWAP_ON) {                                                                             \
+            hook;                                                                                  \
+        }                                                                                          \
+        return CALL_REAL_DRIVER(name, args);                                                       \
+    }
+#include "symbols.def"
 
 /* ---- report ------------------------------------------------------------ */
 

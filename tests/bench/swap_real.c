@@ -135,8 +135,8 @@ int main(int argc, char **argv)
     }
     if (jf) fprintf(jf, "{\n  \"unit\": \"bytes moved over the whole trace\",\n  \"rows\": [\n");
     printf("real traces, whole run (warm-up counts), MiB moved (host->device + device->host)\n");
-    printf("%-32s %6s %8s %9s %9s %7s %9s %9s %8s %8s %7s\n", "trace", "budget", "MiB",
-           "lb(h2d)", "offline", "best", "history", "lru", "hist/off", "hist/lru", "off/lb");
+    printf("%-32s %6s %8s %9s %9s %7s %9s %9s %8s %8s %7s\n", "trace", "budget", "MiB", "lb(h2d)",
+           "offline", "best", "history", "lru", "hist/off", "hist/lru", "off/lb");
     struct worst w_off = {0}, w_lru = {0};
     int rows = 0;
     for (int i = first; i < argc; i++) {
@@ -201,10 +201,11 @@ int main(int argc, char **argv)
     }
     printf("goal swap-offline: worst history/offline %.3f (%s at %.2fx) <= %.2f %s\n", w_off.v,
            w_off.trace, w_off.oversub, GOAL_OFFLINE, w_off.v <= GOAL_OFFLINE ? "ok" : "miss");
-    printf("goal swap-lru: worst history/lru %.3f (%s at %.2fx) <= %.2f %s\n", w_lru.v,
-           w_lru.trace, w_lru.oversub, GOAL_LRU, w_lru.v <= GOAL_LRU ? "ok" : "miss");
+    printf("goal swap-lru: worst history/lru %.3f (%s at %.2fx) <= %.2f %s\n", w_lru.v, w_lru.trace,
+           w_lru.oversub, GOAL_LRU, w_lru.v <= GOAL_LRU ? "ok" : "miss");
     if (jf) {
-        fprintf(jf, "\n  ],\n  \"worst_history_offline\": %.4f,\n  \"worst_history_lru\": %.4f\n}\n",
+        fprintf(jf,
+                "\n  ],\n  \"worst_history_offline\": %.4f,\n  \"worst_history_lru\": %.4f\n}\n",
                 w_off.v, w_lru.v);
         if (fclose(jf)) {
             fprintf(stderr, "swap-real: %s: write failed\n", json);

@@ -290,8 +290,10 @@ static uint64_t next_rand(void)
 
 static void push_launch(struct swap_trace *t, uint64_t block, bool w)
 {
-    cr_assert_eq(swap_trace_push(t, (struct swap_event){.kind = SWAP_EV_ACCESS, .block = block,
-                                                        .bytes = SZ, .is_write = w}),
+    cr_assert_eq(swap_trace_push(t, (struct swap_event){.kind = SWAP_EV_ACCESS,
+                                                        .block = block,
+                                                        .bytes = SZ,
+                                                        .is_write = w}),
                  0);
     cr_assert_eq(swap_trace_push(t, (struct swap_event){.kind = SWAP_EV_LAUNCH}), 0);
 }
