@@ -43,12 +43,15 @@
  *
  * Robustness (phases, interleaving, shuffles). Prediction from the past is
  * only as good as the repetition. So the history kind also replays every
- * access in two shadow caches, at no cost to the device: one ranked by
- * recency alone (what lru would hold) and one by prediction alone. Each
+ * access in three shadow caches, at no cost to the device: one ranked by
+ * recency alone (what lru would hold), one by prediction alone, one by
+ * reverse recency (mru: evict the most recently used unpinned block). Each
  * counts the bytes it would have moved, decayed by 1 - 1/SHADOW_WINDOW per
  * launch (a window of ~256 launches). The real cache ranks its victims by
- * prediction only while the prediction shadow's recent cost is strictly
- * below the recency shadow's, else by recency: when the pattern changes
+ * prediction while the prediction shadow's recent cost is strictly below
+ * the recency shadow's; by mru while the mru shadow costs under half of
+ * both others (a loop larger than the budget, before its period is learned:
+ * this is what makes warm-up cheap); else by recency. When the pattern changes
  * (an evaluation pass, a second model, a shuffled order) history degrades
  * to lru within a window, and returns to prediction once the new pattern
  * has been learned and proves cheaper. Cost: two bits of state per block
@@ -106,6 +109,10 @@
 #define CLEAN_WEIGHT 2.0
 /* Shadow costs decay by 1 - 1/SHADOW_WINDOW per launch (see "Robustness"). */
 #define SHADOW_WINDOW 256.0
+/* The real cache follows the mru shadow only when it costs less than this
+ * share of both others: mru is right for loops larger than the budget and
+ * wrong nearly everywhere else, so it must win clearly. */
+#define MRU_MARGIN 0.5
 /* MIN only: a next_use with this bit is the time the block is freed, with
  * no access before (dead). */
 #define DEAD_BIT (1ULL << 63)
@@ -117,14 +124,16 @@ struct blk {
     uint64_t pin_launch; /* launch of its latest access: pinned while == now */
     uint64_t next_use;   /* min: true next use after its latest access */
     bool resident, dirty, has_host;
-    /* history: the two shadow caches (SH_LRU, SH_HIST), see "Robustness" */
-    bool s_res[2], s_dirty[2], s_host[2];
+    /* history: the shadow caches (SH_LRU, SH_HIST, SH_MRU), see "Robustness" */
+    bool s_res[3], s_dirty[3], s_host[3];
     UT_hash_handle hh;
 };
 
-/* Shadow caches of the history kind: what lru alone, and history's
- * prediction alone, would have kept resident. */
-enum { SH_LRU, SH_HIST };
+/* Shadow caches of the history kind: what lru alone, history's prediction
+ * alone, and mru alone would have kept resident. */
+enum { SH_LRU, SH_HIST, SH_MRU, SH_N };
+/* How the real cache and each shadow rank victims. */
+enum rank { RANK_LRU, RANK_PREDICT, RANK_MRU };
 
 struct cand {
     struct blk *b;
@@ -146,10 +155,10 @@ struct swap_policy {
     size_t cand_cap;
     /* history: shadow caches, their resident bytes and their recent cost
      * (bytes they would have moved, decayed per launch) */
-    uint64_t s_resident[2];
-    double s_cost[2];
+    uint64_t s_resident[SH_N];
+    double s_cost[SH_N];
     double decay;
-    bool follow_hist; /* the real cache ranks by prediction (else by recency) */
+    enum rank follow; /* how the real cache ranks its victims */
 };
 
 int swap_policy_create_params(const struct swap_params *prm, struct swap_policy **out)
@@ -229,7 +238,7 @@ static int by_score_desc(const void *x, const void *y)
  * `which` (-1: the real one; SH_LRU, SH_HIST: a shadow) into p->cand, best
  * victim first, by prediction (predict) or by recency; returns how many, or
  * -ENOMEM. */
-static int rank_victims(struct swap_policy *p, const struct blk *self, int which, bool predict)
+static int rank_victims(struct swap_policy *p, const struct blk *self, int which, enum rank how)
 {
     size_t n = 0;
     if (grow((void **)&p->cand, &p->cand_cap, HASH_COUNT(p->blocks), sizeof(*p->cand)))
@@ -239,8 +248,10 @@ static int rank_victims(struct swap_policy *p, const struct blk *self, int which
         if (!res || b == self || pinned(p, b)) continue;
         bool dirty = which < 0 ? b->dirty : b->s_dirty[which];
         double score;
-        if (!predict) {
+        if (how == RANK_LRU) {
             score = -(double)b->last_use;
+        } else if (how == RANK_MRU) {
+            score = (double)b->last_use;
         } else if (p->prm.kind == SWAP_POLICY_MIN && b->next_use != SWAP_NEVER &&
                    (b->next_use & DEAD_BIT)) {
             /* Dead (freed before any use): dropping it clean is free; a
@@ -267,7 +278,10 @@ static int shadow_access(struct swap_policy *p, int k, struct blk *b, uint64_t s
     uint64_t old = b->s_res[k] ? b->size : 0;
     uint64_t after = p->s_resident[k] - old + size;
     if (after > p->prm.budget_bytes) {
-        int n = rank_victims(p, b, k, k == SH_HIST && swap_history_period(p->hist));
+        enum rank how = k == SH_MRU                                    ? RANK_MRU
+                        : k == SH_HIST && swap_history_period(p->hist) ? RANK_PREDICT
+                                                                       : RANK_LRU;
+        int n = rank_victims(p, b, k, how);
         if (n < 0) return n;
         for (int i = 0; i < n && after > p->prm.budget_bytes; i++) {
             struct blk *v = p->cand[i].b;
@@ -309,7 +323,7 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
         }
     }
     if (p->hist) {
-        for (int k = SH_LRU; k <= SH_HIST; k++) {
+        for (int k = SH_LRU; k < SH_N; k++) {
             int rc = shadow_access(p, k, b, size, is_write);
             if (rc) return rc;
         }
@@ -326,10 +340,13 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
             p->c.overflows++;
             return -ENOSPC;
         }
-        bool predict =
-            p->prm.kind == SWAP_POLICY_MIN ||
-            (p->prm.kind == SWAP_POLICY_HISTORY && p->follow_hist && swap_history_period(p->hist));
-        int n = rank_victims(p, b, -1, predict);
+        enum rank how = p->prm.kind == SWAP_POLICY_MIN   ? RANK_PREDICT
+                        : p->prm.kind == SWAP_POLICY_LRU ? RANK_LRU
+                                                         : p->follow;
+        if (how == RANK_PREDICT && p->prm.kind == SWAP_POLICY_HISTORY &&
+            !swap_history_period(p->hist))
+            how = RANK_LRU;
+        int n = rank_victims(p, b, -1, how);
         if (n < 0) return n;
         if (grow((void **)&p->evict, &p->evict_cap, (size_t)n, sizeof(*p->evict))) return -ENOMEM;
         out->evict = p->evict;
@@ -390,7 +407,7 @@ int swap_policy_free(struct swap_policy *p, uint64_t block)
     HASH_FIND(hh, p->blocks, &block, sizeof(block), b);
     if (!b) return -ENOENT;
     if (b->resident) p->resident -= b->size;
-    for (int k = SH_LRU; k <= SH_HIST; k++)
+    for (int k = SH_LRU; k < SH_N; k++)
         if (b->s_res[k]) p->s_resident[k] -= b->size;
     HASH_DEL(p->blocks, b);
     free(b);
@@ -404,11 +421,15 @@ void swap_policy_next_launch(struct swap_policy *p)
     p->c.launches++;
     if (p->hist) {
         swap_history_next_launch(p->hist);
-        for (int k = SH_LRU; k <= SH_HIST; k++)
+        for (int k = SH_LRU; k < SH_N; k++)
             p->s_cost[k] *= p->decay;
         /* Follow the prediction while it has recently cost no more than
          * recency would have (see "Robustness"). */
-        p->follow_hist = p->s_cost[SH_HIST] < p->s_cost[SH_LRU];
+        p->follow = RANK_LRU;
+        if (p->s_cost[SH_HIST] < p->s_cost[SH_LRU]) p->follow = RANK_PREDICT;
+        if (p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[SH_LRU] &&
+            p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[SH_HIST])
+            p->follow = RANK_MRU;
     }
 }
 
