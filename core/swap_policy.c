@@ -54,7 +54,7 @@
  * this is what makes warm-up cheap); else by recency. When the pattern changes
  * (an evaluation pass, a second model, a shuffled order) history degrades
  * to lru within a window, and returns to prediction once the new pattern
- * has been learned and proves cheaper. Cost: two bits of state per block
+ * has been learned and proves cheaper. Cost: a few bits of state per block
  * and a victim ranking per shadow eviction. On the recorded real traces
  * (docs/swap.md) history moves at most ~0.1% more than lru, and far less
  * where the loop repeats.
