@@ -60,9 +60,16 @@ int swap_history_record(struct swap_history *h, uint64_t block, uint64_t bytes, 
  * next; re-learns the period from time to time. Never fails. */
 void swap_history_next_launch(struct swap_history *h);
 
-/* Drop a freed block's record, so that a new block at the same id starts
- * with no past. */
+/* Drop a block's record, so that a new block at the same id starts with no
+ * past. */
 void swap_history_forget(struct swap_history *h, uint64_t block);
+
+/* The block was freed. Its past stays, so that a new block of the same size
+ * at the same id (a caching allocator reusing the address for the same
+ * tensor next iteration) continues it; another size starts afresh. Retired
+ * records whose events have all left the ring are dropped from time to
+ * time, which keeps the memory bounded. */
+void swap_history_retire(struct swap_history *h, uint64_t block);
 
 /* The current launch's logical time. */
 uint64_t swap_history_now(const struct swap_history *h);

@@ -28,11 +28,13 @@
  * a missing one there) and still count as a match. */
 #define PHASE_SLACK 4
 /* Share of launches that must repeat at the candidate period. */
-#define MATCH_MIN 0.90
+#define MATCH_MIN 0.6
 /* A longer candidate replaces a shorter one only if it matches this much better. */
 #define MATCH_BETTER 0.01
 /* Candidate periods verified per detection, at most. */
 #define MAX_CANDIDATES 32
+/* The fewest launches a period is verified on. */
+#define MIN_WINDOW 16
 /* A walk longer than this means the block is used many times per period: hot. */
 #define MAX_WALK 64
 
@@ -48,6 +50,8 @@ struct hist_event {
 struct hist_block {
     uint64_t id;
     uint64_t last_seq;
+    uint64_t bytes; /* size at its latest access */
+    bool retired;   /* freed; the past stays for an allocation reusing the id */
     UT_hash_handle hh;
 };
 
@@ -63,6 +67,8 @@ struct swap_history {
     uint64_t period;      /* 0 = none learned */
     uint64_t shift;       /* the period as seen at the latest launch (phase-corrected) */
     uint64_t next_detect; /* launch at which to (re)detect */
+    uint64_t retired;     /* retired records */
+    uint64_t sweep_at;    /* sweep the retired records when there are this many */
 };
 
 static uint64_t mix64(uint64_t x)
@@ -91,6 +97,7 @@ int swap_history_create(uint32_t max_events, uint32_t max_launches, struct swap_
     }
     for (uint32_t i = 0; i < h->ev_cap; i++)
         h->ev[i].seq = NO_SEQ;
+    h->sweep_at = 1024;
     *out = h;
     return 0;
 }
@@ -131,6 +138,15 @@ int swap_history_record(struct swap_history *h, uint64_t block, uint64_t bytes, 
             return -ENOMEM;
         }
     }
+    if (b->retired) {
+        /* A new allocation at a freed block's id: the same role (a caching
+         * allocator hands the same address to the same tensor every
+         * iteration) continues its past; another size is another role. */
+        b->retired = false;
+        h->retired--;
+        if (b->bytes != bytes) b->last_seq = NO_SEQ;
+    }
+    b->bytes = bytes;
     uint64_t seq = h->ev_count++;
     struct hist_event *e = &h->ev[seq % h->ev_cap];
     *e = (struct hist_event){.seq = seq,
@@ -144,13 +160,37 @@ int swap_history_record(struct swap_history *h, uint64_t block, uint64_t bytes, 
     return 0;
 }
 
+static const struct hist_event *event_at(const struct swap_history *h, uint64_t seq);
+
 void swap_history_forget(struct swap_history *h, uint64_t block)
 {
     struct hist_block *b;
     HASH_FIND(hh, h->blocks, &block, sizeof(block), b);
     if (!b) return;
+    if (b->retired) h->retired--;
     HASH_DEL(h->blocks, b);
     free(b);
+}
+
+/* Drop the retired records whose past has left the event ring: at most
+ * ev_cap retired records can still have one, so the table stays bounded. */
+static void sweep_retired(struct swap_history *h)
+{
+    struct hist_block *b, *tmp;
+    HASH_ITER(hh, h->blocks, b, tmp)
+    {
+        if (b->retired && !event_at(h, b->last_seq)) swap_history_forget(h, b->id);
+    }
+    h->sweep_at = h->retired * 2 > 1024 ? h->retired * 2 : 1024;
+}
+
+void swap_history_retire(struct swap_history *h, uint64_t block)
+{
+    struct hist_block *b;
+    HASH_FIND(hh, h->blocks, &block, sizeof(block), b);
+    if (!b || b->retired) return;
+    b->retired = true;
+    if (++h->retired >= h->sweep_at) sweep_retired(h);
 }
 
 uint64_t swap_history_now(const struct swap_history *h)
@@ -236,6 +276,15 @@ static double match_share(const struct swap_history *h, uint64_t P, uint64_t win
     return 1.0 - (double)miss / (double)window;
 }
 
+/* Launches that must be retained before period P can be verified: one
+ * period and a quarter of the next (at least MIN_WINDOW launches), so that
+ * a loop is learned early in its second repetition: warm-up counts. */
+static uint64_t needed(uint64_t P)
+{
+    uint64_t w = P / 4 > MIN_WINDOW ? P / 4 : MIN_WINDOW;
+    return P + (w < P ? w : P) + PHASE_SLACK;
+}
+
 /* Verify candidate P against the recent launches (see swap_policy.c): it
  * is kept if it beats the best so far under the rules there. */
 static void try_candidate(const struct swap_history *h, uint64_t P, uint64_t n, uint64_t *best_p,
@@ -269,13 +318,13 @@ static void detect_period(struct swap_history *h)
     for (uint64_t t = last; t-- > first && nc < MAX_CANDIDATES;) {
         if (sig_of(h, t) != s) continue;
         uint64_t P = last - t;
-        if (2 * P + PHASE_SLACK > n || P + PHASE_SLACK + 1 > covered) break;
+        if (needed(P) > n || P + PHASE_SLACK + 1 > covered) break;
         cand[nc++] = P;
     }
     uint64_t best_p = 0;
     double best = 0.0;
     bool current_done =
-        !h->period || 2 * h->period + PHASE_SLACK > n || h->period + PHASE_SLACK + 1 > covered;
+        !h->period || needed(h->period) > n || h->period + PHASE_SLACK + 1 > covered;
     for (int i = 0; i <= nc; i++) {
         uint64_t P = i < nc ? cand[i] : UINT64_MAX;
         if (!current_done && h->period <= P) {

@@ -34,6 +34,11 @@ size_t swap_index_count(const struct swap_index *x)
     return x->n;
 }
 
+const struct swap_block *swap_index_at(const struct swap_index *x, size_t i)
+{
+    return i < x->n ? &x->b[i] : NULL;
+}
+
 /* First position whose base is > addr. */
 static size_t upper(const struct swap_index *x, uint64_t addr)
 {

@@ -42,6 +42,9 @@ struct swap_block *swap_index_find(const struct swap_index *x, uint64_t addr);
 
 size_t swap_index_count(const struct swap_index *x);
 
+/* The i-th block in address order, NULL past the end (for walks). */
+const struct swap_block *swap_index_at(const struct swap_index *x, size_t i);
+
 /* One kernel parameter worth scanning: its offset in the parameter block
  * and its size. Only parameters at 8-aligned offsets of at least 8 bytes
  * can hold a pointer (a pointer's alignment is 8, and a by-value struct

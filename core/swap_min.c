@@ -67,7 +67,9 @@ static int next_uses(const struct swap_trace *t, bool by_launch, uint64_t **out)
             }
         }
         if (ev->kind == SWAP_EV_FREE) {
-            e->next = SWAP_NEVER;
+            /* by launch (min): the time it dies, flagged (swap_policy.c ranks
+             * a dead block by it); by event (the bound): never needed again */
+            e->next = by_launch ? now | (1ULL << 63) : SWAP_NEVER;
         } else {
             next[i] = e->next;
             e->next = by_launch ? now : i;
@@ -174,6 +176,13 @@ static int replay_once(const struct swap_trace *t, const struct swap_params *prm
     return rc;
 }
 
+/* What the MIN family is judged by: the whole run with warm-up 0 (warm-up
+ * counts), else the steady state. */
+static double cost(const struct swap_replay_result *r, unsigned warmup)
+{
+    return warmup ? r->steady_bytes : (double)(r->total.h2d_bytes + r->total.d2h_bytes);
+}
+
 int swap_replay(const struct swap_trace *t, const struct swap_params *prm, unsigned warmup,
                 struct swap_replay_result *r)
 {
@@ -189,7 +198,7 @@ int swap_replay(const struct swap_trace *t, const struct swap_params *prm, unsig
     for (size_t k = 0; k < sizeof(weights) / sizeof(weights[0]) && !rc; k++) {
         struct swap_replay_result one;
         rc = replay_once(t, prm, next, weights[k], warmup, &one);
-        if (!rc && (k == 0 || one.steady_bytes < r->steady_bytes)) *r = one;
+        if (!rc && (k == 0 || cost(&one, warmup) < cost(r, warmup))) *r = one;
     }
     free(next);
     return rc;

@@ -20,16 +20,44 @@
  * of signatures every iteration, so the sequence has a period P. To learn it,
  * take as candidates the current period (if any, so that one odd launch
  * does not erase it) and the distances back to earlier occurrences of the
- * latest launch's signature; a candidate passes if at least 90% of the
- * recent launches (half the retained window, which holds at least two
- * periods) find their own signature about P launches earlier (within +-4
+ * latest launch's signature; a candidate passes if at least 60% of the
+ * recent launches (at most half the retained window; at least a quarter of
+ * a period, so a loop is learned early in its second repetition: warm-up
+ * counts) find their own signature about P launches earlier (within +-4
  * launches, so that an inserted or dropped kernel does not break the match;
  * less for periods under 8, so that a launch never matches itself).
  * The shortest passing candidate wins unless a longer one matches clearly
  * better: with gradient accumulation the micro-batch repeats but the
  * optimizer only once per full step, so the full step matches ~100% and the
- * micro-batch ~85-95%. Detection runs every 8 launches until a period is
- * found, then every period to confirm or replace it.
+ * micro-batch ~85-95%. The threshold is low (60%) because real loops are
+ * not exact: a mixture of experts routes data-dependent token counts, so
+ * its activations change size (and id) every step; a wrong period is
+ * caught by the shadows below. Detection runs every 8 launches until a
+ * period is found, then every period to confirm or replace it.
+ *
+ * Freed blocks keep their past (swap_history_retire): a caching allocator
+ * gives the same address to the same tensor every iteration, so a new block
+ * of the same size at a freed block's id continues its chain of events; an
+ * activation freed at the end of backward is predicted from what its
+ * predecessor did one period ago.
+ *
+ * Robustness (phases, interleaving, shuffles). Prediction from the past is
+ * only as good as the repetition. So the history kind also replays every
+ * access in three shadow caches, at no cost to the device: one ranked by
+ * recency alone (what lru would hold), one by prediction alone, one by
+ * reverse recency (mru: evict the most recently used unpinned block). Each
+ * counts the bytes it would have moved, decayed by 1 - 1/SHADOW_WINDOW per
+ * launch (a window of ~256 launches). The real cache ranks its victims by
+ * prediction while the prediction shadow's recent cost is strictly below
+ * the recency shadow's; by mru while the mru shadow costs under half of
+ * both others (a loop larger than the budget, before its period is learned:
+ * this is what makes warm-up cheap); else by recency. When the pattern changes
+ * (an evaluation pass, a second model, a shuffled order) history degrades
+ * to lru within a window, and returns to prediction once the new pattern
+ * has been learned and proves cheaper. Cost: a few bits of state per block
+ * and a victim ranking per shadow eviction. On the recorded real traces
+ * (docs/swap.md) history moves at most ~0.1% more than lru, and far less
+ * where the loop repeats.
  *
  * Next use. If the pattern repeats with period P, what block b does next is
  * what it did one period ago: its predicted next use is t + P, where t is
@@ -57,7 +85,10 @@
  * allocation, Farach-Colton & Liberatore). So the replay's "min" is an
  * offline schedule, not a proof: it runs this engine with the true next
  * uses under clean weights 1 (plain Belady), 1.5, 2, 3, 4 and 8 and keeps
- * the cheapest in steady state. Each is a feasible schedule, so min is an
+ * the cheapest (in steady state, or over the whole run with warm-up 0). A
+ * block freed before its next use is dead: MIN drops it for free when
+ * clean, and ranks a dirty one by the time it dies, its write-back costing
+ * like a clean block's refetch. Each is a feasible schedule, so min is an
  * upper bound on the true optimum, and history/min < 1 is possible (a
  * greedy schedule's steady state depends on the state it starts from). The
  * replay also prints a lower bound (swap_min.c): the host->device bytes of
@@ -76,6 +107,15 @@
 #define NOT_PINNED UINT64_MAX
 /* See "Ranking" above. */
 #define CLEAN_WEIGHT 2.0
+/* Shadow costs decay by 1 - 1/SHADOW_WINDOW per launch (see "Robustness"). */
+#define SHADOW_WINDOW 256.0
+/* The real cache follows the mru shadow only when it costs less than this
+ * share of both others: mru is right for loops larger than the budget and
+ * wrong nearly everywhere else, so it must win clearly. */
+#define MRU_MARGIN 0.5
+/* MIN only: a next_use with this bit is the time the block is freed, with
+ * no access before (dead). */
+#define DEAD_BIT (1ULL << 63)
 
 struct blk {
     uint64_t id;
@@ -84,8 +124,16 @@ struct blk {
     uint64_t pin_launch; /* launch of its latest access: pinned while == now */
     uint64_t next_use;   /* min: true next use after its latest access */
     bool resident, dirty, has_host;
+    /* history: the shadow caches (SH_LRU, SH_HIST, SH_MRU), see "Robustness" */
+    bool s_res[3], s_dirty[3], s_host[3];
     UT_hash_handle hh;
 };
+
+/* Shadow caches of the history kind: what lru alone, history's prediction
+ * alone, and mru alone would have kept resident. */
+enum { SH_LRU, SH_HIST, SH_MRU, SH_N };
+/* How the real cache and each shadow rank victims. */
+enum rank { RANK_LRU, RANK_PREDICT, RANK_MRU };
 
 struct cand {
     struct blk *b;
@@ -105,6 +153,12 @@ struct swap_policy {
     size_t evict_cap;
     struct cand *cand;
     size_t cand_cap;
+    /* history: shadow caches, their resident bytes and their recent cost
+     * (bytes they would have moved, decayed per launch) */
+    uint64_t s_resident[SH_N];
+    double s_cost[SH_N];
+    double decay;
+    enum rank follow; /* how the real cache ranks its victims */
 };
 
 int swap_policy_create_params(const struct swap_params *prm, struct swap_policy **out)
@@ -116,6 +170,7 @@ int swap_policy_create_params(const struct swap_params *prm, struct swap_policy 
     if (!p) return -ENOMEM;
     p->prm = *prm;
     p->clean_weight = CLEAN_WEIGHT;
+    p->decay = 1.0 - 1.0 / SHADOW_WINDOW;
     if (prm->kind == SWAP_POLICY_HISTORY) {
         int rc = swap_history_create(prm->history_events, prm->history_launches, &p->hist);
         if (rc) {
@@ -179,31 +234,69 @@ static int by_score_desc(const void *x, const void *y)
     return a->b->last_use < b->b->last_use ? -1 : a->b->last_use > b->b->last_use;
 }
 
-/* Ranks every resident unpinned block other than self into p->cand, best
- * victim first; returns how many, or -ENOMEM. */
-static int rank_victims(struct swap_policy *p, const struct blk *self)
+/* Ranks every unpinned block other than self that is resident in cache
+ * `which` (-1: the real one; SH_LRU, SH_HIST: a shadow) into p->cand, best
+ * victim first, by prediction (predict) or by recency; returns how many, or
+ * -ENOMEM. */
+static int rank_victims(struct swap_policy *p, const struct blk *self, int which, enum rank how)
 {
     size_t n = 0;
     if (grow((void **)&p->cand, &p->cand_cap, HASH_COUNT(p->blocks), sizeof(*p->cand)))
         return -ENOMEM;
-    bool predict = p->prm.kind == SWAP_POLICY_MIN ||
-                   (p->prm.kind == SWAP_POLICY_HISTORY && swap_history_period(p->hist));
     for (struct blk *b = p->blocks; b; b = b->hh.next) {
-        if (!b->resident || b == self || pinned(p, b)) continue;
+        bool res = which < 0 ? b->resident : b->s_res[which];
+        if (!res || b == self || pinned(p, b)) continue;
+        bool dirty = which < 0 ? b->dirty : b->s_dirty[which];
         double score;
-        if (!predict) {
+        if (how == RANK_LRU) {
             score = -(double)b->last_use;
+        } else if (how == RANK_MRU) {
+            score = (double)b->last_use;
+        } else if (p->prm.kind == SWAP_POLICY_MIN && b->next_use != SWAP_NEVER &&
+                   (b->next_use & DEAD_BIT)) {
+            /* Dead (freed before any use): dropping it clean is free; a
+             * dirty one costs one write-back, like a clean block's refetch,
+             * and frees room only until the free. */
+            double dist = (double)((b->next_use & ~DEAD_BIT) - p->now);
+            score = dirty ? dist * p->clean_weight : 2e30;
         } else {
             uint64_t next =
                 p->prm.kind == SWAP_POLICY_MIN ? b->next_use : swap_history_predict(p->hist, b->id);
             double dist = next == SWAP_NEVER ? 1e30 : (double)(next - p->now);
-            score = b->dirty ? dist : dist * p->clean_weight;
-            if (next == SWAP_NEVER && !b->dirty) score = 2e30; /* free to drop */
+            score = dirty ? dist : dist * p->clean_weight;
+            if (next == SWAP_NEVER && !dirty) score = 2e30; /* free to drop */
         }
         p->cand[n++] = (struct cand){.b = b, .score = score};
     }
     qsort(p->cand, n, sizeof(*p->cand), by_score_desc);
     return (int)n;
+}
+
+/* Replays one access in shadow cache k (no decision, only its cost). */
+static int shadow_access(struct swap_policy *p, int k, struct blk *b, uint64_t size, bool is_write)
+{
+    uint64_t old = b->s_res[k] ? b->size : 0;
+    uint64_t after = p->s_resident[k] - old + size;
+    if (after > p->prm.budget_bytes) {
+        enum rank how = k == SH_MRU                                    ? RANK_MRU
+                        : k == SH_HIST && swap_history_period(p->hist) ? RANK_PREDICT
+                                                                       : RANK_LRU;
+        int n = rank_victims(p, b, k, how);
+        if (n < 0) return n;
+        for (int i = 0; i < n && after > p->prm.budget_bytes; i++) {
+            struct blk *v = p->cand[i].b;
+            if (v->s_dirty[k]) p->s_cost[k] += (double)v->size;
+            v->s_res[k] = v->s_dirty[k] = false;
+            v->s_host[k] = true;
+            after -= v->size;
+        }
+        if (after > p->prm.budget_bytes) return 0; /* overflow: left to demand paging */
+    }
+    if (!b->s_res[k] && b->s_host[k]) p->s_cost[k] += (double)size;
+    p->s_resident[k] = after;
+    b->s_res[k] = true;
+    b->s_dirty[k] = b->s_dirty[k] || is_write;
+    return 0;
 }
 
 static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, bool is_write,
@@ -229,6 +322,12 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
             return -ENOMEM;
         }
     }
+    if (p->hist) {
+        for (int k = SH_LRU; k < SH_N; k++) {
+            int rc = shadow_access(p, k, b, size, is_write);
+            if (rc) return rc;
+        }
+    }
     /* Bytes this access adds to the resident total (a resident block may
      * have been reallocated larger at the same id). */
     uint64_t old = b->resident ? b->size : 0;
@@ -241,7 +340,13 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
             p->c.overflows++;
             return -ENOSPC;
         }
-        int n = rank_victims(p, b);
+        enum rank how = p->prm.kind == SWAP_POLICY_MIN   ? RANK_PREDICT
+                        : p->prm.kind == SWAP_POLICY_LRU ? RANK_LRU
+                                                         : p->follow;
+        if (how == RANK_PREDICT && p->prm.kind == SWAP_POLICY_HISTORY &&
+            !swap_history_period(p->hist))
+            how = RANK_LRU;
+        int n = rank_victims(p, b, -1, how);
         if (n < 0) return n;
         if (grow((void **)&p->evict, &p->evict_cap, (size_t)n, sizeof(*p->evict))) return -ENOMEM;
         out->evict = p->evict;
@@ -297,11 +402,13 @@ int swap_policy_access_known(struct swap_policy *p, uint64_t block, uint64_t siz
 int swap_policy_free(struct swap_policy *p, uint64_t block)
 {
     if (!p) return -EINVAL;
-    if (p->hist) swap_history_forget(p->hist, block);
+    if (p->hist) swap_history_retire(p->hist, block);
     struct blk *b;
     HASH_FIND(hh, p->blocks, &block, sizeof(block), b);
     if (!b) return -ENOENT;
     if (b->resident) p->resident -= b->size;
+    for (int k = SH_LRU; k < SH_N; k++)
+        if (b->s_res[k]) p->s_resident[k] -= b->size;
     HASH_DEL(p->blocks, b);
     free(b);
     return 0;
@@ -312,7 +419,18 @@ void swap_policy_next_launch(struct swap_policy *p)
     if (!p) return;
     p->now++;
     p->c.launches++;
-    if (p->hist) swap_history_next_launch(p->hist);
+    if (p->hist) {
+        swap_history_next_launch(p->hist);
+        for (int k = SH_LRU; k < SH_N; k++)
+            p->s_cost[k] *= p->decay;
+        /* Follow the prediction while it has recently cost no more than
+         * recency would have (see "Robustness"). */
+        p->follow = RANK_LRU;
+        if (p->s_cost[SH_HIST] < p->s_cost[SH_LRU]) p->follow = RANK_PREDICT;
+        if (p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[SH_LRU] &&
+            p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[SH_HIST])
+            p->follow = RANK_MRU;
+    }
 }
 
 void swap_policy_counters(const struct swap_policy *p, struct swap_counters *out)

@@ -1,30 +1,36 @@
-/* swap: host swap in the shim (docs/swap.md). Swappable allocations are
- * managed memory, registered in a block index (core/swap_index.h); every
- * kernel launch has its parameter words scanned against that index, every
- * copy and set its two ends looked up, and each block found is reported to
- * the eviction policy of its device (core/swap.h), whose answer is applied
- * before the real call: evictions are prefetches to the host with the
- * preferred location set to the host; a block the launch needs that is not
- * on its device is prefetched there, on the launch's stream.
+/* swap: host swap's hooks in the shim (docs/swap.md). Swappable
+ * allocations are managed memory, registered with the swap engine
+ * (core/swap_engine.h), which owns the block index, one eviction policy per
+ * device (core/swap.h) and the budget accounting. Here: every kernel launch
+ * has its parameter words scanned against the engine's index, every copy
+ * and set its two ends looked up, and each block found is reported to the
+ * engine before the real call; the engine decides and asks for moves
+ * through its one device operation, cuda_move (cuMemAdvise preferred
+ * location + cuMemPrefetchAsync on the launch's stream). The launch, copy
+ * and set wrappers are generated from symbols.def (RUNTIME_SWAP /
+ * DRIVER_SWAP lines and their hooks).
  *
  * Invariants:
- * - the bytes the shim has placed on a device (on_device blocks) are a
- *   subset of what that device's policy counts as resident, so they stay
- *   under IPCSHIM_DEVICE_BUDGET; the hardware may still fault in what the
- *   shim could not predict (a launch whose layout is unknown), never
+ * - the bytes placed on a device (on_device blocks) are a subset of what
+ *   that device's policy counts as resident, so they stay under
+ *   IPCSHIM_DEVICE_BUDGET; the hardware may still fault in what the shim
+ *   could not predict (a launch whose layout is unknown), never
  *   incorrectly, only at a cost;
  * - exported and imported blocks are never in the index: swappable blocks
  *   refuse to be exported, imports are never registered.
  *
- * Locking: one mutex (swap_lock) around the index, the policies, the layout
- * cache and the trace. The prefetch and advise calls are made under it (they
- * only enqueue work). Kernels are recorded as writing every block they touch:
- * a launch does not say which parameters it writes. Copies and sets
- * record the source as read and the destination as written, and never fetch
- * (a copy works wherever the block is; the next launch fetches it). */
+ * Locking: one mutex (swap_lock) around the engine, the layout cache and
+ * the trace. A free that is not of a swappable block does not take it (a
+ * lock-free counting filter, base_filter). The prefetch and advise calls
+ * are made under it (they only enqueue work). Kernels are recorded as
+ * writing every block they touch: a launch does not say which parameters it
+ * writes. Copies and sets record the source as read and the destination as
+ * written, and never fetch (a copy works wherever the block is; the next
+ * launch fetches it). */
 #include "swap.h" /* shim/swap.h; core/swap.h comes with swap_trace.h */
 #include "log.h"
 #include "options.h"
+#include "swap_engine.h"
 #include "swap_index.h"
 #include "swap_trace.h"
 #include "uthash_wrap.h"
@@ -35,7 +41,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_DEVICES 64
 #define MAX_PARAMS 1024
 /* Budget accounting unit: a block is charged its size rounded up to this
  * (managed memory migrates in pages; the simulator counts 512-byte units). */
@@ -45,9 +50,8 @@ bool swap_enabled;
 uint64_t swap_min_bytes;
 
 static pthread_mutex_t swap_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct swap_index *blocks;
-static unsigned long live_blocks; /* atomic: launches skip the scan while 0 */
-static struct swap_policy *policies[MAX_DEVICES];
+static struct swap_engine *engine; /* core/swap_engine.h: index, policies, budget */
+static unsigned long live_blocks;  /* atomic: launches skip the scan while 0 */
 static enum swap_policy_kind policy_kind;
 static uint64_t budget;
 static FILE *trace;
@@ -55,7 +59,7 @@ static FILE *trace;
 /* The shim's own counts, beside the policies' (under swap_lock). */
 static struct {
     uint64_t managed_allocs, fallback_allocs, launches_scanned, launches_no_layout, copies_recorded;
-    uint64_t prefetch_failures, overflows, refused_exports, prefetch_h2d_bytes, prefetch_d2h_bytes;
+    uint64_t refused_exports;
 } counts;
 
 /* ---- kernel parameter layouts, cached per function ---------------------- */
@@ -153,6 +157,34 @@ static const struct layout *layout_of(enum fn_kind kind, const void *fn)
     return l;
 }
 
+/* ---- moving blocks (the engine's one device operation) ----------------- */
+
+static CUmemLocation location(int device)
+{
+    CUmemLocation l = {.type = device < 0 ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
+                       .id = device < 0 ? 0 : device};
+    return l;
+}
+
+/* swap_ops.move: prefetch [base, base + size) to device (or the host, -1)
+ * on stream, with the preferred location set the same way. Under
+ * swap_lock (the engine is called under it). */
+static int cuda_move(void *ctx, uint64_t base, uint64_t size, int device, uint64_t stream)
+{
+    (void)ctx;
+    CUmemLocation to = location(device);
+    if (real_cuMemAdvise_v2)
+        real_cuMemAdvise_v2((CUdeviceptr)base, size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, to);
+    CUresult r =
+        real_cuMemPrefetchAsync_v2((CUdeviceptr)base, size, to, 0, (CUstream)(uintptr_t)stream);
+    if (r == CUDA_SUCCESS) return 0;
+    LOG_RATE(LOG_WARN,
+             "swap: prefetch of %#llx (%llu bytes) to %s failed: CUresult %d; left to the hardware",
+             (unsigned long long)base, (unsigned long long)size,
+             device < 0 ? "the host" : "the device", r);
+    return -EIO;
+}
+
 /* ---- set-up ------------------------------------------------------------ */
 
 static void flush_trace(void)
@@ -165,25 +197,34 @@ static void flush_trace(void)
 void swap_init(void)
 {
     const struct options *o = options_get();
-    if (!o->swap || o->disable) return;
-    if (!o->device_budget) {
+    if (o->disable) return;
+    /* One knob: a budget > 0 turns swap on. IPCSHIM_SWAP is a deprecated
+     * alias that changes nothing (docs/environment.md). */
+    if (o->swap)
         LOG_ONCE(LOG_WARN,
-                 "IPCSHIM_SWAP=1 but IPCSHIM_DEVICE_BUDGET is 0 or unset: host swap stays off");
+                 "IPCSHIM_SWAP is deprecated and has no effect: IPCSHIM_DEVICE_BUDGET > 0 "
+                 "alone turns host swap on");
+    if (!o->device_budget) {
+        if (o->swap)
+            LOG_ONCE(LOG_WARN,
+                     "IPCSHIM_SWAP=1 but IPCSHIM_DEVICE_BUDGET is 0 or unset: host swap stays off");
         return;
     }
     if (!real_cuMemAllocManaged || !real_cuMemPrefetchAsync_v2 || !real_cuCtxGetDevice ||
         !real_cuMemFree_v2) {
         LOG_ONCE(
             LOG_WARN,
-            "IPCSHIM_SWAP=1 but the driver lacks managed memory or prefetch; host swap stays off");
-        return;
-    }
-    if (swap_index_create(&blocks)) {
-        LOG_ONCE(LOG_WARN, "swap: out of memory; host swap stays off");
+            "IPCSHIM_DEVICE_BUDGET is set but the driver lacks managed memory or prefetch; host "
+            "swap stays off");
         return;
     }
     policy_kind = o->swap_policy == SWAP_OPT_LRU ? SWAP_POLICY_LRU : SWAP_POLICY_HISTORY;
     budget = o->device_budget;
+    static const struct swap_ops ops = {.move = cuda_move};
+    if (swap_engine_create(policy_kind, budget, &ops, &engine)) {
+        LOG_ONCE(LOG_WARN, "swap: out of memory; host swap stays off");
+        return;
+    }
     swap_min_bytes = o->swap_min_bytes;
     if (o->trace && *o->trace) {
         trace = fopen(o->trace, "a");
@@ -201,18 +242,6 @@ void swap_init(void)
     __atomic_store_n(&swap_enabled, true, __ATOMIC_RELEASE);
 }
 
-/* The policy of device d, created on first use (under swap_lock). */
-static struct swap_policy *policy_of(int d)
-{
-    if (d < 0 || d >= MAX_DEVICES) return NULL;
-    if (!policies[d] && swap_policy_create(policy_kind, budget, &policies[d])) {
-        LOG_ONCE(LOG_WARN,
-                 "swap: cannot create the eviction policy; blocks are left to the hardware");
-        return NULL;
-    }
-    return policies[d];
-}
-
 static void trace_event(char kind, const struct swap_block *b, bool is_write)
 {
     if (!trace) return;
@@ -223,79 +252,27 @@ static void trace_event(char kind, const struct swap_block *b, bool is_write)
     swap_trace_write_event(trace, &e);
 }
 
-/* ---- moving blocks ----------------------------------------------------- */
-
-static CUmemLocation location(int device)
+/* Report one access of the current launch to the engine, which applies the
+ * decision through cuda_move. Under swap_lock. */
+static void access_block(struct swap_block *b, bool is_write, bool fetch, CUstream stream)
 {
-    CUmemLocation l = {.type = device < 0 ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
-                       .id = device < 0 ? 0 : device};
-    return l;
-}
-
-/* Prefetch b to device (or the host, -1) on stream, with the preferred
- * location set the same way. Under swap_lock. */
-static bool move(struct swap_block *b, int device, CUstream stream)
-{
-    CUmemLocation to = location(device);
-    if (real_cuMemAdvise_v2)
-        real_cuMemAdvise_v2((CUdeviceptr)b->base, b->size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
-                            to);
-    CUresult r = real_cuMemPrefetchAsync_v2((CUdeviceptr)b->base, b->size, to, 0, stream);
-    if (r != CUDA_SUCCESS) {
-        counts.prefetch_failures++;
-        LOG_RATE(
-            LOG_WARN,
-            "swap: prefetch of %#llx (%llu bytes) to %s failed: CUresult %d; left to the hardware",
-            (unsigned long long)b->base, (unsigned long long)b->size,
-            device < 0 ? "the host" : "the device", r);
-        return false;
-    }
-    if (device < 0)
-        counts.prefetch_d2h_bytes += b->charge;
-    else
-        counts.prefetch_h2d_bytes += b->charge;
-    b->on_device = device >= 0;
-    return true;
-}
-
-/* Report one access of the current launch and apply the decision. Under
- * swap_lock. Returns the policy used (for the tick), NULL if none. */
-static struct swap_policy *access_block(struct swap_block *b, bool is_write, bool fetch,
-                                        CUstream stream)
-{
-    struct swap_policy *p = policy_of(b->device);
-    if (!p) return NULL;
-    struct swap_decision d;
-    int rc = swap_policy_access(p, b->base, b->charge, is_write, &d);
+    int rc = swap_engine_access(engine, b, is_write, fetch, (uint64_t)(uintptr_t)stream);
     trace_event(SWAP_EV_ACCESS, b, is_write);
-    if (rc == -ENOSPC) {
-        counts.overflows++;
+    if (rc == -ENOSPC)
         LOG_ONCE(
             LOG_WARN,
             "swap: one launch needs more than IPCSHIM_DEVICE_BUDGET=%llu bytes; the rest is left "
             "to demand paging",
             (unsigned long long)budget);
-        return p;
-    }
-    if (rc) return p;
-    for (size_t i = 0; i < d.n_evict; i++) {
-        struct swap_block *victim = swap_index_find(blocks, d.evict[i].block);
-        if (victim && victim->base == d.evict[i].block && victim->on_device)
-            move(victim, -1, stream);
-    }
-    if (fetch && !b->on_device) move(b, b->device, stream);
-    return p;
+    else if (rc == -ENOMEM)
+        LOG_ONCE(LOG_WARN,
+                 "swap: cannot create the eviction policy; blocks are left to the hardware");
 }
 
-/* Tick every policy this launch touched. Under swap_lock. */
-static void end_launch(struct swap_policy **touched, size_t n)
+/* The launch is complete. Under swap_lock. */
+static void end_launch(size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        bool seen = false;
-        for (size_t j = 0; j < i; j++)
-            seen |= touched[j] == touched[i];
-        if (touched[i] && !seen) swap_policy_next_launch(touched[i]);
-    }
+    swap_engine_end_launch(engine);
     if (trace && n) {
         struct swap_event e = {.kind = SWAP_EV_LAUNCH};
         swap_trace_write_event(trace, &e);
@@ -304,19 +281,34 @@ static void end_launch(struct swap_policy **touched, size_t n)
 
 /* ---- allocation, free, export ------------------------------------------ */
 
+/* A counting filter over the bases of registered blocks, read without the
+ * lock: a free whose slot counts 0 is not of a swappable block (the common
+ * case, every ordinary free in the process) and returns at once. Counts
+ * change under swap_lock; a block is counted before its allocation returns
+ * and uncounted after it leaves the index, so a free of a registered block
+ * always sees a count > 0 (false positives only take the lock). */
+#define FILTER_SLOTS 16384u
+static uint32_t base_filter[FILTER_SLOTS];
+
+static uint32_t *filter_slot(uint64_t base)
+{
+    uint64_t x = base >> 12; /* managed blocks are page-aligned */
+    x ^= x >> 17;
+    x *= 0xed5ad4bbu;
+    x ^= x >> 11;
+    return &base_filter[x % FILTER_SLOTS];
+}
+
 static void register_block(uint64_t base, size_t size)
 {
     CUdevice dev = 0;
     real_cuCtxGetDevice(&dev);
-    struct swap_block b = {.base = base,
-                           .size = size,
-                           .device = dev,
-                           .charge = (size + CHARGE_UNIT - 1) / CHARGE_UNIT * CHARGE_UNIT};
     pthread_mutex_lock(&swap_lock);
-    int rc = swap_index_insert(blocks, &b);
+    int rc = swap_engine_add(engine, base, size, dev, CHARGE_UNIT);
     if (!rc) {
         counts.managed_allocs++;
         __atomic_add_fetch(&live_blocks, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(filter_slot(base), 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&swap_lock);
     if (rc)
@@ -361,13 +353,12 @@ bool swap_alloc_driver(CUdeviceptr *ptr, size_t size)
 
 void swap_on_free_slow(uint64_t ptr)
 {
-    if (!ptr) return;
+    if (!ptr || !__atomic_load_n(filter_slot(ptr), __ATOMIC_ACQUIRE)) return; /* lock-free */
     struct swap_block b;
     pthread_mutex_lock(&swap_lock);
-    if (!swap_index_remove(blocks, ptr, &b)) {
+    if (!swap_engine_remove(engine, ptr, &b)) {
         __atomic_sub_fetch(&live_blocks, 1, __ATOMIC_RELAXED);
-        struct swap_policy *p = b.device >= 0 && b.device < MAX_DEVICES ? policies[b.device] : NULL;
-        if (p) swap_policy_free(p, b.base);
+        __atomic_sub_fetch(filter_slot(b.base), 1, __ATOMIC_RELEASE);
         if (trace) {
             struct swap_event e = {.kind = SWAP_EV_FREE, .block = b.base};
             swap_trace_write_event(trace, &e);
@@ -379,17 +370,18 @@ void swap_on_free_slow(uint64_t ptr)
 bool swap_refuses_export_slow(uint64_t ptr, const char *call)
 {
     pthread_mutex_lock(&swap_lock);
-    struct swap_block *b = swap_index_find(blocks, ptr);
+    struct swap_block *b = engine ? swap_engine_find(engine, ptr) : NULL;
     uint64_t size = b ? b->size : 0;
     if (b) counts.refused_exports++;
     pthread_mutex_unlock(&swap_lock);
     if (!b) return false;
-    LOG_RATE(LOG_WARN,
-             "%s(%#llx) refused: the block (%llu bytes) is swappable managed memory "
-             "(IPCSHIM_SWAP=1), which CUDA IPC "
-             "cannot export; set IPCSHIM_SWAP_MIN_BYTES above %llu (or IPCSHIM_SWAP=0) for blocks "
-             "you share",
-             call, (unsigned long long)ptr, (unsigned long long)size, (unsigned long long)size);
+    LOG_RATE(
+        LOG_WARN,
+        "%s(%#llx) refused: the block (%llu bytes) is swappable managed memory "
+        "(host swap is on), which CUDA IPC "
+        "cannot export; set IPCSHIM_SWAP_MIN_BYTES above %llu (or IPCSHIM_DEVICE_BUDGET=0) for "
+        "blocks you share",
+        call, (unsigned long long)ptr, (unsigned long long)size, (unsigned long long)size);
     return true;
 }
 
@@ -415,6 +407,7 @@ static void before_launch(enum fn_kind kind, const void *fn, void **args, void *
     if (kind == FN_RUNTIME) runtime_context();
     pthread_mutex_lock(&swap_lock);
     struct swap_touch t = {0};
+    struct swap_index *blocks = swap_engine_index(engine);
     if (l && l->known) swap_index_scan_args(blocks, args, l->params, l->n, &t);
     for (size_t i = 0; extra && extra[i] != CU_LAUNCH_PARAM_END && i < 64; i += 2) {
         if (extra[i] != CU_LAUNCH_PARAM_BUFFER_POINTER) continue;
@@ -423,11 +416,10 @@ static void before_launch(enum fn_kind kind, const void *fn, void **args, void *
                 swap_index_scan_buffer(blocks, extra[i + 1], *(size_t *)extra[j + 1], &t);
     }
     if (args && (!l || !l->known) && !extra) counts.launches_no_layout++;
-    struct swap_policy *touched[64];
     for (size_t i = 0; i < t.n; i++)
-        touched[i] = access_block(t.block[i], true, true, stream);
+        access_block(t.block[i], true, true, stream);
     if (t.n) counts.launches_scanned++;
-    end_launch(touched, t.n);
+    end_launch(t.n);
     pthread_mutex_unlock(&swap_lock);
 }
 
@@ -436,14 +428,13 @@ static void record_copy(uint64_t dst, uint64_t src, CUstream stream)
 {
     if (!__atomic_load_n(&live_blocks, __ATOMIC_RELAXED)) return;
     pthread_mutex_lock(&swap_lock);
-    struct swap_block *s = src ? swap_index_find(blocks, src) : NULL;
-    struct swap_block *d = dst ? swap_index_find(blocks, dst) : NULL;
-    struct swap_policy *touched[2];
+    struct swap_block *s = src ? swap_engine_find(engine, src) : NULL;
+    struct swap_block *d = dst ? swap_engine_find(engine, dst) : NULL;
     size_t n = 0;
-    if (s) touched[n++] = access_block(s, false, false, stream);
-    if (d) touched[n++] = access_block(d, true, false, stream);
+    if (s) access_block(s, false, false, stream), n++;
+    if (d) access_block(d, true, false, stream), n++;
     if (n) counts.copies_recorded++;
-    end_launch(touched, n);
+    end_launch(n);
     pthread_mutex_unlock(&swap_lock);
 }
 
@@ -455,180 +446,35 @@ static CUstream pt(cudaStream_t s)
 
 #define SWAP_ON __builtin_expect(swap_enabled, 0)
 
-cudaError_t do_cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args,
-                                size_t sharedMem, cudaStream_t stream)
-{
-    if (SWAP_ON) before_launch(FN_RUNTIME, func, args, NULL, (CUstream)stream);
-    return CALL_REAL_RUNTIME(cudaLaunchKernel, (func, gridDim, blockDim, args, sharedMem, stream));
-}
-
-cudaError_t do_cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim, void **args,
-                                     size_t sharedMem, cudaStream_t stream)
-{
-    if (SWAP_ON) before_launch(FN_RUNTIME, func, args, NULL, pt(stream));
-    return CALL_REAL_RUNTIME(cudaLaunchKernel_ptsz, (func, gridDim, blockDim, args, sharedMem, stream));
-}
-
-cudaError_t do___cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args,
-                                  size_t sharedMem, cudaStream_t stream)
-{
-    if (SWAP_ON) before_launch(FN_RUNTIME, kernel, args, NULL, (CUstream)stream);
-    return CALL_REAL_RUNTIME(__cudaLaunchKernel, (kernel, gridDim, blockDim, args, sharedMem, stream));
-}
-
-cudaError_t do___cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
-                                       void **args, size_t sharedMem, cudaStream_t stream)
-{
-    if (SWAP_ON) before_launch(FN_RUNTIME, kernel, args, NULL, pt(stream));
-    return CALL_REAL_RUNTIME(__cudaLaunchKernel_ptsz,
-                        (kernel, gridDim, blockDim, args, sharedMem, stream));
-}
-
-cudaError_t do_cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
-{
-    if (SWAP_ON && config) before_launch(FN_RUNTIME, func, args, NULL, (CUstream)config->stream);
-    return CALL_REAL_RUNTIME(cudaLaunchKernelExC, (config, func, args));
-}
-
-cudaError_t do_cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config, const void *func,
-                                        void **args)
-{
-    if (SWAP_ON && config) before_launch(FN_RUNTIME, func, args, NULL, pt(config->stream));
-    return CALL_REAL_RUNTIME(cudaLaunchKernelExC_ptsz, (config, func, args));
-}
-
-CUresult do_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                           unsigned int bx, unsigned int by, unsigned int bz,
-                           unsigned int sharedMemBytes, CUstream hStream, void **kernelParams,
-                           void **extra)
-{
-    if (SWAP_ON) before_launch(FN_DRIVER, f, kernelParams, extra, hStream);
-    return CALL_REAL_DRIVER(cuLaunchKernel,
-                       (f, gx, gy, gz, bx, by, bz, sharedMemBytes, hStream, kernelParams, extra));
-}
-
-CUresult do_cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                                unsigned int bx, unsigned int by, unsigned int bz,
-                                unsigned int sharedMemBytes, CUstream hStream, void **kernelParams,
-                                void **extra)
-{
-    if (SWAP_ON)
-        before_launch(FN_DRIVER, f, kernelParams, extra, hStream ? hStream : CU_STREAM_PER_THREAD);
-    return CALL_REAL_DRIVER(cuLaunchKernel_ptsz,
-                       (f, gx, gy, gz, bx, by, bz, sharedMemBytes, hStream, kernelParams, extra));
-}
-
-CUresult do_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
-                             void **extra)
-{
-    if (SWAP_ON && config) before_launch(FN_DRIVER, f, kernelParams, extra, config->hStream);
-    return CALL_REAL_DRIVER(cuLaunchKernelEx, (config, f, kernelParams, extra));
-}
-
-CUresult do_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
-                                  void **extra)
-{
-    if (SWAP_ON && config)
-        before_launch(FN_DRIVER, f, kernelParams, extra,
-                      config->hStream ? config->hStream : CU_STREAM_PER_THREAD);
-    return CALL_REAL_DRIVER(cuLaunchKernelEx_ptsz, (config, f, kernelParams, extra));
-}
-
-/* ---- copies and sets --------------------------------------------------- */
-
-cudaError_t do_cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
-{
-    if (SWAP_ON) record_copy((uint64_t)dst, (uint64_t)src, NULL);
-    return CALL_REAL_RUNTIME(cudaMemcpy, (dst, src, count, kind));
-}
-
-cudaError_t do_cudaMemcpy_ptds(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
-{
-    if (SWAP_ON) record_copy((uint64_t)dst, (uint64_t)src, CU_STREAM_PER_THREAD);
-    return CALL_REAL_RUNTIME(cudaMemcpy_ptds, (dst, src, count, kind));
-}
-
-cudaError_t do_cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
-                               cudaStream_t stream)
-{
-    if (SWAP_ON) record_copy((uint64_t)dst, (uint64_t)src, (CUstream)stream);
-    return CALL_REAL_RUNTIME(cudaMemcpyAsync, (dst, src, count, kind, stream));
-}
-
-cudaError_t do_cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count,
-                                    enum cudaMemcpyKind kind, cudaStream_t stream)
-{
-    if (SWAP_ON) record_copy((uint64_t)dst, (uint64_t)src, pt(stream));
-    return CALL_REAL_RUNTIME(cudaMemcpyAsync_ptsz, (dst, src, count, kind, stream));
-}
-
-cudaError_t do_cudaMemset(void *devPtr, int value, size_t count)
-{
-    if (SWAP_ON) record_copy((uint64_t)devPtr, 0, NULL);
-    return CALL_REAL_RUNTIME(cudaMemset, (devPtr, value, count));
-}
-
-cudaError_t do_cudaMemset_ptds(void *devPtr, int value, size_t count)
-{
-    if (SWAP_ON) record_copy((uint64_t)devPtr, 0, CU_STREAM_PER_THREAD);
-    return CALL_REAL_RUNTIME(cudaMemset_ptds, (devPtr, value, count));
-}
-
-cudaError_t do_cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
-{
-    if (SWAP_ON) record_copy((uint64_t)devPtr, 0, (CUstream)stream);
-    return CALL_REAL_RUNTIME(cudaMemsetAsync, (devPtr, value, count, stream));
-}
-
-cudaError_t do_cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count, cudaStream_t stream)
-{
-    if (SWAP_ON) record_copy((uint64_t)devPtr, 0, pt(stream));
-    return CALL_REAL_RUNTIME(cudaMemsetAsync_ptsz, (devPtr, value, count, stream));
-}
-
-CUresult do_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
-{
-    if (SWAP_ON) record_copy(dstDevice, (uint64_t)srcHost, NULL);
-    return CALL_REAL_DRIVER(cuMemcpyHtoD_v2, (dstDevice, srcHost, ByteCount));
-}
-
-CUresult do_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    if (SWAP_ON) record_copy((uint64_t)dstHost, srcDevice, NULL);
-    return CALL_REAL_DRIVER(cuMemcpyDtoH_v2, (dstHost, srcDevice, ByteCount));
-}
-
-CUresult do_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    if (SWAP_ON) record_copy(dstDevice, srcDevice, NULL);
-    return CALL_REAL_DRIVER(cuMemcpyDtoD_v2, (dstDevice, srcDevice, ByteCount));
-}
-
-CUresult do_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
-{
-    if (SWAP_ON) record_copy(dstDevice, 0, NULL);
-    return CALL_REAL_DRIVER(cuMemsetD8_v2, (dstDevice, uc, N));
-}
-
-CUresult do_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
-{
-    if (SWAP_ON) record_copy(dstDevice, 0, NULL);
-    return CALL_REAL_DRIVER(cuMemsetD32_v2, (dstDevice, ui, N));
-}
+/* The launch, copy and set entry points: do_<name> for every RUNTIME_SWAP
+ * and DRIVER_SWAP line of symbols.def, its hook then the real call. */
+#define RUNTIME_SWAP(ret, name, params, args, hook)                                                \
+    ret do_##name params                                                                           \
+    {                                                                                              \
+        if (SWAP_ON) {                                                                             \
+            hook;                                                                                  \
+        }                                                                                          \
+        return CALL_REAL_RUNTIME(name, args);                                                      \
+    }
+#define DRIVER_SWAP(ret, name, base, ver, params, args, hook)                                      \
+    ret do_##name params                                                                           \
+    {                                                                                              \
+        if (SWAP_ON) {                                                                             \
+            hook;                                                                                  \
+        }                                                                                          \
+        return CALL_REAL_DRIVER(name, args);                                                       \
+    }
+#include "symbols.def"
 
 /* ---- report ------------------------------------------------------------ */
 
 void swap_report(void)
 {
     if (!swap_enabled) return;
-    struct swap_counters sum = {0}, c;
+    struct swap_counters sum;
+    struct swap_engine_counts own;
     pthread_mutex_lock(&swap_lock);
-    for (int d = 0; d < MAX_DEVICES; d++) {
-        if (!policies[d]) continue;
-        swap_policy_counters(policies[d], &c);
-        sum.faults += c.faults, sum.first_touches += c.first_touches, sum.evictions += c.evictions;
-        sum.dirty_evictions += c.dirty_evictions, sum.launches += c.launches;
-    }
+    swap_engine_counters(engine, &sum, &own);
     log_report(
         "swap: policy %s, budget %llu bytes/device, managed blocks %llu (fallbacks %llu), launches "
         "with "
@@ -644,9 +490,8 @@ void swap_report(void)
                "exports refused %llu",
                (unsigned long long)sum.faults, (unsigned long long)sum.first_touches,
                (unsigned long long)sum.evictions, (unsigned long long)sum.dirty_evictions,
-               (unsigned long long)counts.prefetch_h2d_bytes,
-               (unsigned long long)counts.prefetch_d2h_bytes,
-               (unsigned long long)counts.prefetch_failures, (unsigned long long)counts.overflows,
+               (unsigned long long)own.to_device_bytes, (unsigned long long)own.to_host_bytes,
+               (unsigned long long)own.move_failures, (unsigned long long)own.overflows,
                (unsigned long long)counts.refused_exports);
     if (trace) fflush(trace);
     pthread_mutex_unlock(&swap_lock);

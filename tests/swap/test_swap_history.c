@@ -152,11 +152,51 @@ Test(swap_history, memory_stays_bounded_under_a_long_trace)
     cr_expect_eq(swap_history_period(h), 50);
     swap_history_destroy(h);
 
-    h = make(4096, 64); /* 64 launches of history: a period of 50 needs 100 */
+    h = make(4096, 64); /* 64 launches of history: a period of 50 needs 50 + 12 + 4 */
     for (int r = 0; r < 20; r++)
         for (int k = 0; k < 50; k++)
             loop_launch(h, k);
     cr_expect_eq(swap_history_period(h), 0);
+    swap_history_destroy(h);
+}
+
+/* A loop whose launch k writes a fresh block k that is freed and
+ * reallocated every period at the same id and size (a caching allocator). */
+Test(swap_history, a_freed_block_reused_at_the_same_size_keeps_its_past)
+{
+    struct swap_history *h = make(4096, 1024);
+    const int P = 20;
+    for (int r = 0; r < 4; r++)
+        for (int k = 0; k < P; k++) {
+            /* block 1000 + k lives from launch k to launch P - 1 - k/2 */
+            uint64_t b[2] = {100, 1000 + (uint64_t)k};
+            launch(h, b, 2);
+            if (k >= P / 2) swap_history_retire(h, 1000 + (uint64_t)(P - 1 - k));
+        }
+    cr_assert_eq(swap_history_period(h), (uint64_t)P);
+    uint64_t now = swap_history_now(h);
+    /* block 1000 was retired mid-period; reused at its size it continues */
+    cr_assert_eq(swap_history_record(h, 1000, 64, true), 0);
+    cr_expect_eq(swap_history_predict(h, 1000), now, "used again in this launch");
+    cr_expect_eq(swap_history_predict(h, 1005), now + 5, "a live block: one period on");
+    /* another size at a retired id is another tensor: no past */
+    swap_history_retire(h, 1001);
+    cr_assert_eq(swap_history_record(h, 1001, 128, true), 0);
+    cr_expect_eq(swap_history_predict(h, 1001), now + P, "no past: only its own access now");
+    swap_history_destroy(h);
+}
+
+Test(swap_history, retired_records_stay_bounded)
+{
+    struct swap_history *h = make(1024, 256);
+    size_t base = swap_history_memory(h);
+    for (uint64_t i = 0; i < 200000; i++) {
+        uint64_t b = 1u << 20 | i; /* a fresh id every launch, never reused */
+        launch(h, &b, 1);
+        swap_history_retire(h, b);
+    }
+    size_t after = swap_history_memory(h);
+    cr_expect_lt(after - base, (size_t)4096 * 256, "bounded by the ring, not the run");
     swap_history_destroy(h);
 }
 

@@ -167,12 +167,12 @@ COMMANDS = {
     "scripts/gpu-check --markdown gpu-run.md": Covered("tests/tools/test_gpu_check.py", "--markdown",
                                                        "run on the simulated driver (--simulator)"),
     # docs/swap.md
-    "IPCSHIM_SWAP=1 IPCSHIM_DEVICE_BUDGET=12G scripts/ipcshim-run -- python train.py":
+    "IPCSHIM_DEVICE_BUDGET=12G scripts/ipcshim-run -- python train.py":
         Covered("tests/e2e/test_swap.c", "training_at_1_5x_budget_is_correct_bounded_and_history_beats_lru",
                 "an nvcc-built training loop stands in for train.py"),
-    "IPCSHIM_SWAP=1 IPCSHIM_DEVICE_BUDGET=12G IPCSHIM_STATS=1 ./train":
+    "IPCSHIM_DEVICE_BUDGET=12G IPCSHIM_STATS=1 ./train":
         Covered("tests/e2e/test_swap.c", "IPCSHIM_STATS", "the same program with the exit report"),
-    "IPCSHIM_SWAP=1 IPCSHIM_DEVICE_BUDGET=8G IPCSHIM_TRACE=/tmp/t.trace ./train":
+    "IPCSHIM_DEVICE_BUDGET=8G IPCSHIM_TRACE=/tmp/t.trace ./train":
         Covered("tests/e2e/test_swap.c", "trace_records_launches_copies_and_frees"),
     "build/tests/bench/swap-gen --variant train --layers 24 -o /tmp/gen.trace":
         Run("{build}/tests/bench/swap-gen --variant train --layers 24 -o gen.trace && test -s gen.trace"),
@@ -182,6 +182,15 @@ COMMANDS = {
             "on a generated trace instead of one recorded from ./train"),
     "build/tests/bench/swap-bench": Covered("tests/bench/ipc/meson.build", "bench-smoke",
                                             "scripts/bench runs swap-bench; figure 6"),
+    "apt-get install -y python3-torch python3-torchvision":
+        Covered("tests/swap/test_record.py", "python3-torch", "installs packages; the recorder test skips without them"),
+    "/usr/bin/python3 tests/swap/record_traces.py --out tests/swap/traces":
+        Covered("tests/swap/test_record.py", "--only", "re-records one trace and compares it with the committed one"),
+    "build/tests/bench/swap-real tests/swap/traces/*.trace.xz":
+        Covered("tests/bench/meson.build", "swap-real-traces"),
+    "build/tests/bench/swap-replay tests/swap/traces/moe-train.trace.xz --oversub 1.5 --warmup 0":
+        Run("{build}/tests/bench/swap-replay {src}/tests/swap/traces/moe-train.trace.xz --oversub 1.5 --warmup 0",
+            "whole run"),
 }
 
 STANDIN = f"""import subprocess, sys

@@ -12,6 +12,7 @@
 //   working_set BYTES     sum of the buffers' sizes (4 KiB units)
 //   max_launch BYTES      the most one launch touches
 //   checksum HEX
+//   iterations_per_second X   the training loop's throughput (scripts/gpu-check --swap)
 // and, when the simulator's counters can be found (dlsym; absent on a real
 // driver): faults, fetches, bytes_h2d, bytes_d2h, peak_device_resident.
 //
@@ -26,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <dlfcn.h>
 #include <vector>
 #include <cuda_runtime.h>
@@ -241,6 +243,7 @@ int main(int argc, char **argv)
     float host_loss = 0, lr = 0.01f;
     std::vector<uint32_t> batch(A[0]->bytes / 4);
     uint64_t loss_hash = 1469598103934665603ull;
+    auto t0 = std::chrono::steady_clock::now();
     for (int it = 0; it < iters; it++) {
         for (size_t i = 0; i < batch.size(); i++) batch[i] = (uint32_t)(it * 7919 + i);
         to_device(A[0]->p, batch.data(), A[0]->bytes, "batch");
@@ -268,6 +271,8 @@ int main(int argc, char **argv)
         loss_hash = fnv(loss_hash, &host_loss, sizeof host_loss);
     }
     check(cudaDeviceSynchronize(), "sync");
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    printf("iterations_per_second %.2f\n", secs > 0 ? iters / secs : 0.0);
 
     stats_fn stats = (stats_fn)sim_symbol("simcuda_managed_stats");
     peaks_fn peaks = (peaks_fn)sim_symbol("simcuda_managed_peaks");

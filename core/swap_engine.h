@@ -1,0 +1,85 @@
+/* swap_engine: host swap's orchestration, in core. It owns the index of
+ * swappable blocks and one eviction policy per device, keeps the budget
+ * accounting, and turns each access into device operations: the victims to
+ * move to the host, then the block to bring to its device. What a move is
+ * (cuMemAdvise + cuMemPrefetchAsync in the shim, a recording in the unit
+ * tests) comes from a table of operations, as device_ops.h does for IPC:
+ * core never calls CUDA.
+ *
+ * Guarantee: the bytes the engine has placed on a device (blocks whose
+ * on_device note is set) are always a subset of what that device's policy
+ * counts as resident, so they never exceed the budget. A failed move leaves
+ * the block where it was (demand paging serves it).
+ *
+ * No locking inside: the caller serialises every call (the shim holds its
+ * swap lock). Everything returns 0 or a negative errno. */
+#ifndef SWAP_ENGINE_H
+#define SWAP_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "swap.h"
+#include "swap_index.h"
+
+#define SWAP_ENGINE_MAX_DEVICES 64
+
+struct swap_ops {
+    /* Move [base, base + size) to device (>= 0) or to the host (-1), on
+     * stream (an opaque handle passed through). 0, or a negative errno:
+     * the block stays where it was. Called with the caller's lock held. */
+    int (*move)(void *ctx, uint64_t base, uint64_t size, int device, uint64_t stream);
+    void *ctx;
+};
+
+struct swap_engine_counts {
+    uint64_t to_device_bytes, to_host_bytes; /* charged bytes of successful moves */
+    uint64_t move_failures;
+    uint64_t overflows; /* accesses left to demand paging: the launch does not fit */
+};
+
+struct swap_engine;
+
+/* kind and budget (> 0) of every device's policy, created on first use.
+ * -EINVAL, -ENOMEM. */
+int swap_engine_create(enum swap_policy_kind kind, uint64_t budget, const struct swap_ops *ops,
+                       struct swap_engine **out);
+void swap_engine_destroy(struct swap_engine *e);
+
+/* A new swappable block of size bytes on device, charged its size rounded up
+ * to charge_unit. -EINVAL (size 0, bad device), -EEXIST, -ENOMEM. */
+int swap_engine_add(struct swap_engine *e, uint64_t base, uint64_t size, int device,
+                    uint64_t charge_unit);
+
+/* The block at base is freed: it leaves the index and its policy's budget
+ * (into *out when not NULL). -ENOENT if it is not a swappable block. */
+int swap_engine_remove(struct swap_engine *e, uint64_t base, struct swap_block *out);
+
+/* The block containing addr, or NULL (valid until the next add/remove). */
+struct swap_block *swap_engine_find(const struct swap_engine *e, uint64_t addr);
+
+/* The index, for the launch scanner (swap_index_scan_args). */
+struct swap_index *swap_engine_index(struct swap_engine *e);
+
+/* The current launch accesses b: its policy decides; the victims that are
+ * on their device are moved to the host first, then, when fetch is set and
+ * b is not on its device, b is moved there, all on stream. -ENOSPC: the
+ * launch's blocks do not fit the budget; nothing moved, the access is left
+ * to demand paging (counted). -ENOMEM. */
+int swap_engine_access(struct swap_engine *e, struct swap_block *b, bool is_write, bool fetch,
+                       uint64_t stream);
+
+/* The current launch is complete: every policy it touched advances. */
+void swap_engine_end_launch(struct swap_engine *e);
+
+/* Sum of the policies' counters, and the engine's own. */
+void swap_engine_counters(const struct swap_engine *e, struct swap_counters *policy,
+                          struct swap_engine_counts *own);
+
+/* Bytes on device d as the engine placed them (on_device notes), and as
+ * its policy counts them. */
+uint64_t swap_engine_placed_bytes(const struct swap_engine *e, int device);
+uint64_t swap_engine_resident_bytes(const struct swap_engine *e, int device);
+
+#endif

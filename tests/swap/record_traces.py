@@ -1,0 +1,377 @@
+#!/usr/bin/env python3
+"""record_traces: real models' tensor access traces for host swap.
+
+Runs real PyTorch models on the CPU for a few iterations and writes, for
+every operator, the tensor storages it reads and writes, in the swap trace
+format of core/swap_trace.h (docs/swap.md):
+
+    A <block> <bytes> <r|w>    one access of the current operator
+    L                          the operator is complete (one launch)
+    F <block>                  the storage died
+    I                          one iteration (training step, eval pass...)
+
+How it sees the accesses: a TorchDispatchMode (torch.utils._python_dispatch)
+receives every aten operator with its inputs and outputs, forward, backward
+(autograd runs CPU backward on the calling thread, under the mode) and the
+optimizer step alike. Inputs are reads; outputs, and arguments the schema
+marks as mutated (in-place and out= operators), are writes. Operators that
+move no data (views, empty*, detach, ...) are not launches.
+
+Blocks: one per tensor storage (storages, not tensors: views share theirs).
+A storage is seen when an operator first touches it and dies when its
+StorageImpl does (torch.multiprocessing.reductions.StorageWeakRef: a weak
+reference to the C++ storage, not to a Python wrapper that may die first;
+checked before every operator, so the F line comes before the next access).
+Block ids are given as a caching allocator (PyTorch's CUDA one) would give
+addresses: a new storage takes the lowest freed id of the same size (the
+caching allocator's best fit orders free blocks by size, then address),
+else a fresh one. So a training loop reuses the same ids in the same
+roles every iteration, as the shim sees it on a GPU, instead of depending on
+where glibc's malloc happens to put CPU tensors. Storages smaller than
+--min-bytes (default 64 KiB) are left out: the shim only swaps large blocks
+(IPCSHIM_SWAP_MIN_BYTES) and small ones only add lines.
+
+Usage:
+    record_traces.py --out DIR [--only NAME...] [--iters N] [--check]
+    record_traces.py --list
+Writes DIR/NAME.trace.xz per trace. The committed traces in
+tests/swap/traces/ are regenerated with exactly
+    python3 tests/swap/record_traces.py --out tests/swap/traces
+and need python3-torch and python3-torchvision (Debian: apt-get install -y
+python3-torch python3-torchvision). Everything is seeded: the same PyTorch
+version writes the same traces.
+"""
+import argparse
+import heapq
+import lzma
+import os
+import sys
+
+
+def _import_torch():
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        return None, str(e)
+    return torch, None
+
+
+torch, TORCH_ERR = _import_torch()
+
+# Operators that move no data: metadata, views, allocation without content.
+NO_DATA = {
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "alias",
+    "view", "_unsafe_view", "reshape", "expand", "t", "transpose", "permute", "squeeze",
+    "unsqueeze", "as_strided", "slice", "select", "split", "split_with_sizes", "chunk", "unbind",
+    "narrow", "view_as", "_reshape_alias", "unfold", "diagonal", "lift_fresh", "numpy_T",
+    "_local_scalar_dense", "is_same_size", "sym_size", "sym_stride", "sym_numel",
+}
+
+
+class Recorder:
+    """Writes trace lines; tracks storage lifetimes and allocator-style ids."""
+
+    def __init__(self, out, min_bytes):
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        self.weakref = StorageWeakRef
+        self.out = out
+        self.min_bytes = min_bytes
+        self.live = {}  # data_ptr -> (block id, StorageWeakRef, nbytes)
+        self.free_ids = {}  # nbytes -> heap of freed ids
+        self.next_id = 1
+        self.launches = 0
+        self.names = False  # --names: the operator after each L, for reading
+
+    def reap(self):
+        """Emit F for every storage that died since the last operator."""
+        dead = [p for p, (_, w, _) in self.live.items() if w.expired()]
+        for p in dead:
+            bid, _, n = self.live.pop(p)
+            self.out.write("F %d\n" % bid)
+            heapq.heappush(self.free_ids.setdefault(n, []), bid)
+
+    def block(self, t):
+        """(id, bytes) of tensor t's storage, None for one left out."""
+        try:
+            s = t.storage()
+        except (NotImplementedError, RuntimeError):
+            return None
+        s = getattr(s, "_untyped", None) and s._untyped() or getattr(s, "untyped", lambda: s)()
+        n = s.nbytes()
+        if n < self.min_bytes or n == 0:
+            return None
+        p = s.data_ptr()
+        have = self.live.get(p)
+        if have and have[2] == n and not have[1].expired():
+            return have[0], n
+        if have:  # a dead storage's address, or a resize: the old block is gone
+            self.out.write("F %d\n" % have[0])
+            heapq.heappush(self.free_ids.setdefault(have[2], []), have[0])
+        ids = self.free_ids.get(n)
+        bid = heapq.heappop(ids) if ids else None
+        if bid is None:
+            bid = self.next_id
+            self.next_id += 1
+        self.live[p] = (bid, self.weakref(s), n)
+        return bid, n
+
+    def launch(self, reads, writes, name):
+        seen = {}
+        for t in reads:
+            b = self.block(t)
+            if b and b[0] not in seen:
+                seen[b[0]] = [b[1], False]
+        for t in writes:
+            b = self.block(t)
+            if b:
+                seen.setdefault(b[0], [b[1], True])[1] = True
+        if not seen:
+            return
+        for bid, (n, w) in seen.items():
+            self.out.write("A %d %d %s\n" % (bid, n, "w" if w else "r"))
+        self.out.write("L # %s\n" % name if self.names else "L\n")
+        self.launches += 1
+
+    def iteration(self):
+        self.reap()
+        self.out.write("I\n")
+
+
+def make_mode(rec):
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    def tensors(x):
+        return [a for a in tree_flatten(x)[0] if isinstance(a, torch.Tensor)]
+
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            name = func.__name__.split(".")[0] if hasattr(func, "__name__") else str(func)
+            schema = func._schema
+            if name in NO_DATA:
+                return out
+            rec.reap()
+            reads, writes = [], []
+            flat = list(args) + [kwargs.get(a.name) for a in schema.arguments[len(args):]]
+            for arg, val in zip(schema.arguments, flat):
+                ts = tensors(val)
+                info = arg.alias_info
+                if info is not None and info.is_write:
+                    writes += ts
+                else:
+                    reads += ts
+            # Views of an input are not writes of new data.
+            if all(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
+                return out
+            writes += [t for t in tensors(out)]
+            rec.launch(reads, writes, name)
+            return out
+
+    return Mode()
+
+
+# ---- the models -------------------------------------------------------------
+
+
+def resnet(batch=8, res=112):
+    import torchvision
+
+    m = torchvision.models.resnet18(num_classes=100)
+    x = torch.randn(batch, 3, res, res)
+    y = torch.randint(0, 100, (batch,))
+    return m, lambda: (x, y), torch.nn.CrossEntropyLoss()
+
+
+class Encoder(torch.nn.Module if torch else object):
+    def __init__(self, d=512, heads=8, ff=2048, layers=4, vocab=1000):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, d)
+        layer = torch.nn.TransformerEncoderLayer(d, heads, ff, dropout=0.1, batch_first=True)
+        self.enc = torch.nn.TransformerEncoder(layer, layers)
+        self.head = torch.nn.Linear(d, vocab)
+
+    def forward(self, x):
+        return self.head(self.enc(self.emb(x)))
+
+
+def transformer(batch=4, seq=64, d=512, layers=4):
+    m = Encoder(d=d, layers=layers)
+    x = torch.randint(0, 1000, (batch, seq))
+    y = torch.randint(0, 1000, (batch, seq))
+    lossf = torch.nn.CrossEntropyLoss()
+    return m, lambda: (x, y), lambda out, y: lossf(out.reshape(-1, 1000), y.reshape(-1))
+
+
+class LSTMLM(torch.nn.Module if torch else object):
+    def __init__(self, vocab=1000, d=256, hidden=512, layers=2):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.rnn = torch.nn.LSTM(d, hidden, layers, batch_first=True)
+        self.head = torch.nn.Linear(hidden, vocab)
+
+    def forward(self, x):
+        return self.head(self.rnn(self.emb(x))[0])
+
+
+def lstm(batch=8, seq=16):
+    m = LSTMLM()
+    x = torch.randint(0, 1000, (batch, seq))
+    y = torch.randint(0, 1000, (batch, seq))
+    lossf = torch.nn.CrossEntropyLoss()
+    return m, lambda: (x, y), lambda out, y: lossf(out.reshape(-1, 1000), y.reshape(-1))
+
+
+class MoE(torch.nn.Module if torch else object):
+    """Top-1 routed mixture of experts: which experts run, and on how many
+    tokens, depends on the data (a fresh batch every step)."""
+
+    def __init__(self, d=256, ff=1024, experts=8, layers=2, vocab=1000):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.gates = torch.nn.ModuleList(torch.nn.Linear(d, experts) for _ in range(layers))
+        self.experts = torch.nn.ModuleList(
+            torch.nn.ModuleList(
+                torch.nn.Sequential(torch.nn.Linear(d, ff), torch.nn.GELU(), torch.nn.Linear(ff, d))
+                for _ in range(experts)) for _ in range(layers))
+        self.head = torch.nn.Linear(d, vocab)
+
+    def forward(self, x):
+        h = self.emb(x).reshape(-1, self.emb.embedding_dim)
+        for gate, experts in zip(self.gates, self.experts):
+            choice = gate(h).argmax(dim=-1)
+            out = torch.zeros_like(h)
+            for e, ex in enumerate(experts):
+                idx = (choice == e).nonzero().squeeze(-1)
+                if idx.numel():
+                    out = out.index_add(0, idx, ex(h[idx]))
+            h = h + out
+        return self.head(h)
+
+
+def moe(batch=8, seq=32):
+    m = MoE()
+    g = torch.Generator().manual_seed(1)
+    lossf = torch.nn.CrossEntropyLoss()
+
+    def data():
+        x = torch.randint(0, 1000, (batch, seq), generator=g)
+        return x, torch.randint(0, 1000, (batch * seq,), generator=g)
+
+    return m, data, lossf
+
+
+MODELS = {"resnet18": resnet, "transformer": transformer, "lstm": lstm, "moe": moe}
+
+
+def train_step(m, data, lossf, opt):
+    x, y = data()
+    opt.zero_grad(set_to_none=True)
+    loss = lossf(m(x), y)
+    loss.backward()
+    opt.step()
+
+
+def eval_step(m, data):
+    x, _ = data()
+    with torch.no_grad():
+        m(x)
+
+
+def setup(name, training):
+    torch.manual_seed(0)
+    m, data, lossf = MODELS[name]()
+    m.train(training)
+    opt = (torch.optim.Adam(m.parameters(), lr=1e-4) if name in ("transformer", "moe") else
+           torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9))
+    return m, data, lossf, opt
+
+
+def run_trace(kind, names, iters, rec):
+    """kind: train, infer, phases (train, with an evaluation pass of two
+    batches after every third step), interleave (a training step of each
+    model in turn; one iteration is one round). The models are built before
+    recording starts: initialisation is not part of the trace."""
+    models = [setup(n, kind != "infer") for n in names]
+    m, data, lossf, opt = models[0]
+    with make_mode(rec):
+        for i in range(iters):
+            if kind == "train":
+                train_step(m, data, lossf, opt)
+            elif kind == "infer":
+                eval_step(m, data)
+            elif kind == "phases":
+                m.train()
+                train_step(m, data, lossf, opt)
+                if i % 3 == 2:
+                    rec.iteration()
+                    m.eval()
+                    for _ in range(2):
+                        eval_step(m, data)
+            elif kind == "interleave":
+                for mm in models:
+                    train_step(*mm)
+            rec.iteration()
+
+
+# name -> (kind, models, iterations)
+TRACES = {
+    "resnet18-train": ("train", ["resnet18"], 16),
+    "resnet18-infer": ("infer", ["resnet18"], 16),
+    "transformer-train": ("train", ["transformer"], 16),
+    "transformer-infer": ("infer", ["transformer"], 16),
+    "lstm-train": ("train", ["lstm"], 16),
+    "moe-train": ("train", ["moe"], 16),
+    "resnet18-phases": ("phases", ["resnet18"], 18),
+    "interleave-resnet18-transformer": ("interleave", ["resnet18", "transformer"], 10),
+}
+
+
+def record(name, path, iters=None, min_bytes=64 << 10, op_names=False):
+    kind, names, n = TRACES[name]
+    torch.set_num_threads(1)
+    with lzma.open(path, "wt", preset=9) as f:
+        f.write("# ipcshim swap trace v1\n")
+        f.write("# %s: %s of %s, %d iterations, torch %s, min bytes %d\n" %
+                (name, kind, "+".join(names), iters or n, torch.__version__, min_bytes))
+        f.write("# regenerate: python3 tests/swap/record_traces.py --out tests/swap/traces\n")
+        rec = Recorder(f, min_bytes)
+        rec.names = op_names
+        run_trace(kind, names, iters or n, rec)
+    return rec.launches
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", help="directory for NAME.trace.xz")
+    ap.add_argument("--only", nargs="*", help="traces to record (default: all)")
+    ap.add_argument("--iters", type=int, help="iterations (default: per trace)")
+    ap.add_argument("--min-bytes", type=int, default=64 << 10)
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--names", action="store_true",
+                    help="write the operator after each L (for reading; replay rejects it)")
+    a = ap.parse_args()
+    if a.list:
+        for k, v in TRACES.items():
+            print(k, *v)
+        return 0
+    if torch is None:
+        print("record_traces: PyTorch is not installed (%s); on Debian: apt-get install -y "
+              "python3-torch python3-torchvision" % TORCH_ERR, file=sys.stderr)
+        return 77
+    if not a.out:
+        ap.error("--out is required")
+    os.makedirs(a.out, exist_ok=True)
+    for name in a.only or TRACES:
+        if name not in TRACES:
+            ap.error("unknown trace %s" % name)
+        path = os.path.join(a.out, name + ".trace.xz")
+        n = record(name, path, a.iters, a.min_bytes, a.names)
+        print("%s: %d launches, %d bytes" % (path, n, os.path.getsize(path)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

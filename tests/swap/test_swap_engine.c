@@ -1,0 +1,157 @@
+/* Tests of swap_engine: the orchestration in core, over a fake table of
+ * device operations that records every move (no CUDA, no simulator). */
+#include <criterion/criterion.h>
+#include <errno.h>
+
+#include "swap_engine.h"
+
+#define MB (1u << 20)
+
+struct move_log {
+    struct {
+        uint64_t base;
+        int device;
+        uint64_t stream;
+    } m[256];
+    int n;
+    int fail_next; /* the next move(s) fail */
+};
+
+static int fake_move(void *ctx, uint64_t base, uint64_t size, int device, uint64_t stream)
+{
+    struct move_log *l = ctx;
+    (void)size;
+    if (l->fail_next > 0) {
+        l->fail_next--;
+        return -EIO;
+    }
+    if (l->n < 256) l->m[l->n++] = (typeof(l->m[0])){base, device, stream};
+    return 0;
+}
+
+static struct swap_engine *make(struct move_log *l, enum swap_policy_kind kind, uint64_t budget)
+{
+    struct swap_ops ops = {.move = fake_move, .ctx = l};
+    struct swap_engine *e = NULL;
+    cr_assert_eq(swap_engine_create(kind, budget, &ops, &e), 0);
+    return e;
+}
+
+/* One launch touching the blocks at bases (fetching them). */
+static int launch(struct swap_engine *e, const uint64_t *bases, int n, uint64_t stream)
+{
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        struct swap_block *b = swap_engine_find(e, bases[i]);
+        cr_assert(b, "block %#llx", (unsigned long long)bases[i]);
+        rc = swap_engine_access(e, b, true, true, stream);
+    }
+    swap_engine_end_launch(e);
+    return rc;
+}
+
+Test(swap_engine, create_rejects_bad_arguments)
+{
+    struct swap_ops ops = {.move = fake_move};
+    struct swap_engine *e;
+    cr_expect_eq(swap_engine_create(SWAP_POLICY_LRU, 0, &ops, &e), -EINVAL);
+    cr_expect_eq(swap_engine_create(SWAP_POLICY_LRU, MB, NULL, &e), -EINVAL);
+    cr_expect_eq(swap_engine_create(SWAP_POLICY_MIN, MB, &ops, &e), -EINVAL, "min is replay only");
+    struct move_log l = {0};
+    e = make(&l, SWAP_POLICY_LRU, 4 * MB);
+    cr_expect_eq(swap_engine_add(e, 0x1000, 0, 0, 4096), -EINVAL);
+    cr_expect_eq(swap_engine_add(e, 0x1000, MB, -1, 4096), -EINVAL);
+    cr_expect_eq(swap_engine_add(e, 0x100000, MB, 0, 4096), 0);
+    cr_expect_eq(swap_engine_add(e, 0x100000 + 4096, MB, 0, 4096), -EEXIST);
+    cr_expect_eq(swap_engine_remove(e, 0x5000, NULL), -ENOENT);
+    swap_engine_destroy(e);
+}
+
+/* A loop over 6 blocks of 1 MiB under a 4 MiB budget: every access is
+ * fetched to the device, victims go to the host first, and what the engine
+ * has placed never exceeds the budget nor what the policy counts. */
+Test(swap_engine, evicts_before_fetching_and_stays_under_the_budget)
+{
+    struct move_log l = {0};
+    struct swap_engine *e = make(&l, SWAP_POLICY_LRU, 4 * MB);
+    uint64_t base[6];
+    for (int i = 0; i < 6; i++) {
+        base[i] = 0x10000000ull + (uint64_t)i * 2 * MB;
+        cr_assert_eq(swap_engine_add(e, base[i], MB - 100, 0, 4096), 0, "charge rounds up");
+    }
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < 6; i++) {
+            int before = l.n;
+            cr_assert_eq(launch(e, &base[i], 1, 7), 0);
+            cr_assert_gt(l.n, before, "the block was fetched");
+            cr_expect_eq(l.m[l.n - 1].base, base[i], "the fetch comes last");
+            cr_expect_eq(l.m[l.n - 1].device, 0);
+            cr_expect_eq(l.m[l.n - 1].stream, 7, "on the launch's stream");
+            for (int k = before; k < l.n - 1; k++)
+                cr_expect_eq(l.m[k].device, -1, "victims go to the host");
+            cr_assert_leq(swap_engine_placed_bytes(e, 0), 4 * MB);
+            cr_assert_leq(swap_engine_placed_bytes(e, 0), swap_engine_resident_bytes(e, 0));
+        }
+    struct swap_counters pc;
+    struct swap_engine_counts c;
+    swap_engine_counters(e, &pc, &c);
+    cr_expect_eq(c.to_device_bytes, 18ull * MB, "every access of an lru loop is a move");
+    cr_expect_eq(c.to_host_bytes, 14ull * MB);
+    cr_expect_eq(pc.launches, 18);
+    swap_engine_destroy(e);
+}
+
+Test(swap_engine, a_failed_move_leaves_the_block_where_it_was)
+{
+    struct move_log l = {.fail_next = 1};
+    struct swap_engine *e = make(&l, SWAP_POLICY_HISTORY, 4 * MB);
+    cr_assert_eq(swap_engine_add(e, 0x200000, MB, 0, 4096), 0);
+    struct swap_block *b = swap_engine_find(e, 0x200000 + 12);
+    cr_assert(b, "interior addresses find the block");
+    cr_assert_eq(swap_engine_access(e, b, false, true, 0), 0);
+    cr_expect(!b->on_device, "the move failed: not noted as placed");
+    struct swap_engine_counts c;
+    swap_engine_counters(e, NULL, &c);
+    cr_expect_eq(c.move_failures, 1);
+    swap_engine_end_launch(e);
+    cr_assert_eq(swap_engine_access(e, b, false, true, 0), 0);
+    cr_expect(b->on_device, "the next launch fetches it");
+    swap_engine_destroy(e);
+}
+
+Test(swap_engine, a_launch_larger_than_the_budget_moves_nothing)
+{
+    struct move_log l = {0};
+    struct swap_engine *e = make(&l, SWAP_POLICY_LRU, 2 * MB);
+    uint64_t base[3] = {0x1000000, 0x2000000, 0x3000000};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(swap_engine_add(e, base[i], MB, 0, 4096), 0);
+    cr_expect_eq(launch(e, base, 3, 0), -ENOSPC);
+    cr_expect_eq(l.n, 2, "the first two fit and were fetched; the third is demand-paged");
+    struct swap_engine_counts c;
+    swap_engine_counters(e, NULL, &c);
+    cr_expect_eq(c.overflows, 1);
+    cr_expect_leq(swap_engine_placed_bytes(e, 0), 2 * MB);
+    swap_engine_destroy(e);
+}
+
+Test(swap_engine, devices_have_their_own_budget_and_removal_frees_it)
+{
+    struct move_log l = {0};
+    struct swap_engine *e = make(&l, SWAP_POLICY_LRU, 2 * MB);
+    uint64_t a = 0x1000000, b = 0x2000000, c = 0x3000000;
+    cr_assert_eq(swap_engine_add(e, a, 2 * MB, 0, 4096), 0);
+    cr_assert_eq(swap_engine_add(e, b, 2 * MB, 1, 4096), 0);
+    cr_assert_eq(launch(e, &a, 1, 0), 0);
+    cr_assert_eq(launch(e, &b, 1, 0), 0);
+    cr_expect_eq(l.n, 2, "no eviction: two devices, one block each");
+    cr_expect_eq(swap_engine_resident_bytes(e, 0), 2 * MB);
+    struct swap_block out;
+    cr_assert_eq(swap_engine_remove(e, a, &out), 0);
+    cr_expect_eq(out.device, 0);
+    cr_expect_eq(swap_engine_resident_bytes(e, 0), 0, "the freed block left the budget");
+    cr_assert_eq(swap_engine_add(e, c, 2 * MB, 0, 4096), 0);
+    cr_assert_eq(launch(e, &c, 1, 0), 0);
+    cr_expect_eq(l.n, 3, "fits without evicting");
+    swap_engine_destroy(e);
+}
