@@ -286,7 +286,8 @@ static bool own_block(const struct reg_block *b, uint64_t generation)
 
 /* Expires b's pending hand-offs if due (or now, if force); e is b's export
  * record. Local and registry locks held. */
-static void expire_handoffs(const struct local_export *e, struct reg_block *b, uint64_t now, bool force)
+static void expire_handoffs(const struct local_export *e, struct reg_block *b, uint64_t now,
+                            bool force)
 {
     if (!b->pending || (!force && now < b->last_export_ns + timeout_ns())) return;
     STAT_ADD(handoffs_expired, b->pending);
@@ -1188,7 +1189,10 @@ __attribute__((destructor(101))) static void ipc_at_unload(void)
     if (ops && __atomic_load_n(&state, __ATOMIC_ACQUIRE) == S_ACTIVE) ipc_shutdown();
 }
 
-bool ipc_limbo_pending(void) { return local_limbo_pending(); }
+bool ipc_limbo_pending(void)
+{
+    return local_limbo_pending();
+}
 
 bool ipc_in_limbo(uint64_t base)
 {

@@ -174,7 +174,8 @@ struct leak_report *leak_gather(struct registry *r, uint32_t self)
         bool unopened = !b->claimed && b->lease_head == REG_NONE && (pending || b->expired);
         if ((b->state == BLOCK_LIVE || b->state == BLOCK_LIMBO) && unopened) {
             if (!add_item(lr, ITEM_UNOPENED)) break;
-        } else if (b->state == BLOCK_LIMBO || (b->state == BLOCK_LIVE && b->lease_head != REG_NONE)) {
+        } else if (b->state == BLOCK_LIMBO ||
+                   (b->state == BLOCK_LIVE && b->lease_head != REG_NONE)) {
             struct leak_item *it = add_item(lr, ITEM_LIMBO);
             if (!it) break;
             it->never_freed = b->state == BLOCK_LIVE;
@@ -474,7 +475,8 @@ static void print_item(const struct leak_report *lr, const struct leak_item *it)
         snprintf(what, sizeof what, "%s", it->pending ? " and an unclaimed hand-off" : "");
         if (it->never_freed) {
             log_msg(LOG_WARN,
-                    "leak:   exits without freeing %s at 0x%llx, exported %s ago and still mapped by %s%s "
+                    "leak:   exits without freeing %s at 0x%llx, exported %s ago and still mapped "
+                    "by %s%s "
                     "(the driver frees it under them); exported at %s",
                     b, (unsigned long long)it->base, age_str(age, a, sizeof a),
                     it->holders[0] ? it->holders : "nobody", what, cs);
@@ -487,11 +489,12 @@ static void print_item(const struct leak_report *lr, const struct leak_item *it)
         break;
     case ITEM_EXPIRED:
         snprintf(what, sizeof what, "%u times", it->handoffs);
-        log_msg(LOG_WARN,
-                "leak:   exported %s at 0x%llx %s, first %s ago, never opened: its hand-off expired "
-                "and the block was freed; exported at %s",
-                b, (unsigned long long)it->base, times(it->handoffs) ? times(it->handoffs) : what,
-                age_str(age, a, sizeof a), cs);
+        log_msg(
+            LOG_WARN,
+            "leak:   exported %s at 0x%llx %s, first %s ago, never opened: its hand-off expired "
+            "and the block was freed; exported at %s",
+            b, (unsigned long long)it->base, times(it->handoffs) ? times(it->handoffs) : what,
+            age_str(age, a, sizeof a), cs);
         break;
     default:
         snprintf(what, sizeof what, "%u times", it->handoffs);
@@ -552,8 +555,8 @@ void leak_print(struct leak_report *lr)
         ADD(")");
     }
     if (limbo)
-        ADD("%s%u block%s left in limbo or never freed, still held by others (%s)", used ? "; " : "",
-            limbo, limbo == 1 ? "" : "s", bytes_str(limbo_b, b, sizeof b));
+        ADD("%s%u block%s left in limbo or never freed, still held by others (%s)",
+            used ? "; " : "", limbo, limbo == 1 ? "" : "s", bytes_str(limbo_b, b, sizeof b));
     if (unopened)
         ADD("%s%u export%s nobody opened (%s)", used ? "; " : "", unopened,
             unopened == 1 ? "" : "s", bytes_str(unopened_b, b, sizeof b));

@@ -21,12 +21,17 @@ void log_configure(int new_level, const char *file)
     level = new_level;
     if (file && *file) {
         int f = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-        if (f >= 0) fd = f;
-        else log_msg(LOG_WARN, "cannot open IPCSHIM_LOG_FILE=%s; logging to stderr", file);
+        if (f >= 0)
+            fd = f;
+        else
+            log_msg(LOG_WARN, "cannot open IPCSHIM_LOG_FILE=%s; logging to stderr", file);
     }
 }
 
-bool log_enabled(int l) { return l <= level; }
+bool log_enabled(int l)
+{
+    return l <= level;
+}
 
 static void vlog_named(const char *name, const char *fmt, va_list ap)
 {
@@ -39,7 +44,10 @@ static void vlog_named(const char *name, const char *fmt, va_list ap)
     (void)ignored;
 }
 
-static void vlog(int l, const char *fmt, va_list ap) { vlog_named(names[l], fmt, ap); }
+static void vlog(int l, const char *fmt, va_list ap)
+{
+    vlog_named(names[l], fmt, ap);
+}
 
 void log_report(const char *fmt, ...)
 {

@@ -24,21 +24,22 @@ void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 void log_once(int *flag, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Print at most once per process from this call site. */
-#define LOG_ONCE(level, ...)                                                                      \
-    do {                                                                                          \
-        static int log_once_flag_;                                                                \
-        log_once(&log_once_flag_, level, __VA_ARGS__);                                            \
+#define LOG_ONCE(level, ...)                                                                       \
+    do {                                                                                           \
+        static int log_once_flag_;                                                                 \
+        log_once(&log_once_flag_, level, __VA_ARGS__);                                             \
     } while (0)
 
 /* Print from this call site at most a few times a minute; says how many were dropped. */
 struct log_rate {
     long window_start, printed, dropped;
 };
-void log_rated(struct log_rate *rate, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-#define LOG_RATE(level, ...)                                                                      \
-    do {                                                                                          \
-        static struct log_rate log_rate_;                                                         \
-        log_rated(&log_rate_, level, __VA_ARGS__);                                                \
+void log_rated(struct log_rate *rate, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define LOG_RATE(level, ...)                                                                       \
+    do {                                                                                           \
+        static struct log_rate log_rate_;                                                          \
+        log_rated(&log_rate_, level, __VA_ARGS__);                                                 \
     } while (0)
 
 #endif

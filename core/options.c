@@ -43,12 +43,22 @@ int options_parse_size(const char *s, uint64_t *out)
     const char *suf;
     if (parse_number(s, &n, &suf)) return -EINVAL;
     switch (toupper((unsigned char)*suf)) {
-    case 0: break;
-    case 'K': mult = 1ull << 10; break;
-    case 'M': mult = 1ull << 20; break;
-    case 'G': mult = 1ull << 30; break;
-    case 'T': mult = 1ull << 40; break;
-    default: return -EINVAL;
+    case 0:
+        break;
+    case 'K':
+        mult = 1ull << 10;
+        break;
+    case 'M':
+        mult = 1ull << 20;
+        break;
+    case 'G':
+        mult = 1ull << 30;
+        break;
+    case 'T':
+        mult = 1ull << 40;
+        break;
+    default:
+        return -EINVAL;
     }
     if (*suf && suf[1] && strcasecmp(suf + 1, "B") && strcasecmp(suf + 1, "iB")) return -EINVAL;
     if (n > UINT64_MAX / mult) return -EINVAL;
@@ -61,10 +71,14 @@ int options_parse_ms(const char *s, uint64_t *out)
     uint64_t n, mult;
     const char *suf;
     if (parse_number(s, &n, &suf)) return -EINVAL;
-    if (!*suf || !strcmp(suf, "s")) mult = 1000;
-    else if (!strcmp(suf, "ms")) mult = 1;
-    else if (!strcmp(suf, "m")) mult = 60000;
-    else return -EINVAL;
+    if (!*suf || !strcmp(suf, "s"))
+        mult = 1000;
+    else if (!strcmp(suf, "ms"))
+        mult = 1;
+    else if (!strcmp(suf, "m"))
+        mult = 60000;
+    else
+        return -EINVAL;
     if (n > UINT64_MAX / mult) return -EINVAL;
     *out = n * mult;
     return 0;
@@ -88,10 +102,27 @@ static int parse_choice(const char *s, const char *choices)
 /* One parser per value type, named after it for options.def; some types
  * may have no option yet. */
 #define PARSER static __attribute__((unused)) int
-PARSER parse_BOOL(const char *s, opt_BOOL *v, const char *ch) { (void)ch; return options_parse_bool(s, v); }
-PARSER parse_SIZE(const char *s, opt_SIZE *v, const char *ch) { (void)ch; return options_parse_size(s, v); }
-PARSER parse_MS(const char *s, opt_MS *v, const char *ch) { (void)ch; return options_parse_ms(s, v); }
-PARSER parse_STRING(const char *s, opt_STRING *v, const char *ch) { (void)ch; *v = s; return 0; }
+PARSER parse_BOOL(const char *s, opt_BOOL *v, const char *ch)
+{
+    (void)ch;
+    return options_parse_bool(s, v);
+}
+PARSER parse_SIZE(const char *s, opt_SIZE *v, const char *ch)
+{
+    (void)ch;
+    return options_parse_size(s, v);
+}
+PARSER parse_MS(const char *s, opt_MS *v, const char *ch)
+{
+    (void)ch;
+    return options_parse_ms(s, v);
+}
+PARSER parse_STRING(const char *s, opt_STRING *v, const char *ch)
+{
+    (void)ch;
+    *v = s;
+    return 0;
+}
 PARSER parse_CHOICE(const char *s, opt_CHOICE *v, const char *ch)
 {
     int i = parse_choice(s, ch);
@@ -111,7 +142,8 @@ PARSER parse_COUNT(const char *s, opt_COUNT *v, const char *ch)
 static void env_name(const char *field, char *buf, size_t len)
 {
     int n = snprintf(buf, len, "IPCSHIM_%s", field);
-    for (int i = 8; i < n && (size_t)i < len; i++) buf[i] = (char)toupper((unsigned char)buf[i]);
+    for (int i = 8; i < n && (size_t)i < len; i++)
+        buf[i] = (char)toupper((unsigned char)buf[i]);
 }
 
 static void load(void)
@@ -123,9 +155,9 @@ static void load(void)
 #include "options.def"
 #undef OPT
     /* The log level first: warnings about other options must obey it. */
-#define OPT(field, type, def, choices, help)                                                      \
-    env_name(#field, name, sizeof name);                                                         \
-    if ((value = getenv(name)) && *value && parse_##type(value, &current.field, choices))       \
+#define OPT(field, type, def, choices, help)                                                       \
+    env_name(#field, name, sizeof name);                                                           \
+    if ((value = getenv(name)) && *value && parse_##type(value, &current.field, choices))          \
         log_msg(LOG_WARN, "%s=%s is not a valid value; using the default %s", name, value, def);
 #include "options.def"
 #undef OPT
@@ -157,8 +189,8 @@ void options_log(void)
 {
     char name[64];
     log_msg(LOG_INFO, "options in effect:");
-#define OPT(field, type, def, choices, help)                                                      \
-    env_name(#field, name, sizeof name);                                                         \
+#define OPT(field, type, def, choices, help)                                                       \
+    env_name(#field, name, sizeof name);                                                           \
     options_log_one(name, #type, &current.field, choices);
 #include "options.def"
 #undef OPT
@@ -167,14 +199,20 @@ void options_log(void)
 /* Formats one option's value for options_log(). */
 static void options_log_one(const char *name, const char *type, const void *v, const char *choices)
 {
-    if (!strcmp(type, "BOOL")) log_msg(LOG_INFO, "  %s=%s", name, *(const bool *)v ? "on" : "off");
-    else if (!strcmp(type, "STRING")) log_msg(LOG_INFO, "  %s=%s", name, *(const char *const *)v);
-    else if (!strcmp(type, "MS")) log_msg(LOG_INFO, "  %s=%llums", name, (unsigned long long)*(const uint64_t *)v);
+    if (!strcmp(type, "BOOL"))
+        log_msg(LOG_INFO, "  %s=%s", name, *(const bool *)v ? "on" : "off");
+    else if (!strcmp(type, "STRING"))
+        log_msg(LOG_INFO, "  %s=%s", name, *(const char *const *)v);
+    else if (!strcmp(type, "MS"))
+        log_msg(LOG_INFO, "  %s=%llums", name, (unsigned long long)*(const uint64_t *)v);
     else if (!strcmp(type, "CHOICE")) {
         int index = *(const int *)v;
         const char *c = choices;
-        for (int i = 0; i < index && c; i++) c = strchr(c, '|'), c = c ? c + 1 : c;
+        for (int i = 0; i < index && c; i++)
+            c = strchr(c, '|'), c = c ? c + 1 : c;
         const char *bar = c ? strchr(c, '|') : NULL;
-        log_msg(LOG_INFO, "  %s=%.*s", name, c ? (int)(bar ? bar - c : (long)strlen(c)) : 1, c ? c : "?");
-    } else log_msg(LOG_INFO, "  %s=%llu", name, (unsigned long long)*(const uint64_t *)v);
+        log_msg(LOG_INFO, "  %s=%.*s", name, c ? (int)(bar ? bar - c : (long)strlen(c)) : 1,
+                c ? c : "?");
+    } else
+        log_msg(LOG_INFO, "  %s=%llu", name, (unsigned long long)*(const uint64_t *)v);
 }

@@ -22,9 +22,9 @@ struct options {
 #undef OPT
 };
 
-enum { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };     /* indices of "log" */
-enum { HANDOFF_SEND, HANDOFF_WINDOW };                  /* indices of "handoff" */
-enum { SWAP_OPT_HISTORY, SWAP_OPT_LRU };                /* indices of "swap_policy" */
+enum { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG }; /* indices of "log" */
+enum { HANDOFF_SEND, HANDOFF_WINDOW };             /* indices of "handoff" */
+enum { SWAP_OPT_HISTORY, SWAP_OPT_LRU };           /* indices of "swap_policy" */
 
 /* The options in effect. Parsed once; the pointer stays valid forever. */
 const struct options *options_get(void);

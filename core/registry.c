@@ -273,8 +273,10 @@ const char *registry_dir(char *buf, size_t len)
     if (opt && !strcmp(opt, "private")) {
         snprintf(buf, len, "/run/user/%u", (unsigned)geteuid());
         if (!private_dir(buf)) {
-            LOG_ONCE(LOG_WARN, "IPCSHIM_REGISTRY_DIR=private: %s is not a private directory of yours; "
-                     "using /dev/shm", buf);
+            LOG_ONCE(LOG_WARN,
+                     "IPCSHIM_REGISTRY_DIR=private: %s is not a private directory of yours; "
+                     "using /dev/shm",
+                     buf);
             snprintf(buf, len, "/dev/shm");
         }
     } else if (opt && *opt) {

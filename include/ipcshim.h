@@ -16,19 +16,19 @@ extern "C" {
 #define IPCSHIM_STATS_VERSION 1
 
 struct ipcshim_stats {
-    uint32_t version;         /* IPCSHIM_STATS_VERSION */
-    uint32_t size;            /* sizeof(struct ipcshim_stats) as filled */
-    uint64_t exports;         /* get-handle calls recorded */
-    uint64_t opens;           /* successful opens (every count) */
-    uint64_t closes;          /* successful closes (every count) */
-    uint64_t frees_deferred;  /* frees that went to limbo */
-    uint64_t frees_reclaimed; /* limbo blocks really freed */
-    uint64_t bytes_reclaimed; /* bytes of those */
-    uint64_t limbo_blocks;    /* in limbo now */
-    uint64_t limbo_bytes;     /* in limbo now */
-    uint64_t handoffs_expired;/* unclaimed hand-offs that timed out */
-    uint64_t longest_limbo_ns;/* longest time a block spent in limbo */
-    uint64_t calls_runtime;   /* interposed calls that came through each door */
+    uint32_t version;          /* IPCSHIM_STATS_VERSION */
+    uint32_t size;             /* sizeof(struct ipcshim_stats) as filled */
+    uint64_t exports;          /* get-handle calls recorded */
+    uint64_t opens;            /* successful opens (every count) */
+    uint64_t closes;           /* successful closes (every count) */
+    uint64_t frees_deferred;   /* frees that went to limbo */
+    uint64_t frees_reclaimed;  /* limbo blocks really freed */
+    uint64_t bytes_reclaimed;  /* bytes of those */
+    uint64_t limbo_blocks;     /* in limbo now */
+    uint64_t limbo_bytes;      /* in limbo now */
+    uint64_t handoffs_expired; /* unclaimed hand-offs that timed out */
+    uint64_t longest_limbo_ns; /* longest time a block spent in limbo */
+    uint64_t calls_runtime;    /* interposed calls that came through each door */
     uint64_t calls_driver;
     uint64_t calls_resolver;
 };

@@ -16,28 +16,52 @@ static pthread_once_t exit_hook_once = PTHREAD_ONCE_INIT;
 
 /* Runs before the CUDA runtime's own teardown, which registered its exit
  * handler before the first export and so runs after this one. */
-static void shutdown_at_exit(void) { ipc_shutdown(); }
+static void shutdown_at_exit(void)
+{
+    ipc_shutdown();
+}
 
-static void register_exit_hook(void) { atexit(shutdown_at_exit); }
+static void register_exit_hook(void)
+{
+    atexit(shutdown_at_exit);
+}
 
-void api_at_first_use(void) { pthread_once(&exit_hook_once, register_exit_hook); }
+void api_at_first_use(void)
+{
+    pthread_once(&exit_hook_once, register_exit_hook);
+}
 
 /* An importer's exit hook: the leak report, before the library's last
  * destructor releases its leases (ipc_shutdown). */
 static pthread_once_t open_hook_once = PTHREAD_ONCE_INIT;
-static void report_leaks_at_exit(void) { ipc_report_leaks(); }
-static void register_open_hook(void) { atexit(report_leaks_at_exit); }
-void api_at_first_open(void) { pthread_once(&open_hook_once, register_open_hook); }
+static void report_leaks_at_exit(void)
+{
+    ipc_report_leaks();
+}
+static void register_open_hook(void)
+{
+    atexit(report_leaks_at_exit);
+}
+void api_at_first_open(void)
+{
+    pthread_once(&open_hook_once, register_open_hook);
+}
 
 /* Answers from the options alone, so that asking first (before any CUDA
  * call, before the runtime is even loaded) changes nothing. */
-SHIM_EXPORT int ipcshim_active(void) { return !options_get()->disable; }
+SHIM_EXPORT int ipcshim_active(void)
+{
+    return !options_get()->disable;
+}
 
 #ifndef SHIM_VERSION_STRING
 #error "SHIM_VERSION_STRING (the project version) comes from shim/meson.build"
 #endif
 
-SHIM_EXPORT const char *ipcshim_version(void) { return SHIM_VERSION_STRING; }
+SHIM_EXPORT const char *ipcshim_version(void)
+{
+    return SHIM_VERSION_STRING;
+}
 
 SHIM_EXPORT int ipcshim_collect(void)
 {
@@ -91,15 +115,17 @@ __attribute__((destructor)) static void report_at_exit(void)
     fill_stats(&s);
     if (!s.calls_runtime && !s.calls_driver && !s.calls_resolver) return;
     log_report("exports %llu, opens %llu, closes %llu, deferred frees %llu, "
-            "reclaimed %llu blocks (%llu bytes), still in limbo %llu, longest limbo %.3f ms, "
-            "hand-offs expired %llu",
-            (unsigned long long)s.exports, (unsigned long long)s.opens, (unsigned long long)s.closes,
-            (unsigned long long)s.frees_deferred, (unsigned long long)s.frees_reclaimed,
-            (unsigned long long)s.bytes_reclaimed, (unsigned long long)s.limbo_blocks,
-            s.longest_limbo_ns / 1e6, (unsigned long long)s.handoffs_expired);
+               "reclaimed %llu blocks (%llu bytes), still in limbo %llu, longest limbo %.3f ms, "
+               "hand-offs expired %llu",
+               (unsigned long long)s.exports, (unsigned long long)s.opens,
+               (unsigned long long)s.closes, (unsigned long long)s.frees_deferred,
+               (unsigned long long)s.frees_reclaimed, (unsigned long long)s.bytes_reclaimed,
+               (unsigned long long)s.limbo_blocks, s.longest_limbo_ns / 1e6,
+               (unsigned long long)s.handoffs_expired);
     swap_report();
     for (int id = 0; id < SYM_COUNT; id++)
         for (int d = 0; d < DOOR_COUNT; d++)
             if (entry_calls(id, d))
-                log_report("calls %s via %s: %lld", entry_name(id), door_names[d], entry_calls(id, d));
+                log_report("calls %s via %s: %lld", entry_name(id), door_names[d],
+                           entry_calls(id, d));
 }

@@ -39,12 +39,16 @@ static void retire_counts(void *p)
             break;
         }
     for (int id = 0; id < SYM_COUNT; id++)
-        for (int d = 0; d < DOOR_COUNT; d++) retired.n[id][d] += c->n[id][d];
+        for (int d = 0; d < DOOR_COUNT; d++)
+            retired.n[id][d] += c->n[id][d];
     pthread_mutex_unlock(&counts_lock);
     free(c);
 }
 
-static void make_counts_key(void) { pthread_key_create(&counts_key, retire_counts); }
+static void make_counts_key(void)
+{
+    pthread_key_create(&counts_key, retire_counts);
+}
 
 static struct counts *join_counts(void)
 {
@@ -81,34 +85,41 @@ static const char *const names[SYM_COUNT] = {
 /* The resolver itself must redirect even when reached from inside the shim:
  * the real runtime resolves the driver lazily, often inside the first
  * runtime-door call, and would otherwise cache the real driver forever. */
-#define RUNS_NESTED(name) (SYM_##name == SYM_cuGetProcAddress || SYM_##name == SYM_cuGetProcAddress_v2)
+#define RUNS_NESTED(name)                                                                          \
+    (SYM_##name == SYM_cuGetProcAddress || SYM_##name == SYM_cuGetProcAddress_v2)
 
 /* One entry point: fname, reached through door, running do_##name. */
-#define ENTRY(kind, linkage, ret, name, fname, door, params, args)                                \
-    linkage ret fname params                                                                      \
-    {                                                                                             \
-        if (shim_depth > 0 && !RUNS_NESTED(name)) return CALL_REAL_##kind(name, args);            \
-        resolve_all();                                                                            \
-        if (shim_depth == 0) count_call(SYM_##name, door);                                        \
-        shim_depth++;                                                                             \
-        ret result = do_##name args;                                                              \
-        shim_depth--;                                                                             \
-        return result;                                                                            \
+#define ENTRY(kind, linkage, ret, name, fname, door, params, args)                                 \
+    linkage ret fname params                                                                       \
+    {                                                                                              \
+        if (shim_depth > 0 && !RUNS_NESTED(name)) return CALL_REAL_##kind(name, args);             \
+        resolve_all();                                                                             \
+        if (shim_depth == 0) count_call(SYM_##name, door);                                         \
+        shim_depth++;                                                                              \
+        ret result = do_##name args;                                                               \
+        shim_depth--;                                                                              \
+        return result;                                                                             \
     }
 
 /* Pass-through entry points get a generated do_<name>. */
-#define RUNTIME_PASS(ret, name, params, args)                                                     \
-    static ret do_##name params { return CALL_REAL_RUNTIME(name, args); }
-#define DRIVER_PASS(ret, name, base, ver, params, args)                                           \
-    static ret do_##name params { return CALL_REAL_DRIVER(name, args); }
+#define RUNTIME_PASS(ret, name, params, args)                                                      \
+    static ret do_##name params                                                                    \
+    {                                                                                              \
+        return CALL_REAL_RUNTIME(name, args);                                                      \
+    }
+#define DRIVER_PASS(ret, name, base, ver, params, args)                                            \
+    static ret do_##name params                                                                    \
+    {                                                                                              \
+        return CALL_REAL_DRIVER(name, args);                                                       \
+    }
 #include "symbols.def"
 
-#define RUNTIME(ret, name, params, args)                                                          \
-    ENTRY(RUNTIME, SHIM_EXPORT, ret, name, name, DOOR_RUNTIME, params, args)                      \
+#define RUNTIME(ret, name, params, args)                                                           \
+    ENTRY(RUNTIME, SHIM_EXPORT, ret, name, name, DOOR_RUNTIME, params, args)                       \
     ENTRY(RUNTIME, static, ret, name, via_resolver_##name, DOOR_RESOLVER, params, args)
 #define RUNTIME_PASS(ret, name, params, args) RUNTIME(ret, name, params, args)
-#define DRIVER(ret, name, base, ver, params, args)                                                \
-    ENTRY(DRIVER, SHIM_EXPORT, ret, name, name, DOOR_DRIVER, params, args)                        \
+#define DRIVER(ret, name, base, ver, params, args)                                                 \
+    ENTRY(DRIVER, SHIM_EXPORT, ret, name, name, DOOR_DRIVER, params, args)                         \
     ENTRY(DRIVER, static, ret, name, via_resolver_##name, DOOR_RESOLVER, params, args)
 #define DRIVER_PASS(ret, name, base, ver, params, args) DRIVER(ret, name, base, ver, params, args)
 #include "symbols.def"
@@ -129,15 +140,25 @@ static void *const exported[SYM_COUNT] = {
 #include "symbols.def"
 };
 
-EARLY_SAFE void *entry_via_resolver(enum symbol_id id) { return via_resolver[id]; }
-EARLY_SAFE void *entry_exported(enum symbol_id id) { return exported[id]; }
-EARLY_SAFE const char *entry_name(enum symbol_id id) { return names[id]; }
+EARLY_SAFE void *entry_via_resolver(enum symbol_id id)
+{
+    return via_resolver[id];
+}
+EARLY_SAFE void *entry_exported(enum symbol_id id)
+{
+    return exported[id];
+}
+EARLY_SAFE const char *entry_name(enum symbol_id id)
+{
+    return names[id];
+}
 
 long long entry_calls(enum symbol_id id, enum door door)
 {
     pthread_mutex_lock(&counts_lock);
     long long n = retired.n[id][door] + __atomic_load_n(&fallback.n[id][door], __ATOMIC_RELAXED);
-    for (struct counts *c = all_counts; c; c = c->next) n += __atomic_load_n(&c->n[id][door], __ATOMIC_RELAXED);
+    for (struct counts *c = all_counts; c; c = c->next)
+        n += __atomic_load_n(&c->n[id][door], __ATOMIC_RELAXED);
     pthread_mutex_unlock(&counts_lock);
     return n;
 }

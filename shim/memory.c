@@ -21,10 +21,10 @@ static bool tracking;
 struct door_codes {
     int ok, invalid, out_of_memory, missing;
 };
-static const struct door_codes runtime_codes = {cudaSuccess, cudaErrorInvalidValue, cudaErrorMemoryAllocation,
-                                                cudaErrorInitializationError};
-static const struct door_codes driver_codes = {CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY,
-                                               CUDA_ERROR_NOT_INITIALIZED};
+static const struct door_codes runtime_codes = {
+    cudaSuccess, cudaErrorInvalidValue, cudaErrorMemoryAllocation, cudaErrorInitializationError};
+static const struct door_codes driver_codes = {
+    CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_NOT_INITIALIZED};
 
 static uint64_t pointer_attribute(uint64_t ptr, CUpointer_attribute what);
 
@@ -78,16 +78,22 @@ static int free_block(uint64_t base, int device, uint64_t ctx)
     (void)device;
     if (!REAL(cuMemFree_v2)) return -ENOSYS;
     uint64_t identity = identity_take(base);
-    bool pushed = ctx && real_cuCtxPushCurrent_v2 && real_cuCtxPushCurrent_v2((CUcontext)ctx) == CUDA_SUCCESS;
+    bool pushed =
+        ctx && real_cuCtxPushCurrent_v2 && real_cuCtxPushCurrent_v2((CUcontext)ctx) == CUDA_SUCCESS;
     CUresult r = CUDA_SUCCESS;
     if (identity && pointer_attribute(base, CU_POINTER_ATTRIBUTE_BUFFER_ID) != identity)
-        LOG_ONCE(LOG_INFO, "deferred free of %#llx skipped: its context was reset or destroyed, which freed it "
-                 "already (the address may now belong to another allocation)", (unsigned long long)base);
+        LOG_ONCE(
+            LOG_INFO,
+            "deferred free of %#llx skipped: its context was reset or destroyed, which freed it "
+            "already (the address may now belong to another allocation)",
+            (unsigned long long)base);
     else
         r = real_cuMemFree_v2((CUdeviceptr)base);
     CUcontext previous;
     if (pushed) real_cuCtxPopCurrent_v2(&previous);
-    if (r != CUDA_SUCCESS) LOG_RATE(LOG_WARN, "deferred free of %#llx failed: CUresult %d", (unsigned long long)base, r);
+    if (r != CUDA_SUCCESS)
+        LOG_RATE(LOG_WARN, "deferred free of %#llx failed: CUresult %d", (unsigned long long)base,
+                 r);
     return r == CUDA_SUCCESS ? 0 : -EINVAL;
 }
 
@@ -96,13 +102,18 @@ static const struct device_ops device_ops = {.free_block = free_block};
 void memory_init(void)
 {
     const struct options *o = options_get();
-    tracking = !o->disable && real_cuMemFree_v2 && real_cuPointerGetAttributes && real_cuCtxGetCurrent;
-    if (!o->disable && !tracking) LOG_ONCE(LOG_WARN, "driver functions missing; passing every call through");
+    tracking =
+        !o->disable && real_cuMemFree_v2 && real_cuPointerGetAttributes && real_cuCtxGetCurrent;
+    if (!o->disable && !tracking)
+        LOG_ONCE(LOG_WARN, "driver functions missing; passing every call through");
     if (tracking) ipc_init(&device_ops);
     swap_init();
 }
 
-bool shim_tracking(void) { return tracking; }
+bool shim_tracking(void)
+{
+    return tracking;
+}
 
 /* The context an import is cached under: the current one, after making
  * sure the runtime has made its primary context current (runtime door). */
@@ -125,7 +136,8 @@ static void synchronize_context(uint64_t ctx)
     real_cuCtxGetCurrent(&previous);
     if ((uint64_t)previous == ctx) {
         real_cuCtxSynchronize();
-    } else if (real_cuCtxPushCurrent_v2 && real_cuCtxPushCurrent_v2((CUcontext)ctx) == CUDA_SUCCESS) {
+    } else if (real_cuCtxPushCurrent_v2 &&
+               real_cuCtxPushCurrent_v2((CUcontext)ctx) == CUDA_SUCCESS) {
         real_cuCtxSynchronize();
         real_cuCtxPopCurrent_v2(&previous);
     }
@@ -136,7 +148,8 @@ static void synchronize_context(uint64_t ctx)
 static bool collect_for_retry_slow(const struct door_codes *codes)
 {
     if (!tracking || ipc_collect_pressure() <= 0) return false;
-    if (codes == &runtime_codes && REAL(cudaGetLastError)) real_cudaGetLastError(); /* forget the failure */
+    if (codes == &runtime_codes && REAL(cudaGetLastError))
+        real_cudaGetLastError(); /* forget the failure */
     return true;
 }
 static inline bool collect_for_retry(int result, const struct door_codes *codes)
@@ -148,7 +161,8 @@ static inline bool collect_for_retry(int result, const struct door_codes *codes)
  * free (stream given) of a block that goes to limbo is deferred like any
  * other: the real free comes later, after the importers let go, and so
  * after whatever the stream had queued. */
-static int op_free(uint64_t ptr, void *stream, int (*real_free)(uint64_t, void *), const struct door_codes *codes)
+static int op_free(uint64_t ptr, void *stream, int (*real_free)(uint64_t, void *),
+                   const struct door_codes *codes)
 {
     swap_on_free(ptr);
     if (!tracking || !ptr) return real_free(ptr, stream);
@@ -169,24 +183,34 @@ static uint64_t pointer_attribute(uint64_t ptr, CUpointer_attribute what)
 {
     uint64_t value = 0; /* wide enough for every attribute asked here */
     void *into[] = {&value};
-    return REAL(cuPointerGetAttributes) && real_cuPointerGetAttributes(1, &what, into, (CUdeviceptr)ptr) == CUDA_SUCCESS
+    return REAL(cuPointerGetAttributes) &&
+                   real_cuPointerGetAttributes(1, &what, into, (CUdeviceptr)ptr) == CUDA_SUCCESS
                ? value
                : 0;
 }
 static void explain_refused_export(uint64_t ptr, int result)
 {
     if (pointer_attribute(ptr, CU_POINTER_ATTRIBUTE_IS_MANAGED))
-        LOG_ONCE(LOG_WARN, "export of %#llx refused by CUDA (%d): managed memory (cudaMallocManaged) cannot be "
-                 "shared through legacy IPC; ipcshim passes the error through", (unsigned long long)ptr, result);
+        LOG_ONCE(
+            LOG_WARN,
+            "export of %#llx refused by CUDA (%d): managed memory (cudaMallocManaged) cannot be "
+            "shared through legacy IPC; ipcshim passes the error through",
+            (unsigned long long)ptr, result);
     else if (pointer_attribute(ptr, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE))
-        LOG_ONCE(LOG_WARN, "export of %#llx refused by CUDA (%d): stream-ordered pool memory (cudaMallocAsync) "
-                 "is shared through cudaMemPoolExportPointer, not legacy IPC; ipcshim passes the error through",
-                 (unsigned long long)ptr, result);
+        LOG_ONCE(
+            LOG_WARN,
+            "export of %#llx refused by CUDA (%d): stream-ordered pool memory (cudaMallocAsync) "
+            "is shared through cudaMemPoolExportPointer, not legacy IPC; ipcshim passes the error "
+            "through",
+            (unsigned long long)ptr, result);
     else if (pointer_attribute(ptr, CU_POINTER_ATTRIBUTE_RANGE_SIZE) &&
              !pointer_attribute(ptr, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE))
-        LOG_ONCE(LOG_WARN, "export of %#llx refused by CUDA (%d): virtual memory management allocations "
-                 "(cuMemCreate, PyTorch's expandable_segments) are shared through cuMemExportToShareableHandle, "
-                 "not legacy IPC; ipcshim passes the error through", (unsigned long long)ptr, result);
+        LOG_ONCE(LOG_WARN,
+                 "export of %#llx refused by CUDA (%d): virtual memory management allocations "
+                 "(cuMemCreate, PyTorch's expandable_segments) are shared through "
+                 "cuMemExportToShareableHandle, "
+                 "not legacy IPC; ipcshim passes the error through",
+                 (unsigned long long)ptr, result);
 }
 
 /* True when ptr lies in a block the program freed that waits in limbo: to
@@ -206,11 +230,13 @@ static void note_export(const void *handle, uint64_t ptr)
     CUcontext ctx = NULL;
     int device = -1;
     unsigned long long buffer_id = 0;
-    CUpointer_attribute what[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-                                  CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+    CUpointer_attribute what[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                  CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_CONTEXT,
+                                  CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                                   CU_POINTER_ATTRIBUTE_BUFFER_ID};
     void *into[] = {&base, &size, &ctx, &device, &buffer_id};
-    if (real_cuPointerGetAttributes(5, what, into, (CUdeviceptr)ptr) != CUDA_SUCCESS || !base || !size) {
+    if (real_cuPointerGetAttributes(5, what, into, (CUdeviceptr)ptr) != CUDA_SUCCESS || !base ||
+        !size) {
         LOG_RATE(LOG_WARN, "cannot find the allocation of exported pointer %#llx; left untracked",
                  (unsigned long long)ptr);
         return;
@@ -225,7 +251,8 @@ static void note_export(const void *handle, uint64_t ptr)
 
 /* Open: cached, own export, a new lease around the real open, or untracked. */
 static int op_open(const void *handle, unsigned int flags, uint64_t *out, bool runtime_door,
-                   int (*real_open)(uint64_t *, const void *, unsigned int), const struct door_codes *codes)
+                   int (*real_open)(uint64_t *, const void *, unsigned int),
+                   const struct door_codes *codes)
 {
     /* What CUDA refuses (no pointer, unknown flags) it refuses itself. */
     if (!tracking || !out || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
@@ -240,14 +267,18 @@ static int op_open(const void *handle, unsigned int flags, uint64_t *out, bool r
         return codes->ok;
     }
     if (decision == -ENOENT || decision == -EOWNERDEAD) {
-        if (decision == -ENOENT) LOG_RATE(LOG_WARN, "open refused: the exporter freed this block");
-        else LOG_RATE(LOG_WARN, "open refused: the exporter of this block died");
+        if (decision == -ENOENT)
+            LOG_RATE(LOG_WARN, "open refused: the exporter freed this block");
+        else
+            LOG_RATE(LOG_WARN, "open refused: the exporter of this block died");
         return codes->invalid;
     }
     int result = real_open(out, handle, flags);
     if (decision == IPC_REAL) {
-        if (result == codes->ok) ipc_open_commit(&ticket, *out), api_at_first_open();
-        else ipc_open_abort(&ticket);
+        if (result == codes->ok)
+            ipc_open_commit(&ticket, *out), api_at_first_open();
+        else
+            ipc_open_abort(&ticket);
     }
     return result;
 }
@@ -262,8 +293,10 @@ static int op_close(uint64_t ptr, int (*real_close)(uint64_t), const struct door
     if (decision != IPC_REAL) return real_close(ptr);
     synchronize_context(ticket.ctx);
     int result = real_close(ptr);
-    if (result == codes->ok) ipc_close_finish(&ticket);
-    else ipc_close_abort(&ticket); /* still mapped, says CUDA: keep protecting it */
+    if (result == codes->ok)
+        ipc_close_finish(&ticket);
+    else
+        ipc_close_abort(&ticket); /* still mapped, says CUDA: keep protecting it */
     return result;
 }
 
@@ -279,7 +312,8 @@ static int runtime_free_async(uint64_t p, void *stream)
 }
 static int runtime_free_async_ptsz(uint64_t p, void *stream)
 {
-    return REAL(cudaFreeAsync_ptsz) ? (int)real_cudaFreeAsync_ptsz((void *)p, stream) : runtime_codes.missing;
+    return REAL(cudaFreeAsync_ptsz) ? (int)real_cudaFreeAsync_ptsz((void *)p, stream)
+                                    : runtime_codes.missing;
 }
 static int driver_free(uint64_t p, void *stream)
 {
@@ -292,11 +326,13 @@ static int driver_free_async(uint64_t p, void *stream)
 }
 static int driver_free_async_ptsz(uint64_t p, void *stream)
 {
-    return REAL(cuMemFreeAsync_ptsz) ? (int)real_cuMemFreeAsync_ptsz(p, stream) : driver_codes.missing;
+    return REAL(cuMemFreeAsync_ptsz) ? (int)real_cuMemFreeAsync_ptsz(p, stream)
+                                     : driver_codes.missing;
 }
 static int runtime_close(uint64_t p)
 {
-    return REAL(cudaIpcCloseMemHandle) ? (int)real_cudaIpcCloseMemHandle((void *)p) : runtime_codes.missing;
+    return REAL(cudaIpcCloseMemHandle) ? (int)real_cudaIpcCloseMemHandle((void *)p)
+                                       : runtime_codes.missing;
 }
 static int driver_close(uint64_t p)
 {
@@ -348,11 +384,15 @@ cudaError_t do_cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_
 {
     if (!REAL(cudaMallocPitch)) return cudaErrorInitializationError;
     cudaError_t r = real_cudaMallocPitch(devPtr, pitch, width, height);
-    if (collect_for_retry(r, &runtime_codes)) r = real_cudaMallocPitch(devPtr, pitch, width, height);
+    if (collect_for_retry(r, &runtime_codes))
+        r = real_cudaMallocPitch(devPtr, pitch, width, height);
     return r;
 }
 
-cudaError_t do_cudaFree(void *devPtr) { return op_free((uint64_t)devPtr, NULL, runtime_free, &runtime_codes); }
+cudaError_t do_cudaFree(void *devPtr)
+{
+    return op_free((uint64_t)devPtr, NULL, runtime_free, &runtime_codes);
+}
 
 cudaError_t do_cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 {
@@ -384,8 +424,10 @@ cudaError_t do_cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
     if (swap_refuses_export((uint64_t)devPtr, "cudaIpcGetMemHandle")) return cudaErrorInvalidValue;
     if (freed_by_program((uint64_t)devPtr)) return cudaErrorInvalidValue;
     cudaError_t r = real_cudaIpcGetMemHandle(handle, devPtr);
-    if (r == cudaSuccess && tracking) note_export(handle, (uint64_t)devPtr);
-    else if (r != cudaSuccess) explain_refused_export((uint64_t)devPtr, r);
+    if (r == cudaSuccess && tracking)
+        note_export(handle, (uint64_t)devPtr);
+    else if (r != cudaSuccess)
+        explain_refused_export((uint64_t)devPtr, r);
     return r;
 }
 
@@ -413,8 +455,8 @@ CUresult do_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     return r;
 }
 
-CUresult do_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
-                               unsigned int ElementSizeBytes)
+CUresult do_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                               size_t Height, unsigned int ElementSizeBytes)
 {
     if (!REAL(cuMemAllocPitch_v2)) return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = real_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
@@ -423,7 +465,10 @@ CUresult do_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthIn
     return r;
 }
 
-CUresult do_cuMemFree_v2(CUdeviceptr dptr) { return op_free(dptr, NULL, driver_free, &driver_codes); }
+CUresult do_cuMemFree_v2(CUdeviceptr dptr)
+{
+    return op_free(dptr, NULL, driver_free, &driver_codes);
+}
 
 CUresult do_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
@@ -455,8 +500,10 @@ CUresult do_cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     if (swap_refuses_export(dptr, "cuIpcGetMemHandle")) return CUDA_ERROR_INVALID_VALUE;
     if (freed_by_program(dptr)) return CUDA_ERROR_INVALID_VALUE;
     CUresult r = real_cuIpcGetMemHandle(pHandle, dptr);
-    if (r == CUDA_SUCCESS && tracking) note_export(pHandle, dptr);
-    else if (r != CUDA_SUCCESS) explain_refused_export(dptr, r);
+    if (r == CUDA_SUCCESS && tracking)
+        note_export(pHandle, dptr);
+    else if (r != CUDA_SUCCESS)
+        explain_refused_export(dptr, r);
     return r;
 }
 
@@ -479,4 +526,7 @@ CUresult do_cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, uns
     return driver_open(pdptr, &handle, Flags, driver_open_v2);
 }
 
-CUresult do_cuIpcCloseMemHandle(CUdeviceptr dptr) { return op_close(dptr, driver_close, &driver_codes); }
+CUresult do_cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    return op_close(dptr, driver_close, &driver_codes);
+}

@@ -77,12 +77,14 @@ EARLY_SAFE static bool is_shim_function(void *p)
  * real ones before its interceptors work. */
 EARLY_SAFE static bool same_string(const char *a, const char *b)
 {
-    while (*a && *a == *b) a++, b++;
+    while (*a && *a == *b)
+        a++, b++;
     return *a == *b;
 }
 EARLY_SAFE static bool starts_with(const char *s, const char *prefix)
 {
-    while (*prefix && *s == *prefix) s++, prefix++;
+    while (*prefix && *s == *prefix)
+        s++, prefix++;
     return !*prefix;
 }
 
@@ -102,7 +104,8 @@ EARLY_SAFE static bool in_cuda_library(const void *p)
  * of a loaded libcudart. */
 static int count_loaded(struct dl_phdr_info *info, size_t size, void *adds)
 {
-    *(unsigned long long *)adds = size >= offsetof(struct dl_phdr_info, dlpi_subs) ? info->dlpi_adds : 0;
+    *(unsigned long long *)adds =
+        size >= offsetof(struct dl_phdr_info, dlpi_subs) ? info->dlpi_adds : 0;
     return 1;
 }
 static int find_cudart(struct dl_phdr_info *info, size_t size, void *path)
@@ -129,7 +132,7 @@ static void resolve_runtime(void)
     void *cudart = NULL;
     dl_iterate_phdr(find_cudart, &path);
     if (path) cudart = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-#define RUNTIME(ret, name, params, args)                                                          \
+#define RUNTIME(ret, name, params, args)                                                           \
     if (!real_##name) *(void **)&real_##name = lookup_runtime(cudart, #name);
 #define RUNTIME_PASS(ret, name, params, args) RUNTIME(ret, name, params, args)
 #define RUNTIME_REAL(ret, name, params) RUNTIME(ret, name, (), ())
@@ -143,15 +146,16 @@ static void resolve_driver(void)
     void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     if (!cuda) cuda = dlopen("libcuda.so.1", RTLD_NOW);
     if (!cuda) {
-        LOG_ONCE(LOG_WARN, "libcuda.so.1 not found (%s); driver calls fail with CUDA_ERROR_NOT_INITIALIZED",
+        LOG_ONCE(LOG_WARN,
+                 "libcuda.so.1 not found (%s); driver calls fail with CUDA_ERROR_NOT_INITIALIZED",
                  dlerror());
         return;
     }
     void *p;
-#define DRIVER(ret, name, base, ver, params, args)                                                \
-    if (!real_##name) {                                                                           \
-        p = real_dlsym(cuda, #name);                                                              \
-        *(void **)&real_##name = p && !is_shim_function(p) ? p : NULL;                            \
+#define DRIVER(ret, name, base, ver, params, args)                                                 \
+    if (!real_##name) {                                                                            \
+        p = real_dlsym(cuda, #name);                                                               \
+        *(void **)&real_##name = p && !is_shim_function(p) ? p : NULL;                             \
     }
 #define DRIVER_PASS(ret, name, base, ver, params, args) DRIVER(ret, name, base, ver, params, args)
 #define DRIVER_REAL(ret, name, params) DRIVER(ret, name, base, ver, params, args)
@@ -189,7 +193,8 @@ static void resolve_once(void)
     pthread_once(&dlsym_once, find_real_dlsym);
     options_get();
     if (!real_dlsym) {
-        LOG_ONCE(LOG_ERROR, "cannot find the real dlsym; every call fails with an initialization error");
+        LOG_ONCE(LOG_ERROR,
+                 "cannot find the real dlsym; every call fails with an initialization error");
         return;
     }
     pthread_mutex_lock(&resolve_lock);
@@ -202,7 +207,10 @@ static void resolve_once(void)
     __atomic_store_n(&resolve_done, 1, __ATOMIC_RELEASE);
 }
 
-void resolve_once_slow(void) { pthread_once(&all_once, resolve_once); }
+void resolve_once_slow(void)
+{
+    pthread_once(&all_once, resolve_once);
+}
 
 void *resolve_redirect(const char *symbol, void *real, int cudaVersion, cuuint64_t flags)
 {
@@ -267,30 +275,36 @@ EARLY_SAFE static void *object_symbol(const struct link_map *m, const char *name
     for (const ElfW(Dyn) *d = m->l_ld; d->d_tag != DT_NULL; d++) {
         ElfW(Addr) a = d->d_un.d_ptr;
         if (a < m->l_addr) a += m->l_addr;
-        if (d->d_tag == DT_SYMTAB) symtab = (const ElfW(Sym) *)a;
-        else if (d->d_tag == DT_STRTAB) strtab = (const char *)a;
-        else if (d->d_tag == DT_GNU_HASH) gnu = (const uint32_t *)a;
-        else if (d->d_tag == DT_HASH) sysv = (const uint32_t *)a;
-        else if (d->d_tag == DT_VERSYM) versym = (const ElfW(Half) *)a;
+        if (d->d_tag == DT_SYMTAB)
+            symtab = (const ElfW(Sym) *)a;
+        else if (d->d_tag == DT_STRTAB)
+            strtab = (const char *)a;
+        else if (d->d_tag == DT_GNU_HASH)
+            gnu = (const uint32_t *)a;
+        else if (d->d_tag == DT_HASH)
+            sysv = (const uint32_t *)a;
+        else if (d->d_tag == DT_VERSYM)
+            versym = (const ElfW(Half) *)a;
     }
     if (!symtab || !strtab) return NULL;
-    /* Defined, global or weak, this name; a hidden (non-default) version
-     * only when nothing better turns up. */
-#define CONSIDER(i)                                                                               \
-    do {                                                                                          \
-        const ElfW(Sym) *s = &symtab[i];                                                          \
-        if (s->st_shndx != SHN_UNDEF && ELF64_ST_BIND(s->st_info) != STB_LOCAL &&                 \
-            same_string(strtab + s->st_name, name)) {                                                 \
-            if (!versym || !(versym[i] & 0x8000)) {                                               \
-                found = s;                                                                        \
-                goto done;                                                                        \
-            }                                                                                     \
-            if (!found) found = s;                                                                \
-        }                                                                                         \
+        /* Defined, global or weak, this name; a hidden (non-default) version
+         * only when nothing better turns up. */
+#define CONSIDER(i)                                                                                \
+    do {                                                                                           \
+        const ElfW(Sym) *s = &symtab[i];                                                           \
+        if (s->st_shndx != SHN_UNDEF && ELF64_ST_BIND(s->st_info) != STB_LOCAL &&                  \
+            same_string(strtab + s->st_name, name)) {                                              \
+            if (!versym || !(versym[i] & 0x8000)) {                                                \
+                found = s;                                                                         \
+                goto done;                                                                         \
+            }                                                                                      \
+            if (!found) found = s;                                                                 \
+        }                                                                                          \
     } while (0)
     if (gnu) {
         uint32_t h = 5381;
-        for (const unsigned char *c = (const unsigned char *)name; *c; c++) h = h * 33 + *c;
+        for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+            h = h * 33 + *c;
         uint32_t nbuckets = gnu[0], symoffset = gnu[1], bloom_words = gnu[2];
         const uint32_t *buckets = (const uint32_t *)((const ElfW(Addr) *)(gnu + 4) + bloom_words);
         const uint32_t *chain = buckets + nbuckets;
@@ -308,7 +322,8 @@ EARLY_SAFE static void *object_symbol(const struct link_map *m, const char *name
         }
         uint32_t nbuckets = sysv[0];
         const uint32_t *buckets = sysv + 2, *chain = buckets + nbuckets;
-        for (uint32_t i = nbuckets ? buckets[h % nbuckets] : 0; i; i = chain[i]) CONSIDER(i);
+        for (uint32_t i = nbuckets ? buckets[h % nbuckets] : 0; i; i = chain[i])
+            CONSIDER(i);
     }
 #undef CONSIDER
 done:
@@ -340,7 +355,8 @@ EARLY_SAFE static void *next_definition(const void *caller, const char *name)
 {
     Dl_info info;
     struct link_map *self = NULL;
-    if (!dladdr1(caller, &info, (void **)&self, RTLD_DL_LINKMAP) || !self) return real_dlsym(RTLD_NEXT, name);
+    if (!dladdr1(caller, &info, (void **)&self, RTLD_DL_LINKMAP) || !self)
+        return real_dlsym(RTLD_NEXT, name);
     ElfW(Addr) vdso = (ElfW(Addr))getauxval(AT_SYSINFO_EHDR);
     for (struct link_map *m = self->l_next; m; m = m->l_next) {
         if (m->l_addr == vdso || !m->l_name || !m->l_name[0]) continue;
@@ -372,7 +388,8 @@ SHIM_EXPORT EARLY_SAFE __attribute__((noinline)) void *dlsym(void *handle, const
          * environment, and the program's environ stays NULL for good. */
         Dl_info info;
         struct link_map *self = NULL;
-        if (dladdr1(caller, &info, (void **)&self, RTLD_DL_LINKMAP) && self && self->l_name && self->l_name[0]) {
+        if (dladdr1(caller, &info, (void **)&self, RTLD_DL_LINKMAP) && self && self->l_name &&
+            self->l_name[0]) {
             void *h = dlopen(self->l_name, RTLD_LAZY | RTLD_NOLOAD);
             if (h) p = real_dlsym(h, name), dlclose(h);
         }

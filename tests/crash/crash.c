@@ -30,8 +30,14 @@ void crash_setup(const char *test_name)
     options_reload();
 }
 
-const char *crash_domain(void) { return machine; }
-const char *crash_segment_path(void) { return segment; }
+const char *crash_domain(void)
+{
+    return machine;
+}
+const char *crash_segment_path(void)
+{
+    return segment;
+}
 
 void crash_cleanup(void)
 {
@@ -56,16 +62,20 @@ static long now_ms(void)
     return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
 }
 
-int child_spawn(struct child *c, const char *prog, bool shim, const char *const *env, const char *const *args)
+int child_spawn(struct child *c, const char *prog, bool shim, const char *const *env,
+                const char *const *args)
 {
     char path[1024], libpath[2048], preload[1024], sim[160], domain[160];
-    const char *bindir = getenv("CRASH_BIN_DIR"), *simdir = getenv("SIMCUDA_DIR"), *lib = getenv("IPCSHIM_LIB");
+    const char *bindir = getenv("CRASH_BIN_DIR"), *simdir = getenv("SIMCUDA_DIR"),
+               *lib = getenv("IPCSHIM_LIB");
     memset(c, 0, offsetof(struct child, buf));
     c->buf[0] = 0;
     c->in = c->out = -1;
     c->pid = -1;
-    if (strchr(prog, '/')) snprintf(path, sizeof path, "%s", prog);
-    else snprintf(path, sizeof path, "%s/%s", bindir ? bindir : ".", prog);
+    if (strchr(prog, '/'))
+        snprintf(path, sizeof path, "%s", prog);
+    else
+        snprintf(path, sizeof path, "%s/%s", bindir ? bindir : ".", prog);
     snprintf(libpath, sizeof libpath, "LD_LIBRARY_PATH=%s", simdir ? simdir : ".");
     snprintf(preload, sizeof preload, "LD_PRELOAD=%s", lib ? lib : "libipcshim.so");
     snprintf(sim, sizeof sim, "SIMCUDA_MACHINE=%s", machine);
@@ -74,10 +84,11 @@ int child_spawn(struct child *c, const char *prog, bool shim, const char *const 
     /* The test's entries first: getenv() takes the first match. */
     const char *envp[300];
     int n = 0;
-    for (int i = 0; env && env[i] && n < 60; i++) envp[n++] = env[i];
+    for (int i = 0; env && env[i] && n < 60; i++)
+        envp[n++] = env[i];
     for (char **e = environ; *e && n < 280; e++)
-        if (strncmp(*e, "LD_PRELOAD=", 11) && strncmp(*e, "LD_LIBRARY_PATH=", 16) && strncmp(*e, "SIMCUDA_", 8) &&
-            strncmp(*e, "IPCSHIM_", 8))
+        if (strncmp(*e, "LD_PRELOAD=", 11) && strncmp(*e, "LD_LIBRARY_PATH=", 16) &&
+            strncmp(*e, "SIMCUDA_", 8) && strncmp(*e, "IPCSHIM_", 8))
             envp[n++] = *e;
     envp[n++] = libpath, envp[n++] = sim, envp[n++] = domain;
     if (shim) envp[n++] = preload;
@@ -85,7 +96,8 @@ int child_spawn(struct child *c, const char *prog, bool shim, const char *const 
 
     const char *argv[80] = {prog};
     int a = 1;
-    for (int i = 0; args && args[i] && a < 79; i++) argv[a++] = args[i];
+    for (int i = 0; args && args[i] && a < 79; i++)
+        argv[a++] = args[i];
     argv[a] = NULL;
 
     int in[2], out[2];
@@ -178,7 +190,8 @@ int child_wait(struct child *c, int timeout_ms)
             break;
         }
         if (now_ms() > deadline) {
-            fprintf(stderr, "crash: pid %d did not finish in %d ms; killing it\n", (int)c->pid, timeout_ms);
+            fprintf(stderr, "crash: pid %d did not finish in %d ms; killing it\n", (int)c->pid,
+                    timeout_ms);
             kill(c->pid, SIGKILL);
             waitpid(c->pid, &ws, 0);
             break;
@@ -193,8 +206,8 @@ int child_wait(struct child *c, int timeout_ms)
     return c->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
 }
 
-int child_run(struct child *c, const char *prog, bool shim, const char *const *env, const char *const *args,
-              int timeout_ms)
+int child_run(struct child *c, const char *prog, bool shim, const char *const *env,
+              const char *const *args, int timeout_ms)
 {
     int rc = child_spawn(c, prog, shim, env, args);
     if (rc) return c->status = -1;
@@ -247,12 +260,14 @@ int crash_registry_counts(struct reg_counts *out, int pid)
     for (uint32_t i = 0; i < v.max_holders; i++)
         if (v.holders[i].state != HOLDER_FREE && (pid <= 0 || v.holders[i].pid == pid)) {
             out->holders++;
-            if (pid <= 0) fprintf(stderr, "registry: holder %u (pid %d) left\n", i, v.holders[i].pid);
+            if (pid <= 0)
+                fprintf(stderr, "registry: holder %u (pid %d) left\n", i, v.holders[i].pid);
         }
     for (uint32_t i = 0; i < v.max_blocks; i++)
         if (v.blocks[i].state != BLOCK_FREE) {
             out->blocks++;
-            if (pid <= 0) fprintf(stderr, "registry: block %u (state %u) left\n", i, v.blocks[i].state);
+            if (pid <= 0)
+                fprintf(stderr, "registry: block %u (state %u) left\n", i, v.blocks[i].state);
         }
     for (uint32_t i = 0; i < v.max_leases; i++) {
         struct reg_lease *l = &v.leases[i];

@@ -37,7 +37,8 @@ void crash_cleanup(void);
 const char *crash_segment_path(void);
 
 /* Start CRASH_BIN_DIR/prog (or prog itself if it holds a '/'). 0 or -errno. */
-int child_spawn(struct child *c, const char *prog, bool shim, const char *const *env, const char *const *args);
+int child_spawn(struct child *c, const char *prog, bool shim, const char *const *env,
+                const char *const *args);
 
 /* Next line of its output into line (without the newline): 1, 0 on
  * timeout, -1 at end of output. */
@@ -52,8 +53,8 @@ void child_close_stdin(struct child *c);
 int child_wait(struct child *c, int timeout_ms);
 
 /* Run to completion with stdin closed: output in c->buf, status returned. */
-int child_run(struct child *c, const char *prog, bool shim, const char *const *env, const char *const *args,
-              int timeout_ms);
+int child_run(struct child *c, const char *prog, bool shim, const char *const *env,
+              const char *const *args, int timeout_ms);
 
 /* What this test's registry holds now (opened as a view: no holder slot
  * taken). pid > 0: holders/leases counted only for that pid. -1 if it

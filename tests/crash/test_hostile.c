@@ -57,16 +57,19 @@ static char *log_text(void)
 
 /* tests/e2e's pair, producer and one consumer, freeing after the consumer
  * closed: correct with or without tracking. */
-static int pair(const char *const *extra, const char *free_when, const char *blocks, const char *consumers)
+static int pair(const char *const *extra, const char *free_when, const char *blocks,
+                const char *consumers)
 {
     char path[1024];
     const char *env[16] = {log_env};
     int n = 1;
-    for (int i = 0; extra && extra[i] && n < 15; i++) env[n++] = extra[i];
+    for (int i = 0; extra && extra[i] && n < 15; i++)
+        env[n++] = extra[i];
     env[n] = NULL;
     snprintf(path, sizeof path, "%s/pair-runtime", getenv("E2E_BIN_DIR"));
     return child_run(&c, path, true, env,
-                     ARGS("--free", free_when, "--blocks", blocks, "--consumers", consumers, "--reclaim-wait", "3000"),
+                     ARGS("--free", free_when, "--blocks", blocks, "--consumers", consumers,
+                          "--reclaim-wait", "3000"),
                      30000);
 }
 
@@ -86,7 +89,8 @@ static void expect_said_once(const char *why, int processes)
 {
     char *log = log_text();
     int lines = count_lines(log, why);
-    cr_expect_eq(lines, processes, "expected %d lines with \"%s\" (one per process), log:\n%s", processes, why, log);
+    cr_expect_eq(lines, processes, "expected %d lines with \"%s\" (one per process), log:\n%s",
+                 processes, why, log);
     free(log);
 }
 
@@ -127,7 +131,8 @@ static void seg_truncate(off_t size)
 static void seg_random(off_t from, size_t n, unsigned seed)
 {
     unsigned char *b = malloc(n);
-    for (size_t i = 0; i < n; i++) b[i] = (unsigned char)rand_r(&seed);
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)rand_r(&seed);
     seg_write(from, b, n);
     free(b);
 }
@@ -341,7 +346,9 @@ static void nobody_ids(uid_t *uid, gid_t *gid)
  * to it. */
 Test(hostile, segment_created_by_another_user_is_squatted)
 {
-    if (geteuid() != 0) cr_skip_test("needs root to act as another user (the tests run as uid %u)", (unsigned)geteuid());
+    if (geteuid() != 0)
+        cr_skip_test("needs root to act as another user (the tests run as uid %u)",
+                     (unsigned)geteuid());
     uid_t uid;
     gid_t gid;
     nobody_ids(&uid, &gid);
@@ -356,14 +363,17 @@ Test(hostile, segment_created_by_another_user_is_squatted)
     }
     int ws;
     waitpid(pid, &ws, 0);
-    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "the child could not create the segment as uid %u", (unsigned)uid);
+    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+              "the child could not create the segment as uid %u", (unsigned)uid);
     squatted(uid);
 }
 
 /* A good segment of ours, handed to another user afterwards. */
 Test(hostile, segment_chowned_to_another_user_is_squatted)
 {
-    if (geteuid() != 0) cr_skip_test("needs root to chown to another user (the tests run as uid %u)", (unsigned)geteuid());
+    if (geteuid() != 0)
+        cr_skip_test("needs root to chown to another user (the tests run as uid %u)",
+                     (unsigned)geteuid());
     uid_t uid;
     gid_t gid;
     nobody_ids(&uid, &gid);
@@ -374,8 +384,10 @@ Test(hostile, segment_chowned_to_another_user_is_squatted)
 
 Test(hostile, invalid_domain_names_are_refused)
 {
-    const char *bad[] = {"../escape", "a/b", "x y", "semi;colon", "dollar$",
-                         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" /* 65 */};
+    const char *bad[] = {
+        "../escape", "a/b",
+        "x y",       "semi;colon",
+        "dollar$",   "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" /* 65 */};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char env[128];
         snprintf(env, sizeof env, "IPCSHIM_DOMAIN=%s", bad[i]);
@@ -404,7 +416,9 @@ static struct child exporter, holder, opener;
 static void start_exporter(char hex[129])
 {
     char line[256];
-    cr_assert_eq(child_spawn(&exporter, "misc", true, ENV(log_env, "IPCSHIM_LOG=info"), ARGS("export", "5")), 0);
+    cr_assert_eq(
+        child_spawn(&exporter, "misc", true, ENV(log_env, "IPCSHIM_LOG=info"), ARGS("export", "5")),
+        0);
     cr_assert_eq(child_line(&exporter, line, sizeof line, 10000), 1, "%s", exporter.buf);
     cr_assert_eq(sscanf(line, "handle %128s", hex), 1, "%s", line);
     cr_assert_eq(child_line(&exporter, line, sizeof line, 10000), 1);
@@ -417,14 +431,16 @@ Test(hostile, open_of_a_dead_exporters_block_fails_clearly)
 {
     char hex[129], line[256];
     start_exporter(hex);
-    cr_assert_eq(child_spawn(&holder, "misc", true, ENV(log_env), ARGS("open", "5", hex, "hold")), 0);
+    cr_assert_eq(child_spawn(&holder, "misc", true, ENV(log_env), ARGS("open", "5", hex, "hold")),
+                 0);
     while (child_line(&holder, line, sizeof line, 10000) == 1 && strcmp(line, "opened")) {
     }
     kill(exporter.pid, SIGKILL);
     cr_assert_eq(child_wait(&exporter, 10000), 128 + SIGKILL);
 
     child_run(&opener, "misc", true, ENV(log_env), ARGS("open", "5", hex), 20000);
-    cr_expect_eq(count_lines(opener.buf, "open 1"), 1, "the open must fail with cudaErrorInvalidValue:\n%s", opener.buf);
+    cr_expect_eq(count_lines(opener.buf, "open 1"), 1,
+                 "the open must fail with cudaErrorInvalidValue:\n%s", opener.buf);
     char *log = log_text();
     cr_expect_geq(count_lines(log, "open refused"), 1, "no log line says why:\n%s", log);
     cr_expect_geq(count_lines(log, "died"), 1, "%s", log);
@@ -438,8 +454,8 @@ Test(hostile, open_of_a_dead_exporters_block_fails_clearly)
     cr_expect_eq(count_lines(opener.buf, "child=ok"), 1, "%s", opener.buf);
     struct reg_counts n;
     cr_assert_eq(crash_registry_counts(&n, 0), 0);
-    cr_expect_eq(n.holders + n.blocks + n.leases, 0, "records left: %d holders, %d blocks, %d leases", n.holders,
-                 n.blocks, n.leases);
+    cr_expect_eq(n.holders + n.blocks + n.leases, 0,
+                 "records left: %d holders, %d blocks, %d leases", n.holders, n.blocks, n.leases);
 }
 
 Test(hostile, open_after_the_exporter_died_with_nobody_holding)
@@ -464,7 +480,8 @@ static void same_answers(const char *without, const char *with, const char *exce
     while (a && *a && b && *b) {
         size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
         if (!(except && !strncmp(a, except, strlen(except))))
-            cr_expect(la == lb && !strncmp(a, b, la), "without the shim \"%.*s\", with it \"%.*s\"", (int)la, a, (int)lb, b);
+            cr_expect(la == lb && !strncmp(a, b, la), "without the shim \"%.*s\", with it \"%.*s\"",
+                      (int)la, a, (int)lb, b);
         a += la + (a[la] == '\n'), b += lb + (b[lb] == '\n');
     }
     cr_expect(!*a && !*b, "different numbers of lines:\n%s\n---\n%s", without, with);
@@ -474,11 +491,14 @@ Test(hostile, unknown_pointers_and_garbage_handles_get_the_drivers_answer)
 {
     static struct child plain;
     cr_assert_eq(child_run(&plain, "misc", false, NULL, ARGS("unknown"), 20000), 0);
-    cr_assert_eq(child_run(&c, "misc", true, ENV(log_env, "IPCSHIM_EXIT_WAIT=0"), ARGS("unknown"), 20000), 0);
+    cr_assert_eq(
+        child_run(&c, "misc", true, ENV(log_env, "IPCSHIM_EXIT_WAIT=0"), ARGS("unknown"), 20000),
+        0);
     /* free-exported-again: the block is in limbo behind its unclaimed
      * hand-off; the second free fails as the driver's would. */
     same_answers(plain.buf, c.buf, NULL);
-    cr_expect_eq(count_lines(plain.buf, "open-random 0"), 0, "a garbage handle must not open:\n%s", plain.buf);
+    cr_expect_eq(count_lines(plain.buf, "open-random 0"), 0, "a garbage handle must not open:\n%s",
+                 plain.buf);
 }
 
 Test(hostile, double_close_gets_the_drivers_answer)
@@ -501,7 +521,8 @@ Test(hostile, fork_exec_child_imports_while_the_parent_frees)
 {
     static struct child plain;
     child_run(&plain, "misc", false, NULL, ARGS("fork-exec", "11"), 20000);
-    cr_expect_eq(count_lines(plain.buf, "child-data poison"), 1, "the control reads poison:\n%s", plain.buf);
+    cr_expect_eq(count_lines(plain.buf, "child-data poison"), 1, "the control reads poison:\n%s",
+                 plain.buf);
     cr_expect_eq(child_run(&c, "misc", true, ENV(log_env), ARGS("fork-exec", "11"), 20000), 0);
     cr_expect_eq(count_lines(c.buf, "child-data ok"), 1, "%s", c.buf);
     cr_expect_eq(count_lines(c.buf, "reclaimed yes"), 1, "%s", c.buf);
@@ -511,15 +532,27 @@ static void forking_importer(const char *how)
 {
     static struct child plain;
     child_run(&plain, "misc", false, NULL, ARGS("fork-importer", "12", how), 20000);
-    cr_expect_eq(count_lines(plain.buf, "child-data poison"), 1, "the control reads poison:\n%s", plain.buf);
-    cr_expect_eq(child_run(&c, "misc", true, ENV(log_env), ARGS("fork-importer", "12", how), 20000), 0);
-    cr_expect_eq(count_lines(c.buf, "child-data ok"), 1, "the child took the importer's lease away:\n%s", c.buf);
+    cr_expect_eq(count_lines(plain.buf, "child-data poison"), 1, "the control reads poison:\n%s",
+                 plain.buf);
+    cr_expect_eq(child_run(&c, "misc", true, ENV(log_env), ARGS("fork-importer", "12", how), 20000),
+                 0);
+    cr_expect_eq(count_lines(c.buf, "child-data ok"), 1,
+                 "the child took the importer's lease away:\n%s", c.buf);
     cr_expect_eq(count_lines(c.buf, "reclaimed yes"), 1, "%s", c.buf);
 }
 
-Test(hostile, importers_fork_child_exiting_keeps_the_parents_lease) { forking_importer("exit"); }
-Test(hostile, importers_fork_child_closing_keeps_the_parents_lease) { forking_importer("close"); }
-Test(hostile, importers_raw_clone_child_closing_keeps_the_parents_lease) { forking_importer("raw-close"); }
+Test(hostile, importers_fork_child_exiting_keeps_the_parents_lease)
+{
+    forking_importer("exit");
+}
+Test(hostile, importers_fork_child_closing_keeps_the_parents_lease)
+{
+    forking_importer("close");
+}
+Test(hostile, importers_raw_clone_child_closing_keeps_the_parents_lease)
+{
+    forking_importer("raw-close");
+}
 
 /* exec keeps the pid and the start time; the old image's holder must go
  * (its lock byte went with its descriptor) and not double the lease. */
@@ -529,7 +562,8 @@ Test(hostile, exec_reattaches_cleanly)
     start_exporter(hex);
     cr_assert_eq(child_spawn(&holder, "misc", true, ENV(log_env), ARGS("exec-open", "5", hex)), 0);
     int opens = 0;
-    while (child_line(&holder, line, sizeof line, 10000) == 1 && strcmp(line, "opened")) opens += !strcmp(line, "open 0");
+    while (child_line(&holder, line, sizeof line, 10000) == 1 && strcmp(line, "opened"))
+        opens += !strcmp(line, "open 0");
     cr_assert_eq(opens, 2, "both images opened: %s", holder.buf);
     struct reg_counts n;
     cr_assert_eq(crash_registry_counts(&n, holder.pid), 0);
@@ -553,24 +587,30 @@ Test(hostile, exec_reattaches_cleanly)
 Test(hostile, exporter_exiting_without_free_waits_for_its_importer)
 {
     char hex[129], line[256];
-    cr_assert_eq(child_spawn(&exporter, "misc", true, ENV(log_env, "IPCSHIM_EXIT_WAIT=20s"), ARGS("export", "6")), 0);
+    cr_assert_eq(child_spawn(&exporter, "misc", true, ENV(log_env, "IPCSHIM_EXIT_WAIT=20s"),
+                             ARGS("export", "6")),
+                 0);
     cr_assert_eq(child_line(&exporter, line, sizeof line, 10000), 1, "%s", exporter.buf);
     cr_assert_eq(sscanf(line, "handle %128s", hex), 1, "%s", line);
     cr_assert_eq(child_line(&exporter, line, sizeof line, 10000), 1);
-    cr_assert_eq(child_spawn(&holder, "misc", true, ENV(log_env), ARGS("open", "6", hex, "hold")), 0);
+    cr_assert_eq(child_spawn(&holder, "misc", true, ENV(log_env), ARGS("open", "6", hex, "hold")),
+                 0);
     while (child_line(&holder, line, sizeof line, 10000) == 1 && strcmp(line, "opened")) {
     }
     child_close_stdin(&exporter); /* the exporter leaves without freeing */
     usleep(700000);
     int ws;
-    cr_expect_eq(waitpid(exporter.pid, &ws, WNOHANG), 0, "the exporter did not wait for its importer");
+    cr_expect_eq(waitpid(exporter.pid, &ws, WNOHANG), 0,
+                 "the exporter did not wait for its importer");
     child_send(&holder, "read");
     cr_expect_eq(child_wait(&holder, 20000), 0, "%s", holder.buf);
-    cr_expect_eq(count_lines(holder.buf, "data ok"), 1, "the importer read freed memory:\n%s", holder.buf);
+    cr_expect_eq(count_lines(holder.buf, "data ok"), 1, "the importer read freed memory:\n%s",
+                 holder.buf);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     child_wait(&exporter, 15000);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double waited = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
-    cr_expect_lt(waited, 10.0, "the exporter waited out IPCSHIM_EXIT_WAIT after the last close (%.1f s)", waited);
+    cr_expect_lt(waited, 10.0,
+                 "the exporter waited out IPCSHIM_EXIT_WAIT after the last close (%.1f s)", waited);
 }

@@ -40,7 +40,8 @@ TestSuite(records, .init = setup, .fini = teardown, .timeout = 30);
 static struct ipc_handle handle(unsigned seed)
 {
     struct ipc_handle h;
-    for (int i = 0; i < IPC_HANDLE_BYTES; i++) h.bytes[i] = (uint8_t)(seed * 37 + i);
+    for (int i = 0; i < IPC_HANDLE_BYTES; i++)
+        h.bytes[i] = (uint8_t)(seed * 37 + i);
     return h;
 }
 
@@ -59,7 +60,8 @@ static int wait_for(pid_t pid)
 static uint32_t leases_of(struct registry *r, uint32_t holder)
 {
     uint32_t n = 0;
-    for (uint32_t i = 0; i < r->max_leases; i++) n += r->leases[i].intent != LEASE_FREE && r->leases[i].holder == holder;
+    for (uint32_t i = 0; i < r->max_leases; i++)
+        n += r->leases[i].intent != LEASE_FREE && r->leases[i].holder == holder;
     return n;
 }
 
@@ -152,7 +154,8 @@ Test(records, dead_exporters_blocks_are_orphaned_then_recycled)
 
     cr_assert_eq(registry_lock(&r), 0);
     cr_assert_eq(reg_sweep_dead(&r, me), 1);
-    cr_expect_eq(r.blocks[b[0]].state, BLOCK_ORPHANED, "held: orphaned, so no new open can succeed");
+    cr_expect_eq(r.blocks[b[0]].state, BLOCK_ORPHANED,
+                 "held: orphaned, so no new open can succeed");
     cr_expect_eq(r.blocks[b[1]].state, BLOCK_FREE, "held by nobody: recycled at once");
     struct ipc_handle h1 = handle(10);
     cr_expect_eq(reg_block_find(&r, &h1), b[0], "an orphan is still found (to refuse it)");
@@ -189,7 +192,9 @@ Test(records, attach_sweeps_the_dead)
     cr_assert_eq(wait_for(pid), 0);
     cr_assert_eq(registry_lock(&r), 0);
     cr_expect_eq(leases_of(&r, dead), 0, "the newcomer's attach swept the dead importer");
-    cr_expect_eq(r.holders[dead].state != HOLDER_ACTIVE || r.holders[dead].pid != r.holders[exporter].pid, 1);
+    cr_expect_eq(r.holders[dead].state != HOLDER_ACTIVE ||
+                     r.holders[dead].pid != r.holders[exporter].pid,
+                 1);
     registry_unlock(&r);
     registry_close(&r);
 }
@@ -208,7 +213,8 @@ Test(records, forged_holder_with_wrong_start_time_is_dead)
     cr_assert_eq(registry_lock(&judge), 0);
     cr_expect(reg_holder_alive(&judge, f), "right pid, right start time, byte held: alive");
     judge.holders[f].start_time ^= 1;
-    cr_expect(!reg_holder_alive(&judge, f), "a live pid with another start time is a reused pid: dead");
+    cr_expect(!reg_holder_alive(&judge, f),
+              "a live pid with another start time is a reused pid: dead");
     judge.holders[f].start_time ^= 1;
     judge.holders[f].pid = 0x3ffffff0; /* no such process */
     cr_expect(!reg_holder_alive(&judge, f), "a pid that does not exist: dead");

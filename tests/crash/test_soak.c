@@ -47,7 +47,8 @@ static FILE *report;
 static void open_report(void)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/soak.log", getenv("CRASH_BIN_DIR") ? getenv("CRASH_BIN_DIR") : ".");
+    snprintf(path, sizeof path, "%s/soak.log",
+             getenv("CRASH_BIN_DIR") ? getenv("CRASH_BIN_DIR") : ".");
     report = fopen(path, "w");
     if (report) setvbuf(report, NULL, _IOLBF, 0);
 }
@@ -57,7 +58,10 @@ static void open_report(void)
         fprintf(stderr, __VA_ARGS__);                                                              \
     } while (0)
 
-static void setup(void) { crash_setup("soak"); }
+static void setup(void)
+{
+    crash_setup("soak");
+}
 TestSuite(soak, .init = setup, .fini = crash_cleanup);
 
 struct totals {
@@ -93,7 +97,8 @@ static int registry_records(unsigned *repairs)
 /* Checks a consumer's output for data that was not the pattern. */
 static int lost_in(const struct child *c, int k)
 {
-    int n = count_lines(c->buf, "POISON") + count_lines(c->buf, "WRONG") + count_lines(c->buf, "ERROR");
+    int n =
+        count_lines(c->buf, "POISON") + count_lines(c->buf, "WRONG") + count_lines(c->buf, "ERROR");
     if (n) say("soak: consumer %d: %s", k, c->buf);
     return n;
 }
@@ -118,28 +123,35 @@ static void round_once(int round, unsigned *seed, struct totals *t)
     /* Half the producers run without the collector thread: then their
      * first collect is the only thing that can free, and must. */
     bool collector = round % 2 == 0;
-    const char *const prod_env[] = {delay_env, "IPCSHIM_LOG=error", collector ? NULL : "IPCSHIM_COLLECTOR=0", NULL};
-    cr_assert_eq(child_spawn(&prod, "soak", true, prod_env, ARGS("producer", salt, "4", BLOCK_SIZE)), 0);
+    const char *const prod_env[] = {delay_env, "IPCSHIM_LOG=error",
+                                    collector ? NULL : "IPCSHIM_COLLECTOR=0", NULL};
+    cr_assert_eq(
+        child_spawn(&prod, "soak", true, prod_env, ARGS("producer", salt, "4", BLOCK_SIZE)), 0);
     for (int got = 0; got < BLOCKS + 1;) {
         int r = child_line(&prod, line, sizeof line, 10000);
         cr_assert_eq(r, 1, "round %d: the producer did not start: %s", round, prod.buf);
         int k;
         char h[129];
-        if (sscanf(line, "handle %d %128s", &k, h) == 2 && k >= 0 && k < BLOCKS) strcpy(hex[k], h), got++;
-        else if (!strcmp(line, "ready")) got++;
+        if (sscanf(line, "handle %d %128s", &k, h) == 2 && k >= 0 && k < BLOCKS)
+            strcpy(hex[k], h), got++;
+        else if (!strcmp(line, "ready"))
+            got++;
     }
     long start = now_ms();
     for (int k = 0; k < CONSUMERS; k++) {
         snprintf(cseed[k], sizeof cseed[k], "%u", rand_r(seed));
-        const char *args[] = {"consumer", salt, BLOCK_SIZE, cseed[k], flag, hex[0], hex[1], hex[2], hex[3], NULL};
+        const char *args[] = {"consumer", salt,   BLOCK_SIZE, cseed[k], flag,
+                              hex[0],     hex[1], hex[2],     hex[3],   NULL};
         cr_assert_eq(child_spawn(&cons[k], "soak", true, env, args), 0);
     }
     if (!early) { /* every block opened by someone: every hand-off claimed */
         for (int k = 0; k < CONSUMERS; k++) {
             int r;
-            while ((r = child_line(&cons[k], line, sizeof line, 10000)) == 1 && strcmp(line, "ready")) {
+            while ((r = child_line(&cons[k], line, sizeof line, 10000)) == 1 &&
+                   strcmp(line, "ready")) {
             }
-            cr_assert_eq(r, 1, "round %d: consumer %d never opened every block: %s", round, k, cons[k].buf);
+            cr_assert_eq(r, 1, "round %d: consumer %d never opened every block: %s", round, k,
+                         cons[k].buf);
         }
         start = now_ms();
     }
@@ -150,10 +162,13 @@ static void round_once(int round, unsigned *seed, struct totals *t)
         int what; /* 0..VICTIMS-1 kill a consumer, VICTIMS kill the producer, 100+k free block k */
     } ev[VICTIMS + 1 + BLOCKS];
     int nev = 0;
-    for (int k = 0; k < VICTIMS; k++) ev[nev++] = (struct event){start + (long)(rand_r(seed) % WINDOW_MS), k};
-    if (kill_producer) ev[nev++] = (struct event){start + (long)(rand_r(seed) % WINDOW_MS), VICTIMS};
+    for (int k = 0; k < VICTIMS; k++)
+        ev[nev++] = (struct event){start + (long)(rand_r(seed) % WINDOW_MS), k};
+    if (kill_producer)
+        ev[nev++] = (struct event){start + (long)(rand_r(seed) % WINDOW_MS), VICTIMS};
     for (int b = 0; b < BLOCKS; b++)
-        if (rand_r(seed) % 4) ev[nev++] = (struct event){start + (long)(rand_r(seed) % WINDOW_MS), 100 + b};
+        if (rand_r(seed) % 4)
+            ev[nev++] = (struct event){start + (long)(rand_r(seed) % WINDOW_MS), 100 + b};
     for (int i = 1; i < nev; i++)
         for (int j = i; j > 0 && ev[j].at < ev[j - 1].at; j--) {
             struct event x = ev[j];
@@ -179,9 +194,11 @@ static void round_once(int round, unsigned *seed, struct totals *t)
     for (int k = 0; k < VICTIMS; k++) {
         int st = child_wait(&cons[k], 10000);
         t->lost += lost_in(&cons[k], k);
-        if (st == 128 + SIGKILL) t->kills++, t->consumer_kills++;
-        else cr_expect_eq(st, 128 + SIGKILL, "round %d: consumer %d exited %d before its kill: %s", round, k, st,
-                          cons[k].buf);
+        if (st == 128 + SIGKILL)
+            t->kills++, t->consumer_kills++;
+        else
+            cr_expect_eq(st, 128 + SIGKILL, "round %d: consumer %d exited %d before its kill: %s",
+                         round, k, st, cons[k].buf);
     }
     /* The survivor closes everything and reports. */
     struct child *s = &cons[VICTIMS];
@@ -208,7 +225,9 @@ static void round_once(int round, unsigned *seed, struct totals *t)
         int collected = 0;
         bool got_final = false, got_pressure = false;
         while (child_line(&prod, line, sizeof line, 10000) == 1 && strcmp(line, "bye")) {
-            if (sscanf(line, "final collect=%d free=%zu baseline=%zu", &collected, &fin, &base) == 3) got_final = true;
+            if (sscanf(line, "final collect=%d free=%zu baseline=%zu", &collected, &fin, &base) ==
+                3)
+                got_final = true;
             if (sscanf(line, "settled free=%zu", &settled) == 1 && collector) fin = settled;
             if (sscanf(line, "pressure free=%zu", &pressure) == 1) got_pressure = true;
         }
@@ -217,12 +236,14 @@ static void round_once(int round, unsigned *seed, struct totals *t)
             t->not_reclaimed_by_collect++;
             if (!early) {
                 t->leaked++;
-                say("soak: round %d: %zu bytes not back after the first collect\n", round, base - fin);
+                say("soak: round %d: %zu bytes not back after the first collect\n", round,
+                    base - fin);
             } else if (got_pressure && pressure >= base) {
                 t->pressure_reclaims++;
             } else {
                 t->leaked++;
-                say("soak: round %d: %zu bytes not back even under pressure\n", round, base - pressure);
+                say("soak: round %d: %zu bytes not back even under pressure\n", round,
+                    base - pressure);
             }
         }
         cr_expect_eq(child_wait(&prod, 15000), 0, "round %d: producer: %s", round, prod.buf);
@@ -232,7 +253,8 @@ static void round_once(int round, unsigned *seed, struct totals *t)
      * collect sweeps whatever the dead left. */
     char csalt[16];
     snprintf(csalt, sizeof csalt, "%u", rand_r(seed));
-    cr_assert_eq(child_spawn(&chk, "soak", true, ENV("IPCSHIM_LOG=error"), ARGS("check", csalt)), 0);
+    cr_assert_eq(child_spawn(&chk, "soak", true, ENV("IPCSHIM_LOG=error"), ARGS("check", csalt)),
+                 0);
     r = child_line(&chk, line, sizeof line, 15000);
     child_wait(&chk, 15000);
     int active = -1;
@@ -240,8 +262,8 @@ static void round_once(int round, unsigned *seed, struct totals *t)
     size_t cfree = 0, ctotal = 1;
     char cstate[32] = "";
     cr_assert_eq(r, 1, "round %d: no check report: %s", round, chk.buf);
-    cr_assert_eq(sscanf(line, "check active=%d exports=%llu child=%31s free=%zu total=%zu", &active, &exports, cstate,
-                        &cfree, &ctotal),
+    cr_assert_eq(sscanf(line, "check active=%d exports=%llu child=%31s free=%zu total=%zu", &active,
+                        &exports, cstate, &cfree, &ctotal),
                  5, "round %d: %s", round, line);
     cr_expect_eq(active, 1, "round %d: the registry no longer tracks: %s", round, line);
     cr_expect_eq(exports, 1, "round %d: %s", round, line);
@@ -257,8 +279,8 @@ static void round_once(int round, unsigned *seed, struct totals *t)
     t->repairs = repairs;
     unlink(flag);
     say("soak: round %d%s%s%s delay %dus: kills %d, lost %d, leaked %d, lock repairs %u\n", round,
-            early ? " (early)" : "", kill_producer ? " (producer killed)" : "", collector ? "" : " (no collector)", delay_us, t->kills, t->lost, t->leaked,
-            repairs);
+        early ? " (early)" : "", kill_producer ? " (producer killed)" : "",
+        collector ? "" : " (no collector)", delay_us, t->kills, t->lost, t->leaked, repairs);
 }
 
 Test(soak, kill_producer_and_consumers_at_random, .timeout = 7200)
@@ -267,20 +289,24 @@ Test(soak, kill_producer_and_consumers_at_random, .timeout = 7200)
     const char *env = getenv("IPCSHIM_SOAK_ROUNDS");
     int rounds = env && atoi(env) > 0 ? atoi(env) : 60;
     unsigned seed = (unsigned)getpid() ^ (unsigned)time(NULL);
-    if (getenv("IPCSHIM_SOAK_SEED")) seed = (unsigned)strtoul(getenv("IPCSHIM_SOAK_SEED"), NULL, 10);
+    if (getenv("IPCSHIM_SOAK_SEED"))
+        seed = (unsigned)strtoul(getenv("IPCSHIM_SOAK_SEED"), NULL, 10);
     say("soak: %d rounds, seed %u (IPCSHIM_SOAK_SEED replays it)\n", rounds, seed);
     struct totals t = {0};
     long start = now_ms();
-    for (int round = 0; round < rounds; round++) round_once(round, &seed, &t);
+    for (int round = 0; round < rounds; round++)
+        round_once(round, &seed, &t);
     char summary[1024];
-    snprintf(summary, sizeof summary,
-             "soak summary: rounds %d (%d early, %d with delays), kills %d (consumers %d, producers %d), "
-             "lock repairs %u, blocks lost %d, blocks leaked after the final sweep %d, "
-             "reclaimed only under pressure %d (early rounds), poison reads after the exporter died %d, "
-             "survivor opens %ld, refused opens %ld, %.1f s\n",
-             t.rounds, t.early_rounds, t.delayed_rounds, t.kills, t.consumer_kills, t.producer_kills, t.repairs,
-             t.lost, t.leaked, t.pressure_reclaims, t.poison_after_death, t.opens, t.refused,
-             (now_ms() - start) / 1000.0);
+    snprintf(
+        summary, sizeof summary,
+        "soak summary: rounds %d (%d early, %d with delays), kills %d (consumers %d, producers "
+        "%d), "
+        "lock repairs %u, blocks lost %d, blocks leaked after the final sweep %d, "
+        "reclaimed only under pressure %d (early rounds), poison reads after the exporter died %d, "
+        "survivor opens %ld, refused opens %ld, %.1f s\n",
+        t.rounds, t.early_rounds, t.delayed_rounds, t.kills, t.consumer_kills, t.producer_kills,
+        t.repairs, t.lost, t.leaked, t.pressure_reclaims, t.poison_after_death, t.opens, t.refused,
+        (now_ms() - start) / 1000.0);
     say("%s", summary);
     if (report) fclose(report);
     cr_expect_eq(t.lost, 0, "blocks lost: %d", t.lost);
@@ -296,16 +322,20 @@ Test(soak, control_without_shim_consumers_read_poison, .timeout = 60)
     static struct child prod, cons[3];
     char line[512], hex[BLOCKS][129], flag[256];
     snprintf(flag, sizeof flag, "/tmp/%s-never", crash_domain());
-    cr_assert_eq(child_spawn(&prod, "soak", false, NULL, ARGS("producer", "99", "4", BLOCK_SIZE)), 0);
+    cr_assert_eq(child_spawn(&prod, "soak", false, NULL, ARGS("producer", "99", "4", BLOCK_SIZE)),
+                 0);
     for (int got = 0; got < BLOCKS + 1;) {
         cr_assert_eq(child_line(&prod, line, sizeof line, 10000), 1, "%s", prod.buf);
         int k;
         char h[129];
-        if (sscanf(line, "handle %d %128s", &k, h) == 2 && k >= 0 && k < BLOCKS) strcpy(hex[k], h), got++;
-        else if (!strcmp(line, "ready")) got++;
+        if (sscanf(line, "handle %d %128s", &k, h) == 2 && k >= 0 && k < BLOCKS)
+            strcpy(hex[k], h), got++;
+        else if (!strcmp(line, "ready"))
+            got++;
     }
     for (int c = 0; c < 3; c++) {
-        const char *args[] = {"consumer", "99", BLOCK_SIZE, c ? "2" : "1", flag, hex[0], hex[1], hex[2], hex[3], NULL};
+        const char *args[] = {"consumer", "99",   BLOCK_SIZE, c ? "2" : "1", flag,
+                              hex[0],     hex[1], hex[2],     hex[3],        NULL};
         cr_assert_eq(child_spawn(&cons[c], "soak", false, NULL, args), 0);
         int r;
         while ((r = child_line(&cons[c], line, sizeof line, 10000)) == 1 && strcmp(line, "ready")) {
@@ -320,7 +350,8 @@ Test(soak, control_without_shim_consumers_read_poison, .timeout = 60)
     int poisoned = 0;
     for (int c = 0; c < 3; c++) {
         bool poison = false;
-        while (!poison && child_line(&cons[c], line, sizeof line, 1000) == 1) poison = strstr(line, "POISON") != NULL;
+        while (!poison && child_line(&cons[c], line, sizeof line, 1000) == 1)
+            poison = strstr(line, "POISON") != NULL;
         poisoned += poison;
         child_wait(&cons[c], 10000);
     }

@@ -36,12 +36,16 @@ void run_cleanup(void)
     if (d) closedir(d);
 }
 
-void run_prog(struct run_result *r, const char *prog, bool shim, const char *const *env, const char *const *args)
+void run_prog(struct run_result *r, const char *prog, bool shim, const char *const *env,
+              const char *const *args)
 {
     char path[1024], libpath[2048], preload[1024], sim[256], domain[256];
-    const char *bindir = getenv("E2E_BIN_DIR"), *simdir = getenv("SIMCUDA_DIR"), *lib = getenv("IPCSHIM_LIB");
-    if (prog[0] == '/') snprintf(path, sizeof path, "%s", prog); /* a system program (python3, timeout) */
-    else snprintf(path, sizeof path, "%s/%s", bindir ? bindir : ".", prog);
+    const char *bindir = getenv("E2E_BIN_DIR"), *simdir = getenv("SIMCUDA_DIR"),
+               *lib = getenv("IPCSHIM_LIB");
+    if (prog[0] == '/')
+        snprintf(path, sizeof path, "%s", prog); /* a system program (python3, timeout) */
+    else
+        snprintf(path, sizeof path, "%s/%s", bindir ? bindir : ".", prog);
     snprintf(libpath, sizeof libpath, "LD_LIBRARY_PATH=%s", simdir ? simdir : ".");
     snprintf(preload, sizeof preload, "LD_PRELOAD=%s", lib ? lib : "libipcshim.so");
     snprintf(sim, sizeof sim, "SIMCUDA_MACHINE=%s", machine);
@@ -60,12 +64,14 @@ void run_prog(struct run_result *r, const char *prog, bool shim, const char *con
             envp[n++] = *e;
     envp[n++] = libpath, envp[n++] = sim, envp[n++] = domain;
     if (shim) envp[n++] = preload;
-    for (int i = 0; env && env[i] && n < 254; i++) envp[n++] = env[i];
+    for (int i = 0; env && env[i] && n < 254; i++)
+        envp[n++] = env[i];
     envp[n] = NULL;
 
     const char *argv[64] = {prog};
     int a = 1;
-    for (int i = 0; args && args[i] && a < 63; i++) argv[a++] = args[i];
+    for (int i = 0; args && args[i] && a < 63; i++)
+        argv[a++] = args[i];
     argv[a] = NULL;
 
     int out[2];
@@ -85,7 +91,8 @@ void run_prog(struct run_result *r, const char *prog, bool shim, const char *con
     close(out[1]);
     size_t len = 0;
     ssize_t got;
-    while ((got = read(out[0], r->out + len, sizeof r->out - 1 - len)) > 0) len += (size_t)got;
+    while ((got = read(out[0], r->out + len, sizeof r->out - 1 - len)) > 0)
+        len += (size_t)got;
     r->out[len] = 0;
     close(out[0]);
     int ws;
@@ -97,10 +104,12 @@ void run_prog(struct run_result *r, const char *prog, bool shim, const char *con
 const char *run_field(const struct run_result *r, const char *key, char *buf, size_t len)
 {
     size_t k = strlen(key);
-    for (const char *line = r->out; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+    for (const char *line = r->out; line && *line;
+         line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
         if (strncmp(line, key, k)) continue;
         const char *v = line + k;
-        while (*v == ' ' || *v == ':') v++;
+        while (*v == ' ' || *v == ':')
+            v++;
         size_t n = strcspn(v, "\n");
         if (n >= len) n = len - 1;
         memcpy(buf, v, n);
@@ -114,7 +123,8 @@ int run_count(const struct run_result *r, const char *prefix)
 {
     int count = 0;
     size_t k = strlen(prefix);
-    for (const char *line = r->out; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL)
+    for (const char *line = r->out; line && *line;
+         line = strchr(line, '\n'), line = line ? line + 1 : NULL)
         count += !strncmp(line, prefix, k);
     return count;
 }

@@ -22,10 +22,11 @@ void run_setup(const char *test_name);
 /* Remove this test's shared-memory objects; call from .fini. */
 void run_cleanup(void);
 
-/* Run E2E_BIN_DIR/prog (or prog itself when it is an absolute path) with the NULL-terminated argv tail, under the shim
- * when shim is true, with extra "NAME=value" environment entries (NULL-
+/* Run E2E_BIN_DIR/prog (or prog itself when it is an absolute path) with the NULL-terminated argv
+ * tail, under the shim when shim is true, with extra "NAME=value" environment entries (NULL-
  * terminated list, may be NULL). Captures stdout. */
-void run_prog(struct run_result *r, const char *prog, bool shim, const char *const *env, const char *const *args);
+void run_prog(struct run_result *r, const char *prog, bool shim, const char *const *env,
+              const char *const *args);
 
 /* The value after "key" on its line in out ("consumer 0: ok" -> "ok"), or NULL. */
 const char *run_field(const struct run_result *r, const char *key, char *buf, size_t len);

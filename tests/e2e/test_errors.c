@@ -9,7 +9,10 @@
 #include <string.h>
 #include <unistd.h>
 
-static void setup(void) { run_setup("errors"); }
+static void setup(void)
+{
+    run_setup("errors");
+}
 TestSuite(errors, .init = setup, .fini = run_cleanup, .timeout = 60);
 
 #define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -30,7 +33,8 @@ static void both(const char *scenario)
 static const char *nth(const struct run_result *r, const char *key, int n)
 {
     size_t k = strlen(key);
-    for (const char *line = r->out; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+    for (const char *line = r->out; line && *line;
+         line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
         if (strncmp(line, key, k) || line[k] != ':' || n--) continue;
         size_t len = strcspn(line + k + 2, "\n");
         snprintf(buf, sizeof buf, "%.*s", (int)len, line + k + 2);
@@ -42,8 +46,8 @@ static const char *nth(const struct run_result *r, const char *key, int n)
 static void expect(const struct run_result *r, const char *key, int n, const char *value)
 {
     const char *got = nth(r, key, n);
-    cr_expect_str_eq(got, value, "%s %s #%d: %s (expected %s)\n%s", r == &shim ? "with shim" : "without shim", key,
-                     n, got, value, r->out);
+    cr_expect_str_eq(got, value, "%s %s #%d: %s (expected %s)\n%s",
+                     r == &shim ? "with shim" : "without shim", key, n, got, value, r->out);
 }
 
 static void same(const char *key, int n)
@@ -128,6 +132,7 @@ Test(errors, refused_exports_pass_cudas_error_and_say_why)
     text[n] = 0;
     fclose(f);
     unlink(log);
-    cr_expect(strstr(text, "warn: export of") && strstr(text, "managed memory (cudaMallocManaged)"), "%s", text);
+    cr_expect(strstr(text, "warn: export of") && strstr(text, "managed memory (cudaMallocManaged)"),
+              "%s", text);
     cr_expect(strstr(text, "stream-ordered pool memory (cudaMallocAsync)"), "%s", text);
 }

@@ -8,7 +8,8 @@
 Test(exports, only_interposed_symbols_and_public_api)
 {
     char cmd[2048], line[512];
-    snprintf(cmd, sizeof cmd, "nm -D --defined-only '%s' | awk '{print $3}'", getenv("IPCSHIM_LIB"));
+    snprintf(cmd, sizeof cmd, "nm -D --defined-only '%s' | awk '{print $3}'",
+             getenv("IPCSHIM_LIB"));
     FILE *p = popen(cmd, "r");
     cr_assert(p);
     int count = 0;
@@ -16,8 +17,8 @@ Test(exports, only_interposed_symbols_and_public_api)
         line[strcspn(line, "\n")] = 0;
         if (!*line) continue;
         count++;
-        bool ok = !strncmp(line, "cu", 2) || !strncmp(line, "__cuda", 6) || !strncmp(line, "ipcshim_", 8) ||
-                  !strcmp(line, "dlsym");
+        bool ok = !strncmp(line, "cu", 2) || !strncmp(line, "__cuda", 6) ||
+                  !strncmp(line, "ipcshim_", 8) || !strcmp(line, "dlsym");
         cr_expect(ok, "unexpected export %s", line);
     }
     cr_expect_eq(pclose(p), 0);

@@ -19,7 +19,10 @@
 #include <string.h>
 #include <unistd.h>
 
-static void setup(void) { run_setup("ipc"); }
+static void setup(void)
+{
+    run_setup("ipc");
+}
 TestSuite(ipc, .init = setup, .fini = run_cleanup, .timeout = 60);
 
 #define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -51,7 +54,8 @@ static double field_ms(const char *key)
 Test(ipc, without_shim_free_while_reading_is_not_deferred)
 {
     run_prog(&r, "pair-runtime", false, NULL, ARGS("--free", "while-reading"));
-    cr_expect_null(run_field(&r, "after-free: deferred", buf, sizeof buf), "no shim, nothing deferred");
+    cr_expect_null(run_field(&r, "after-free: deferred", buf, sizeof buf),
+                   "no shim, nothing deferred");
     if (keep_mode()) {
         /* The driver keeps the pages for the consumer: data intact, but the
          * freed block is still charged to the device after the free. */
@@ -83,17 +87,25 @@ static void protected_pair_env(const char *prog, const char *when, const char *c
         expect_field("after-free: deferred", "3");
         expect_field("after-free: charged", "3145728");
     }
-    cr_expect(run_field(&r, "reclaimed", buf, sizeof buf) && !strncmp(buf, "yes", 3), "memory not back: %s", r.out);
+    cr_expect(run_field(&r, "reclaimed", buf, sizeof buf) && !strncmp(buf, "yes", 3),
+              "memory not back: %s", r.out);
 }
 
-static void protected_pair(const char *prog, const char *when) { protected_pair_env(prog, when, NULL); }
+static void protected_pair(const char *prog, const char *when)
+{
+    protected_pair_env(prog, when, NULL);
+}
 
-Test(ipc, runtime_free_while_reading) { protected_pair("pair-runtime", "while-reading"); }
+Test(ipc, runtime_free_while_reading)
+{
+    protected_pair("pair-runtime", "while-reading");
+}
 /* A stream-ordered free is a free: deferred like cudaFree / cuMemFree. */
 Test(ipc, without_shim_free_async_is_not_deferred)
 {
     run_prog(&r, "pair-runtime", false, ENV("E2E_FREE_ASYNC=1"), ARGS("--free", "while-reading"));
-    cr_expect_null(run_field(&r, "after-free: deferred", buf, sizeof buf), "no shim, nothing deferred");
+    cr_expect_null(run_field(&r, "after-free: deferred", buf, sizeof buf),
+                   "no shim, nothing deferred");
     expect_field("consumer 0", keep_mode() ? "ok" : "poison");
 }
 Test(ipc, runtime_free_async_while_reading)
@@ -104,17 +116,36 @@ Test(ipc, driver_free_async_while_reading)
 {
     protected_pair_env("pair-driver", "while-reading", ENV("E2E_FREE_ASYNC=1"));
 }
-Test(ipc, runtime_free_before_open) { protected_pair("pair-runtime", "before-open"); }
-Test(ipc, driver_free_while_reading) { protected_pair("pair-driver", "while-reading"); }
-Test(ipc, driver_free_before_open) { protected_pair("pair-driver", "before-open"); }
-Test(ipc, resolver_free_while_reading) { protected_pair("pair-resolver", "while-reading"); }
-Test(ipc, resolver_free_before_open) { protected_pair("pair-resolver", "before-open"); }
-Test(ipc, free_after_close_is_immediate) { protected_pair("pair-runtime", "after-close"); }
+Test(ipc, runtime_free_before_open)
+{
+    protected_pair("pair-runtime", "before-open");
+}
+Test(ipc, driver_free_while_reading)
+{
+    protected_pair("pair-driver", "while-reading");
+}
+Test(ipc, driver_free_before_open)
+{
+    protected_pair("pair-driver", "before-open");
+}
+Test(ipc, resolver_free_while_reading)
+{
+    protected_pair("pair-resolver", "while-reading");
+}
+Test(ipc, resolver_free_before_open)
+{
+    protected_pair("pair-resolver", "before-open");
+}
+Test(ipc, free_after_close_is_immediate)
+{
+    protected_pair("pair-runtime", "after-close");
+}
 
 Test(ipc, eight_consumers_many_opens_threads_random_close_order)
 {
     run_prog(&r, "pair-runtime", true, NULL,
-             ARGS("--consumers", "8", "--blocks", "4", "--opens", "2", "--threads", "3", "--free", "while-reading"));
+             ARGS("--consumers", "8", "--blocks", "4", "--opens", "2", "--threads", "3", "--free",
+                  "while-reading"));
     cr_assert_eq(r.status, 0, "status %d", r.status);
     cr_expect_eq(run_count(&r, "consumer "), 8);
     for (int k = 0; k < 8; k++) {
@@ -134,14 +165,16 @@ Test(ipc, interior_pointer_export)
 
 Test(ipc, own_export_opens_to_original_pointer)
 {
-    run_prog(&r, "pair-runtime", true, NULL, ARGS("--self-open", "--consumers", "0", "--free", "after-close"));
+    run_prog(&r, "pair-runtime", true, NULL,
+             ARGS("--self-open", "--consumers", "0", "--free", "after-close"));
     cr_assert_eq(r.status, 0);
     expect_field("self-open", "original pointer");
 }
 
 Test(ipc, two_devices)
 {
-    run_prog(&r, "pair-runtime", true, ENV("SIMCUDA_DEVICES=2"), ARGS("--device", "1", "--free", "while-reading"));
+    run_prog(&r, "pair-runtime", true, ENV("SIMCUDA_DEVICES=2"),
+             ARGS("--device", "1", "--free", "while-reading"));
     cr_assert_eq(r.status, 0);
     expect_field("consumer 0", "ok");
     cr_expect(run_field(&r, "reclaimed", buf, sizeof buf) && !strncmp(buf, "yes", 3));
@@ -157,12 +190,14 @@ Test(ipc, collector_frees_promptly_after_last_close)
 
 Test(ipc, without_collector_memory_waits_for_next_collect)
 {
-    run_prog(&r, "pair-runtime", true, ENV("IPCSHIM_COLLECTOR=0"), ARGS("--free", "while-reading", "--reclaim-wait", "300"));
+    run_prog(&r, "pair-runtime", true, ENV("IPCSHIM_COLLECTOR=0"),
+             ARGS("--free", "while-reading", "--reclaim-wait", "300"));
     cr_assert_eq(r.status, 0);
     expect_field("consumer 0", "ok");
     cr_expect(run_field(&r, "reclaimed", buf, sizeof buf) && !strncmp(buf, "no", 2),
               "without a collector nothing should free the block by itself: %s", r.out);
-    run_prog(&r, "pair-runtime", true, ENV("IPCSHIM_COLLECTOR=0"), ARGS("--free", "while-reading", "--collect"));
+    run_prog(&r, "pair-runtime", true, ENV("IPCSHIM_COLLECTOR=0"),
+             ARGS("--free", "while-reading", "--collect"));
     cr_assert_eq(r.status, 0);
     cr_expect(run_field(&r, "reclaimed", buf, sizeof buf) && !strncmp(buf, "yes", 3), "%s", r.out);
 }
@@ -181,9 +216,10 @@ Test(ipc, allocation_failing_because_of_limbo_succeeds_after_collect)
 {
     /* 64 MiB device; a 40 MiB block sits in limbo behind an unclaimed
      * hand-off; a 40 MiB allocation only fits once the shim collects. */
-    run_prog(&r, "pair-runtime", true, ENV("SIMCUDA_DEVICE_MEMORY=64M", "IPCSHIM_HANDOFF_TIMEOUT=60s"),
-             ARGS("--consumers", "0", "--size", "41943040", "--free", "before-open", "--reclaim-wait", "0",
-                  "--then-alloc", "41943040"));
+    run_prog(&r, "pair-runtime", true,
+             ENV("SIMCUDA_DEVICE_MEMORY=64M", "IPCSHIM_HANDOFF_TIMEOUT=60s"),
+             ARGS("--consumers", "0", "--size", "41943040", "--free", "before-open",
+                  "--reclaim-wait", "0", "--then-alloc", "41943040"));
     cr_assert_eq(r.status, 0);
     expect_field("then-alloc", "ok");
 }
@@ -192,10 +228,12 @@ Test(ipc, kernels_program_counts_each_call_once)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/kernels", getenv("E2E_BIN_DIR"));
-    if (access(path, X_OK)) cr_skip_test("nvcc was not found when the build was configured; no nvcc-built program");
+    if (access(path, X_OK))
+        cr_skip_test("nvcc was not found when the build was configured; no nvcc-built program");
     run_prog(&r, "kernels", true, NULL, NULL);
     cr_assert_eq(r.status, 0, "%s", r.out);
-    if (run_field(&r, "shim", buf, sizeof buf)) cr_assert_fail("the shim was not loaded: %s", r.out);
+    if (run_field(&r, "shim", buf, sizeof buf))
+        cr_assert_fail("the shim was not loaded: %s", r.out);
     expect_field("calls cudaMalloc runtime", "3");
     expect_field("calls cudaFree runtime", "3");
     expect_field("calls __cudaLaunchKernel runtime", "3");

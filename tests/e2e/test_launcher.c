@@ -30,15 +30,18 @@ Test(launcher, demo_shows_the_use_after_free_and_the_protection)
 {
     int ws = shell("scripts/ipcshim-run --demo");
     cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "demo failed:\n%s", out);
-    cr_expect(strstr(out, "Without the shim") && strstr(out, "used FREED memory (undefined behaviour"), "%s", out);
+    cr_expect(strstr(out, "Without the shim") &&
+                  strstr(out, "used FREED memory (undefined behaviour"),
+              "%s", out);
     cr_expect(strstr(out, "read exactly what was written"), "%s", out);
     cr_expect(strstr(out, "the memory was really freed"), "%s", out);
 }
 
 Test(launcher, appends_to_ld_preload_and_passes_exit_status)
 {
-    int ws = shell("LD_PRELOAD=libfirst.so scripts/ipcshim-run --sim -- sh -c 'echo \"preload=$LD_PRELOAD\"; "
-                   "echo \"path=$LD_LIBRARY_PATH\"; exit 7'");
+    int ws = shell(
+        "LD_PRELOAD=libfirst.so scripts/ipcshim-run --sim -- sh -c 'echo \"preload=$LD_PRELOAD\"; "
+        "echo \"path=$LD_LIBRARY_PATH\"; exit 7'");
     cr_assert(WIFEXITED(ws), "%s", out);
     cr_expect_eq(WEXITSTATUS(ws), 7, "%s", out);
     cr_expect(strstr(out, "preload=libfirst.so:") && strstr(out, "libipcshim.so"), "%s", out);
@@ -55,7 +58,9 @@ Test(launcher, passes_on_a_signal)
 Test(launcher, runs_a_cuda_program_on_the_simulator)
 {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "SIMCUDA_MACHINE=launch-%d IPCSHIM_DOMAIN=launch-%d scripts/ipcshim-run --sim -- '%s/pair-runtime' --free while-reading; s=$?; rm -f /dev/shm/*launch-%d*; exit $s",
+    snprintf(cmd, sizeof cmd,
+             "SIMCUDA_MACHINE=launch-%d IPCSHIM_DOMAIN=launch-%d scripts/ipcshim-run --sim -- "
+             "'%s/pair-runtime' --free while-reading; s=$?; rm -f /dev/shm/*launch-%d*; exit $s",
              getpid(), getpid(), getenv("E2E_BIN_DIR"), getpid());
     int ws = shell(cmd);
     cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "%s", out);

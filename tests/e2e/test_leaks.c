@@ -155,7 +155,8 @@ Test(leaks, export_nobody_opens)
                        "1 export nobody ever opened, hand-off expired", NULL),
               "no summary line for the exporter %d in:\n%s", exporter, logbuf);
     cr_assert(log_line(exporter, line, sizeof line, "leak:   exported 4.0 MiB", "once",
-                       "never opened: its hand-off expired", "; exported at ", "leaky_export_block+", NULL),
+                       "never opened: its hand-off expired", "; exported at ",
+                       "leaky_export_block+", NULL),
               "no item line for the export in:\n%s", logbuf);
     /* IPCSHIM_STATS, printed after the report, agrees with it. */
     cr_assert(log_line(exporter, line, sizeof line, "report:", "still in limbo 0,", NULL),
@@ -236,7 +237,8 @@ Test(leaks, export_that_expired_unopened_is_counted)
                        "(IPCSHIM_HANDOFF_TIMEOUT, or at exit):",
                        NULL),
               "no summary line in:\n%s", logbuf);
-    cr_expect(log_line(exporter, line, sizeof line, "leak:   exported 4.0 MiB", "its hand-off expired", NULL),
+    cr_expect(log_line(exporter, line, sizeof line, "leak:   exported 4.0 MiB",
+                       "its hand-off expired", NULL),
               "the expired export, named: %s", logbuf);
     cr_assert(log_line(exporter, line, sizeof line, "report:", "still in limbo 0,",
                        "hand-offs expired 1", NULL),

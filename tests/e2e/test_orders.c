@@ -17,7 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
-static void setup(void) { run_setup("orders"); }
+static void setup(void)
+{
+    run_setup("orders");
+}
 TestSuite(orders, .init = setup, .fini = run_cleanup, .timeout = 90);
 
 #define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -41,7 +44,8 @@ static void late_runtime(const char *first, const char *when)
     run_prog(&r, "pair-late", true, ENV(env), ARGS("--free", when, "--blocks", "2"));
     cr_assert_eq(r.status, 0, "status %d", r.status);
     expect_field("consumer 0", "ok");
-    cr_expect(run_field(&r, "reclaimed", buf, sizeof buf) && !strncmp(buf, "yes", 3), "memory not back: %s", r.out);
+    cr_expect(run_field(&r, "reclaimed", buf, sizeof buf) && !strncmp(buf, "yes", 3),
+              "memory not back: %s", r.out);
 }
 
 Test(orders, late_runtime_breaks_without_shim)
@@ -50,14 +54,23 @@ Test(orders, late_runtime_breaks_without_shim)
     cr_assert_eq(r.status, 1, "status %d", r.status);
     expect_field("consumer 0", "poison");
 }
-Test(orders, driver_first_then_runtime_rtld_local) { late_runtime("driver", "while-reading"); }
-Test(orders, driver_first_then_runtime_free_before_open) { late_runtime("driver", "before-open"); }
+Test(orders, driver_first_then_runtime_rtld_local)
+{
+    late_runtime("driver", "while-reading");
+}
+Test(orders, driver_first_then_runtime_free_before_open)
+{
+    late_runtime("driver", "before-open");
+}
 Test(orders, ipcshim_first_then_runtime)
 {
     late_runtime("ipcshim", "while-reading");
     expect_field("first", "ipcshim_active 1");
 }
-Test(orders, runtime_first_rtld_local) { late_runtime("runtime", "while-reading"); }
+Test(orders, runtime_first_rtld_local)
+{
+    late_runtime("runtime", "while-reading");
+}
 
 Test(orders, disabled_shim_passes_late_runtime_through)
 {
@@ -118,15 +131,23 @@ static void wrapped_time(bool shim_first)
 {
     char preload[2048], prog[1024];
     const char *bin = getenv("E2E_BIN_DIR"), *shim = getenv("IPCSHIM_LIB");
-    if (shim_first) snprintf(preload, sizeof preload, "LD_PRELOAD=%s %s/libwrap-time.so", shim, bin);
-    else snprintf(preload, sizeof preload, "LD_PRELOAD=%s/libwrap-time.so %s", bin, shim);
+    if (shim_first)
+        snprintf(preload, sizeof preload, "LD_PRELOAD=%s %s/libwrap-time.so", shim, bin);
+    else
+        snprintf(preload, sizeof preload, "LD_PRELOAD=%s/libwrap-time.so %s", bin, shim);
     snprintf(prog, sizeof prog, "%s/print-time", bin);
     run_prog(&r, "/usr/bin/timeout", false, ENV(preload), ARGS("-s", "KILL", "20", prog));
     cr_assert_eq(r.status, 0, "status %d", r.status);
     expect_field("time shift", "86400");
 }
-Test(orders, rtld_next_interposer_after_shim) { wrapped_time(true); }
-Test(orders, rtld_next_interposer_before_shim) { wrapped_time(false); }
+Test(orders, rtld_next_interposer_after_shim)
+{
+    wrapped_time(true);
+}
+Test(orders, rtld_next_interposer_before_shim)
+{
+    wrapped_time(false);
+}
 
 /* AddressSanitizer's runtime looks up every function it wraps with
  * dlsym(RTLD_NEXT, ...) before main; both ways of running it with a preload. */
@@ -134,14 +155,19 @@ static void asan_pair(const char *preload_env)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/pair-asan", getenv("E2E_BIN_DIR"));
-    if (access(path, X_OK)) cr_skip_test("the compiler cannot build AddressSanitizer programs here");
-    run_prog(&r, "pair-asan", preload_env == NULL, ENV("ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0",
-                                                       preload_env ? preload_env : "E2E=1"),
+    if (access(path, X_OK))
+        cr_skip_test("the compiler cannot build AddressSanitizer programs here");
+    run_prog(&r, "pair-asan", preload_env == NULL,
+             ENV("ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0",
+                 preload_env ? preload_env : "E2E=1"),
              ARGS("--free", "while-reading", "--blocks", "2"));
     cr_assert_eq(r.status, 0, "status %d", r.status);
     expect_field("consumer 0", "ok");
 }
-Test(orders, asan_program_shim_preloaded) { asan_pair(NULL); }
+Test(orders, asan_program_shim_preloaded)
+{
+    asan_pair(NULL);
+}
 Test(orders, asan_program_runtime_preloaded_first)
 {
     char preload[2048];

@@ -57,8 +57,8 @@ static void run_train(struct swap_run *s, const char *policy, unsigned long long
     char b[64], p[64];
     snprintf(b, sizeof b, "IPCSHIM_DEVICE_BUDGET=%llu", budget);
     snprintf(p, sizeof p, "IPCSHIM_SWAP_POLICY=%s", policy);
-    run_prog(&s->r, "train", true,
-             ENV(b, p, "IPCSHIM_SWAP_MIN_BYTES=64K", "IPCSHIM_STATS=1"), NULL);
+    run_prog(&s->r, "train", true, ENV(b, p, "IPCSHIM_SWAP_MIN_BYTES=64K", "IPCSHIM_STATS=1"),
+             NULL);
     cr_assert_eq(s->r.status, 0, "%s: status %d\n%s", policy, s->r.status, s->r.out);
     text(&s->r, "checksum", s->checksum, sizeof s->checksum);
     s->faults = field(&s->r, "faults");
@@ -118,8 +118,7 @@ static void trace_case(const char *mode)
     unlink(path);
     snprintf(env, sizeof env, "IPCSHIM_TRACE=%s", path);
     struct run_result r, plain;
-    run_prog(&r, "train", true,
-             ENV("IPCSHIM_DEVICE_BUDGET=6M", "IPCSHIM_SWAP_MIN_BYTES=64K", env),
+    run_prog(&r, "train", true, ENV("IPCSHIM_DEVICE_BUDGET=6M", "IPCSHIM_SWAP_MIN_BYTES=64K", env),
              ARGS("--layers", "2", "--iters", "2", mode));
     cr_assert_eq(r.status, 0, "%s", r.out);
     run_prog(&plain, "train", false, NULL, ARGS("--layers", "2", "--iters", "2", mode));
@@ -159,8 +158,7 @@ Test(swap, failed_managed_allocation_falls_back_to_ordinary_memory)
     need_train();
     struct run_result r, plain;
     run_prog(&r, "train", true,
-             ENV("IPCSHIM_DEVICE_BUDGET=20M", "IPCSHIM_SWAP_MIN_BYTES=64K",
-                 "SIMCUDA_FAIL_ALLOC=1"),
+             ENV("IPCSHIM_DEVICE_BUDGET=20M", "IPCSHIM_SWAP_MIN_BYTES=64K", "SIMCUDA_FAIL_ALLOC=1"),
              ARGS("--iters", "2"));
     cr_assert_eq(r.status, 0, "%s", r.out);
     run_prog(&plain, "train", false, NULL, ARGS("--iters", "2"));
@@ -178,10 +176,10 @@ Test(swap, export_of_a_swappable_block_fails_with_the_documented_error)
     unlink(log);
     snprintf(env, sizeof env, "IPCSHIM_LOG_FILE=%s", log);
     struct run_result r;
-    run_prog(&r, "train", true,
-             ENV("IPCSHIM_DEVICE_BUDGET=3M", "IPCSHIM_SWAP_MIN_BYTES=256K",
-                 "IPCSHIM_EXIT_WAIT=0", env),
-             ARGS("--export", "1048576", "65536"));
+    run_prog(
+        &r, "train", true,
+        ENV("IPCSHIM_DEVICE_BUDGET=3M", "IPCSHIM_SWAP_MIN_BYTES=256K", "IPCSHIM_EXIT_WAIT=0", env),
+        ARGS("--export", "1048576", "65536"));
     cr_assert_eq(r.status, 0, "%s", r.out);
     cr_expect_eq(field(&r, "export_large"), 1, "swappable export: expected cudaErrorInvalidValue");
     cr_expect_eq(field(&r, "export_small"), 0, "an ordinary block must export with swap on");
@@ -206,8 +204,7 @@ Test(swap, export_of_a_swappable_block_fails_with_the_documented_error)
 Test(swap, ipc_pair_works_with_swap_on_in_exporter_and_importers)
 {
     struct run_result r;
-    run_prog(&r, "pair-runtime", true,
-             ENV("IPCSHIM_DEVICE_BUDGET=1M", "IPCSHIM_SWAP_MIN_BYTES=2M"),
+    run_prog(&r, "pair-runtime", true, ENV("IPCSHIM_DEVICE_BUDGET=1M", "IPCSHIM_SWAP_MIN_BYTES=2M"),
              ARGS("--free", "while-reading", "--blocks", "3", "--consumers", "2"));
     cr_assert_eq(r.status, 0, "status %d: %s", r.status, r.out);
     cr_expect_str_eq(run_field(&r, "consumer 0", buf, sizeof buf), "ok");

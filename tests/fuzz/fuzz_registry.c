@@ -60,7 +60,10 @@ static void init_lock(pthread_mutex_t *m)
     pthread_mutexattr_destroy(&a);
 }
 
-static uint32_t clamp(uint32_t v) { return v % 64 + 1; }
+static uint32_t clamp(uint32_t v)
+{
+    return v % 64 + 1;
+}
 
 /* Makes the header of img valid for its (clamped) capacities; resizes. */
 static uint8_t *fix_up(uint8_t *img, size_t *n)
@@ -94,11 +97,13 @@ static void check_consistent(struct registry *r)
 {
     uint32_t seen = 0;
     for (uint32_t i = r->hdr->block_free; i != REG_NONE; i = r->blocks[i].hash_next) {
-        if (i >= r->max_blocks || r->blocks[i].state != BLOCK_FREE || ++seen > r->max_blocks) abort();
+        if (i >= r->max_blocks || r->blocks[i].state != BLOCK_FREE || ++seen > r->max_blocks)
+            abort();
     }
     seen = 0;
     for (uint32_t i = r->hdr->lease_free; i != REG_NONE; i = r->leases[i].next) {
-        if (i >= r->max_leases || r->leases[i].intent != LEASE_FREE || ++seen > r->max_leases) abort();
+        if (i >= r->max_leases || r->leases[i].intent != LEASE_FREE || ++seen > r->max_leases)
+            abort();
     }
     for (uint32_t b = 0; b < r->max_blocks; b++) {
         struct reg_block *blk = &r->blocks[b];
@@ -107,11 +112,12 @@ static void check_consistent(struct registry *r)
         struct ipc_handle h;
         memcpy(h.bytes, blk->handle, sizeof h.bytes);
         uint32_t found = reg_block_find(r, &h);
-        if (found == REG_NONE || memcmp(r->blocks[found].handle, blk->handle, IPC_HANDLE_BYTES)) abort();
+        if (found == REG_NONE || memcmp(r->blocks[found].handle, blk->handle, IPC_HANDLE_BYTES))
+            abort();
         seen = 0;
         for (uint32_t li = blk->lease_head; li != REG_NONE; li = r->leases[li].next) {
-            if (li >= r->max_leases || r->leases[li].block != b || r->leases[li].intent == LEASE_FREE ||
-                ++seen > r->max_leases)
+            if (li >= r->max_leases || r->leases[li].block != b ||
+                r->leases[li].intent == LEASE_FREE || ++seen > r->max_leases)
                 abort();
         }
     }

@@ -32,7 +32,8 @@ static void dump(const char *dir, const char *name, uint8_t flags, struct regist
 static struct ipc_handle handle(unsigned seed)
 {
     struct ipc_handle h;
-    for (int i = 0; i < IPC_HANDLE_BYTES; i++) h.bytes[i] = (uint8_t)(seed * 131 + i * 7);
+    for (int i = 0; i < IPC_HANDLE_BYTES; i++)
+        h.bytes[i] = (uint8_t)(seed * 131 + i * 7);
     return h;
 }
 

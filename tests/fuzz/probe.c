@@ -2,4 +2,7 @@
 #include <stddef.h>
 #include <stdint.h>
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) { return (int)(size && !data); }
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    return (int)(size && !data);
+}

@@ -61,7 +61,8 @@ static void on_crash(int sig)
 {
     FILE *f = fopen("crash-standalone", "wb");
     if (f) fwrite(current, 1, current_size, f), fclose(f);
-    fprintf(stderr, "standalone: signal %d; input saved as ./crash-standalone (%zu bytes)\n", sig, current_size);
+    fprintf(stderr, "standalone: signal %d; input saved as ./crash-standalone (%zu bytes)\n", sig,
+            current_size);
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -75,25 +76,41 @@ static uint64_t rnd(void)
 
 static size_t mutate(uint8_t *d, size_t n, size_t cap)
 {
-    static const uint32_t interesting[] = {0, 1, 2, 3, 4, 63, 64, 255, 0x7fffffff, 0x80000000, 0xfffffffe, 0xffffffff};
+    static const uint32_t interesting[] = {0,  1,   2,          3,          4,          63,
+                                           64, 255, 0x7fffffff, 0x80000000, 0xfffffffe, 0xffffffff};
     int steps = 1 + (int)(rnd() % 8);
     for (int s = 0; s < steps; s++) {
         switch (rnd() % 7) {
-        case 0: if (n) d[rnd() % n] ^= (uint8_t)(1u << (rnd() % 8)); break;
-        case 1: if (n) d[rnd() % n] = (uint8_t)rnd(); break;
+        case 0:
+            if (n) d[rnd() % n] ^= (uint8_t)(1u << (rnd() % 8));
+            break;
+        case 1:
+            if (n) d[rnd() % n] = (uint8_t)rnd();
+            break;
         case 2:
             if (n >= 4) {
                 uint32_t v = interesting[rnd() % (sizeof interesting / sizeof *interesting)];
                 memcpy(d + (rnd() % (n - 3)) / 4 * 4, &v, 4);
             }
             break;
-        case 3: if (n > 1) n = 1 + rnd() % n; break; /* truncate */
-        case 4: { size_t add = rnd() % 256; if (n + add <= cap) memset(d + n, (int)(rnd() & 0xff), add), n += add; } break;
+        case 3:
+            if (n > 1) n = 1 + rnd() % n;
+            break; /* truncate */
+        case 4: {
+            size_t add = rnd() % 256;
+            if (n + add <= cap) memset(d + n, (int)(rnd() & 0xff), add), n += add;
+        } break;
         case 5: { /* splice another input in */
             struct input *o = &inputs[rnd() % ninputs];
-            if (o->size && n) { size_t at = rnd() % n, len = rnd() % o->size; if (at + len > n) len = n - at; memcpy(d + at, o->data + rnd() % (o->size - len + 1), len); }
+            if (o->size && n) {
+                size_t at = rnd() % n, len = rnd() % o->size;
+                if (at + len > n) len = n - at;
+                memcpy(d + at, o->data + rnd() % (o->size - len + 1), len);
+            }
         } break;
-        case 6: if (n) d[0] = (uint8_t)rnd(); break; /* the flags byte */
+        case 6:
+            if (n) d[0] = (uint8_t)rnd();
+            break; /* the flags byte */
         }
     }
     return n;
@@ -104,14 +121,20 @@ int main(int argc, char **argv)
     long runs = 100000, max_time = 0;
     uint64_t seed = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 32;
     for (int i = 1; i < argc; i++) {
-        if (!strncmp(argv[i], "-runs=", 6)) runs = atol(argv[i] + 6);
-        else if (!strncmp(argv[i], "-max_total_time=", 16)) max_time = atol(argv[i] + 16);
-        else if (!strncmp(argv[i], "-seed=", 6)) seed = strtoull(argv[i] + 6, NULL, 10);
-        else if (argv[i][0] != '-') add_path(argv[i]);
+        if (!strncmp(argv[i], "-runs=", 6))
+            runs = atol(argv[i] + 6);
+        else if (!strncmp(argv[i], "-max_total_time=", 16))
+            max_time = atol(argv[i] + 16);
+        else if (!strncmp(argv[i], "-seed=", 6))
+            seed = strtoull(argv[i] + 6, NULL, 10);
+        else if (argv[i][0] != '-')
+            add_path(argv[i]);
     }
     rng_state = seed | 1;
-    signal(SIGSEGV, on_crash), signal(SIGBUS, on_crash), signal(SIGABRT, on_crash), signal(SIGFPE, on_crash);
-    fprintf(stderr, "standalone: %zu corpus inputs, seed %llu\n", ninputs, (unsigned long long)seed);
+    signal(SIGSEGV, on_crash), signal(SIGBUS, on_crash), signal(SIGABRT, on_crash),
+        signal(SIGFPE, on_crash);
+    fprintf(stderr, "standalone: %zu corpus inputs, seed %llu\n", ninputs,
+            (unsigned long long)seed);
     for (size_t i = 0; i < ninputs; i++) {
         current = inputs[i].data, current_size = inputs[i].size;
         LLVMFuzzerTestOneInput(current, current_size);

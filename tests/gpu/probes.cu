@@ -35,7 +35,10 @@ static double now_ms(void)
     return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
-static unsigned word(size_t i) { return (unsigned)(i * 2654435761u) ^ 0x5a5a5a5au; }
+static unsigned word(size_t i)
+{
+    return (unsigned)(i * 2654435761u) ^ 0x5a5a5a5au;
+}
 
 /* Reads a kernel spins on, so that a close can be timed against it. */
 __global__ void spin_read(const unsigned *p, size_t n, long long cycles, unsigned *sink)
@@ -52,7 +55,8 @@ __global__ void spin_read(const unsigned *p, size_t n, long long cycles, unsigne
 
 static void hex_out(const void *b, size_t n, char *out)
 {
-    for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", ((const unsigned char *)b)[i]);
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", ((const unsigned char *)b)[i]);
 }
 static int hex_in(const char *s, void *b, size_t n)
 {
@@ -70,7 +74,8 @@ static const char *verdict(void *dev, char *buf)
     int r = cudaMemcpy(host, dev, BYTES, cudaMemcpyDeviceToHost);
     if (r) return sprintf(buf, "error %d (%s)", r, cudaGetErrorName((cudaError_t)r)), buf;
     size_t good = 0, poison = 0;
-    for (size_t i = 0; i < BYTES / 4; i++) good += host[i] == word(i), poison += host[i] == POISON;
+    for (size_t i = 0; i < BYTES / 4; i++)
+        good += host[i] == word(i), poison += host[i] == POISON;
     if (good == BYTES / 4) return "data intact";
     if (poison == BYTES / 4) return "poison (simulator)";
     return sprintf(buf, "other bytes (%zu of %u words intact)", good, BYTES / 4), buf;
@@ -92,7 +97,8 @@ static int exporter(void)
     char hex[129], line[128];
     static unsigned host[BYTES / 4];
     if (cudaSetDevice(0) || cudaMalloc(&a, BYTES)) return printf("error setup\n"), 2;
-    for (size_t i = 0; i < BYTES / 4; i++) host[i] = word(i);
+    for (size_t i = 0; i < BYTES / 4; i++)
+        host[i] = word(i);
     cudaMemcpy(a, host, BYTES, cudaMemcpyHostToDevice);
     if (cudaIpcGetMemHandle(&h, a)) return printf("error export\n"), 2;
     hex_out(&h, 64, hex);
@@ -138,7 +144,10 @@ static int importer(const char *hex)
             int r = cudaIpcOpenMemHandle(&q, h, cudaIpcMemLazyEnablePeerAccess);
             alarm(0);
             printf("%d %s%s\n", r, cudaGetErrorName((cudaError_t)r),
-                   r ? "" : !p ? " (first)" : q == p ? " (same pointer)" : " (another pointer)");
+                   r        ? ""
+                   : !p     ? " (first)"
+                   : q == p ? " (same pointer)"
+                            : " (another pointer)");
             if (!r && !p) p = q;
         } else if (!strncmp(line, "read", 4)) {
             printf("%s\n", verdict(p, buf));
@@ -149,7 +158,7 @@ static int importer(const char *hex)
             unsigned *sink;
             int rate = 0;
             cudaMalloc(&sink, 4);
-            cudaDeviceGetAttribute(&rate, cudaDevAttrClockRate, 0); /* kHz */
+            cudaDeviceGetAttribute(&rate, cudaDevAttrClockRate, 0);      /* kHz */
             long long cycles = (long long)(rate ? rate : 1000000) * 300; /* about 300 ms */
             double t0 = now_ms();
             spin_read<<<1, 32>>>((const unsigned *)p, BYTES / 4, cycles, sink);
@@ -252,8 +261,10 @@ int main(int argc, char **argv)
         long long before = atoll(ask(&i, "meminfo"));
         snprintf(b, sizeof b, "%s", ask(&e, "free"));
         long long after = atoll(ask(&i, "meminfo"));
-        probe("free-while-mapped", "open %s; exporter's cudaFree -> %s (rc, MiB freed as the exporter sees it); "
-              "importer reads: %s; importer sees %+lld MiB free", a, b, ask(&i, "read"), after - before);
+        probe("free-while-mapped",
+              "open %s; exporter's cudaFree -> %s (rc, MiB freed as the exporter sees it); "
+              "importer reads: %s; importer sees %+lld MiB free",
+              a, b, ask(&i, "read"), after - before);
         ask(&i, "close");
         probe("free-while-mapped-after-close", "importer sees %+lld MiB free once it closed",
               atoll(ask(&i, "meminfo")) - before);
@@ -272,7 +283,8 @@ int main(int argc, char **argv)
         ask(&i, "open");
         finish(&e, true);
         usleep(200000);
-        probe("exporter-kill-while-mapped", "importer reads: %s; a new open: %s", ask(&i, "read"), ask(&i, "open"));
+        probe("exporter-kill-while-mapped", "importer reads: %s; a new open: %s", ask(&i, "read"),
+              ask(&i, "open"));
         finish(&i, false);
     }
     if (pair(&e, &i) == 0) {
@@ -289,15 +301,18 @@ int main(int argc, char **argv)
         char c1[128], r1[128];
         snprintf(c1, sizeof c1, "%s", ask(&i, "close"));
         snprintf(r1, sizeof r1, "%s", ask(&i, "read"));
-        probe("reopen-same-context", "first open %s; second open %s; first close %s; then read: %s; second close %s",
-              a, b, c1, r1, ask(&i, "close"));
+        probe("reopen-same-context",
+              "first open %s; second open %s; first close %s; then read: %s; second close %s", a, b,
+              c1, r1, ask(&i, "close"));
         finish(&i, false);
         finish(&e, false);
     }
     if (pair(&e, &i) == 0) {
         ask(&i, "open");
-        probe("close-waits-for-kernel", "%s (rc, ms until close returned, ms until the kernel ended; "
-              "kernels do not run on the simulator)", ask(&i, "kernelclose"));
+        probe("close-waits-for-kernel",
+              "%s (rc, ms until close returned, ms until the kernel ended; "
+              "kernels do not run on the simulator)",
+              ask(&i, "kernelclose"));
         finish(&i, false);
         finish(&e, false);
     }
@@ -310,7 +325,8 @@ int main(int argc, char **argv)
         cudaIpcGetMemHandle(&hp, p);
         cudaIpcGetMemHandle(&hq, q);
         probe("small-allocs-share-handle", "handles %s; second block at %+lld bytes from the first",
-              memcmp(&hp, &hq, sizeof hp) ? "differ" : "IDENTICAL", (long long)((char *)q - (char *)p));
+              memcmp(&hp, &hq, sizeof hp) ? "differ" : "IDENTICAL",
+              (long long)((char *)q - (char *)p));
         cudaFree(p);
         cudaFree(q);
     }
@@ -320,8 +336,10 @@ int main(int argc, char **argv)
         finish(&i, true);
         snprintf(a, sizeof a, "%s", ask(&e, "free"));
         snprintf(b, sizeof b, "collect %lld", target);
-        probe("importer-killed", "exporter's free %s (rc, MiB); the block's memory back: %s (with the shim "
-              "preloaded: ipcshim's reclaim of a SIGKILLed importer's lease)", a, ask(&e, b));
+        probe("importer-killed",
+              "exporter's free %s (rc, MiB); the block's memory back: %s (with the shim "
+              "preloaded: ipcshim's reclaim of a SIGKILLed importer's lease)",
+              a, ask(&e, b));
         finish(&e, false);
     }
     return 0;

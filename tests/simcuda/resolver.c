@@ -229,9 +229,18 @@ static const struct sym g_syms[] = {SIM_SYMBOLS(ROW)};
 
 /* Internal twins of the functions a program needs for IPC (mode "alias"):
  * same behaviour, their own addresses, never exported. */
-static CUresult CUDAAPI twin_cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return cuMemAlloc_v2(p, n); }
-static CUresult CUDAAPI twin_cuMemFree_v2(CUdeviceptr p) { return cuMemFree_v2(p); }
-static CUresult CUDAAPI twin_cuMemGetInfo_v2(size_t *f, size_t *t) { return cuMemGetInfo_v2(f, t); }
+static CUresult CUDAAPI twin_cuMemAlloc_v2(CUdeviceptr *p, size_t n)
+{
+    return cuMemAlloc_v2(p, n);
+}
+static CUresult CUDAAPI twin_cuMemFree_v2(CUdeviceptr p)
+{
+    return cuMemFree_v2(p);
+}
+static CUresult CUDAAPI twin_cuMemGetInfo_v2(size_t *f, size_t *t)
+{
+    return cuMemGetInfo_v2(f, t);
+}
 static CUresult CUDAAPI twin_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
 {
     return cuIpcGetMemHandle(h, p);
@@ -240,7 +249,10 @@ static CUresult CUDAAPI twin_cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandl
 {
     return cuIpcOpenMemHandle_v2(p, h, f);
 }
-static CUresult CUDAAPI twin_cuIpcCloseMemHandle(CUdeviceptr p) { return cuIpcCloseMemHandle(p); }
+static CUresult CUDAAPI twin_cuIpcCloseMemHandle(CUdeviceptr p)
+{
+    return cuIpcCloseMemHandle(p);
+}
 
 static const struct {
     void *fn, *twin;

@@ -55,61 +55,61 @@ _Static_assert(sizeof(cudaIpcEventHandle_t) == sizeof(CUipcEventHandle), "IPC ev
 /* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM when the function has such */
 /* a variant, else it is a copy of slot [0].                                */
 /* ------------------------------------------------------------------------ */
-#define SIMRT_DRIVER_FUNCS(X)                 \
-    X(cuInit, 2000, 0)                        \
-    X(cuDriverGetVersion, 2020, 0)            \
-    X(cuDeviceGet, 2000, 0)                   \
-    X(cuDeviceGetCount, 2000, 0)              \
-    X(cuDeviceGetName, 2000, 0)               \
-    X(cuDeviceTotalMem, 3020, 0)              \
-    X(cuDeviceGetAttribute, 2000, 0)          \
-    X(cuDevicePrimaryCtxRetain, 7000, 0)      \
-    X(cuDevicePrimaryCtxRelease, 11000, 0)    \
-    X(cuDevicePrimaryCtxReset, 11000, 0)      \
-    X(cuCtxSetCurrent, 4000, 0)               \
-    X(cuCtxSynchronize, 13000, 0)             \
-    X(cuMemAlloc, 3020, 0)                    \
-    X(cuMemAllocManaged, 6000, 0)             \
-    X(cuMemPrefetchAsync, 12020, 1)           \
-    X(cuMemAdvise, 12020, 0)                  \
-    X(cuMemAllocPitch, 3020, 0)               \
-    X(cuMemFree, 3020, 0)                     \
-    X(cuMemAllocHost, 3020, 0)                \
-    X(cuMemHostAlloc, 2020, 0)                \
-    X(cuMemFreeHost, 2000, 0)                 \
-    X(cuMemGetInfo, 3020, 0)                  \
-    X(cuMemcpy, 4000, 1)                      \
-    X(cuMemcpyAsync, 4000, 1)                 \
-    X(cuMemsetD8, 3020, 1)                    \
-    X(cuMemsetD8Async, 3020, 1)               \
-    X(cuPointerGetAttributes, 7000, 0)        \
-    X(cuIpcGetMemHandle, 4010, 0)             \
-    X(cuIpcOpenMemHandle, 11000, 0)           \
-    X(cuIpcCloseMemHandle, 4010, 0)           \
-    X(cuIpcGetEventHandle, 4010, 0)           \
-    X(cuIpcOpenEventHandle, 4010, 0)          \
-    X(cuStreamCreate, 2000, 0)                \
-    X(cuStreamDestroy, 4000, 0)               \
-    X(cuStreamSynchronize, 2000, 1)           \
-    X(cuStreamQuery, 2000, 1)                 \
-    X(cuEventCreate, 2000, 0)                 \
-    X(cuEventRecord, 2000, 1)                 \
-    X(cuEventSynchronize, 2000, 0)            \
-    X(cuEventElapsedTime, 12080, 0)           \
-    X(cuEventDestroy, 4000, 0)                \
-    X(cuEventQuery, 2000, 0)                  \
-    X(cuModuleLoadData, 2000, 0)              \
-    X(cuModuleGetFunction, 2000, 0)           \
-    X(cuFuncGetParamInfo, 12040, 0)           \
-    X(cuLaunchKernel, 4000, 1)                \
-    X(cuDeviceCanAccessPeer, 4000, 0)         \
-    X(cuStreamWaitEvent, 3020, 1)             \
-    X(cuMemAllocAsync, 11020, 1)              \
-    X(cuMemFreeAsync, 11020, 1)               \
-    X(cuMemAllocFromPoolAsync, 11020, 1)      \
-    X(cuDeviceGetDefaultMemPool, 11020, 0)    \
-    X(cuMemPoolTrimTo, 11020, 0)              \
-    X(cuMemPoolSetAttribute, 11020, 0)        \
+#define SIMRT_DRIVER_FUNCS(X)                                                                      \
+    X(cuInit, 2000, 0)                                                                             \
+    X(cuDriverGetVersion, 2020, 0)                                                                 \
+    X(cuDeviceGet, 2000, 0)                                                                        \
+    X(cuDeviceGetCount, 2000, 0)                                                                   \
+    X(cuDeviceGetName, 2000, 0)                                                                    \
+    X(cuDeviceTotalMem, 3020, 0)                                                                   \
+    X(cuDeviceGetAttribute, 2000, 0)                                                               \
+    X(cuDevicePrimaryCtxRetain, 7000, 0)                                                           \
+    X(cuDevicePrimaryCtxRelease, 11000, 0)                                                         \
+    X(cuDevicePrimaryCtxReset, 11000, 0)                                                           \
+    X(cuCtxSetCurrent, 4000, 0)                                                                    \
+    X(cuCtxSynchronize, 13000, 0)                                                                  \
+    X(cuMemAlloc, 3020, 0)                                                                         \
+    X(cuMemAllocManaged, 6000, 0)                                                                  \
+    X(cuMemPrefetchAsync, 12020, 1)                                                                \
+    X(cuMemAdvise, 12020, 0)                                                                       \
+    X(cuMemAllocPitch, 3020, 0)                                                                    \
+    X(cuMemFree, 3020, 0)                                                                          \
+    X(cuMemAllocHost, 3020, 0)                                                                     \
+    X(cuMemHostAlloc, 2020, 0)                                                                     \
+    X(cuMemFreeHost, 2000, 0)                                                                      \
+    X(cuMemGetInfo, 3020, 0)                                                                       \
+    X(cuMemcpy, 4000, 1)                                                                           \
+    X(cuMemcpyAsync, 4000, 1)                                                                      \
+    X(cuMemsetD8, 3020, 1)                                                                         \
+    X(cuMemsetD8Async, 3020, 1)                                                                    \
+    X(cuPointerGetAttributes, 7000, 0)                                                             \
+    X(cuIpcGetMemHandle, 4010, 0)                                                                  \
+    X(cuIpcOpenMemHandle, 11000, 0)                                                                \
+    X(cuIpcCloseMemHandle, 4010, 0)                                                                \
+    X(cuIpcGetEventHandle, 4010, 0)                                                                \
+    X(cuIpcOpenEventHandle, 4010, 0)                                                               \
+    X(cuStreamCreate, 2000, 0)                                                                     \
+    X(cuStreamDestroy, 4000, 0)                                                                    \
+    X(cuStreamSynchronize, 2000, 1)                                                                \
+    X(cuStreamQuery, 2000, 1)                                                                      \
+    X(cuEventCreate, 2000, 0)                                                                      \
+    X(cuEventRecord, 2000, 1)                                                                      \
+    X(cuEventSynchronize, 2000, 0)                                                                 \
+    X(cuEventElapsedTime, 12080, 0)                                                                \
+    X(cuEventDestroy, 4000, 0)                                                                     \
+    X(cuEventQuery, 2000, 0)                                                                       \
+    X(cuModuleLoadData, 2000, 0)                                                                   \
+    X(cuModuleGetFunction, 2000, 0)                                                                \
+    X(cuFuncGetParamInfo, 12040, 0)                                                                \
+    X(cuLaunchKernel, 4000, 1)                                                                     \
+    X(cuDeviceCanAccessPeer, 4000, 0)                                                              \
+    X(cuStreamWaitEvent, 3020, 1)                                                                  \
+    X(cuMemAllocAsync, 11020, 1)                                                                   \
+    X(cuMemFreeAsync, 11020, 1)                                                                    \
+    X(cuMemAllocFromPoolAsync, 11020, 1)                                                           \
+    X(cuDeviceGetDefaultMemPool, 11020, 0)                                                         \
+    X(cuMemPoolTrimTo, 11020, 0)                                                                   \
+    X(cuMemPoolSetAttribute, 11020, 0)                                                             \
     X(cuMemPoolGetAttribute, 11020, 0)
 
 #define SIMRT_SLOT(name, ver, pt) PFN_##name##_v##ver fn_##name[2];
@@ -120,9 +120,9 @@ static struct {
 
 #define SIMRT_ENTRY(name, ver, pt) {#name, pt, offsetof(__typeof__(drv), fn_##name)},
 static const struct {
-    const char *name;   /* base name given to cuGetProcAddress_v2 */
-    int per_thread;     /* also resolve the per-thread-stream variant */
-    size_t offset;      /* of the two-slot array in drv */
+    const char *name; /* base name given to cuGetProcAddress_v2 */
+    int per_thread;   /* also resolve the per-thread-stream variant */
+    size_t offset;    /* of the two-slot array in drv */
 } drv_table[] = {SIMRT_DRIVER_FUNCS(SIMRT_ENTRY)};
 #undef SIMRT_ENTRY
 
@@ -132,8 +132,8 @@ static const struct {
  * renaming macros do not apply; do not wrap them in further macros that
  * pass `name` on unpasted. */
 #define DRV(name, pt) (drv.fn_##name[(pt) ? 1 : 0])
-#define DRV_CALL(name, pt, ...)                                  \
-    (drv.fn_##name[(pt) ? 1 : 0] ? drv.fn_##name[(pt) ? 1 : 0](__VA_ARGS__) \
+#define DRV_CALL(name, pt, ...)                                                                    \
+    (drv.fn_##name[(pt) ? 1 : 0] ? drv.fn_##name[(pt) ? 1 : 0](__VA_ARGS__)                        \
                                  : CUDA_ERROR_NOT_SUPPORTED)
 
 /* ------------------------------------------------------------------------ */
@@ -144,120 +144,121 @@ static const struct {
     CUresult cu;
     cudaError_t rt;
 } error_map[] = {
-    { CUDA_ERROR_INVALID_VALUE, cudaErrorInvalidValue },
-    { CUDA_ERROR_OUT_OF_MEMORY, cudaErrorMemoryAllocation },
-    { CUDA_ERROR_NOT_INITIALIZED, cudaErrorInitializationError },
-    { CUDA_ERROR_DEINITIALIZED, cudaErrorCudartUnloading },
-    { CUDA_ERROR_PROFILER_DISABLED, cudaErrorProfilerDisabled },
-    { CUDA_ERROR_PROFILER_NOT_INITIALIZED, cudaErrorProfilerNotInitialized },
-    { CUDA_ERROR_PROFILER_ALREADY_STARTED, cudaErrorProfilerAlreadyStarted },
-    { CUDA_ERROR_PROFILER_ALREADY_STOPPED, cudaErrorProfilerAlreadyStopped },
-    { CUDA_ERROR_STUB_LIBRARY, cudaErrorStubLibrary },
-    { CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER, cudaErrorCallRequiresNewerDriver },
-    { CUDA_ERROR_DEVICE_UNAVAILABLE, cudaErrorDevicesUnavailable },
-    { CUDA_ERROR_NO_DEVICE, cudaErrorNoDevice },
-    { CUDA_ERROR_INVALID_DEVICE, cudaErrorInvalidDevice },
-    { CUDA_ERROR_DEVICE_NOT_LICENSED, cudaErrorDeviceNotLicensed },
-    { CUDA_ERROR_INVALID_IMAGE, cudaErrorInvalidKernelImage },
-    { CUDA_ERROR_INVALID_CONTEXT, cudaErrorDeviceUninitialized },
-    { CUDA_ERROR_MAP_FAILED, cudaErrorMapBufferObjectFailed },
-    { CUDA_ERROR_UNMAP_FAILED, cudaErrorUnmapBufferObjectFailed },
-    { CUDA_ERROR_ARRAY_IS_MAPPED, cudaErrorArrayIsMapped },
-    { CUDA_ERROR_ALREADY_MAPPED, cudaErrorAlreadyMapped },
-    { CUDA_ERROR_NO_BINARY_FOR_GPU, cudaErrorNoKernelImageForDevice },
-    { CUDA_ERROR_ALREADY_ACQUIRED, cudaErrorAlreadyAcquired },
-    { CUDA_ERROR_NOT_MAPPED, cudaErrorNotMapped },
-    { CUDA_ERROR_NOT_MAPPED_AS_ARRAY, cudaErrorNotMappedAsArray },
-    { CUDA_ERROR_NOT_MAPPED_AS_POINTER, cudaErrorNotMappedAsPointer },
-    { CUDA_ERROR_ECC_UNCORRECTABLE, cudaErrorECCUncorrectable },
-    { CUDA_ERROR_UNSUPPORTED_LIMIT, cudaErrorUnsupportedLimit },
-    { CUDA_ERROR_CONTEXT_ALREADY_IN_USE, cudaErrorDeviceAlreadyInUse },
-    { CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, cudaErrorPeerAccessUnsupported },
-    { CUDA_ERROR_INVALID_PTX, cudaErrorInvalidPtx },
-    { CUDA_ERROR_INVALID_GRAPHICS_CONTEXT, cudaErrorInvalidGraphicsContext },
-    { CUDA_ERROR_NVLINK_UNCORRECTABLE, cudaErrorNvlinkUncorrectable },
-    { CUDA_ERROR_JIT_COMPILER_NOT_FOUND, cudaErrorJitCompilerNotFound },
-    { CUDA_ERROR_UNSUPPORTED_PTX_VERSION, cudaErrorUnsupportedPtxVersion },
-    { CUDA_ERROR_JIT_COMPILATION_DISABLED, cudaErrorJitCompilationDisabled },
-    { CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY, cudaErrorUnsupportedExecAffinity },
-    { CUDA_ERROR_UNSUPPORTED_DEVSIDE_SYNC, cudaErrorUnsupportedDevSideSync },
-    { CUDA_ERROR_CONTAINED, cudaErrorContained },
-    { CUDA_ERROR_INVALID_SOURCE, cudaErrorInvalidSource },
-    { CUDA_ERROR_FILE_NOT_FOUND, cudaErrorFileNotFound },
-    { CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND, cudaErrorSharedObjectSymbolNotFound },
-    { CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, cudaErrorSharedObjectInitFailed },
-    { CUDA_ERROR_OPERATING_SYSTEM, cudaErrorOperatingSystem },
-    { CUDA_ERROR_INVALID_HANDLE, cudaErrorInvalidResourceHandle },
-    { CUDA_ERROR_ILLEGAL_STATE, cudaErrorIllegalState },
-    { CUDA_ERROR_LOSSY_QUERY, cudaErrorLossyQuery },
-    { CUDA_ERROR_NOT_FOUND, cudaErrorSymbolNotFound },
-    { CUDA_ERROR_NOT_READY, cudaErrorNotReady },
-    { CUDA_ERROR_ILLEGAL_ADDRESS, cudaErrorIllegalAddress },
-    { CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, cudaErrorLaunchOutOfResources },
-    { CUDA_ERROR_LAUNCH_TIMEOUT, cudaErrorLaunchTimeout },
-    { CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING, cudaErrorLaunchIncompatibleTexturing },
-    { CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, cudaErrorPeerAccessAlreadyEnabled },
-    { CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, cudaErrorPeerAccessNotEnabled },
-    { CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, cudaErrorSetOnActiveProcess },
-    { CUDA_ERROR_CONTEXT_IS_DESTROYED, cudaErrorContextIsDestroyed },
-    { CUDA_ERROR_ASSERT, cudaErrorAssert },
-    { CUDA_ERROR_TOO_MANY_PEERS, cudaErrorTooManyPeers },
-    { CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, cudaErrorHostMemoryAlreadyRegistered },
-    { CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, cudaErrorHostMemoryNotRegistered },
-    { CUDA_ERROR_HARDWARE_STACK_ERROR, cudaErrorHardwareStackError },
-    { CUDA_ERROR_ILLEGAL_INSTRUCTION, cudaErrorIllegalInstruction },
-    { CUDA_ERROR_MISALIGNED_ADDRESS, cudaErrorMisalignedAddress },
-    { CUDA_ERROR_INVALID_ADDRESS_SPACE, cudaErrorInvalidAddressSpace },
-    { CUDA_ERROR_INVALID_PC, cudaErrorInvalidPc },
-    { CUDA_ERROR_LAUNCH_FAILED, cudaErrorLaunchFailure },
-    { CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, cudaErrorCooperativeLaunchTooLarge },
-    { CUDA_ERROR_TENSOR_MEMORY_LEAK, cudaErrorTensorMemoryLeak },
-    { CUDA_ERROR_NOT_PERMITTED, cudaErrorNotPermitted },
-    { CUDA_ERROR_NOT_SUPPORTED, cudaErrorNotSupported },
-    { CUDA_ERROR_SYSTEM_NOT_READY, cudaErrorSystemNotReady },
-    { CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, cudaErrorSystemDriverMismatch },
-    { CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE, cudaErrorCompatNotSupportedOnDevice },
-    { CUDA_ERROR_MPS_CONNECTION_FAILED, cudaErrorMpsConnectionFailed },
-    { CUDA_ERROR_MPS_RPC_FAILURE, cudaErrorMpsRpcFailure },
-    { CUDA_ERROR_MPS_SERVER_NOT_READY, cudaErrorMpsServerNotReady },
-    { CUDA_ERROR_MPS_MAX_CLIENTS_REACHED, cudaErrorMpsMaxClientsReached },
-    { CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED, cudaErrorMpsMaxConnectionsReached },
-    { CUDA_ERROR_MPS_CLIENT_TERMINATED, cudaErrorMpsClientTerminated },
-    { CUDA_ERROR_CDP_NOT_SUPPORTED, cudaErrorCdpNotSupported },
-    { CUDA_ERROR_CDP_VERSION_MISMATCH, cudaErrorCdpVersionMismatch },
-    { CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cudaErrorStreamCaptureUnsupported },
-    { CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cudaErrorStreamCaptureInvalidated },
-    { CUDA_ERROR_STREAM_CAPTURE_MERGE, cudaErrorStreamCaptureMerge },
-    { CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, cudaErrorStreamCaptureUnmatched },
-    { CUDA_ERROR_STREAM_CAPTURE_UNJOINED, cudaErrorStreamCaptureUnjoined },
-    { CUDA_ERROR_STREAM_CAPTURE_ISOLATION, cudaErrorStreamCaptureIsolation },
-    { CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, cudaErrorStreamCaptureImplicit },
-    { CUDA_ERROR_CAPTURED_EVENT, cudaErrorCapturedEvent },
-    { CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, cudaErrorStreamCaptureWrongThread },
-    { CUDA_ERROR_TIMEOUT, cudaErrorTimeout },
-    { CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, cudaErrorGraphExecUpdateFailure },
-    { CUDA_ERROR_EXTERNAL_DEVICE, cudaErrorExternalDevice },
-    { CUDA_ERROR_INVALID_CLUSTER_SIZE, cudaErrorInvalidClusterSize },
-    { CUDA_ERROR_FUNCTION_NOT_LOADED, cudaErrorFunctionNotLoaded },
-    { CUDA_ERROR_INVALID_RESOURCE_TYPE, cudaErrorInvalidResourceType },
-    { CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION, cudaErrorInvalidResourceConfiguration },
-    { CUDA_ERROR_UNKNOWN, cudaErrorUnknown },
-    { CUDA_ERROR_CONTEXT_ALREADY_CURRENT, cudaErrorInvalidValue },
+    {CUDA_ERROR_INVALID_VALUE, cudaErrorInvalidValue},
+    {CUDA_ERROR_OUT_OF_MEMORY, cudaErrorMemoryAllocation},
+    {CUDA_ERROR_NOT_INITIALIZED, cudaErrorInitializationError},
+    {CUDA_ERROR_DEINITIALIZED, cudaErrorCudartUnloading},
+    {CUDA_ERROR_PROFILER_DISABLED, cudaErrorProfilerDisabled},
+    {CUDA_ERROR_PROFILER_NOT_INITIALIZED, cudaErrorProfilerNotInitialized},
+    {CUDA_ERROR_PROFILER_ALREADY_STARTED, cudaErrorProfilerAlreadyStarted},
+    {CUDA_ERROR_PROFILER_ALREADY_STOPPED, cudaErrorProfilerAlreadyStopped},
+    {CUDA_ERROR_STUB_LIBRARY, cudaErrorStubLibrary},
+    {CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER, cudaErrorCallRequiresNewerDriver},
+    {CUDA_ERROR_DEVICE_UNAVAILABLE, cudaErrorDevicesUnavailable},
+    {CUDA_ERROR_NO_DEVICE, cudaErrorNoDevice},
+    {CUDA_ERROR_INVALID_DEVICE, cudaErrorInvalidDevice},
+    {CUDA_ERROR_DEVICE_NOT_LICENSED, cudaErrorDeviceNotLicensed},
+    {CUDA_ERROR_INVALID_IMAGE, cudaErrorInvalidKernelImage},
+    {CUDA_ERROR_INVALID_CONTEXT, cudaErrorDeviceUninitialized},
+    {CUDA_ERROR_MAP_FAILED, cudaErrorMapBufferObjectFailed},
+    {CUDA_ERROR_UNMAP_FAILED, cudaErrorUnmapBufferObjectFailed},
+    {CUDA_ERROR_ARRAY_IS_MAPPED, cudaErrorArrayIsMapped},
+    {CUDA_ERROR_ALREADY_MAPPED, cudaErrorAlreadyMapped},
+    {CUDA_ERROR_NO_BINARY_FOR_GPU, cudaErrorNoKernelImageForDevice},
+    {CUDA_ERROR_ALREADY_ACQUIRED, cudaErrorAlreadyAcquired},
+    {CUDA_ERROR_NOT_MAPPED, cudaErrorNotMapped},
+    {CUDA_ERROR_NOT_MAPPED_AS_ARRAY, cudaErrorNotMappedAsArray},
+    {CUDA_ERROR_NOT_MAPPED_AS_POINTER, cudaErrorNotMappedAsPointer},
+    {CUDA_ERROR_ECC_UNCORRECTABLE, cudaErrorECCUncorrectable},
+    {CUDA_ERROR_UNSUPPORTED_LIMIT, cudaErrorUnsupportedLimit},
+    {CUDA_ERROR_CONTEXT_ALREADY_IN_USE, cudaErrorDeviceAlreadyInUse},
+    {CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, cudaErrorPeerAccessUnsupported},
+    {CUDA_ERROR_INVALID_PTX, cudaErrorInvalidPtx},
+    {CUDA_ERROR_INVALID_GRAPHICS_CONTEXT, cudaErrorInvalidGraphicsContext},
+    {CUDA_ERROR_NVLINK_UNCORRECTABLE, cudaErrorNvlinkUncorrectable},
+    {CUDA_ERROR_JIT_COMPILER_NOT_FOUND, cudaErrorJitCompilerNotFound},
+    {CUDA_ERROR_UNSUPPORTED_PTX_VERSION, cudaErrorUnsupportedPtxVersion},
+    {CUDA_ERROR_JIT_COMPILATION_DISABLED, cudaErrorJitCompilationDisabled},
+    {CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY, cudaErrorUnsupportedExecAffinity},
+    {CUDA_ERROR_UNSUPPORTED_DEVSIDE_SYNC, cudaErrorUnsupportedDevSideSync},
+    {CUDA_ERROR_CONTAINED, cudaErrorContained},
+    {CUDA_ERROR_INVALID_SOURCE, cudaErrorInvalidSource},
+    {CUDA_ERROR_FILE_NOT_FOUND, cudaErrorFileNotFound},
+    {CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND, cudaErrorSharedObjectSymbolNotFound},
+    {CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, cudaErrorSharedObjectInitFailed},
+    {CUDA_ERROR_OPERATING_SYSTEM, cudaErrorOperatingSystem},
+    {CUDA_ERROR_INVALID_HANDLE, cudaErrorInvalidResourceHandle},
+    {CUDA_ERROR_ILLEGAL_STATE, cudaErrorIllegalState},
+    {CUDA_ERROR_LOSSY_QUERY, cudaErrorLossyQuery},
+    {CUDA_ERROR_NOT_FOUND, cudaErrorSymbolNotFound},
+    {CUDA_ERROR_NOT_READY, cudaErrorNotReady},
+    {CUDA_ERROR_ILLEGAL_ADDRESS, cudaErrorIllegalAddress},
+    {CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, cudaErrorLaunchOutOfResources},
+    {CUDA_ERROR_LAUNCH_TIMEOUT, cudaErrorLaunchTimeout},
+    {CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING, cudaErrorLaunchIncompatibleTexturing},
+    {CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, cudaErrorPeerAccessAlreadyEnabled},
+    {CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, cudaErrorPeerAccessNotEnabled},
+    {CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, cudaErrorSetOnActiveProcess},
+    {CUDA_ERROR_CONTEXT_IS_DESTROYED, cudaErrorContextIsDestroyed},
+    {CUDA_ERROR_ASSERT, cudaErrorAssert},
+    {CUDA_ERROR_TOO_MANY_PEERS, cudaErrorTooManyPeers},
+    {CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, cudaErrorHostMemoryAlreadyRegistered},
+    {CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, cudaErrorHostMemoryNotRegistered},
+    {CUDA_ERROR_HARDWARE_STACK_ERROR, cudaErrorHardwareStackError},
+    {CUDA_ERROR_ILLEGAL_INSTRUCTION, cudaErrorIllegalInstruction},
+    {CUDA_ERROR_MISALIGNED_ADDRESS, cudaErrorMisalignedAddress},
+    {CUDA_ERROR_INVALID_ADDRESS_SPACE, cudaErrorInvalidAddressSpace},
+    {CUDA_ERROR_INVALID_PC, cudaErrorInvalidPc},
+    {CUDA_ERROR_LAUNCH_FAILED, cudaErrorLaunchFailure},
+    {CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, cudaErrorCooperativeLaunchTooLarge},
+    {CUDA_ERROR_TENSOR_MEMORY_LEAK, cudaErrorTensorMemoryLeak},
+    {CUDA_ERROR_NOT_PERMITTED, cudaErrorNotPermitted},
+    {CUDA_ERROR_NOT_SUPPORTED, cudaErrorNotSupported},
+    {CUDA_ERROR_SYSTEM_NOT_READY, cudaErrorSystemNotReady},
+    {CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, cudaErrorSystemDriverMismatch},
+    {CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE, cudaErrorCompatNotSupportedOnDevice},
+    {CUDA_ERROR_MPS_CONNECTION_FAILED, cudaErrorMpsConnectionFailed},
+    {CUDA_ERROR_MPS_RPC_FAILURE, cudaErrorMpsRpcFailure},
+    {CUDA_ERROR_MPS_SERVER_NOT_READY, cudaErrorMpsServerNotReady},
+    {CUDA_ERROR_MPS_MAX_CLIENTS_REACHED, cudaErrorMpsMaxClientsReached},
+    {CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED, cudaErrorMpsMaxConnectionsReached},
+    {CUDA_ERROR_MPS_CLIENT_TERMINATED, cudaErrorMpsClientTerminated},
+    {CUDA_ERROR_CDP_NOT_SUPPORTED, cudaErrorCdpNotSupported},
+    {CUDA_ERROR_CDP_VERSION_MISMATCH, cudaErrorCdpVersionMismatch},
+    {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cudaErrorStreamCaptureUnsupported},
+    {CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cudaErrorStreamCaptureInvalidated},
+    {CUDA_ERROR_STREAM_CAPTURE_MERGE, cudaErrorStreamCaptureMerge},
+    {CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, cudaErrorStreamCaptureUnmatched},
+    {CUDA_ERROR_STREAM_CAPTURE_UNJOINED, cudaErrorStreamCaptureUnjoined},
+    {CUDA_ERROR_STREAM_CAPTURE_ISOLATION, cudaErrorStreamCaptureIsolation},
+    {CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, cudaErrorStreamCaptureImplicit},
+    {CUDA_ERROR_CAPTURED_EVENT, cudaErrorCapturedEvent},
+    {CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, cudaErrorStreamCaptureWrongThread},
+    {CUDA_ERROR_TIMEOUT, cudaErrorTimeout},
+    {CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, cudaErrorGraphExecUpdateFailure},
+    {CUDA_ERROR_EXTERNAL_DEVICE, cudaErrorExternalDevice},
+    {CUDA_ERROR_INVALID_CLUSTER_SIZE, cudaErrorInvalidClusterSize},
+    {CUDA_ERROR_FUNCTION_NOT_LOADED, cudaErrorFunctionNotLoaded},
+    {CUDA_ERROR_INVALID_RESOURCE_TYPE, cudaErrorInvalidResourceType},
+    {CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION, cudaErrorInvalidResourceConfiguration},
+    {CUDA_ERROR_UNKNOWN, cudaErrorUnknown},
+    {CUDA_ERROR_CONTEXT_ALREADY_CURRENT, cudaErrorInvalidValue},
 };
 
 static cudaError_t map_error(CUresult r)
 {
-    if (r == CUDA_SUCCESS)
-        return cudaSuccess;
+    if (r == CUDA_SUCCESS) return cudaSuccess;
     for (size_t i = 0; i < sizeof error_map / sizeof error_map[0]; i++)
-        if (error_map[i].cu == r)
-            return error_map[i].rt;
+        if (error_map[i].cu == r) return error_map[i].rt;
     return cudaErrorUnknown;
 }
 
 /* Names and strings for cudaGetErrorName / cudaGetErrorString, the same
  * texts NVIDIA's runtime 13.0 returns. */
-#define E(code, value, text) {code, #code, text}
+#define E(code, value, text)                                                                       \
+    {                                                                                              \
+        code, #code, text                                                                          \
+    }
 static const struct {
     cudaError_t code;
     const char *name;
@@ -269,7 +270,8 @@ static const struct {
     E(cudaErrorInitializationError, 3, "initialization error"),
     E(cudaErrorCudartUnloading, 4, "driver shutting down"),
     E(cudaErrorProfilerDisabled, 5, "profiler disabled while using external profiling tool"),
-    E(cudaErrorProfilerNotInitialized, 6, "profiler not initialized: call cudaProfilerInitialize()"),
+    E(cudaErrorProfilerNotInitialized, 6,
+      "profiler not initialized: call cudaProfilerInitialize()"),
     E(cudaErrorProfilerAlreadyStarted, 7, "profiler already started"),
     E(cudaErrorProfilerAlreadyStopped, 8, "profiler already stopped"),
     E(cudaErrorInvalidConfiguration, 9, "invalid configuration argument"),
@@ -287,12 +289,15 @@ static const struct {
     E(cudaErrorSynchronizationError, 25, "incorrect use of __syncthreads()"),
     E(cudaErrorInvalidFilterSetting, 26, "linear filtering not supported for non-float type"),
     E(cudaErrorInvalidNormSetting, 27, "read as normalized float not supported for data type"),
-    E(cudaErrorMixedDeviceExecution, 28, "device emulation mode and device execution mode cannot be mixed"),
+    E(cudaErrorMixedDeviceExecution, 28,
+      "device emulation mode and device execution mode cannot be mixed"),
     E(cudaErrorNotYetImplemented, 31, "feature not yet implemented"),
     E(cudaErrorMemoryValueTooLarge, 32, "memory size or pointer value too large to fit in 32 bit"),
     E(cudaErrorStubLibrary, 34, "CUDA driver is a stub library"),
-    E(cudaErrorInsufficientDriver, 35, "CUDA driver version is insufficient for CUDA runtime version"),
-    E(cudaErrorCallRequiresNewerDriver, 36, "API call is not supported in the installed CUDA driver"),
+    E(cudaErrorInsufficientDriver, 35,
+      "CUDA driver version is insufficient for CUDA runtime version"),
+    E(cudaErrorCallRequiresNewerDriver, 36,
+      "API call is not supported in the installed CUDA driver"),
     E(cudaErrorInvalidSurface, 37, "invalid surface reference"),
     E(cudaErrorDuplicateVariableName, 43, "duplicate global variable looked up by string name"),
     E(cudaErrorDuplicateTextureName, 44, "duplicate texture looked up by string name"),
@@ -302,10 +307,17 @@ static const struct {
     E(cudaErrorMissingConfiguration, 52, "__global__ function call is not configured"),
     E(cudaErrorPriorLaunchFailure, 53, "unspecified launch failure in prior launch"),
     E(cudaErrorLaunchMaxDepthExceeded, 65, "launch would exceed maximum depth of nested launches"),
-    E(cudaErrorLaunchFileScopedTex, 66, "launch failed because kernel uses unsupported, file-scoped textures (texture objects are supported)"),
-    E(cudaErrorLaunchFileScopedSurf, 67, "launch failed because kernel uses unsupported, file-scoped surfaces (surface objects are supported)"),
-    E(cudaErrorSyncDepthExceeded, 68, "cudaDeviceSynchronize failed because caller's grid depth exceeds cudaLimitDevRuntimeSyncDepth"),
-    E(cudaErrorLaunchPendingCountExceeded, 69, "launch failed because launch would exceed cudaLimitDevRuntimePendingLaunchCount"),
+    E(cudaErrorLaunchFileScopedTex, 66,
+      "launch failed because kernel uses unsupported, file-scoped textures (texture objects are "
+      "supported)"),
+    E(cudaErrorLaunchFileScopedSurf, 67,
+      "launch failed because kernel uses unsupported, file-scoped surfaces (surface objects are "
+      "supported)"),
+    E(cudaErrorSyncDepthExceeded, 68,
+      "cudaDeviceSynchronize failed because caller's grid depth exceeds "
+      "cudaLimitDevRuntimeSyncDepth"),
+    E(cudaErrorLaunchPendingCountExceeded, 69,
+      "launch failed because launch would exceed cudaLimitDevRuntimePendingLaunchCount"),
     E(cudaErrorInvalidDeviceFunction, 98, "invalid device function"),
     E(cudaErrorNoDevice, 100, "no CUDA-capable device is detected"),
     E(cudaErrorInvalidDevice, 101, "invalid device ordinal"),
@@ -318,23 +330,29 @@ static const struct {
     E(cudaErrorUnmapBufferObjectFailed, 206, "unmapping of buffer object failed"),
     E(cudaErrorArrayIsMapped, 207, "array is mapped"),
     E(cudaErrorAlreadyMapped, 208, "resource already mapped"),
-    E(cudaErrorNoKernelImageForDevice, 209, "no kernel image is available for execution on the device"),
+    E(cudaErrorNoKernelImageForDevice, 209,
+      "no kernel image is available for execution on the device"),
     E(cudaErrorAlreadyAcquired, 210, "resource already acquired"),
     E(cudaErrorNotMapped, 211, "resource not mapped"),
     E(cudaErrorNotMappedAsArray, 212, "resource not mapped as array"),
     E(cudaErrorNotMappedAsPointer, 213, "resource not mapped as pointer"),
     E(cudaErrorECCUncorrectable, 214, "uncorrectable ECC error encountered"),
     E(cudaErrorUnsupportedLimit, 215, "limit is not supported on this architecture"),
-    E(cudaErrorDeviceAlreadyInUse, 216, "exclusive-thread device already in use by a different thread"),
-    E(cudaErrorPeerAccessUnsupported, 217, "peer access is not supported between these two devices"),
+    E(cudaErrorDeviceAlreadyInUse, 216,
+      "exclusive-thread device already in use by a different thread"),
+    E(cudaErrorPeerAccessUnsupported, 217,
+      "peer access is not supported between these two devices"),
     E(cudaErrorInvalidPtx, 218, "a PTX JIT compilation failed"),
     E(cudaErrorInvalidGraphicsContext, 219, "invalid OpenGL or DirectX context"),
-    E(cudaErrorNvlinkUncorrectable, 220, "uncorrectable NVLink error detected during the execution"),
+    E(cudaErrorNvlinkUncorrectable, 220,
+      "uncorrectable NVLink error detected during the execution"),
     E(cudaErrorJitCompilerNotFound, 221, "PTX JIT compiler library not found"),
-    E(cudaErrorUnsupportedPtxVersion, 222, "the provided PTX was compiled with an unsupported toolchain."),
+    E(cudaErrorUnsupportedPtxVersion, 222,
+      "the provided PTX was compiled with an unsupported toolchain."),
     E(cudaErrorJitCompilationDisabled, 223, "PTX JIT compilation was disabled"),
     E(cudaErrorUnsupportedExecAffinity, 224, "the provided execution affinity is not supported"),
-    E(cudaErrorUnsupportedDevSideSync, 225, "the provided PTX contains unsupported call to cudaDeviceSynchronize"),
+    E(cudaErrorUnsupportedDevSideSync, 225,
+      "the provided PTX contains unsupported call to cudaDeviceSynchronize"),
     E(cudaErrorContained, 226, "Invalid access of peer GPU memory over nvlink or a hardware error"),
     E(cudaErrorInvalidSource, 300, "device kernel image is invalid"),
     E(cudaErrorFileNotFound, 301, "file not found"),
@@ -356,8 +374,10 @@ static const struct {
     E(cudaErrorContextIsDestroyed, 709, "context is destroyed"),
     E(cudaErrorAssert, 710, "device-side assert triggered"),
     E(cudaErrorTooManyPeers, 711, "peer mapping resources exhausted"),
-    E(cudaErrorHostMemoryAlreadyRegistered, 712, "part or all of the requested memory range is already mapped"),
-    E(cudaErrorHostMemoryNotRegistered, 713, "pointer does not correspond to a registered memory region"),
+    E(cudaErrorHostMemoryAlreadyRegistered, 712,
+      "part or all of the requested memory range is already mapped"),
+    E(cudaErrorHostMemoryNotRegistered, 713,
+      "pointer does not correspond to a registered memory region"),
     E(cudaErrorHardwareStackError, 714, "hardware stack error"),
     E(cudaErrorIllegalInstruction, 715, "an illegal instruction was encountered"),
     E(cudaErrorMisalignedAddress, 716, "misaligned address"),
@@ -369,32 +389,54 @@ static const struct {
     E(cudaErrorNotPermitted, 800, "operation not permitted"),
     E(cudaErrorNotSupported, 801, "operation not supported"),
     E(cudaErrorSystemNotReady, 802, "system not yet initialized"),
-    E(cudaErrorSystemDriverMismatch, 803, "system has unsupported display driver / cuda driver combination"),
-    E(cudaErrorCompatNotSupportedOnDevice, 804, "forward compatibility was attempted on non supported HW"),
-    E(cudaErrorMpsConnectionFailed, 805, "MPS client failed to connect to the MPS control daemon or the MPS server"),
-    E(cudaErrorMpsRpcFailure, 806, "the remote procedural call between the MPS server and the MPS client failed"),
+    E(cudaErrorSystemDriverMismatch, 803,
+      "system has unsupported display driver / cuda driver combination"),
+    E(cudaErrorCompatNotSupportedOnDevice, 804,
+      "forward compatibility was attempted on non supported HW"),
+    E(cudaErrorMpsConnectionFailed, 805,
+      "MPS client failed to connect to the MPS control daemon or the MPS server"),
+    E(cudaErrorMpsRpcFailure, 806,
+      "the remote procedural call between the MPS server and the MPS client failed"),
     E(cudaErrorMpsServerNotReady, 807, "MPS server is not ready to accept new MPS client requests"),
-    E(cudaErrorMpsMaxClientsReached, 808, "the hardware resources required to create MPS client have been exhausted"),
-    E(cudaErrorMpsMaxConnectionsReached, 809, "the hardware resources required to support device connections have been exhausted"),
+    E(cudaErrorMpsMaxClientsReached, 808,
+      "the hardware resources required to create MPS client have been exhausted"),
+    E(cudaErrorMpsMaxConnectionsReached, 809,
+      "the hardware resources required to support device connections have been exhausted"),
     E(cudaErrorMpsClientTerminated, 810, "the MPS client has been terminated by the server"),
-    E(cudaErrorCdpNotSupported, 811, "is using CUDA Dynamic Parallelism, but the current configuration, like MPS, does not support it"),
-    E(cudaErrorCdpVersionMismatch, 812, "unsupported interaction between different versions of CUDA Dynamic Parallelism"),
+    E(cudaErrorCdpNotSupported, 811,
+      "is using CUDA Dynamic Parallelism, but the current configuration, like MPS, does not "
+      "support it"),
+    E(cudaErrorCdpVersionMismatch, 812,
+      "unsupported interaction between different versions of CUDA Dynamic Parallelism"),
     E(cudaErrorStreamCaptureUnsupported, 900, "operation not permitted when stream is capturing"),
-    E(cudaErrorStreamCaptureInvalidated, 901, "operation failed due to a previous error during capture"),
-    E(cudaErrorStreamCaptureMerge, 902, "operation would result in a merge of separate capture sequences"),
+    E(cudaErrorStreamCaptureInvalidated, 901,
+      "operation failed due to a previous error during capture"),
+    E(cudaErrorStreamCaptureMerge, 902,
+      "operation would result in a merge of separate capture sequences"),
     E(cudaErrorStreamCaptureUnmatched, 903, "capture was not ended in the same stream as it began"),
     E(cudaErrorStreamCaptureUnjoined, 904, "capturing stream has unjoined work"),
-    E(cudaErrorStreamCaptureIsolation, 905, "dependency created on uncaptured work in another stream"),
-    E(cudaErrorStreamCaptureImplicit, 906, "operation would make the legacy stream depend on a capturing blocking stream"),
-    E(cudaErrorCapturedEvent, 907, "operation not permitted on an event last recorded in a capturing stream"),
-    E(cudaErrorStreamCaptureWrongThread, 908, "attempt to terminate a thread-local capture sequence from another thread"),
+    E(cudaErrorStreamCaptureIsolation, 905,
+      "dependency created on uncaptured work in another stream"),
+    E(cudaErrorStreamCaptureImplicit, 906,
+      "operation would make the legacy stream depend on a capturing blocking stream"),
+    E(cudaErrorCapturedEvent, 907,
+      "operation not permitted on an event last recorded in a capturing stream"),
+    E(cudaErrorStreamCaptureWrongThread, 908,
+      "attempt to terminate a thread-local capture sequence from another thread"),
     E(cudaErrorTimeout, 909, "wait operation timed out"),
-    E(cudaErrorGraphExecUpdateFailure, 910, "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update"),
-    E(cudaErrorExternalDevice, 911, "an async error has occured in external entity outside of CUDA"),
-    E(cudaErrorInvalidClusterSize, 912, "a kernel launch error has occurred due to cluster misconfiguration"),
-    E(cudaErrorFunctionNotLoaded, 913, "the function handle is not loaded when calling an API that requires a loaded function"),
-    E(cudaErrorInvalidResourceType, 914, "one or more resources passed in are not valid resource types for the operation"),
-    E(cudaErrorInvalidResourceConfiguration, 915, "one or more resources are insufficient or non-applicable for the operation"),
+    E(cudaErrorGraphExecUpdateFailure, 910,
+      "the graph update was not performed because it included changes which violated constraints "
+      "specific to instantiated graph update"),
+    E(cudaErrorExternalDevice, 911,
+      "an async error has occured in external entity outside of CUDA"),
+    E(cudaErrorInvalidClusterSize, 912,
+      "a kernel launch error has occurred due to cluster misconfiguration"),
+    E(cudaErrorFunctionNotLoaded, 913,
+      "the function handle is not loaded when calling an API that requires a loaded function"),
+    E(cudaErrorInvalidResourceType, 914,
+      "one or more resources passed in are not valid resource types for the operation"),
+    E(cudaErrorInvalidResourceConfiguration, 915,
+      "one or more resources are insufficient or non-applicable for the operation"),
     E(cudaErrorUnknown, 999, "unknown error"),
 };
 #undef E
@@ -417,15 +459,14 @@ static struct {
     unsigned gen;
 } primary[SIMRT_MAX_DEVICES];
 
-static __thread int tl_device;               /* current device, default 0 */
-static __thread cudaError_t tl_last_error;   /* sticky until cudaGetLastError */
-static __thread int tl_bound_device = -1;    /* device whose context is current */
+static __thread int tl_device;             /* current device, default 0 */
+static __thread cudaError_t tl_last_error; /* sticky until cudaGetLastError */
+static __thread int tl_bound_device = -1;  /* device whose context is current */
 static __thread unsigned tl_bound_gen;
 
 SIMRT_INTERNAL cudaError_t simrt_record(cudaError_t err)
 {
-    if (err != cudaSuccess)
-        tl_last_error = err;
+    if (err != cudaSuccess) tl_last_error = err;
     return err;
 }
 
@@ -448,16 +489,15 @@ static void do_init(void)
         for (int v = 0; v <= drv_table[i].per_thread; v++) {
             void *p = NULL;
             CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-            cuuint64_t flags = v ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
-                                 : CU_GET_PROC_ADDRESS_DEFAULT;
+            cuuint64_t flags =
+                v ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_DEFAULT;
             if (get_proc(drv_table[i].name, &p, CUDART_VERSION, flags, &status) == CUDA_SUCCESS &&
                 status == CU_GET_PROC_ADDRESS_SUCCESS && p) {
                 slot[v] = p;
                 resolved_count++;
             }
         }
-        if (!drv_table[i].per_thread)
-            slot[1] = slot[0];
+        if (!drv_table[i].per_thread) slot[1] = slot[0];
     }
     if (!DRV(cuInit, 0) || !DRV(cuDeviceGet, 0) || !DRV(cuDeviceGetCount, 0) ||
         !DRV(cuDevicePrimaryCtxRetain, 0) || !DRV(cuCtxSetCurrent, 0)) {
@@ -465,15 +505,13 @@ static void do_init(void)
         return;
     }
     CUresult r = DRV(cuInit, 0)(0);
-    if (r == CUDA_SUCCESS)
-        r = DRV(cuDeviceGetCount, 0)(&device_count);
+    if (r == CUDA_SUCCESS) r = DRV(cuDeviceGetCount, 0)(&device_count);
     if (r != CUDA_SUCCESS) {
         device_count = 0;
         init_error = map_error(r);
         return;
     }
-    if (device_count > SIMRT_MAX_DEVICES)
-        device_count = SIMRT_MAX_DEVICES;
+    if (device_count > SIMRT_MAX_DEVICES) device_count = SIMRT_MAX_DEVICES;
     init_error = device_count > 0 ? cudaSuccess : cudaErrorNoDevice;
 }
 
@@ -490,12 +528,11 @@ static cudaError_t lazy_init(void)
 static cudaError_t ensure_context(void)
 {
     cudaError_t e = lazy_init();
-    if (e != cudaSuccess)
-        return e;
+    if (e != cudaSuccess) return e;
     int dev = tl_device;
-    if (dev < 0 || dev >= device_count)
-        return cudaErrorInvalidDevice;
-    if (tl_bound_device == dev && tl_bound_gen == __atomic_load_n(&primary[dev].gen, __ATOMIC_ACQUIRE))
+    if (dev < 0 || dev >= device_count) return cudaErrorInvalidDevice;
+    if (tl_bound_device == dev &&
+        tl_bound_gen == __atomic_load_n(&primary[dev].gen, __ATOMIC_ACQUIRE))
         return cudaSuccess;
 
     CUresult r = CUDA_SUCCESS;
@@ -504,10 +541,8 @@ static cudaError_t ensure_context(void)
         CUdevice d;
         CUcontext ctx = NULL;
         r = DRV(cuDeviceGet, 0)(&d, dev);
-        if (r == CUDA_SUCCESS)
-            r = DRV(cuDevicePrimaryCtxRetain, 0)(&ctx, d);
-        if (r == CUDA_SUCCESS && !ctx)
-            r = CUDA_ERROR_UNKNOWN;
+        if (r == CUDA_SUCCESS) r = DRV(cuDevicePrimaryCtxRetain, 0)(&ctx, d);
+        if (r == CUDA_SUCCESS && !ctx) r = CUDA_ERROR_UNKNOWN;
         if (r == CUDA_SUCCESS) {
             primary[dev].ctx = ctx;
             __atomic_add_fetch(&primary[dev].gen, 1, __ATOMIC_RELEASE);
@@ -516,12 +551,10 @@ static cudaError_t ensure_context(void)
     CUcontext ctx = primary[dev].ctx;
     unsigned gen = primary[dev].gen;
     pthread_mutex_unlock(&ctx_lock);
-    if (r != CUDA_SUCCESS)
-        return map_error(r);
+    if (r != CUDA_SUCCESS) return map_error(r);
 
     r = DRV(cuCtxSetCurrent, 0)(ctx);
-    if (r != CUDA_SUCCESS)
-        return map_error(r);
+    if (r != CUDA_SUCCESS) return map_error(r);
     tl_bound_device = dev;
     tl_bound_gen = gen;
     return cudaSuccess;
@@ -529,11 +562,10 @@ static cudaError_t ensure_context(void)
 
 /* Returns (and records) the error if the thread's context cannot be made
  * current. */
-#define NEED_CONTEXT()                              \
-    do {                                            \
-        cudaError_t ctx_err_ = ensure_context();    \
-        if (ctx_err_ != cudaSuccess)                \
-            return simrt_record(ctx_err_);          \
+#define NEED_CONTEXT()                                                                             \
+    do {                                                                                           \
+        cudaError_t ctx_err_ = ensure_context();                                                   \
+        if (ctx_err_ != cudaSuccess) return simrt_record(ctx_err_);                                \
     } while (0)
 
 /* Maps a driver result and records it as the last error. */
@@ -542,10 +574,9 @@ static cudaError_t finish(CUresult r)
     return simrt_record(map_error(r));
 }
 
-#define CHECK_ARG(cond)                                      \
-    do {                                                     \
-        if (!(cond))                                         \
-            return simrt_record(cudaErrorInvalidValue);      \
+#define CHECK_ARG(cond)                                                                            \
+    do {                                                                                           \
+        if (!(cond)) return simrt_record(cudaErrorInvalidValue);                                   \
     } while (0)
 
 /* Test hook, not in NVIDIA's runtime: returns how many (function, variant)
@@ -578,16 +609,14 @@ SIMRT_API cudaError_t cudaMalloc(void **devPtr, size_t size)
     }
     CUdeviceptr p = 0;
     CUresult r = DRV_CALL(cuMemAlloc, 0, &p, size);
-    if (r == CUDA_SUCCESS)
-        *devPtr = (void *)(uintptr_t)p;
+    if (r == CUDA_SUCCESS) *devPtr = (void *)(uintptr_t)p;
     return finish(r);
 }
 
 SIMRT_API cudaError_t cudaFree(void *devPtr)
 {
     NEED_CONTEXT(); /* cudaFree(NULL) is the classic "initialise now" call */
-    if (!devPtr)
-        return cudaSuccess;
+    if (!devPtr) return cudaSuccess;
     return finish(DRV_CALL(cuMemFree, 0, (CUdeviceptr)(uintptr_t)devPtr));
 }
 
@@ -600,8 +629,7 @@ SIMRT_API cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int
     NEED_CONTEXT();
     CUdeviceptr p = 0;
     CUresult r = DRV_CALL(cuMemAllocManaged, 0, &p, size, flags);
-    if (r == CUDA_SUCCESS)
-        *devPtr = (void *)(uintptr_t)p;
+    if (r == CUDA_SUCCESS) *devPtr = (void *)(uintptr_t)p;
     return finish(r);
 }
 
@@ -632,8 +660,8 @@ SIMRT_API cudaError_t cudaMemPrefetchAsync(const void *devPtr, size_t count,
 }
 
 SIMRT_API cudaError_t cudaMemPrefetchAsync_ptsz(const void *devPtr, size_t count,
-                                                struct cudaMemLocation location,
-                                                unsigned int flags, cudaStream_t stream)
+                                                struct cudaMemLocation location, unsigned int flags,
+                                                cudaStream_t stream)
 {
     return prefetch(devPtr, count, location, flags, stream, 1);
 }
@@ -664,11 +692,9 @@ SIMRT_API cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width
     if (DRV(cuMemAllocPitch, 0)) {
         r = DRV(cuMemAllocPitch, 0)(&p, &pt, width, height, 4);
     } else {
-        if (width > SIZE_MAX - 511)
-            return simrt_record(cudaErrorMemoryAllocation);
+        if (width > SIZE_MAX - 511) return simrt_record(cudaErrorMemoryAllocation);
         pt = (width + 511) & ~(size_t)511;
-        if (height > SIZE_MAX / pt)
-            return simrt_record(cudaErrorMemoryAllocation);
+        if (height > SIZE_MAX / pt) return simrt_record(cudaErrorMemoryAllocation);
         r = DRV_CALL(cuMemAlloc, 0, &p, pt * height);
     }
     if (r == CUDA_SUCCESS) {
@@ -698,8 +724,7 @@ SIMRT_API cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flag
 SIMRT_API cudaError_t cudaFreeHost(void *ptr)
 {
     NEED_CONTEXT();
-    if (!ptr)
-        return cudaSuccess;
+    if (!ptr) return cudaSuccess;
     return finish(DRV_CALL(cuMemFreeHost, 0, ptr));
 }
 
@@ -718,12 +743,10 @@ static cudaError_t memcpy_common(void *dst, const void *src, size_t count, enum 
     if ((unsigned)kind > (unsigned)cudaMemcpyDefault)
         return simrt_record(cudaErrorInvalidMemcpyDirection);
     NEED_CONTEXT();
-    if (count == 0)
-        return cudaSuccess;
+    if (count == 0) return cudaSuccess;
     CHECK_ARG(dst && src);
     CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst, s = (CUdeviceptr)(uintptr_t)src;
-    if (async)
-        return finish(DRV_CALL(cuMemcpyAsync, pt, d, s, count, stream));
+    if (async) return finish(DRV_CALL(cuMemcpyAsync, pt, d, s, count, stream));
     return finish(DRV_CALL(cuMemcpy, pt, d, s, count));
 }
 
@@ -732,7 +755,8 @@ SIMRT_API cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum 
     return memcpy_common(dst, src, count, kind, 0, NULL, 0);
 }
 
-SIMRT_API cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+SIMRT_API cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t count,
+                                      enum cudaMemcpyKind kind)
 {
     return memcpy_common(dst, src, count, kind, 0, NULL, 1);
 }
@@ -753,12 +777,10 @@ static cudaError_t memset_common(void *devPtr, int value, size_t count, int asyn
                                  cudaStream_t stream, int pt)
 {
     NEED_CONTEXT();
-    if (count == 0)
-        return cudaSuccess;
+    if (count == 0) return cudaSuccess;
     CHECK_ARG(devPtr);
     CUdeviceptr d = (CUdeviceptr)(uintptr_t)devPtr;
-    if (async)
-        return finish(DRV_CALL(cuMemsetD8Async, pt, d, (unsigned char)value, count, stream));
+    if (async) return finish(DRV_CALL(cuMemsetD8Async, pt, d, (unsigned char)value, count, stream));
     return finish(DRV_CALL(cuMemsetD8, pt, d, (unsigned char)value, count));
 }
 
@@ -777,7 +799,8 @@ SIMRT_API cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cud
     return memset_common(devPtr, value, count, 1, stream, 0);
 }
 
-SIMRT_API cudaError_t cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count, cudaStream_t stream)
+SIMRT_API cudaError_t cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count,
+                                           cudaStream_t stream)
 {
     return memset_common(devPtr, value, count, 1, stream, 1);
 }
@@ -785,13 +808,15 @@ SIMRT_API cudaError_t cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count
 /* Fills type/device/devicePointer/hostPointer from cuPointerGetAttributes.
  * Memory the driver does not know is cudaMemoryTypeUnregistered with device
  * cudaInvalidDeviceId, and the call succeeds, as in CUDA >= 11. */
-SIMRT_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr)
+SIMRT_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes,
+                                               const void *ptr)
 {
     CHECK_ARG(attributes);
     NEED_CONTEXT();
-    CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                   CU_POINTER_ATTRIBUTE_DEVICE_POINTER, CU_POINTER_ATTRIBUTE_HOST_POINTER,
-                                   CU_POINTER_ATTRIBUTE_IS_MANAGED};
+    CUpointer_attribute which[] = {
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        CU_POINTER_ATTRIBUTE_DEVICE_POINTER, CU_POINTER_ATTRIBUTE_HOST_POINTER,
+        CU_POINTER_ATTRIBUTE_IS_MANAGED};
     /* 8 zeroed bytes per attribute whatever the driver writes (int, bool or
      * pointer): read back as the widest type that is meaningful. */
     uint64_t val[5] = {0};
@@ -801,8 +826,7 @@ SIMRT_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *att
     attributes->device = cudaInvalidDeviceId;
     if (r == CUDA_ERROR_INVALID_VALUE && ptr) /* unknown to the driver */
         return cudaSuccess;
-    if (r != CUDA_SUCCESS)
-        return finish(r);
+    if (r != CUDA_SUCCESS) return finish(r);
     unsigned int type;
     int ordinal;
     memcpy(&type, &val[0], sizeof type);
@@ -842,8 +866,7 @@ SIMRT_API cudaError_t cudaGetDevice(int *device)
 {
     CHECK_ARG(device);
     cudaError_t e = lazy_init();
-    if (e != cudaSuccess)
-        return simrt_record(e);
+    if (e != cudaSuccess) return simrt_record(e);
     *device = tl_device;
     return cudaSuccess;
 }
@@ -853,10 +876,8 @@ SIMRT_API cudaError_t cudaGetDevice(int *device)
 SIMRT_API cudaError_t cudaSetDevice(int device)
 {
     cudaError_t e = lazy_init();
-    if (e != cudaSuccess)
-        return simrt_record(e);
-    if (device < 0 || device >= device_count)
-        return simrt_record(cudaErrorInvalidDevice);
+    if (e != cudaSuccess) return simrt_record(e);
+    if (device < 0 || device >= device_count) return simrt_record(cudaErrorInvalidDevice);
     tl_device = device;
     return simrt_record(ensure_context());
 }
@@ -865,10 +886,8 @@ SIMRT_API cudaError_t cudaSetDevice(int device)
 static cudaError_t get_cu_device(int device, CUdevice *out)
 {
     cudaError_t e = lazy_init();
-    if (e != cudaSuccess)
-        return e;
-    if (device < 0 || device >= device_count)
-        return cudaErrorInvalidDevice;
+    if (e != cudaSuccess) return e;
+    if (device < 0 || device >= device_count) return cudaErrorInvalidDevice;
     return map_error(DRV(cuDeviceGet, 0)(out, device));
 }
 
@@ -877,8 +896,7 @@ SIMRT_API cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr att
     CHECK_ARG(value);
     CUdevice d;
     cudaError_t e = get_cu_device(device, &d);
-    if (e != cudaSuccess)
-        return simrt_record(e);
+    if (e != cudaSuccess) return simrt_record(e);
     /* cudaDeviceAttr values are the CUdevice_attribute values. */
     return finish(DRV_CALL(cuDeviceGetAttribute, 0, value, (CUdevice_attribute)attr, d));
 }
@@ -886,8 +904,14 @@ SIMRT_API cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr att
 /* The fields cudaGetDeviceProperties fills from device attributes; a
  * required one that the driver cannot answer fails the call, the others
  * stay 0. */
-#define PROP_INT(field, attr, req) {offsetof(struct cudaDeviceProp, field), sizeof(int), attr, req}
-#define PROP_SIZE(field, attr) {offsetof(struct cudaDeviceProp, field), sizeof(size_t), attr, 0}
+#define PROP_INT(field, attr, req)                                                                 \
+    {                                                                                              \
+        offsetof(struct cudaDeviceProp, field), sizeof(int), attr, req                             \
+    }
+#define PROP_SIZE(field, attr)                                                                     \
+    {                                                                                              \
+        offsetof(struct cudaDeviceProp, field), sizeof(size_t), attr, 0                            \
+    }
 static const struct {
     size_t offset;
     size_t width;
@@ -928,18 +952,15 @@ SIMRT_API cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int d
     CHECK_ARG(prop);
     CUdevice d;
     cudaError_t e = get_cu_device(device, &d);
-    if (e != cudaSuccess)
-        return simrt_record(e);
+    if (e != cudaSuccess) return simrt_record(e);
     memset(prop, 0, sizeof *prop);
     CUresult r = DRV_CALL(cuDeviceGetName, 0, prop->name, (int)sizeof prop->name - 1, d);
-    if (r == CUDA_SUCCESS)
-        r = DRV_CALL(cuDeviceTotalMem, 0, &prop->totalGlobalMem, d);
+    if (r == CUDA_SUCCESS) r = DRV_CALL(cuDeviceTotalMem, 0, &prop->totalGlobalMem, d);
     for (size_t i = 0; r == CUDA_SUCCESS && i < sizeof prop_attrs / sizeof prop_attrs[0]; i++) {
         int v = 0;
         CUresult ar = DRV_CALL(cuDeviceGetAttribute, 0, &v, prop_attrs[i].attr, d);
         if (ar != CUDA_SUCCESS) {
-            if (prop_attrs[i].required)
-                r = ar;
+            if (prop_attrs[i].required) r = ar;
             continue;
         }
         char *field = (char *)prop + prop_attrs[i].offset;
@@ -965,15 +986,12 @@ SIMRT_API cudaError_t cudaDeviceSynchronize(void)
 SIMRT_API cudaError_t cudaDeviceReset(void)
 {
     cudaError_t e = lazy_init();
-    if (e != cudaSuccess)
-        return simrt_record(e);
+    if (e != cudaSuccess) return simrt_record(e);
     int dev = tl_device;
-    if (dev < 0 || dev >= device_count)
-        return simrt_record(cudaErrorInvalidDevice);
+    if (dev < 0 || dev >= device_count) return simrt_record(cudaErrorInvalidDevice);
     CUdevice d;
     CUresult r = DRV(cuDeviceGet, 0)(&d, dev);
-    if (r != CUDA_SUCCESS)
-        return finish(r);
+    if (r != CUDA_SUCCESS) return finish(r);
     pthread_mutex_lock(&ctx_lock);
     if (primary[dev].ctx) {
         r = DRV_CALL(cuDevicePrimaryCtxReset, 0, d);
@@ -999,13 +1017,13 @@ SIMRT_API cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devP
     CUipcMemHandle h;
     memset(&h, 0, sizeof h);
     CUresult r = DRV_CALL(cuIpcGetMemHandle, 0, &h, (CUdeviceptr)(uintptr_t)devPtr);
-    if (r == CUDA_SUCCESS)
-        memcpy(handle, &h, sizeof h);
+    if (r == CUDA_SUCCESS) memcpy(handle, &h, sizeof h);
     return finish(r);
 }
 
 /* cudaIpcMemLazyEnablePeerAccess == CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS. */
-SIMRT_API cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)
+SIMRT_API cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle,
+                                           unsigned int flags)
 {
     CHECK_ARG(devPtr);
     CHECK_ARG((flags & ~(unsigned)cudaIpcMemLazyEnablePeerAccess) == 0);
@@ -1014,8 +1032,7 @@ SIMRT_API cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t han
     memcpy(&h, &handle, sizeof h);
     CUdeviceptr p = 0;
     CUresult r = DRV_CALL(cuIpcOpenMemHandle, 0, &p, h, flags);
-    if (r == CUDA_SUCCESS)
-        *devPtr = (void *)(uintptr_t)p;
+    if (r == CUDA_SUCCESS) *devPtr = (void *)(uintptr_t)p;
     return finish(r);
 }
 
@@ -1029,14 +1046,12 @@ SIMRT_API cudaError_t cudaIpcCloseMemHandle(void *devPtr)
 SIMRT_API cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *handle, cudaEvent_t event)
 {
     CHECK_ARG(handle);
-    if (!event)
-        return simrt_record(cudaErrorInvalidResourceHandle);
+    if (!event) return simrt_record(cudaErrorInvalidResourceHandle);
     NEED_CONTEXT();
     CUipcEventHandle h;
     memset(&h, 0, sizeof h);
     CUresult r = DRV_CALL(cuIpcGetEventHandle, 0, &h, event);
-    if (r == CUDA_SUCCESS)
-        memcpy(handle, &h, sizeof h);
+    if (r == CUDA_SUCCESS) memcpy(handle, &h, sizeof h);
     return finish(r);
 }
 
@@ -1074,8 +1089,7 @@ static int is_special_stream(cudaStream_t s)
 
 SIMRT_API cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
-    if (is_special_stream(stream))
-        return simrt_record(cudaErrorInvalidResourceHandle);
+    if (is_special_stream(stream)) return simrt_record(cudaErrorInvalidResourceHandle);
     NEED_CONTEXT();
     return finish(DRV_CALL(cuStreamDestroy, 0, stream));
 }
@@ -1132,8 +1146,7 @@ SIMRT_API cudaError_t cudaEventCreate(cudaEvent_t *event)
 
 static cudaError_t event_record(cudaEvent_t event, cudaStream_t stream, int pt)
 {
-    if (!event)
-        return simrt_record(cudaErrorInvalidResourceHandle);
+    if (!event) return simrt_record(cudaErrorInvalidResourceHandle);
     NEED_CONTEXT();
     return finish(DRV_CALL(cuEventRecord, pt, event, stream));
 }
@@ -1150,16 +1163,14 @@ SIMRT_API cudaError_t cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t strea
 
 SIMRT_API cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
-    if (!event)
-        return simrt_record(cudaErrorInvalidResourceHandle);
+    if (!event) return simrt_record(cudaErrorInvalidResourceHandle);
     NEED_CONTEXT();
     return finish(DRV_CALL(cuEventSynchronize, 0, event));
 }
 
 SIMRT_API cudaError_t cudaEventQuery(cudaEvent_t event)
 {
-    if (!event)
-        return simrt_record(cudaErrorInvalidResourceHandle);
+    if (!event) return simrt_record(cudaErrorInvalidResourceHandle);
     NEED_CONTEXT();
     cudaError_t e = map_error(DRV_CALL(cuEventQuery, 0, event));
     return e == cudaErrorNotReady ? e : simrt_record(e);
@@ -1168,16 +1179,14 @@ SIMRT_API cudaError_t cudaEventQuery(cudaEvent_t event)
 SIMRT_API cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 {
     CHECK_ARG(ms);
-    if (!start || !end)
-        return simrt_record(cudaErrorInvalidResourceHandle);
+    if (!start || !end) return simrt_record(cudaErrorInvalidResourceHandle);
     NEED_CONTEXT();
     return finish(DRV_CALL(cuEventElapsedTime, 0, ms, start, end));
 }
 
 SIMRT_API cudaError_t cudaEventDestroy(cudaEvent_t event)
 {
-    if (!event)
-        return simrt_record(cudaErrorInvalidResourceHandle);
+    if (!event) return simrt_record(cudaErrorInvalidResourceHandle);
     NEED_CONTEXT();
     return finish(DRV_CALL(cuEventDestroy, 0, event));
 }
@@ -1208,8 +1217,7 @@ SIMRT_INTERNAL cudaError_t simrt_launch(CUfunction f, dim3 grid, dim3 block, voi
  * and record nothing as the last error (the caller decides). */
 SIMRT_INTERNAL CUresult simrt_module_load(const void *image, CUmodule *mod)
 {
-    if (ensure_context() != cudaSuccess)
-        return CUDA_ERROR_INVALID_CONTEXT;
+    if (ensure_context() != cudaSuccess) return CUDA_ERROR_INVALID_CONTEXT;
     return DRV_CALL(cuModuleLoadData, 0, mod, image);
 }
 
@@ -1245,16 +1253,14 @@ SIMRT_API cudaError_t cudaPeekAtLastError(void)
 SIMRT_API const char *cudaGetErrorName(cudaError_t error)
 {
     for (size_t i = 0; i < sizeof error_text / sizeof error_text[0]; i++)
-        if (error_text[i].code == error)
-            return error_text[i].name;
+        if (error_text[i].code == error) return error_text[i].name;
     return unrecognized;
 }
 
 SIMRT_API const char *cudaGetErrorString(cudaError_t error)
 {
     for (size_t i = 0; i < sizeof error_text / sizeof error_text[0]; i++)
-        if (error_text[i].code == error)
-            return error_text[i].text;
+        if (error_text[i].code == error) return error_text[i].text;
     return unrecognized;
 }
 
@@ -1264,8 +1270,7 @@ SIMRT_API cudaError_t cudaDriverGetVersion(int *driverVersion)
     CHECK_ARG(driverVersion);
     pthread_once(&init_once, do_init);
     *driverVersion = 0;
-    if (!DRV(cuDriverGetVersion, 0))
-        return cudaSuccess;
+    if (!DRV(cuDriverGetVersion, 0)) return cudaSuccess;
     return finish(DRV(cuDriverGetVersion, 0)(driverVersion));
 }
 
@@ -1294,8 +1299,7 @@ static cudaError_t malloc_async(void **devPtr, size_t size, cudaMemPool_t pool, 
     CUdeviceptr p = 0;
     CUresult r = use_pool ? DRV_CALL(cuMemAllocFromPoolAsync, pt, &p, size, pool, stream)
                           : DRV_CALL(cuMemAllocAsync, pt, &p, size, stream);
-    if (r == CUDA_SUCCESS)
-        *devPtr = (void *)(uintptr_t)p;
+    if (r == CUDA_SUCCESS) *devPtr = (void *)(uintptr_t)p;
     return finish(r);
 }
 
@@ -1344,8 +1348,7 @@ SIMRT_API cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int de
     CHECK_ARG(memPool);
     CUdevice d;
     cudaError_t e = get_cu_device(device, &d);
-    if (e != cudaSuccess)
-        return simrt_record(e);
+    if (e != cudaSuccess) return simrt_record(e);
     return finish(DRV_CALL(cuDeviceGetDefaultMemPool, 0, memPool, d));
 }
 
@@ -1380,13 +1383,12 @@ SIMRT_API cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct 
     memset(pitchedDevPtr, 0, sizeof *pitchedDevPtr);
     pitchedDevPtr->xsize = extent.width;
     pitchedDevPtr->ysize = extent.height;
-    if (extent.width == 0 || extent.height == 0 || extent.depth == 0)
-        return cudaSuccess;
-    if (extent.height > SIZE_MAX / extent.depth)
-        return simrt_record(cudaErrorMemoryAllocation);
+    if (extent.width == 0 || extent.height == 0 || extent.depth == 0) return cudaSuccess;
+    if (extent.height > SIZE_MAX / extent.depth) return simrt_record(cudaErrorMemoryAllocation);
     CUdeviceptr p = 0;
     size_t pitch = 0;
-    CUresult r = DRV_CALL(cuMemAllocPitch, 0, &p, &pitch, extent.width, extent.height * extent.depth, 4);
+    CUresult r =
+        DRV_CALL(cuMemAllocPitch, 0, &p, &pitch, extent.width, extent.height * extent.depth, 4);
     if (r == CUDA_SUCCESS) {
         pitchedDevPtr->ptr = (void *)(uintptr_t)p;
         pitchedDevPtr->pitch = pitch;
@@ -1399,10 +1401,8 @@ SIMRT_API cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, in
     CHECK_ARG(canAccessPeer);
     CUdevice d, peer;
     cudaError_t e = get_cu_device(device, &d);
-    if (e == cudaSuccess)
-        e = get_cu_device(peerDevice, &peer);
-    if (e != cudaSuccess)
-        return simrt_record(e);
+    if (e == cudaSuccess) e = get_cu_device(peerDevice, &peer);
+    if (e != cudaSuccess) return simrt_record(e);
     return finish(DRV_CALL(cuDeviceCanAccessPeer, 0, canAccessPeer, d, peer));
 }
 
@@ -1428,13 +1428,13 @@ SIMRT_API cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int fl
 static cudaError_t stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned int flags,
                                      int pt)
 {
-    if (!event)
-        return simrt_record(cudaErrorInvalidResourceHandle);
+    if (!event) return simrt_record(cudaErrorInvalidResourceHandle);
     NEED_CONTEXT();
     return finish(DRV_CALL(cuStreamWaitEvent, pt, stream, event, flags));
 }
 
-SIMRT_API cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
+SIMRT_API cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
+                                          unsigned int flags)
 {
     return stream_wait_event(stream, event, flags, 0);
 }

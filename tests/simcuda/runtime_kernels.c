@@ -90,15 +90,15 @@ struct nvcc_fatbin_wrapper {
 };
 
 struct simrt_fatbin {
-    void *self;                 /* first: the void ** handle points here */
+    void *self; /* first: the void ** handle points here */
     uint32_t magic;
-    int ended;                  /* __cudaRegisterFatBinaryEnd seen */
-    int dead;                   /* __cudaUnregisterFatBinary seen */
-    const void *wrapper;        /* as passed by nvcc */
-    const void *image;          /* wrapper->data when the wrapper magic matched */
-    struct CUkern_st *kernels;  /* registered from this binary, newest first */
-    int module_state;           /* enum resolve_state */
-    CUmodule module;            /* when RESOLVED */
+    int ended;                 /* __cudaRegisterFatBinaryEnd seen */
+    int dead;                  /* __cudaUnregisterFatBinary seen */
+    const void *wrapper;       /* as passed by nvcc */
+    const void *image;         /* wrapper->data when the wrapper magic matched */
+    struct CUkern_st *kernels; /* registered from this binary, newest first */
+    int module_state;          /* enum resolve_state */
+    CUmodule module;           /* when RESOLVED */
     struct simrt_fatbin *next;
 };
 
@@ -106,12 +106,12 @@ struct simrt_fatbin {
 struct CUkern_st {
     uint32_t magic;
     int dead;
-    const void *host_fun;       /* the host stub address, the hash key */
-    char *device_name;          /* mangled device function name */
+    const void *host_fun; /* the host stub address, the hash key */
+    char *device_name;    /* mangled device function name */
     struct simrt_fatbin *fatbin;
     struct CUkern_st *next_in_fatbin;
-    int func_state;             /* enum resolve_state */
-    CUfunction func;            /* the module's function when RESOLVED */
+    int func_state;  /* enum resolve_state */
+    CUfunction func; /* the module's function when RESOLVED */
     UT_hash_handle hh;
 };
 
@@ -138,8 +138,7 @@ static __thread int tl_config_depth;
  * of ours. */
 static struct simrt_fatbin *fatbin_from_handle(void **handle)
 {
-    if (!handle)
-        return NULL;
+    if (!handle) return NULL;
     struct simrt_fatbin *fb = (struct simrt_fatbin *)handle;
     return fb->self == fb && fb->magic == FATBIN_MAGIC ? fb : NULL;
 }
@@ -154,14 +153,12 @@ static int kernel_valid(const struct CUkern_st *k)
 SIMRT_API void **__cudaRegisterFatBinary(void *fatCubin)
 {
     struct simrt_fatbin *fb = calloc(1, sizeof *fb);
-    if (!fb)
-        return NULL;
+    if (!fb) return NULL;
     fb->self = fb;
     fb->magic = FATBIN_MAGIC;
     fb->wrapper = fatCubin;
     const struct nvcc_fatbin_wrapper *w = fatCubin;
-    if (w && w->magic == NVCC_FATBIN_WRAPPER_MAGIC)
-        fb->image = w->data;
+    if (w && w->magic == NVCC_FATBIN_WRAPPER_MAGIC) fb->image = w->data;
     pthread_mutex_lock(&reg_lock);
     fb->next = fatbins;
     fatbins = fb;
@@ -172,8 +169,7 @@ SIMRT_API void **__cudaRegisterFatBinary(void *fatCubin)
 SIMRT_API void __cudaRegisterFatBinaryEnd(void **fatCubinHandle)
 {
     struct simrt_fatbin *fb = fatbin_from_handle(fatCubinHandle);
-    if (fb)
-        fb->ended = 1;
+    if (fb) fb->ended = 1;
 }
 
 /* Called from atexit: the binary's kernels become unknown (launches then
@@ -181,8 +177,7 @@ SIMRT_API void __cudaRegisterFatBinaryEnd(void **fatCubinHandle)
 SIMRT_API void __cudaUnregisterFatBinary(void **fatCubinHandle)
 {
     struct simrt_fatbin *fb = fatbin_from_handle(fatCubinHandle);
-    if (!fb)
-        return;
+    if (!fb) return;
     pthread_mutex_lock(&reg_lock);
     if (!fb->dead) {
         fb->dead = 1;
@@ -205,11 +200,9 @@ SIMRT_API void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun
     (void)thread_limit, (void)tid, (void)bid, (void)bDim, (void)gDim, (void)wSize;
     struct simrt_fatbin *fb = fatbin_from_handle(fatCubinHandle);
     const char *name = deviceName ? deviceName : deviceFun;
-    if (!fb || !hostFun)
-        return;
+    if (!fb || !hostFun) return;
     struct CUkern_st *k = calloc(1, sizeof *k);
-    if (!k)
-        return;
+    if (!k) return;
     k->device_name = strdup(name ? name : "");
     if (!k->device_name) {
         free(k);
@@ -280,17 +273,12 @@ SIMRT_API unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size
 SIMRT_API cudaError_t __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem,
                                                  void *stream)
 {
-    if (tl_config_depth <= 0)
-        return cudaErrorMissingConfiguration;
+    if (tl_config_depth <= 0) return cudaErrorMissingConfiguration;
     struct call_config c = tl_config[--tl_config_depth];
-    if (gridDim)
-        *gridDim = c.grid;
-    if (blockDim)
-        *blockDim = c.block;
-    if (sharedMem)
-        *sharedMem = c.shared_mem;
-    if (stream)
-        *(cudaStream_t *)stream = c.stream;
+    if (gridDim) *gridDim = c.grid;
+    if (blockDim) *blockDim = c.block;
+    if (sharedMem) *sharedMem = c.shared_mem;
+    if (stream) *(cudaStream_t *)stream = c.stream;
     return cudaSuccess;
 }
 
@@ -299,27 +287,23 @@ SIMRT_API cudaError_t __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, 
 static struct CUkern_st *find_kernel(const void *hostFun)
 {
     struct CUkern_st *k = NULL, *each, *tmp;
-    if (!hostFun)
-        return NULL;
+    if (!hostFun) return NULL;
     pthread_mutex_lock(&reg_lock);
     HASH_FIND_PTR(kernels_by_stub, &hostFun, k);
-    if (!k)
-        HASH_ITER(hh, kernels_by_stub, each, tmp)
-            if ((const void *)each == hostFun) {
-                k = each;
-                break;
-            }
+    if (!k) HASH_ITER(hh, kernels_by_stub, each, tmp)
+    if ((const void *)each == hostFun) {
+        k = each;
+        break;
+    }
     pthread_mutex_unlock(&reg_lock);
     return k;
 }
 
 SIMRT_API cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
 {
-    if (!kernel)
-        return simrt_record(cudaErrorInvalidValue);
+    if (!kernel) return simrt_record(cudaErrorInvalidValue);
     struct CUkern_st *k = find_kernel(hostFun);
-    if (!k)
-        return simrt_record(cudaErrorInvalidDeviceFunction);
+    if (!k) return simrt_record(cudaErrorInvalidDeviceFunction);
     *kernel = k;
     return cudaSuccess;
 }
@@ -342,7 +326,8 @@ static CUfunction kernel_function(struct CUkern_st *k, int *with_layout)
     pthread_mutex_lock(&reg_lock);
     struct simrt_fatbin *fb = k->fatbin;
     if (k->func_state == UNTRIED && fb->module_state == UNTRIED) {
-        CUresult r = fb->image ? simrt_module_load(fb->image, &fb->module) : CUDA_ERROR_INVALID_VALUE;
+        CUresult r =
+            fb->image ? simrt_module_load(fb->image, &fb->module) : CUDA_ERROR_INVALID_VALUE;
         if (r == CUDA_SUCCESS)
             fb->module_state = RESOLVED;
         else if (!transient(r))
@@ -369,8 +354,7 @@ static CUfunction kernel_function(struct CUkern_st *k, int *with_layout)
 static cudaError_t launch(struct CUkern_st *k, dim3 grid, dim3 block, void **args, size_t shmem,
                           cudaStream_t stream, int pt)
 {
-    if (!kernel_valid(k))
-        return simrt_record(cudaErrorInvalidDeviceFunction);
+    if (!kernel_valid(k)) return simrt_record(cudaErrorInvalidDeviceFunction);
     int with_layout;
     CUfunction f = kernel_function(k, &with_layout);
     return simrt_launch(f, grid, block, args, shmem, stream, pt);
@@ -401,10 +385,10 @@ SIMRT_API cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3
 }
 
 /* Launch attributes (clusters, priorities, ...) are accepted and ignored. */
-static cudaError_t launch_ex(const cudaLaunchConfig_t *config, const void *func, void **args, int pt)
+static cudaError_t launch_ex(const cudaLaunchConfig_t *config, const void *func, void **args,
+                             int pt)
 {
-    if (!config)
-        return simrt_record(cudaErrorInvalidValue);
+    if (!config) return simrt_record(cudaErrorInvalidValue);
     return launch(find_kernel(func), config->gridDim, config->blockDim, args,
                   config->dynamicSmemBytes, config->stream, pt);
 }
@@ -427,14 +411,11 @@ SIMRT_API cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config,
 SIMRT_API cudaError_t cudaFuncGetParamInfo(const void *func, size_t paramIndex, size_t *paramOffset,
                                            size_t *paramSize)
 {
-    if (!paramOffset && !paramSize)
-        return simrt_record(cudaErrorInvalidValue);
+    if (!paramOffset && !paramSize) return simrt_record(cudaErrorInvalidValue);
     struct CUkern_st *k = find_kernel(func);
-    if (!kernel_valid(k))
-        return simrt_record(cudaErrorInvalidDeviceFunction);
+    if (!kernel_valid(k)) return simrt_record(cudaErrorInvalidDeviceFunction);
     int with_layout;
     CUfunction f = kernel_function(k, &with_layout);
-    if (!with_layout)
-        return simrt_record(cudaErrorNotSupported);
+    if (!with_layout) return simrt_record(cudaErrorNotSupported);
     return simrt_param_info(f, paramIndex, paramOffset, paramSize);
 }

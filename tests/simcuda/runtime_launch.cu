@@ -15,24 +15,24 @@
 __global__ void scale(float *x, int n, float f)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        x[i] *= f;
+    if (i < n) x[i] *= f;
 }
 
 __global__ void noargs() {}
 
-#define CHECK(n, cond)                                          \
-    do {                                                        \
-        if (!(cond)) {                                          \
-            fprintf(stderr, "check %d failed: %s\n", n, #cond); \
-            return n;                                           \
-        }                                                       \
+#define CHECK(n, cond)                                                                             \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "check %d failed: %s\n", n, #cond);                                    \
+            return n;                                                                              \
+        }                                                                                          \
     } while (0)
 
 int main(int argc, char **argv)
 {
     Dl_info info;
-    CHECK(1, dladdr((void *)(cudaError_t (*)(void **, size_t))&cudaMalloc, &info) && info.dli_fname);
+    CHECK(1,
+          dladdr((void *)(cudaError_t(*)(void **, size_t)) & cudaMalloc, &info) && info.dli_fname);
     CHECK(2, argc < 2 || strstr(info.dli_fname, argv[1]) != NULL);
 
     float *d = nullptr;

@@ -23,20 +23,19 @@ struct Pair {
 
 __global__ void mixed(float *a, int n, float f, Pair s, double *b)
 {
-    if (n > 0)
-        a[0] = f + s.scale + b[0] + s.extra[0];
+    if (n > 0) a[0] = f + s.scale + b[0] + s.extra[0];
 }
 
 __global__ void small_types(char c, short h, long long x, const int *y) {}
 
 __global__ void noargs() {}
 
-#define CHECK(n, cond)                                          \
-    do {                                                        \
-        if (!(cond)) {                                          \
-            fprintf(stderr, "check %d failed: %s\n", n, #cond); \
-            return n;                                           \
-        }                                                       \
+#define CHECK(n, cond)                                                                             \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "check %d failed: %s\n", n, #cond);                                    \
+            return n;                                                                              \
+        }                                                                                          \
     } while (0)
 
 static int layout_is(const void *func, const size_t (*want)[2], size_t n)
@@ -57,7 +56,8 @@ static int layout_is(const void *func, const size_t (*want)[2], size_t n)
 int main(int argc, char **argv)
 {
     Dl_info info;
-    CHECK(1, dladdr((void *)(cudaError_t (*)(void **, size_t))&cudaMalloc, &info) && info.dli_fname);
+    CHECK(1,
+          dladdr((void *)(cudaError_t(*)(void **, size_t)) & cudaMalloc, &info) && info.dli_fname);
     CHECK(2, argc < 2 || strstr(info.dli_fname, argv[1]) != NULL);
 
     // The layouts nvcc 13 gives these kernels (readelf of the sm_75 and
@@ -75,7 +75,8 @@ int main(int argc, char **argv)
     CHECK(6, drv != nullptr);
     auto stats = (void (*)(struct simcuda_managed_stats *))dlsym(drv, "simcuda_managed_stats");
     auto reset = (void (*)(void))dlsym(drv, "simcuda_reset_counters");
-    auto where = (int (*)(const void *, struct simcuda_residency *))dlsym(drv, "simcuda_managed_residency");
+    auto where =
+        (int (*)(const void *, struct simcuda_residency *))dlsym(drv, "simcuda_managed_residency");
     CHECK(7, stats && reset && where);
 
     const size_t MiB = 1 << 20;

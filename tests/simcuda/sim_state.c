@@ -619,7 +619,8 @@ int sim_map_add_locked(uint32_t index, uint64_t serial, uint64_t ctx_id)
 {
     struct sim_map *m = maps();
     uint32_t r = 0;
-    while (r < sim_m->maps_hw && m[r].serial) r++;
+    while (r < sim_m->maps_hw && m[r].serial)
+        r++;
     if (r == sim_m->max_maps) return SIM_ENOMEM;
     if (r == sim_m->maps_hw) sim_m->maps_hw++;
     m[r].holder = g_holder;
@@ -659,10 +660,10 @@ static void set_resident(struct sim_alloc *a, int to)
     if (from == to) return;
     if (from >= 0) sim_m->dev[from].managed -= a->rsize;
     if (to >= 0) sim_m->dev[to].managed += a->rsize;
-    if (to >= 0 && to < SIMCUDA_MAX_DEVICES && sim_m->dev[to].managed > sim_counters.peak_resident[to])
+    if (to >= 0 && to < SIMCUDA_MAX_DEVICES &&
+        sim_m->dev[to].managed > sim_counters.peak_resident[to])
         sim_counters.peak_resident[to] = sim_m->dev[to].managed;
-    if (from < 0 && to >= 0)
-        sim_counters.fetches++;
+    if (from < 0 && to >= 0) sim_counters.fetches++;
     if (from < 0)
         sim_counters.bytes_htod += a->rsize;
     else if (to < 0)
@@ -847,7 +848,8 @@ uint64_t sim_pool_usage(unsigned dev)
     sim_lock();
     for (uint32_t i = 0; i < sim_m->high_water; i++) {
         const struct sim_alloc *a = sim_entry(i);
-        if (a->state == SIM_SLOT_LIVE && a->device == dev && (a->flags & SIM_F_POOL) && sim_is_mine(a))
+        if (a->state == SIM_SLOT_LIVE && a->device == dev && (a->flags & SIM_F_POOL) &&
+            sim_is_mine(a))
             n += a->rsize;
     }
     sim_unlock();

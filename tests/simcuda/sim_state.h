@@ -186,10 +186,10 @@ struct sim_proc_counters {
     uint64_t swept;
     uint64_t faults; /* bumped by the driver's launch path */
     uint64_t bytes_htod, bytes_dtoh, bytes_dtod;
-    uint64_t migrations; /* residency changes, evictions included */
-    uint64_t evictions;  /* of those, made to free room on a device */
-    uint64_t refused;    /* moves to a device that could not make room */
-    uint64_t fetches;    /* moves host -> device (prefetch or fault) */
+    uint64_t migrations;                         /* residency changes, evictions included */
+    uint64_t evictions;                          /* of those, made to free room on a device */
+    uint64_t refused;                            /* moves to a device that could not make room */
+    uint64_t fetches;                            /* moves host -> device (prefetch or fault) */
     uint64_t peak_resident[SIMCUDA_MAX_DEVICES]; /* highest managed bytes resident, per device */
 };
 

@@ -22,16 +22,18 @@ extern "C" {
 #define SIMCUDA_POISON_WORD 0xDEADBEEFu
 
 /* Environment, read once per process at the first cuInit (see README.md). */
-#define SIMCUDA_ENV_MACHINE "SIMCUDA_MACHINE"               /* machine name, default "default" */
-#define SIMCUDA_ENV_DEVICES "SIMCUDA_DEVICES"               /* device count, 1..8, default 1 */
-#define SIMCUDA_ENV_DEVICE_MEMORY "SIMCUDA_DEVICE_MEMORY"   /* bytes per device, K/M/G, default 1G \
+#define SIMCUDA_ENV_MACHINE "SIMCUDA_MACHINE" /* machine name, default "default" */
+#define SIMCUDA_ENV_DEVICES "SIMCUDA_DEVICES" /* device count, 1..8, default 1 */
+#define SIMCUDA_ENV_DEVICE_MEMORY                                                                  \
+    "SIMCUDA_DEVICE_MEMORY"                                 /* bytes per device, K/M/G, default 1G \
                                                              */
 #define SIMCUDA_ENV_FAIL_ALLOC "SIMCUDA_FAIL_ALLOC"         /* next N allocations fail */
 #define SIMCUDA_ENV_FAIL_IPC_GET "SIMCUDA_FAIL_IPC_GET"     /* next N cuIpcGetMemHandle fail */
 #define SIMCUDA_ENV_FAIL_IPC_OPEN "SIMCUDA_FAIL_IPC_OPEN"   /* next N cuIpcOpenMemHandle fail */
 #define SIMCUDA_ENV_FAIL_IPC_CLOSE "SIMCUDA_FAIL_IPC_CLOSE" /* next N cuIpcCloseMemHandle fail */
 #define SIMCUDA_ENV_FAIL_LAUNCH "SIMCUDA_FAIL_LAUNCH"       /* next N kernel launches fail */
-#define SIMCUDA_ENV_MANAGED_MEMORY "SIMCUDA_MANAGED_MEMORY" /* managed pool bytes, default 4 x device */
+#define SIMCUDA_ENV_MANAGED_MEMORY                                                                 \
+    "SIMCUDA_MANAGED_MEMORY" /* managed pool bytes, default 4 x device */
 /* What an exporter's free does to a block another process still maps:
  * "poison" (default: released and overwritten with SIMCUDA_POISON_WORD) or
  * "keep" (pages stay valid and charged until the last importer unmaps).
@@ -70,8 +72,9 @@ struct simcuda_stats {
     uint64_t capacity;    /* bytes per device */
     uint64_t used[SIMCUDA_MAX_DEVICES];
     uint64_t machine_poisoned_frees;
-    uint64_t machine_kept;       /* freed by their owner, kept while an importer maps them (keep mode) */
-    uint64_t machine_kept_frees; /* owner frees that were kept (keep mode), since the machine began */
+    uint64_t machine_kept; /* freed by their owner, kept while an importer maps them (keep mode) */
+    uint64_t
+        machine_kept_frees; /* owner frees that were kept (keep mode), since the machine began */
 };
 
 /* A recorded kernel launch (kernels are never executed). */
@@ -89,18 +92,18 @@ struct simcuda_launch {
  * since its cuInit (or the last simcuda_reset_counters); bytes are counted
  * in whole allocations rounded up to 512 (residency is per allocation). */
 struct simcuda_managed_stats {
-    uint64_t proc_faults;      /* launches' touches of non-resident managed allocations */
-    uint64_t proc_bytes_htod;  /* host -> device (prefetch, fault) */
-    uint64_t proc_bytes_dtoh;  /* device -> host (prefetch, eviction) */
-    uint64_t proc_bytes_dtod;  /* device -> another device */
-    uint64_t proc_migrations;  /* residency changes, evictions included */
-    uint64_t proc_evictions;   /* moves to host made to free room on a device */
-    uint64_t proc_refused;     /* moves to a device that could not make room */
+    uint64_t proc_faults;     /* launches' touches of non-resident managed allocations */
+    uint64_t proc_bytes_htod; /* host -> device (prefetch, fault) */
+    uint64_t proc_bytes_dtoh; /* device -> host (prefetch, eviction) */
+    uint64_t proc_bytes_dtod; /* device -> another device */
+    uint64_t proc_migrations; /* residency changes, evictions included */
+    uint64_t proc_evictions;  /* moves to host made to free room on a device */
+    uint64_t proc_refused;    /* moves to a device that could not make room */
     uint32_t devices;
     uint32_t pad;
-    uint64_t managed_capacity; /* bytes of the managed pool */
-    uint64_t managed_used;     /* bytes of live managed allocations, machine-wide */
-    uint64_t resident[SIMCUDA_MAX_DEVICES]; /* managed bytes resident per device */
+    uint64_t managed_capacity;                 /* bytes of the managed pool */
+    uint64_t managed_used;                     /* bytes of live managed allocations, machine-wide */
+    uint64_t resident[SIMCUDA_MAX_DEVICES];    /* managed bytes resident per device */
     uint64_t device_used[SIMCUDA_MAX_DEVICES]; /* ordinary allocations per device */
 };
 
@@ -109,9 +112,10 @@ struct simcuda_managed_stats {
  * since cuInit or the last simcuda_reset_counters. */
 struct simcuda_managed_peaks {
     uint64_t proc_fetches; /* moves host -> device (prefetch or fault) this process caused */
-    uint64_t proc_peak_resident[SIMCUDA_MAX_DEVICES]; /* highest managed bytes resident per device, seen
-                                                        * at any move this process caused (a reset
-                                                        * restarts it from the bytes resident then) */
+    uint64_t
+        proc_peak_resident[SIMCUDA_MAX_DEVICES]; /* highest managed bytes resident per device, seen
+                                                  * at any move this process caused (a reset
+                                                  * restarts it from the bytes resident then) */
 };
 
 /* Where a managed allocation is, and the advice recorded for it. */
@@ -122,9 +126,9 @@ struct simcuda_residency {
     int preferred;        /* SIMCUDA_NOWHERE, SIMCUDA_HOST or a device */
     unsigned accessed_by; /* bit d: device d; bit 31: the host */
     int read_mostly;
-    uint64_t base;        /* the allocation's base pointer in this process */
-    uint64_t size;        /* bytes requested */
-    uint64_t last_use;    /* LRU clock of its last device use (0: never) */
+    uint64_t base;     /* the allocation's base pointer in this process */
+    uint64_t size;     /* bytes requested */
+    uint64_t last_use; /* LRU clock of its last device use (0: never) */
 };
 
 /* The layout of one kernel parameter, as cuFuncGetParamInfo reports it. */

@@ -1271,12 +1271,14 @@ Test(simcuda, resolver_binding_modes)
 
     /* alias: internal twins of the IPC/allocation functions only. */
     setenv(SIMCUDA_ENV_PROC_ADDRESS, "alias", 1);
-    CUresult (*alloc)(CUdeviceptr *, size_t) = (CUresult(*)(CUdeviceptr *, size_t))resolve("cuMemAlloc", 13000, 0);
+    CUresult (*alloc)(CUdeviceptr *, size_t) =
+        (CUresult(*)(CUdeviceptr *, size_t))resolve("cuMemAlloc", 13000, 0);
     CUresult (*release)(CUdeviceptr) = (CUresult(*)(CUdeviceptr))resolve("cuMemFree", 13000, 0);
     cr_assert_neq((void *)alloc, own);
     cr_assert_neq((void *)release, sym("cuMemFree_v2"));
     cr_assert_neq(resolve("cuIpcOpenMemHandle", 13000, 0), sym("cuIpcOpenMemHandle_v2"));
-    cr_assert_eq(resolve("cuIpcOpenMemHandle", 10000, 0), sym("cuIpcOpenMemHandle"), "only the newest ABI");
+    cr_assert_eq(resolve("cuIpcOpenMemHandle", 10000, 0), sym("cuIpcOpenMemHandle"),
+                 "only the newest ABI");
     cr_assert_eq(resolve("cuCtxCreate", 13000, 0), sym("cuCtxCreate_v4"));
     OK(init_on(0));
     CUdeviceptr p;
@@ -1358,8 +1360,8 @@ Test(simcuda, stream_ordered_allocation_and_default_pool)
     OK(cuMemFreeAsync(p, s));
     FAILS(cuMemFreeAsync(p, s), CUDA_ERROR_INVALID_VALUE);
     FAILS(cuMemFreeAsync(r + 8, s), CUDA_ERROR_INVALID_VALUE); /* not a base */
-    OK(cuMemFree(r));                                        /* pool memory, synchronous free */
-    OK(cuMemFreeAsync(q, NULL));                             /* cuMemAlloc memory, stream-ordered free */
+    OK(cuMemFree(r));                                          /* pool memory, synchronous free */
+    OK(cuMemFreeAsync(q, NULL)); /* cuMemAlloc memory, stream-ordered free */
     cr_assert_eq(free_bytes(), before);
     cr_assert_eq(pool_get(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 0);
     cr_assert_eq(pool_get(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH), 1536);
@@ -1377,7 +1379,8 @@ Test(simcuda, stream_ordered_allocation_and_default_pool)
     FAILS(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &t), CUDA_ERROR_INVALID_VALUE);
     OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero));
     cr_assert_eq(pool_get(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH), 0);
-    FAILS(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &zero), CUDA_ERROR_INVALID_VALUE);
+    FAILS(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &zero),
+          CUDA_ERROR_INVALID_VALUE);
     OK(cuMemPoolTrimTo(pool, 0));
     FAILS(cuMemPoolTrimTo((CUmemoryPool)&v, 0), CUDA_ERROR_INVALID_VALUE);
     OK(cuStreamDestroy(s));

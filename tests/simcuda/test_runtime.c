@@ -138,8 +138,7 @@ Test(simcudart, driver_reached_only_through_cuGetProcAddress)
     const Elf64_Shdr *sh = (const void *)(base + eh->e_shoff);
     int checked = 0;
     for (int i = 0; i < eh->e_shnum; i++) {
-        if (sh[i].sh_type != SHT_DYNSYM)
-            continue;
+        if (sh[i].sh_type != SHT_DYNSYM) continue;
         const Elf64_Sym *sym = (const void *)(base + sh[i].sh_offset);
         const char *str = (const char *)(base + sh[sh[i].sh_link].sh_offset);
         size_t n = sh[i].sh_size / sizeof(Elf64_Sym);
@@ -320,8 +319,7 @@ static void *device_in_thread(void *arg)
 {
     (void)arg;
     int d = -1;
-    if (cudaGetDevice(&d) != cudaSuccess)
-        return (void *)(intptr_t)-100;
+    if (cudaGetDevice(&d) != cudaSuccess) return (void *)(intptr_t)-100;
     void *p = NULL;
     struct cudaPointerAttributes at;
     if (cudaMalloc(&p, 512) != cudaSuccess || cudaPointerGetAttributes(&at, p) != cudaSuccess)
@@ -407,7 +405,8 @@ Test(simcudart, device_properties_and_attributes)
     cr_assert_eq(v, prop.major);
     cr_assert_eq(cudaDeviceGetAttribute(&v, cudaDevAttrUnifiedAddressing, 0), cudaSuccess);
     cr_assert_eq(v, 1);
-    cr_assert_eq(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, 1), cudaErrorInvalidDevice);
+    cr_assert_eq(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, 1),
+                 cudaErrorInvalidDevice);
     cr_assert_eq(cudaGetDeviceProperties(&prop, 1), cudaErrorInvalidDevice);
     cr_assert_eq(cudaGetDeviceProperties(NULL, 0), cudaErrorInvalidValue);
 
@@ -422,7 +421,8 @@ Test(simcudart, host_memory_pitch_and_pointer_attributes)
 {
     void *h = NULL, *h2 = NULL, *d = NULL;
     cr_assert_eq(cudaMallocHost(&h, 8192), cudaSuccess);
-    cr_assert_eq(cudaHostAlloc(&h2, 4096, cudaHostAllocMapped | cudaHostAllocPortable), cudaSuccess);
+    cr_assert_eq(cudaHostAlloc(&h2, 4096, cudaHostAllocMapped | cudaHostAllocPortable),
+                 cudaSuccess);
     memset(h, 0x42, 8192);
     struct cudaPointerAttributes at;
     cr_assert_eq(cudaPointerGetAttributes(&at, h), cudaSuccess);
@@ -607,8 +607,7 @@ static int from_hex(void *bytes, const char *hex, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         unsigned v;
-        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
-            return -1;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1) return -1;
         ((unsigned char *)bytes)[i] = (unsigned char)v;
     }
     return 0;
@@ -630,25 +629,19 @@ static int ipc_child(const char *arg)
     if (cudaIpcOpenMemHandle(&p, mh, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess || !p)
         return 12;
     static unsigned char buf[IPC_SIZE];
-    if (cudaMemcpy(buf, p, IPC_SIZE, cudaMemcpyDeviceToHost) != cudaSuccess)
-        return 13;
+    if (cudaMemcpy(buf, p, IPC_SIZE, cudaMemcpyDeviceToHost) != cudaSuccess) return 13;
     for (size_t i = 0; i < IPC_SIZE; i++)
-        if (buf[i] != 0x5a)
-            return 14;
-    if (cudaMemset(p, 0xa5, 4096) != cudaSuccess)
-        return 15;
-    if (cudaIpcCloseMemHandle(p) != cudaSuccess)
-        return 16;
-    if (cudaEventDestroy(ev) != cudaSuccess)
-        return 17;
+        if (buf[i] != 0x5a) return 14;
+    if (cudaMemset(p, 0xa5, 4096) != cudaSuccess) return 15;
+    if (cudaIpcCloseMemHandle(p) != cudaSuccess) return 16;
+    if (cudaEventDestroy(ev) != cudaSuccess) return 17;
     return 0;
 }
 
 __attribute__((constructor)) static void maybe_ipc_child(void)
 {
     const char *arg = getenv(IPC_CHILD_ENV);
-    if (arg)
-        _exit(ipc_child(arg));
+    if (arg) _exit(ipc_child(arg));
 }
 
 Test(simcudart, ipc_memory_and_event_in_child_process)
@@ -768,7 +761,8 @@ Test(simcudart, registered_kernels_launch_through_the_driver)
                  cudaErrorInvalidConfiguration);
     cr_assert_eq(cudaLaunchKernelExC(NULL, (const void *)fake_stub, args), cudaErrorInvalidValue);
     size_t off, sz;
-    cr_assert_eq(cudaFuncGetParamInfo((const void *)fake_stub, 0, &off, &sz), cudaErrorNotSupported);
+    cr_assert_eq(cudaFuncGetParamInfo((const void *)fake_stub, 0, &off, &sz),
+                 cudaErrorNotSupported);
     cr_assert_eq(cudaFuncGetParamInfo((const void *)&arg, 0, &off, &sz),
                  cudaErrorInvalidDeviceFunction);
     cr_assert_eq(launch_count(), before + 4);
@@ -779,7 +773,8 @@ Test(simcudart, registered_kernels_launch_through_the_driver)
     cr_assert_not_null(inject);
     inject(SIMCUDA_FAULT_LAUNCH, 1);
     cudaGetLastError();
-    cr_assert_eq(cudaLaunchKernel((const void *)fake_stub, g, b, args, 0, NULL), cudaErrorLaunchFailure);
+    cr_assert_eq(cudaLaunchKernel((const void *)fake_stub, g, b, args, 0, NULL),
+                 cudaErrorLaunchFailure);
     cr_assert_eq(cudaGetLastError(), cudaErrorLaunchFailure);
 
     /* After unregistering, the cached handle is refused, not followed. */
@@ -793,13 +788,12 @@ Test(simcudart, registered_kernels_launch_through_the_driver)
 }
 
 /* A fat binary as nvcc lays it out, holding one uncompressed PTX entry. */
-static const char fatbin_ptx[] =
-    ".version 8.0\n.target sm_90\n.address_size 64\n"
-    ".visible .entry _Z5touchPfiS_(\n"
-    "  .param .u64 _Z5touchPfiS__param_0,\n"
-    "  .param .u32 _Z5touchPfiS__param_1,\n"
-    "  .param .u64 _Z5touchPfiS__param_2\n"
-    ")\n{\n  ret;\n}\n";
+static const char fatbin_ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
+                                 ".visible .entry _Z5touchPfiS_(\n"
+                                 "  .param .u64 _Z5touchPfiS__param_0,\n"
+                                 "  .param .u32 _Z5touchPfiS__param_1,\n"
+                                 "  .param .u64 _Z5touchPfiS__param_2\n"
+                                 ")\n{\n  ret;\n}\n";
 
 static void fake_touch(void) {}
 static void fake_missing(void) {}
@@ -857,8 +851,8 @@ Test(simcudart, registered_fat_binary_gives_param_info_and_launch_faults)
     cr_assert_eq(st.resident[0], 2u << 20);
     /* A kernel the image lacks still launches, without a layout: no fault. */
     void *args2[] = {&a};
-    cr_assert_eq(cudaMemPrefetchAsync(a, 1 << 20, (struct cudaMemLocation){cudaMemLocationTypeHost, 0},
-                                      0, NULL),
+    cr_assert_eq(cudaMemPrefetchAsync(
+                     a, 1 << 20, (struct cudaMemLocation){cudaMemLocationTypeHost, 0}, 0, NULL),
                  cudaSuccess);
     cr_assert_eq(cudaLaunchKernel((const void *)fake_missing, g, blk, args2, 0, NULL), cudaSuccess);
     stats(&st);
@@ -922,7 +916,8 @@ Test(simcudart, stream_ordered_allocation_and_pools)
     cr_assert_eq(cudaPointerGetAttributes(&at, p), cudaSuccess);
     cr_assert_eq(at.type, cudaMemoryTypeDevice);
     cudaIpcMemHandle_t h;
-    cr_assert_eq(cudaIpcGetMemHandle(&h, p), cudaErrorInvalidValue, "legacy IPC refuses pool memory");
+    cr_assert_eq(cudaIpcGetMemHandle(&h, p), cudaErrorInvalidValue,
+                 "legacy IPC refuses pool memory");
     cr_assert_eq(cudaGetLastError(), cudaErrorInvalidValue);
 
     cudaMemPool_t pool = NULL;
@@ -933,7 +928,8 @@ Test(simcudart, stream_ordered_allocation_and_pools)
     unsigned long long used = 0, threshold = 1 << 20, got = 0;
     cr_assert_eq(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used), cudaSuccess);
     cr_assert_eq(used, 1024);
-    cr_assert_eq(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold), cudaSuccess);
+    cr_assert_eq(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
+                 cudaSuccess);
     cr_assert_eq(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &got), cudaSuccess);
     cr_assert_eq(got, 1 << 20);
     cr_assert_eq(cudaMemPoolTrimTo(pool, 0), cudaSuccess);
@@ -971,7 +967,8 @@ Test(simcudart, malloc3d_peers_and_stream_wait_event)
     cr_assert_geq(pp.pitch, 100);
     cr_assert_eq(pp.xsize, 100);
     cr_assert_eq(pp.ysize, 4);
-    cr_assert_eq(cudaMemset(pp.ptr, 1, pp.pitch * 4 * 3), cudaSuccess, "pitch x height x depth bytes");
+    cr_assert_eq(cudaMemset(pp.ptr, 1, pp.pitch * 4 * 3), cudaSuccess,
+                 "pitch x height x depth bytes");
     cr_assert_eq(cudaMemset(pp.ptr, 1, pp.pitch * 4 * 3 + 1), cudaErrorInvalidValue);
     cudaGetLastError();
     cr_assert_eq(cudaFree(pp.ptr), cudaSuccess);
@@ -995,7 +992,8 @@ Test(simcudart, malloc3d_peers_and_stream_wait_event)
     cudaEvent_t e;
     cudaStream_t s;
     cr_assert_eq(cudaStreamCreate(&s), cudaSuccess);
-    cr_assert_eq(cudaEventCreateWithFlags(&e, cudaEventInterprocess | cudaEventDisableTiming), cudaSuccess);
+    cr_assert_eq(cudaEventCreateWithFlags(&e, cudaEventInterprocess | cudaEventDisableTiming),
+                 cudaSuccess);
     cr_assert_eq(cudaEventRecord(e, s), cudaSuccess);
     cr_assert_eq(cudaStreamWaitEvent(0, e, 0), cudaSuccess);
     typedef cudaError_t (*wait_fn)(cudaStream_t, cudaEvent_t, unsigned);

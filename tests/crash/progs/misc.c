@@ -75,7 +75,8 @@ static uint64_t make_block(uint32_t salt, char hex[129])
     static uint32_t host[SIZE / 4];
     int r = api.alloc(&p, SIZE);
     if (r) die("alloc", r);
-    for (size_t i = 0; i < SIZE / 4; i++) host[i] = word(salt, i);
+    for (size_t i = 0; i < SIZE / 4; i++)
+        host[i] = word(salt, i);
     if ((r = api.to_device(p, host, SIZE))) die("copy to device", r);
     if ((r = api.get_handle(h, p))) die("get handle", r);
     to_hex(h, 64, hex);
@@ -172,7 +173,8 @@ static int unknown_main(void)
     memset(g, 0, 64);
     printf("open-zero %d\n", api.open(&o, g));
     srand(12345);
-    for (int i = 0; i < 64; i++) g[i] = (unsigned char)rand();
+    for (int i = 0; i < 64; i++)
+        g[i] = (unsigned char)rand();
     printf("open-random %d\n", api.open(&o, g));
     memcpy(g, h, 8); /* the simulator's magic and ABI, garbage after */
     printf("open-magic %d\n", api.open(&o, g));
@@ -191,7 +193,8 @@ static int unknown_main(void)
 }
 
 /* Spawns or execs "misc open SALT HEX hold" with pipes to and from it. */
-static pid_t start_importer(const char *salt, const char *hex, FILE **to, FILE **from, const char *mode)
+static pid_t start_importer(const char *salt, const char *hex, FILE **to, FILE **from,
+                            const char *mode)
 {
     int in[2], out[2];
     if (pipe(in) || pipe(out)) die("pipe", errno);
@@ -307,9 +310,11 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "";
-    if (!strcmp(mode, "export") && argc == 3) return export_main((uint32_t)strtoul(argv[2], NULL, 10));
+    if (!strcmp(mode, "export") && argc == 3)
+        return export_main((uint32_t)strtoul(argv[2], NULL, 10));
     if (!strcmp(mode, "open") && argc >= 4)
-        return open_main((uint32_t)strtoul(argv[2], NULL, 10), argv[3], argc > 4 && !strcmp(argv[4], "hold"));
+        return open_main((uint32_t)strtoul(argv[2], NULL, 10), argv[3],
+                         argc > 4 && !strcmp(argv[4], "hold"));
     if (!strcmp(mode, "unknown")) return unknown_main();
     if (!strcmp(mode, "exec-open") && argc == 4) return exec_open_main(argv);
     if (!strcmp(mode, "fork-exec") && argc == 3) return fork_exec_main(argv[2], "open");

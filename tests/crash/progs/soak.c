@@ -72,7 +72,8 @@ static void fill(uint64_t dev, uint32_t salt, int block, size_t size)
 {
     uint32_t *host = malloc(size);
     if (!host) die("malloc", -1);
-    for (size_t i = 0; i < size / 4; i++) host[i] = word(salt, block, i);
+    for (size_t i = 0; i < size / 4; i++)
+        host[i] = word(salt, block, i);
     int r = api.to_device(dev, host, size);
     free(host);
     if (r) die("copy to device", r);
@@ -129,7 +130,9 @@ static int producer(uint32_t salt, int blocks, size_t size)
             printf("freed %d %d\n", k, api.free(ptr[k]));
         } else if (!strncmp(line, "final", 5)) {
             for (int b = 0; b < blocks; b++)
-                if (!freed[b]) freed[b] = true, r = api.free(ptr[b]), r ? printf("free %d failed %d\n", b, r) : 0;
+                if (!freed[b])
+                    freed[b] = true, r = api.free(ptr[b]),
+                    r ? printf("free %d failed %d\n", b, r) : 0;
             int (*collect)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "ipcshim_collect");
             int n = collect ? collect() : -1;
             size_t now = free_bytes(NULL);
@@ -137,7 +140,8 @@ static int producer(uint32_t salt, int blocks, size_t size)
             /* The collector thread may be freeing them right now, between
              * taking them out of limbo and the driver's free: let it finish
              * (no collect of ours). */
-            for (int i = 0; i < 500 && now < baseline; i++) usleep(1000), now = free_bytes(NULL);
+            for (int i = 0; i < 500 && now < baseline; i++)
+                usleep(1000), now = free_bytes(NULL);
             printf("settled free=%zu\n", now);
             if (now < baseline) {
                 uint64_t big = 0;
@@ -204,14 +208,15 @@ static int consumer(uint32_t salt, size_t size, unsigned seed, const char *flag,
             fflush(stdout);
             exit(2);
         }
-        printf("%s block %d word %zu = %#x while its exporter lives\n", v == 1 ? "POISON" : "WRONG", k, at,
-               host[at]);
+        printf("%s block %d word %zu = %#x while its exporter lives\n", v == 1 ? "POISON" : "WRONG",
+               k, at, host[at]);
         fflush(stdout);
         exit(v == 1 ? 3 : 4);
     }
     for (int k = 0; k < blocks; k++)
         if (held[k] && api.close(held[k])) close_errors++;
-    printf("done opens=%d refused=%d dead_reads=%d close_errors=%d\n", opens, refused, dead_reads, close_errors);
+    printf("done opens=%d refused=%d dead_reads=%d close_errors=%d\n", opens, refused, dead_reads,
+           close_errors);
     fflush(stdout);
     return 0;
 }
@@ -233,7 +238,11 @@ static int open_verify(uint32_t salt, size_t size, const char *hex)
         (int (*)(struct ipcshim_stats *, size_t))dlsym(RTLD_DEFAULT, "ipcshim_stats");
     struct ipcshim_stats s = {0};
     if (stats) stats(&s, sizeof s);
-    printf("child %s opens=%llu\n", v == 0 ? "ok" : v == 1 ? "poison" : "wrong", (unsigned long long)s.opens);
+    printf("child %s opens=%llu\n",
+           v == 0   ? "ok"
+           : v == 1 ? "poison"
+                    : "wrong",
+           (unsigned long long)s.opens);
     return v ? 3 : 0;
 }
 
@@ -287,7 +296,8 @@ int main(int argc, char **argv)
     if (argc == 5 && !strcmp(argv[1], "producer")) {
         int blocks = atoi(argv[3]);
         if (blocks < 1 || blocks > MAX_BLOCKS) return 2;
-        return producer((uint32_t)strtoul(argv[2], NULL, 10), blocks, strtoull(argv[4], NULL, 10) & ~(size_t)3);
+        return producer((uint32_t)strtoul(argv[2], NULL, 10), blocks,
+                        strtoull(argv[4], NULL, 10) & ~(size_t)3);
     }
     if (argc >= 7 && !strcmp(argv[1], "consumer")) {
         static unsigned char handles[MAX_BLOCKS][64];
@@ -295,12 +305,14 @@ int main(int argc, char **argv)
         if (blocks > MAX_BLOCKS) return 2;
         for (int b = 0; b < blocks; b++)
             if (from_hex(argv[6 + b], handles[b], 64)) return 2;
-        return consumer((uint32_t)strtoul(argv[2], NULL, 10), strtoull(argv[3], NULL, 10) & ~(size_t)3,
+        return consumer((uint32_t)strtoul(argv[2], NULL, 10),
+                        strtoull(argv[3], NULL, 10) & ~(size_t)3,
                         (unsigned)strtoul(argv[4], NULL, 10), argv[5], blocks, handles);
     }
     if (argc == 3 && !strcmp(argv[1], "check")) return check((uint32_t)strtoul(argv[2], NULL, 10));
     if (argc == 5 && !strcmp(argv[1], "open"))
-        return open_verify((uint32_t)strtoul(argv[2], NULL, 10), strtoull(argv[3], NULL, 10), argv[4]);
+        return open_verify((uint32_t)strtoul(argv[2], NULL, 10), strtoull(argv[3], NULL, 10),
+                           argv[4]);
     fprintf(stderr, "usage: soak producer|consumer|check|open ...\n");
     return 2;
 }

@@ -6,7 +6,10 @@
 #include <string.h>
 
 static CUcontext ctx;
-static int attach_thread(void) { return cuCtxSetCurrent(ctx); }
+static int attach_thread(void)
+{
+    return cuCtxSetCurrent(ctx);
+}
 static int init(int device)
 {
     CUdevice dev;
@@ -45,10 +48,22 @@ static int open_handle(uint64_t *p, const unsigned char h[64])
     *p = d;
     return r;
 }
-static int close_handle(uint64_t p) { return cuIpcCloseMemHandle(p); }
-static int to_device(uint64_t d, const void *s, size_t n) { return cuMemcpyHtoD(d, s, n); }
-static int to_host(void *d, uint64_t s, size_t n) { return cuMemcpyDtoH(d, s, n); }
-static int mem_info(size_t *f, size_t *t) { return cuMemGetInfo(f, t); }
+static int close_handle(uint64_t p)
+{
+    return cuIpcCloseMemHandle(p);
+}
+static int to_device(uint64_t d, const void *s, size_t n)
+{
+    return cuMemcpyHtoD(d, s, n);
+}
+static int to_host(void *d, uint64_t s, size_t n)
+{
+    return cuMemcpyDtoH(d, s, n);
+}
+static int mem_info(size_t *f, size_t *t)
+{
+    return cuMemGetInfo(f, t);
+}
 
-const struct api api = {"driver", init, attach_thread, alloc, release, get_handle, open_handle, close_handle,
-                        to_device, to_host, mem_info};
+const struct api api = {"driver",    init,         attach_thread, alloc,   release, get_handle,
+                        open_handle, close_handle, to_device,     to_host, mem_info};

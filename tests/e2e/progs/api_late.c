@@ -70,13 +70,16 @@ static int init(int device)
     *(void **)&rt.close = dlsym(lib, "cudaIpcCloseMemHandle");
     *(void **)&rt.memcpy = dlsym(lib, "cudaMemcpy");
     *(void **)&rt.mem_info = dlsym(lib, "cudaMemGetInfo");
-    if (!rt.set_device || !rt.malloc || !rt.free || !rt.get_handle || !rt.open || !rt.close || !rt.memcpy ||
-        !rt.mem_info)
+    if (!rt.set_device || !rt.malloc || !rt.free || !rt.get_handle || !rt.open || !rt.close ||
+        !rt.memcpy || !rt.mem_info)
         return cudaErrorSymbolNotFound;
     return rt.set_device(device);
 }
 static int device_in_use;
-static int attach_thread(void) { return rt.set_device(device_in_use); }
+static int attach_thread(void)
+{
+    return rt.set_device(device_in_use);
+}
 static int alloc(uint64_t *p, size_t n)
 {
     void *d = NULL;
@@ -84,7 +87,10 @@ static int alloc(uint64_t *p, size_t n)
     *p = (uint64_t)(uintptr_t)d;
     return r;
 }
-static int release(uint64_t p) { return rt.free((void *)(uintptr_t)p); }
+static int release(uint64_t p)
+{
+    return rt.free((void *)(uintptr_t)p);
+}
 static int get_handle(unsigned char h[64], uint64_t p)
 {
     cudaIpcMemHandle_t handle;
@@ -101,13 +107,22 @@ static int open_handle(uint64_t *p, const unsigned char h[64])
     *p = (uint64_t)(uintptr_t)d;
     return r;
 }
-static int close_handle(uint64_t p) { return rt.close((void *)(uintptr_t)p); }
+static int close_handle(uint64_t p)
+{
+    return rt.close((void *)(uintptr_t)p);
+}
 static int to_device(uint64_t d, const void *s, size_t n)
 {
     return rt.memcpy((void *)(uintptr_t)d, s, n, cudaMemcpyHostToDevice);
 }
-static int to_host(void *d, uint64_t s, size_t n) { return rt.memcpy(d, (void *)(uintptr_t)s, n, cudaMemcpyDeviceToHost); }
-static int mem_info(size_t *f, size_t *t) { return rt.mem_info(f, t); }
+static int to_host(void *d, uint64_t s, size_t n)
+{
+    return rt.memcpy(d, (void *)(uintptr_t)s, n, cudaMemcpyDeviceToHost);
+}
+static int mem_info(size_t *f, size_t *t)
+{
+    return rt.mem_info(f, t);
+}
 
-const struct api api = {"late-runtime", init, attach_thread, alloc, release, get_handle, open_handle,
-                        close_handle, to_device, to_host, mem_info};
+const struct api api = {"late-runtime", init,         attach_thread, alloc,   release, get_handle,
+                        open_handle,    close_handle, to_device,     to_host, mem_info};

@@ -24,15 +24,42 @@ static int init(int device)
     worker = (const struct api *)dlsym(lib, "api");
     return worker ? worker->init(device) : 500;
 }
-static int attach_thread(void) { return worker->attach_thread(); }
-static int alloc(uint64_t *p, size_t n) { return worker->alloc(p, n); }
-static int release(uint64_t p) { return worker->free(p); }
-static int get_handle(unsigned char h[64], uint64_t p) { return worker->get_handle(h, p); }
-static int open_handle(uint64_t *p, const unsigned char h[64]) { return worker->open(p, h); }
-static int close_handle(uint64_t p) { return worker->close(p); }
-static int to_device(uint64_t d, const void *s, size_t n) { return worker->to_device(d, s, n); }
-static int to_host(void *d, uint64_t s, size_t n) { return worker->to_host(d, s, n); }
-static int mem_info(size_t *f, size_t *t) { return worker->mem_info(f, t); }
+static int attach_thread(void)
+{
+    return worker->attach_thread();
+}
+static int alloc(uint64_t *p, size_t n)
+{
+    return worker->alloc(p, n);
+}
+static int release(uint64_t p)
+{
+    return worker->free(p);
+}
+static int get_handle(unsigned char h[64], uint64_t p)
+{
+    return worker->get_handle(h, p);
+}
+static int open_handle(uint64_t *p, const unsigned char h[64])
+{
+    return worker->open(p, h);
+}
+static int close_handle(uint64_t p)
+{
+    return worker->close(p);
+}
+static int to_device(uint64_t d, const void *s, size_t n)
+{
+    return worker->to_device(d, s, n);
+}
+static int to_host(void *d, uint64_t s, size_t n)
+{
+    return worker->to_host(d, s, n);
+}
+static int mem_info(size_t *f, size_t *t)
+{
+    return worker->mem_info(f, t);
+}
 
-const struct api api = {"plugin", init, attach_thread, alloc, release, get_handle, open_handle, close_handle,
-                        to_device, to_host, mem_info};
+const struct api api = {"plugin",    init,         attach_thread, alloc,   release, get_handle,
+                        open_handle, close_handle, to_device,     to_host, mem_info};

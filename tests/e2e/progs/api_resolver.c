@@ -8,7 +8,8 @@
 #include <dlfcn.h>
 #include <string.h>
 
-typedef CUresult (*get_proc_t)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+typedef CUresult (*get_proc_t)(const char *, void **, int, cuuint64_t,
+                               CUdriverProcAddressQueryResult *);
 
 static struct {
     CUresult (*init)(unsigned int);
@@ -32,20 +33,24 @@ static int resolve(get_proc_t get, const char *name, void *slot)
 }
 
 static CUcontext ctx;
-static int attach_thread(void) { return drv.set_current(ctx); }
+static int attach_thread(void)
+{
+    return drv.set_current(ctx);
+}
 static int init(int device)
 {
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!lib) return CUDA_ERROR_NO_DEVICE;
     get_proc_t get = (get_proc_t)dlsym(lib, "cuGetProcAddress_v2");
     if (!get) return CUDA_ERROR_NOT_FOUND;
-    int r = resolve(get, "cuInit", &drv.init) | resolve(get, "cuDeviceGet", &drv.device_get) |
-            resolve(get, "cuDevicePrimaryCtxRetain", &drv.retain) |
-            resolve(get, "cuCtxSetCurrent", &drv.set_current) | resolve(get, "cuMemAlloc", &drv.alloc) |
-            resolve(get, "cuMemFree", &drv.free) | resolve(get, "cuIpcGetMemHandle", &drv.get_handle) |
-            resolve(get, "cuIpcOpenMemHandle", &drv.open) | resolve(get, "cuIpcCloseMemHandle", &drv.close) |
-            resolve(get, "cuMemcpyHtoD", &drv.htod) | resolve(get, "cuMemcpyDtoH", &drv.dtoh) |
-            resolve(get, "cuMemGetInfo", &drv.mem_info);
+    int r =
+        resolve(get, "cuInit", &drv.init) | resolve(get, "cuDeviceGet", &drv.device_get) |
+        resolve(get, "cuDevicePrimaryCtxRetain", &drv.retain) |
+        resolve(get, "cuCtxSetCurrent", &drv.set_current) | resolve(get, "cuMemAlloc", &drv.alloc) |
+        resolve(get, "cuMemFree", &drv.free) | resolve(get, "cuIpcGetMemHandle", &drv.get_handle) |
+        resolve(get, "cuIpcOpenMemHandle", &drv.open) |
+        resolve(get, "cuIpcCloseMemHandle", &drv.close) | resolve(get, "cuMemcpyHtoD", &drv.htod) |
+        resolve(get, "cuMemcpyDtoH", &drv.dtoh) | resolve(get, "cuMemGetInfo", &drv.mem_info);
     if (r) return CUDA_ERROR_NOT_FOUND;
     CUdevice dev;
     r = drv.init(0);
@@ -61,7 +66,10 @@ static int alloc(uint64_t *p, size_t n)
     *p = d;
     return r;
 }
-static int release(uint64_t p) { return drv.free(p); }
+static int release(uint64_t p)
+{
+    return drv.free(p);
+}
 static int get_handle(unsigned char h[64], uint64_t p)
 {
     CUipcMemHandle handle;
@@ -78,10 +86,22 @@ static int open_handle(uint64_t *p, const unsigned char h[64])
     *p = d;
     return r;
 }
-static int close_handle(uint64_t p) { return drv.close(p); }
-static int to_device(uint64_t d, const void *s, size_t n) { return drv.htod(d, s, n); }
-static int to_host(void *d, uint64_t s, size_t n) { return drv.dtoh(d, s, n); }
-static int mem_info(size_t *f, size_t *t) { return drv.mem_info(f, t); }
+static int close_handle(uint64_t p)
+{
+    return drv.close(p);
+}
+static int to_device(uint64_t d, const void *s, size_t n)
+{
+    return drv.htod(d, s, n);
+}
+static int to_host(void *d, uint64_t s, size_t n)
+{
+    return drv.dtoh(d, s, n);
+}
+static int mem_info(size_t *f, size_t *t)
+{
+    return drv.mem_info(f, t);
+}
 
-const struct api api = {"resolver", init, attach_thread, alloc, release, get_handle, open_handle, close_handle,
-                        to_device, to_host, mem_info};
+const struct api api = {"resolver",  init,         attach_thread, alloc,   release, get_handle,
+                        open_handle, close_handle, to_device,     to_host, mem_info};

@@ -26,12 +26,16 @@
 #define POISON 0xDEADBEEFu
 extern char **environ;
 
-static unsigned pattern(int which, size_t i) { return (unsigned)(which * 0x01000193u + i * 2654435761u); }
+static unsigned pattern(int which, size_t i)
+{
+    return (unsigned)(which * 0x01000193u + i * 2654435761u);
+}
 
 static void fill(void *dev, int which)
 {
     static unsigned host[BYTES / 4];
-    for (size_t i = 0; i < BYTES / 4; i++) host[i] = pattern(which, i);
+    for (size_t i = 0; i < BYTES / 4; i++)
+        host[i] = pattern(which, i);
     cudaMemcpy(dev, host, BYTES, cudaMemcpyHostToDevice);
 }
 
@@ -42,7 +46,8 @@ static const char *check(void *dev, int which, char *buf)
     int r = cudaMemcpy(host, dev, BYTES, cudaMemcpyDeviceToHost);
     if (r) return sprintf(buf, "error %d", r), buf;
     bool ok = true, poison = true;
-    for (size_t i = 0; i < BYTES / 4; i++) ok &= host[i] == pattern(which, i), poison &= host[i] == POISON;
+    for (size_t i = 0; i < BYTES / 4; i++)
+        ok &= host[i] == pattern(which, i), poison &= host[i] == POISON;
     return ok ? "ok" : poison ? "poison" : "other";
 }
 
@@ -65,24 +70,31 @@ static int exporter(void)
     fflush(stdout);
     while (fgets(line, sizeof line, stdin)) {
         unsigned flags = 0;
-        if (!strncmp(line, "free", 4)) printf("free: %d\n", cudaFree(a));
-        else if (!strncmp(line, "gethandle", 9)) printf("gethandle: %d\n", cudaIpcGetMemHandle(&h, a));
+        if (!strncmp(line, "free", 4))
+            printf("free: %d\n", cudaFree(a));
+        else if (!strncmp(line, "gethandle", 9))
+            printf("gethandle: %d\n", cudaIpcGetMemHandle(&h, a));
         else if (!strncmp(line, "reset", 5)) {
             /* Reset, then allocate until a block lands where the exported
              * one was (a driver reuses addresses; this makes it certain). */
             int r = cudaDeviceReset(), tries = 0;
             void *extra[4096];
             cudaSetDevice(0);
-            while (tries < 4096 && !cudaMalloc(&b, BYTES) && b != a) extra[tries++] = b;
-            for (int k = 0; k < tries; k++) cudaFree(extra[k]);
+            while (tries < 4096 && !cudaMalloc(&b, BYTES) && b != a)
+                extra[tries++] = b;
+            for (int k = 0; k < tries; k++)
+                cudaFree(extra[k]);
             if (b == a) fill(b, 2);
             printf("reset: %d %s\n", r, b == a ? "same address" : "no reuse");
-        } else if (!strncmp(line, "checkB", 6)) printf("checkB: %s\n", check(b, 2, buf));
-        else if (!strncmp(line, "collect", 7)) printf("collect: %d\n", collect());
+        } else if (!strncmp(line, "checkB", 6))
+            printf("checkB: %s\n", check(b, 2, buf));
+        else if (!strncmp(line, "collect", 7))
+            printf("collect: %d\n", collect());
         else if (sscanf(line, "openown %x", &flags) == 1) {
             void *p = NULL;
             printf("openown: %d\n", cudaIpcOpenMemHandle(&p, h, flags));
-        } else break;
+        } else
+            break;
         fflush(stdout);
     }
     return 0;
@@ -93,7 +105,8 @@ static int importer(const char *hex)
     cudaIpcMemHandle_t h;
     void *p = NULL;
     char line[256], buf[64];
-    if (from_hex(hex, (unsigned char *)&h, 64) || cudaSetDevice(0)) return printf("error: setup\n"), 2;
+    if (from_hex(hex, (unsigned char *)&h, 64) || cudaSetDevice(0))
+        return printf("error: setup\n"), 2;
     printf("ready\n");
     fflush(stdout);
     while (fgets(line, sizeof line, stdin)) {
@@ -103,10 +116,14 @@ static int importer(const char *hex)
             int r = cudaIpcOpenMemHandle(&q, h, flags);
             if (!r) p = q;
             printf("open: %d\n", r);
-        } else if (!strncmp(line, "opennull", 8)) printf("opennull: %d\n", cudaIpcOpenMemHandle(NULL, h, 1));
-        else if (!strncmp(line, "read", 4)) printf("read: %s\n", check(p, 1, buf));
-        else if (!strncmp(line, "close", 5)) printf("close: %d\n", cudaIpcCloseMemHandle(p));
-        else break;
+        } else if (!strncmp(line, "opennull", 8))
+            printf("opennull: %d\n", cudaIpcOpenMemHandle(NULL, h, 1));
+        else if (!strncmp(line, "read", 4))
+            printf("read: %s\n", check(p, 1, buf));
+        else if (!strncmp(line, "close", 5))
+            printf("close: %d\n", cudaIpcCloseMemHandle(p));
+        else
+            break;
         fflush(stdout);
     }
     return 0;
@@ -143,8 +160,10 @@ static void ask(struct child *c, const char *command)
     char line[512];
     fprintf(c->in, "%s\n", command);
     fflush(c->in);
-    if (fgets(line, sizeof line, c->out)) fputs(line, stdout);
-    else printf("%s: no answer\n", command);
+    if (fgets(line, sizeof line, c->out))
+        fputs(line, stdout);
+    else
+        printf("%s: no answer\n", command);
     fflush(stdout);
 }
 
@@ -165,7 +184,8 @@ int main(int argc, char **argv)
     if (!strcmp(scenario, "refused-exports")) { /* memory legacy IPC cannot export */
         void *m = NULL, *pool = NULL;
         cudaIpcMemHandle_t h;
-        if (cudaSetDevice(0) || cudaMallocManaged(&m, 4096, cudaMemAttachGlobal) || cudaMallocAsync(&pool, 4096, 0))
+        if (cudaSetDevice(0) || cudaMallocManaged(&m, 4096, cudaMemAttachGlobal) ||
+            cudaMallocAsync(&pool, 4096, 0))
             return printf("error: setup\n"), 2;
         printf("managed: %d\n", cudaIpcGetMemHandle(&h, m));
         printf("pool: %d\n", cudaIpcGetMemHandle(&h, pool));
@@ -176,11 +196,13 @@ int main(int argc, char **argv)
     struct child e, i;
     char line[512], hex[130];
     start(&e, "exporter", NULL, NULL);
-    if (!fgets(line, sizeof line, e.out) || sscanf(line, "handle %129s", hex) != 1) return printf("error: %s", line), 2;
+    if (!fgets(line, sizeof line, e.out) || sscanf(line, "handle %129s", hex) != 1)
+        return printf("error: %s", line), 2;
     /* close-fails: the importer's first real close fails (fault injection). */
     char *env[256];
     int n = 0;
-    for (char **v = environ; *v && n < 250; v++) env[n++] = *v;
+    for (char **v = environ; *v && n < 250; v++)
+        env[n++] = *v;
     if (!strcmp(scenario, "close-fails")) env[n++] = "SIMCUDA_FAIL_IPC_CLOSE=1";
     env[n] = NULL;
     start(&i, "importer", hex, env);
@@ -222,7 +244,9 @@ int main(int argc, char **argv)
         printf("error: unknown scenario %s\n", scenario);
     }
     stop(&i);
-    if (e.pid > 0) stop(&e);
-    else fclose(e.in), fclose(e.out);
+    if (e.pid > 0)
+        stop(&e);
+    else
+        fclose(e.in), fclose(e.out);
     return 0;
 }

@@ -9,7 +9,8 @@
 /* Writes 2n hex digits and a NUL to out. */
 static inline void to_hex(const unsigned char *b, size_t n, char *out)
 {
-    for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", b[i]);
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", b[i]);
 }
 
 /* Parses exactly 2n hex digits; 0, or -1 on anything else. */

@@ -56,7 +56,10 @@ static double now_ms(void)
     return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
-static uint32_t expected_word(int block, size_t i) { return (uint32_t)(0x10000000u * (block + 1) + i) ^ 0x01010101u; }
+static uint32_t expected_word(int block, size_t i)
+{
+    return (uint32_t)(0x10000000u * (block + 1) + i) ^ 0x01010101u;
+}
 
 static void fail(const char *what, int code)
 {
@@ -80,15 +83,24 @@ static struct consumer C;
 /* --calls: the shim's per-door call counts of this process, if it is there. */
 static void print_calls(void)
 {
-    static const char *const syms[] = {"cudaMalloc", "cudaFree", "cudaIpcGetMemHandle", "cudaIpcOpenMemHandle",
-                                       "cudaIpcCloseMemHandle", "cuMemAlloc_v2", "cuMemFree_v2", "cuIpcGetMemHandle",
-                                       "cuIpcOpenMemHandle", "cuIpcOpenMemHandle_v2", "cuIpcCloseMemHandle"};
+    static const char *const syms[] = {"cudaMalloc",
+                                       "cudaFree",
+                                       "cudaIpcGetMemHandle",
+                                       "cudaIpcOpenMemHandle",
+                                       "cudaIpcCloseMemHandle",
+                                       "cuMemAlloc_v2",
+                                       "cuMemFree_v2",
+                                       "cuIpcGetMemHandle",
+                                       "cuIpcOpenMemHandle",
+                                       "cuIpcOpenMemHandle_v2",
+                                       "cuIpcCloseMemHandle"};
     static const char *const doors[] = {"runtime", "driver", "resolver"};
     long long (*calls)(const char *, const char *) =
         (long long (*)(const char *, const char *))dlsym(RTLD_DEFAULT, "ipcshim_calls");
     if (!calls) return;
     for (size_t i = 0; i < sizeof syms / sizeof *syms; i++)
-        for (size_t d = 0; d < 3; d++) printf("calls %s %s: %lld\n", syms[i], doors[d], calls(syms[i], doors[d]));
+        for (size_t d = 0; d < 3; d++)
+            printf("calls %s %s: %lld\n", syms[i], doors[d], calls(syms[i], doors[d]));
     fflush(stdout);
 }
 
@@ -98,7 +110,8 @@ static void *consumer_thread(void *arg)
 {
     unsigned seed = (unsigned)(uintptr_t)arg * 7919u + (unsigned)getpid();
     int n = C.blocks * C.opens;
-    if (api.attach_thread()) fprintf(stderr, "pair: cannot attach the context to a thread\n"), C.error = 1;
+    if (api.attach_thread())
+        fprintf(stderr, "pair: cannot attach the context to a thread\n"), C.error = 1;
     uint64_t *ptrs = calloc((size_t)n, sizeof *ptrs);
     for (int k = 0; k < n; k++) {
         int b = k % C.blocks, r = api.open(&ptrs[k], C.handles[b]);
@@ -108,8 +121,11 @@ static void *consumer_thread(void *arg)
             continue;
         }
         uint64_t expected = __atomic_load_n(&C.first[b], __ATOMIC_ACQUIRE);
-        if (!expected) __atomic_compare_exchange_n(&C.first[b], &expected, ptrs[k], false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-        if (expected && expected != ptrs[k]) fprintf(stderr, "pair: block %d opened at two addresses\n", b), C.error = 1;
+        if (!expected)
+            __atomic_compare_exchange_n(&C.first[b], &expected, ptrs[k], false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE);
+        if (expected && expected != ptrs[k])
+            fprintf(stderr, "pair: block %d opened at two addresses\n", b), C.error = 1;
     }
     pthread_barrier_wait(&C.opened);
     pthread_barrier_wait(&C.read_done);
@@ -162,13 +178,15 @@ static int consumer_main(int argc, char **argv)
     pthread_barrier_init(&C.opened, NULL, (unsigned)threads + 1);
     pthread_barrier_init(&C.read_done, NULL, (unsigned)threads + 1);
     pthread_t tid[MAX_THREADS];
-    for (int t = 0; t < threads; t++) pthread_create(&tid[t], NULL, consumer_thread, (void *)(uintptr_t)t);
+    for (int t = 0; t < threads; t++)
+        pthread_create(&tid[t], NULL, consumer_thread, (void *)(uintptr_t)t);
     pthread_barrier_wait(&C.opened);
     printf("opened\n"), fflush(stdout);
     if (!fgets(line, sizeof line, stdin)) return 2;
     printf("result %s\n", C.error ? "error" : check_blocks(size)), fflush(stdout);
     pthread_barrier_wait(&C.read_done);
-    for (int t = 0; t < threads; t++) pthread_join(tid[t], NULL);
+    for (int t = 0; t < threads; t++)
+        pthread_join(tid[t], NULL);
     if (calls) print_calls();
     printf("closed\n"), fflush(stdout);
     return C.error ? 2 : 0;
@@ -193,7 +211,8 @@ static void spawn_consumer(struct child *c, const struct config *cfg, char hex[]
     char *argv[7 + MAX_BLOCKS + 1] = {"pair", "--consumer", dev, size, opens, threads};
     int first = 6;
     if (cfg->calls) argv[first++] = "--calls";
-    for (int b = 0; b < cfg->blocks; b++) argv[first + b] = hex[b];
+    for (int b = 0; b < cfg->blocks; b++)
+        argv[first + b] = hex[b];
     argv[first + cfg->blocks] = NULL;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -244,22 +263,28 @@ static int producer_main(const struct config *cfg)
     for (int b = 0; b < cfg->blocks; b++) {
         unsigned char handle[64];
         if ((r = api.alloc(&blocks[b], cfg->size))) fail("alloc", r);
-        for (size_t i = 0; i < cfg->size / 4; i++) host[i] = expected_word(b, i);
+        for (size_t i = 0; i < cfg->size / 4; i++)
+            host[i] = expected_word(b, i);
         if ((r = api.to_device(blocks[b], host, cfg->size))) fail("copy to device", r);
-        if ((r = api.get_handle(handle, blocks[b] + (cfg->interior ? cfg->size / 2 : 0)))) fail("get handle", r);
+        if ((r = api.get_handle(handle, blocks[b] + (cfg->interior ? cfg->size / 2 : 0))))
+            fail("get handle", r);
         to_hex(handle, 64, hex[b]);
         if (cfg->self_open) {
             uint64_t own = 0;
             r = api.open(&own, handle);
-            printf("self-open: %s\n", r ? "error" : own == blocks[b] ? "original pointer" : "other pointer");
+            printf("self-open: %s\n", r                  ? "error"
+                                      : own == blocks[b] ? "original pointer"
+                                                         : "other pointer");
             if (!r) api.close(own);
         }
     }
     free(host);
     if (!strcmp(cfg->free_when, "before-open")) free_all(cfg, blocks);
-    for (int k = 0; k < cfg->consumers; k++) spawn_consumer(&children[k], cfg, hex);
     for (int k = 0; k < cfg->consumers; k++)
-        if (!reply(&children[k], line, sizeof line) || strcmp(line, "opened")) printf("consumer %d: error (%s)\n", k, line), status = 2;
+        spawn_consumer(&children[k], cfg, hex);
+    for (int k = 0; k < cfg->consumers; k++)
+        if (!reply(&children[k], line, sizeof line) || strcmp(line, "opened"))
+            printf("consumer %d: error (%s)\n", k, line), status = 2;
     if (!strcmp(cfg->free_when, "while-reading")) {
         free_all(cfg, blocks);
         size_t after = free_bytes();
@@ -267,27 +292,34 @@ static int producer_main(const struct config *cfg)
         int (*stats)(struct ipcshim_stats *, size_t) =
             (int (*)(struct ipcshim_stats *, size_t))dlsym(RTLD_DEFAULT, "ipcshim_stats");
         struct ipcshim_stats s;
-        if (stats && !stats(&s, sizeof s)) printf("after-free: deferred %llu\n", (unsigned long long)s.frees_deferred);
+        if (stats && !stats(&s, sizeof s))
+            printf("after-free: deferred %llu\n", (unsigned long long)s.frees_deferred);
     }
     if (cfg->hold_ms) usleep((useconds_t)cfg->hold_ms * 1000);
-    for (int k = 0; k < cfg->consumers; k++) fputs("read\n", children[k].commands), fflush(children[k].commands);
+    for (int k = 0; k < cfg->consumers; k++)
+        fputs("read\n", children[k].commands), fflush(children[k].commands);
     for (int k = 0; k < cfg->consumers; k++) {
         if (!reply(&children[k], line, sizeof line)) continue;
         const char *verdict = strncmp(line, "result ", 7) ? line : line + 7;
         printf("consumer %d: %s\n", k, verdict);
-        if (!strcmp(verdict, "poison") || !strcmp(verdict, "wrong")) status = status ? status : 1;
-        else if (strcmp(verdict, "ok")) status = 2;
+        if (!strcmp(verdict, "poison") || !strcmp(verdict, "wrong"))
+            status = status ? status : 1;
+        else if (strcmp(verdict, "ok"))
+            status = 2;
     }
     double last_close = 0;
     for (int k = 0; k < cfg->consumers; k++) {
-        while (reply(&children[k], line, sizeof line) && strcmp(line, "closed")) printf("consumer %d: %s\n", k, line);
+        while (reply(&children[k], line, sizeof line) && strcmp(line, "closed"))
+            printf("consumer %d: %s\n", k, line);
         last_close = now_ms();
         int ws;
         waitpid(children[k].pid, &ws, 0);
-        if (!WIFEXITED(ws) || (WEXITSTATUS(ws) && WEXITSTATUS(ws) != 1)) status = status ? status : 2;
+        if (!WIFEXITED(ws) || (WEXITSTATUS(ws) && WEXITSTATUS(ws) != 1))
+            status = status ? status : 2;
     }
     if (!strcmp(cfg->free_when, "after-close")) free_all(cfg, blocks);
-    int (*collect)(void) = cfg->collect ? (int (*)(void))dlsym(RTLD_DEFAULT, "ipcshim_collect") : NULL;
+    int (*collect)(void) =
+        cfg->collect ? (int (*)(void))dlsym(RTLD_DEFAULT, "ipcshim_collect") : NULL;
     double start = now_ms();
     size_t now = 0;
     for (;;) {
@@ -296,8 +328,11 @@ static int producer_main(const struct config *cfg)
         if (now_ms() - start > cfg->reclaim_wait_ms) break;
         usleep(100);
     }
-    if (now >= baseline) printf("reclaimed: yes %.3f\ntiming: last-close-to-free %.3f\n", now_ms() - start, now_ms() - last_close);
-    else printf("reclaimed: no %zu\n", baseline - now);
+    if (now >= baseline)
+        printf("reclaimed: yes %.3f\ntiming: last-close-to-free %.3f\n", now_ms() - start,
+               now_ms() - last_close);
+    else
+        printf("reclaimed: no %zu\n", baseline - now);
     if (cfg->then_alloc) {
         uint64_t extra = 0;
         r = api.alloc(&extra, cfg->then_alloc);
@@ -312,31 +347,51 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 6 && !strcmp(argv[1], "--consumer")) return consumer_main(argc, argv);
-    struct config cfg = {.blocks = 1, .consumers = 1, .opens = 1, .threads = 1, .reclaim_wait_ms = 2000,
-                         .size = 1 << 20, .free_when = "while-reading"};
+    struct config cfg = {.blocks = 1,
+                         .consumers = 1,
+                         .opens = 1,
+                         .threads = 1,
+                         .reclaim_wait_ms = 2000,
+                         .size = 1 << 20,
+                         .free_when = "while-reading"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
-        if (!strcmp(a, "--blocks")) cfg.blocks = atoi(v), i++;
-        else if (!strcmp(a, "--size")) cfg.size = strtoull(v, NULL, 0), i++;
-        else if (!strcmp(a, "--consumers")) cfg.consumers = atoi(v), i++;
-        else if (!strcmp(a, "--opens")) cfg.opens = atoi(v), i++;
-        else if (!strcmp(a, "--threads")) cfg.threads = atoi(v), i++;
-        else if (!strcmp(a, "--device")) cfg.device = atoi(v), i++;
-        else if (!strcmp(a, "--free")) cfg.free_when = v, i++;
-        else if (!strcmp(a, "--reclaim-wait")) cfg.reclaim_wait_ms = atoi(v), i++;
-        else if (!strcmp(a, "--hold")) cfg.hold_ms = atoi(v), i++;
-        else if (!strcmp(a, "--interior")) cfg.interior = true;
-        else if (!strcmp(a, "--collect")) cfg.collect = true;
-        else if (!strcmp(a, "--self-open")) cfg.self_open = true;
-        else if (!strcmp(a, "--calls")) cfg.calls = true;
-        else if (!strcmp(a, "--then-alloc")) cfg.then_alloc = strtoull(v, NULL, 0), i++;
+        if (!strcmp(a, "--blocks"))
+            cfg.blocks = atoi(v), i++;
+        else if (!strcmp(a, "--size"))
+            cfg.size = strtoull(v, NULL, 0), i++;
+        else if (!strcmp(a, "--consumers"))
+            cfg.consumers = atoi(v), i++;
+        else if (!strcmp(a, "--opens"))
+            cfg.opens = atoi(v), i++;
+        else if (!strcmp(a, "--threads"))
+            cfg.threads = atoi(v), i++;
+        else if (!strcmp(a, "--device"))
+            cfg.device = atoi(v), i++;
+        else if (!strcmp(a, "--free"))
+            cfg.free_when = v, i++;
+        else if (!strcmp(a, "--reclaim-wait"))
+            cfg.reclaim_wait_ms = atoi(v), i++;
+        else if (!strcmp(a, "--hold"))
+            cfg.hold_ms = atoi(v), i++;
+        else if (!strcmp(a, "--interior"))
+            cfg.interior = true;
+        else if (!strcmp(a, "--collect"))
+            cfg.collect = true;
+        else if (!strcmp(a, "--self-open"))
+            cfg.self_open = true;
+        else if (!strcmp(a, "--calls"))
+            cfg.calls = true;
+        else if (!strcmp(a, "--then-alloc"))
+            cfg.then_alloc = strtoull(v, NULL, 0), i++;
         else {
             fprintf(stderr, "pair: unknown option %s\n", a);
             return 2;
         }
     }
-    if (cfg.blocks < 1 || cfg.blocks > MAX_BLOCKS || cfg.consumers < 0 || cfg.consumers > MAX_CONSUMERS ||
-        cfg.threads < 1 || cfg.threads > MAX_THREADS || cfg.opens < 1 || cfg.size < 4) {
+    if (cfg.blocks < 1 || cfg.blocks > MAX_BLOCKS || cfg.consumers < 0 ||
+        cfg.consumers > MAX_CONSUMERS || cfg.threads < 1 || cfg.threads > MAX_THREADS ||
+        cfg.opens < 1 || cfg.size < 4) {
         fprintf(stderr, "pair: option out of range\n");
         return 2;
     }

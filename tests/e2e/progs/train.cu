@@ -136,18 +136,23 @@ static void to_host(void *dst, const void *src, size_t n, const char *what)
 static void fill(Buf *b, uint32_t seed)
 {
     std::vector<uint32_t> h(b->bytes / 4);
-    for (size_t i = 0; i < h.size(); i++) h[i] = seed * 2654435761u ^ (uint32_t)i;
+    for (size_t i = 0; i < h.size(); i++)
+        h[i] = seed * 2654435761u ^ (uint32_t)i;
     to_device(b->p, h.data(), b->bytes, "fill");
 }
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *c = (const unsigned char *)p;
-    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ c[i]) * 1099511628211ull;
     return h;
 }
 
-static unsigned blocks_for(int n) { return (unsigned)((n + 255) / 256); }
+static unsigned blocks_for(int n)
+{
+    return (unsigned)((n + 255) / 256);
+}
 
 typedef void (*stats_fn)(struct simcuda_managed_stats *);
 typedef void (*peaks_fn)(struct simcuda_managed_peaks *);
@@ -172,11 +177,12 @@ static int export_mode(size_t large, size_t small)
     printf("export_small %d\n", (int)r);
     // Pressure: launches over several swappable blocks and the exported one.
     Buf *more[4];
-    for (int i = 0; i < 4; i++) more[i] = make(large), fill(more[i], 10 + i);
+    for (int i = 0; i < 4; i++)
+        more[i] = make(large), fill(more[i], 10 + i);
     for (int it = 0; it < 3; it++)
         for (int i = 0; i < 4; i++) {
-            forward<<<blocks_for(more[i]->n()), 256>>>(little->p, little->n(), big->p, big->n(), more[i]->p,
-                                                       more[i]->n());
+            forward<<<blocks_for(more[i]->n()), 256>>>(little->p, little->n(), big->p, big->n(),
+                                                       more[i]->p, more[i]->n());
             check(cudaGetLastError(), "launch");
         }
     check(cudaDeviceSynchronize(), "sync");
@@ -184,8 +190,10 @@ static int export_mode(size_t large, size_t small)
     if (residency) printf("small_managed %d\n", residency(little->p, nullptr));
     std::vector<unsigned char> back(small);
     check(cudaMemcpy(back.data(), little->p, small, cudaMemcpyDeviceToHost), "read back");
-    printf("small_checksum %016llx\n", (unsigned long long)fnv(1469598103934665603ull, back.data(), small));
-    for (Buf *b : bufs) check(cudaFree(b->p), "cudaFree");
+    printf("small_checksum %016llx\n",
+           (unsigned long long)fnv(1469598103934665603ull, back.data(), small));
+    for (Buf *b : bufs)
+        check(cudaFree(b->p), "cudaFree");
     return 0;
 }
 
@@ -194,14 +202,19 @@ int main(int argc, char **argv)
     int L = 8, iters = 10;
     bool driver_copies = false;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--layers") && i + 1 < argc) L = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+        if (!strcmp(argv[i], "--layers") && i + 1 < argc)
+            L = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+            iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--driver-copies"))
             driver_copies = true;
         else if (!strcmp(argv[i], "--export") && i + 2 < argc)
-            return export_mode(strtoull(argv[i + 1], nullptr, 0), strtoull(argv[i + 2], nullptr, 0));
+            return export_mode(strtoull(argv[i + 1], nullptr, 0),
+                               strtoull(argv[i + 2], nullptr, 0));
         else {
-            fprintf(stderr, "usage: train [--layers N] [--iters N] [--driver-copies] | --export LARGE SMALL\n");
+            fprintf(
+                stderr,
+                "usage: train [--layers N] [--iters N] [--driver-copies] | --export LARGE SMALL\n");
             return 2;
         }
     }
@@ -221,7 +234,8 @@ int main(int argc, char **argv)
     Buf *loss = make(64 * KiB);
 
     uint64_t ws = 0, max_launch = 0;
-    for (Buf *b : bufs) ws += (b->bytes + 4095) / 4096 * 4096;
+    for (Buf *b : bufs)
+        ws += (b->bytes + 4095) / 4096 * 4096;
     for (int l = 1; l <= L; l++) {
         uint64_t adam_bytes = 4 * W[l]->bytes, fwd = W[l]->bytes + A[l - 1]->bytes + A[l]->bytes;
         if (adam_bytes > max_launch) max_launch = adam_bytes;
@@ -232,41 +246,48 @@ int main(int argc, char **argv)
     fflush(stdout);
 
     if (driver_copies) {
-        check(cudaFree(nullptr), "init"); // the runtime's context is current: driver calls may follow
+        check(cudaFree(nullptr),
+              "init"); // the runtime's context is current: driver calls may follow
         drv_htod = (htod_fn)sim_symbol("cuMemcpyHtoD_v2");
         drv_dtoh = (dtoh_fn)sim_symbol("cuMemcpyDtoH_v2");
         drv_setd32 = (setd32_fn)sim_symbol("cuMemsetD32_v2");
         if (!drv_htod || !drv_dtoh || !drv_setd32) return printf("error: no driver copies\n"), 2;
     }
-    for (size_t i = 0; i < bufs.size(); i++) fill(bufs[i], (uint32_t)i + 100);
+    for (size_t i = 0; i < bufs.size(); i++)
+        fill(bufs[i], (uint32_t)i + 100);
 
     float host_loss = 0, lr = 0.01f;
     std::vector<uint32_t> batch(A[0]->bytes / 4);
     uint64_t loss_hash = 1469598103934665603ull;
     auto t0 = std::chrono::steady_clock::now();
     for (int it = 0; it < iters; it++) {
-        for (size_t i = 0; i < batch.size(); i++) batch[i] = (uint32_t)(it * 7919 + i);
+        for (size_t i = 0; i < batch.size(); i++)
+            batch[i] = (uint32_t)(it * 7919 + i);
         to_device(A[0]->p, batch.data(), A[0]->bytes, "batch");
         if (drv_setd32) {
-            if (drv_setd32((unsigned long long)loss->p, 0, loss->bytes / 4)) return printf("error: memset\n"), 2;
+            if (drv_setd32((unsigned long long)loss->p, 0, loss->bytes / 4))
+                return printf("error: memset\n"), 2;
         } else {
             check(cudaMemset(loss->p, 0, loss->bytes), "memset");
         }
         for (int l = 1; l <= L; l++)
-            forward<<<blocks_for(A[l]->n()), 256>>>(W[l]->p, W[l]->n(), A[l - 1]->p, A[l - 1]->n(), A[l]->p,
-                                                    A[l]->n());
-        loss_kernel<<<blocks_for(G[L % 2]->n()), 256>>>(A[L]->p, A[L]->n(), G[L % 2]->p, G[L % 2]->n(), loss->p);
+            forward<<<blocks_for(A[l]->n()), 256>>>(W[l]->p, W[l]->n(), A[l - 1]->p, A[l - 1]->n(),
+                                                    A[l]->p, A[l]->n());
+        loss_kernel<<<blocks_for(G[L % 2]->n()), 256>>>(A[L]->p, A[L]->n(), G[L % 2]->p,
+                                                        G[L % 2]->n(), loss->p);
         for (int l = L; l >= 1; l--) {
-            dgrad<<<blocks_for(G[0]->n()), 256>>>(W[l]->p, W[l]->n(), G[l % 2]->p, G[(l - 1) % 2]->p, G[0]->n());
-            wgrad<<<blocks_for(W[l]->n()), 256>>>(A[l - 1]->p, A[l - 1]->n(), G[l % 2]->p, G[l % 2]->n(),
-                                                  dW[l]->p, dW[l]->n());
+            dgrad<<<blocks_for(G[0]->n()), 256>>>(W[l]->p, W[l]->n(), G[l % 2]->p,
+                                                  G[(l - 1) % 2]->p, G[0]->n());
+            wgrad<<<blocks_for(W[l]->n()), 256>>>(A[l - 1]->p, A[l - 1]->n(), G[l % 2]->p,
+                                                  G[l % 2]->n(), dW[l]->p, dW[l]->n());
         }
         for (int l = 1; l <= L; l++) {
             AdamState s = {M[l]->p, V[l]->p, lr};
             adam<<<blocks_for(W[l]->n()), 256>>>(W[l]->p, dW[l]->p, s, W[l]->n());
         }
         check(cudaGetLastError(), "launch");
-        check(cudaMemcpyAsync(&host_loss, loss->p, sizeof host_loss, cudaMemcpyDeviceToHost, 0), "loss");
+        check(cudaMemcpyAsync(&host_loss, loss->p, sizeof host_loss, cudaMemcpyDeviceToHost, 0),
+              "loss");
         check(cudaStreamSynchronize(0), "sync");
         loss_hash = fnv(loss_hash, &host_loss, sizeof host_loss);
     }
@@ -278,8 +299,10 @@ int main(int argc, char **argv)
     peaks_fn peaks = (peaks_fn)sim_symbol("simcuda_managed_peaks");
     struct simcuda_managed_stats st;
     struct simcuda_managed_peaks pk;
-    if (stats && peaks) stats(&st), peaks(&pk);
-    else stats = nullptr;
+    if (stats && peaks)
+        stats(&st), peaks(&pk);
+    else
+        stats = nullptr;
 
     uint64_t h = loss_hash;
     for (Buf *b : bufs) {
@@ -295,6 +318,7 @@ int main(int argc, char **argv)
         printf("bytes_d2h %llu\n", (unsigned long long)st.proc_bytes_dtoh);
         printf("peak_device_resident %llu\n", (unsigned long long)pk.proc_peak_resident[0]);
     }
-    for (Buf *b : bufs) check(cudaFree(b->p), "cudaFree");
+    for (Buf *b : bufs)
+        check(cudaFree(b->p), "cudaFree");
     return 0;
 }
