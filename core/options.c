@@ -157,8 +157,10 @@ static void load(void)
     /* The log level first: warnings about other options must obey it. */
 #define OPT(field, type, def, choices, help)                                                       \
     env_name(#field, name, sizeof name);                                                           \
-    if ((value = getenv(name)) && *value && parse_##type(value, &current.field, choices))          \
-        log_msg(LOG_WARN, "%s=%s is not a valid value; using the default %s", name, value, def);
+    if ((value = getenv(name)) && *value && parse_##type(value, &current.field, choices)) {        \
+        log_msg(LOG_WARN, "%s=%s is not a valid value; using the default %s", name, value, def);   \
+        parse_##type(def, &current.field, choices); /* a parser may have stored a partial value */ \
+    }
 #include "options.def"
 #undef OPT
 }

@@ -375,3 +375,16 @@ Test(registry, killed_mid_mutation_repaired)
     registry_unlock(&r);
     registry_close(&r);
 }
+
+/* A malformed capacity keeps the default, as the warning says (it used to
+ * keep the digits before the suffix: 64K made a 64-block registry that
+ * outlived everyone in /dev/shm). */
+Test(registry, malformed_capacity_keeps_the_default)
+{
+    test_option("MAX_BLOCKS", "64K");
+    cr_assert_eq(options_get()->max_blocks, 16384);
+    test_option("MAX_LEASES", "12x");
+    cr_assert_eq(options_get()->max_leases, 65536);
+    test_option("MAX_BLOCKS", "4096");
+    cr_assert_eq(options_get()->max_blocks, 4096);
+}
