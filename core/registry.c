@@ -923,6 +923,7 @@ uint32_t reg_block_create(struct registry *r, const struct ipc_handle *hd, uint6
     b->limbo_since_ns = 0;
     b->lease_head = REG_NONE;
     b->exporter_pid = o->pid, b->claimed = b->expired = 0, b->orphaned_ns = 0; /* observability */
+    b->rules = options_get()->handoff == HANDOFF_WINDOW ? BLOCK_RULE_HANDOFF_WINDOW : 0;
     memcpy(b->exporter_comm, o->comm, sizeof b->exporter_comm);
     uint32_t bk = bucket_of(r, b->handle);
     b->hash_next = r->buckets[bk];
@@ -1054,8 +1055,8 @@ uint32_t reg_lease_drop(struct registry *r, uint32_t idx)
         return REG_NONE;
     }
     if (b->state != BLOCK_LIMBO) return REG_NONE;
-    if (options_get()->handoff == HANDOFF_WINDOW && b->pending == 0) {
-        /* Window rule (ipc.c): the last close re-arms one hand-off. */
+    if ((b->rules & BLOCK_RULE_HANDOFF_WINDOW) && b->pending == 0) {
+        /* Window rule (ipc.c), the exporter's: the last close re-arms one hand-off. */
         uint64_t now = reg_now_ns();
         b->pending = 1;
         b->first_export_ns = b->last_export_ns = now;

@@ -75,6 +75,10 @@ struct reg_holder {
     char comm[16]; /* its command name (PR_GET_NAME), NUL-terminated */
 };
 
+/* reg_block.rules: what the exporter chose, recorded at creation so that
+ * whichever process drops the last lease applies it (not its own options). */
+enum { BLOCK_RULE_HANDOFF_WINDOW = 1u << 0 }; /* IPCSHIM_HANDOFF=window */
+
 struct reg_block {
     uint8_t handle[IPC_HANDLE_BYTES];
     uint64_t base;
@@ -95,7 +99,7 @@ struct reg_block {
     int32_t exporter_pid; /* copied from the exporter's holder at creation */
     uint32_t claimed;     /* hand-offs claimed by an importer's first open */
     uint32_t expired;     /* hand-offs that expired unclaimed */
-    uint32_t obs_reserved;
+    uint32_t rules;       /* BLOCK_RULE_*: the exporter's options, obeyed by every process */
     uint64_t orphaned_ns;   /* CLOCK_MONOTONIC when it became ORPHANED, else 0 */
     char exporter_comm[16]; /* the exporter's command name */
 };

@@ -408,6 +408,28 @@ Test(ipc, window_mode_rearms_after_last_close)
     importer_stop(&b);
 }
 
+/* The exporter's hand-off rule is the block's: an importer whose own
+ * environment says "send" still re-arms the window when it closes last. */
+Test(ipc, exporters_window_rule_is_obeyed_by_an_importer_with_send)
+{
+    test_option("HANDOFF", "send");
+    struct ipc_handle h = make_handle(15);
+    struct importer a;
+    importer_start(&a, h); /* forked now: its options say send */
+    test_option("HANDOFF", "window");
+    test_option("HANDOFF_TIMEOUT", "300ms");
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    struct registry v;
+    open_view(&v);
+    uint32_t bi = reg_block_find(&v, &h);
+    uint64_t pa;
+    cr_assert_eq(importer_open(&a, 1, &pa), IPC_REAL);
+    cr_assert_eq(ipc_free_begin(BASE), IPC_DONE);
+    cr_assert_eq(importer_close(&a, pa), IPC_REAL);
+    cr_assert_eq(v.blocks[bi].pending, 1, "re-armed by the importer's last close, by the exporter's rule");
+    importer_stop(&a);
+}
+
 Test(ipc, send_mode_does_not_rearm)
 {
     struct ipc_handle h = make_handle(14);

@@ -51,7 +51,7 @@ Test(registry, layout_pinned)
     cr_assert_eq(offsetof(struct reg_block, exporter_pid), 160);
     cr_assert_eq(offsetof(struct reg_block, claimed), 164);
     cr_assert_eq(offsetof(struct reg_block, expired), 168);
-    cr_assert_eq(offsetof(struct reg_block, obs_reserved), 172);
+    cr_assert_eq(offsetof(struct reg_block, rules), 172);
     cr_assert_eq(offsetof(struct reg_block, orphaned_ns), 176);
     cr_assert_eq(offsetof(struct reg_block, exporter_comm), 184);
     cr_assert_eq(offsetof(struct reg_block, handle), 0);
