@@ -1,13 +1,17 @@
 /* probe: a lock-wait probe preloaded in front of the shim for figure 5.
  *
- * It interposes pthread_mutex_lock. The shim's registry lock and the
- * simulator's machine lock are robust process-shared mutexes that live in
- * /dev/shm mappings ("/ipcshim-..." and "/simcuda-..."); every other mutex
- * goes straight to glibc after one test of its kind. For those two, the
- * probe first tries the lock; only when that fails (the lock is held by
- * someone else) does it time the blocking acquisition. So "wait" below is
- * the time a caller spent blocked on that lock, measured without touching
- * core/ or shim/. Counters are per process; the benchmark reads them with
+ * It interposes pthread_mutex_lock, pthread_mutex_trylock and
+ * pthread_mutex_timedlock. The shim's registry lock and the simulator's
+ * machine lock are robust process-shared mutexes that live in shared
+ * mappings ("/ipcshim-..." and "/simcuda-..."); every other mutex goes
+ * straight to glibc after one test of its kind. For those two, a wait
+ * starts when a try fails (the lock is held by someone else) and ends when
+ * the thread gets it: through pthread_mutex_lock (the simulator), or through
+ * the shim's loop of timed locks after its own failed trylock (registry_lock
+ * in core/registry.c; a wait that ends with the shim giving up after
+ * IPCSHIM_LOCK_WAIT is not counted here: the shim logs those itself). So
+ * "wait" below is the time a caller spent blocked on that lock, measured
+ * without touching core/ or shim/. Counters are per process; the benchmark reads them with
  * dlsym(RTLD_DEFAULT, "ipcbench_probe_get"). */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +24,10 @@
 
 #include "bench.h"
 
+#include <dlfcn.h>
+
 extern int __pthread_mutex_lock(pthread_mutex_t *m);
+extern int __pthread_mutex_trylock(pthread_mutex_t *m);
 
 /* glibc's kind bit for robust mutexes (PTHREAD_MUTEX_ROBUST_NORMAL_NP,
  * internal to glibc; stable since robust mutexes exist). */
@@ -113,23 +120,64 @@ static int kind_of(pthread_mutex_t *m)
     return kind;
 }
 
-__attribute__((visibility("default"))) int pthread_mutex_lock(pthread_mutex_t *m)
+static void note_wait(struct counters *c, uint64_t w)
 {
-    int kind = kind_of(m);
-    if (kind == KIND_OTHER) return __pthread_mutex_lock(m);
-    struct counters *c = &counts[kind];
-    atomic_fetch_add_explicit(&c->acquisitions, 1, memory_order_relaxed);
-    int r = pthread_mutex_trylock(m);
-    if (r != EBUSY) return r; /* 0, EOWNERDEAD, ...: the same meaning as from lock */
-    uint64_t t0 = mono_ns();
-    r = __pthread_mutex_lock(m);
-    uint64_t w = mono_ns() - t0;
     atomic_fetch_add_explicit(&c->contended, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->wait_ns, w, memory_order_relaxed);
     if (w > 1000000) atomic_fetch_add_explicit(&c->over_1ms, 1, memory_order_relaxed);
     uint64_t max = atomic_load_explicit(&c->max_wait_ns, memory_order_relaxed);
     while (w > max && !atomic_compare_exchange_weak(&c->max_wait_ns, &max, w)) {
     }
+}
+
+__attribute__((visibility("default"))) int pthread_mutex_lock(pthread_mutex_t *m)
+{
+    int kind = kind_of(m);
+    if (kind == KIND_OTHER) return __pthread_mutex_lock(m);
+    struct counters *c = &counts[kind];
+    atomic_fetch_add_explicit(&c->acquisitions, 1, memory_order_relaxed);
+    int r = __pthread_mutex_trylock(m);
+    if (r != EBUSY) return r; /* 0, EOWNERDEAD, ...: the same meaning as from lock */
+    uint64_t t0 = mono_ns();
+    r = __pthread_mutex_lock(m);
+    note_wait(c, mono_ns() - t0);
+    return r;
+}
+
+/* A wait in progress on this thread: the mutex whose try failed, and when. */
+static __thread pthread_mutex_t *waiting_on;
+static __thread uint64_t waiting_since;
+
+__attribute__((visibility("default"))) int pthread_mutex_trylock(pthread_mutex_t *m)
+{
+    int r = __pthread_mutex_trylock(m);
+    int kind = kind_of(m);
+    if (kind == KIND_OTHER) return r;
+    if (r != EBUSY) {
+        atomic_fetch_add_explicit(&counts[kind].acquisitions, 1, memory_order_relaxed);
+        waiting_on = NULL;
+    } else {
+        waiting_on = m, waiting_since = mono_ns();
+    }
+    return r;
+}
+
+__attribute__((visibility("default"))) int pthread_mutex_timedlock(pthread_mutex_t *m,
+                                                                   const struct timespec *at)
+{
+    static int (*next)(pthread_mutex_t *, const struct timespec *);
+    if (!next)
+        next = (int (*)(pthread_mutex_t *, const struct timespec *))dlsym(
+            RTLD_NEXT, "pthread_mutex_timedlock");
+    if (!next) return EINVAL;
+    int r = next(m, at);
+    int kind = kind_of(m);
+    if (kind == KIND_OTHER) return r;
+    if (waiting_on != m) waiting_on = m, waiting_since = mono_ns(); /* no try first: from now */
+    if (r == ETIMEDOUT) return r; /* still waiting (or the caller gives up: see below) */
+    atomic_fetch_add_explicit(&counts[kind].acquisitions, 1, memory_order_relaxed);
+    note_wait(&counts[kind], mono_ns() - waiting_since);
+    waiting_on = NULL;
     return r;
 }
 
