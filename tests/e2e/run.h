@@ -16,6 +16,19 @@ struct run_result {
     char out[16384];
 };
 
+/* NULL-terminated argument and environment lists for run_prog. */
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define ENV(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* In a Criterion test: r's output has the line "key: value" (run_field). */
+#define RUN_EXPECT_FIELD(r, key, value)                                                            \
+    do {                                                                                           \
+        char got_[256];                                                                            \
+        const char *g_ = run_field((r), (key), got_, sizeof got_);                                 \
+        cr_assert(g_, "no \"%s\" line in:\n%s", (key), (r)->out);                                  \
+        cr_expect_str_eq(g_, (value), "%s: %s (expected %s)", (key), g_, (value));                 \
+    } while (0)
+
 /* Name this test's machine and domain; call from .init. */
 void run_setup(const char *test_name);
 

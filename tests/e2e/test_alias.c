@@ -18,18 +18,9 @@ static void setup(void)
 }
 TestSuite(alias, .init = setup, .fini = run_cleanup, .timeout = 60);
 
-#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
-#define ENV(...) ((const char *const[]){__VA_ARGS__, NULL})
-
 static struct run_result r;
-static char buf[256];
 
-static void expect_field(const char *key, const char *value)
-{
-    const char *got = run_field(&r, key, buf, sizeof buf);
-    cr_assert(got, "no \"%s\" line in:\n%s", key, r.out);
-    cr_expect_str_eq(got, value, "%s: %s (expected %s)", key, got, value);
-}
+#define expect_field(key, value) RUN_EXPECT_FIELD(&r, key, value)
 
 Test(alias, aliased_driver_functions_are_protected_through_the_resolver_door)
 {

@@ -15,8 +15,6 @@ static void setup(void)
 }
 TestSuite(errors, .init = setup, .fini = run_cleanup, .timeout = 60);
 
-#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
-
 static struct run_result bare, shim;
 static char buf[256];
 

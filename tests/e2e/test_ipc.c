@@ -25,18 +25,10 @@ static void setup(void)
 }
 TestSuite(ipc, .init = setup, .fini = run_cleanup, .timeout = 60);
 
-#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
-#define ENV(...) ((const char *const[]){__VA_ARGS__, NULL})
-
 static struct run_result r;
 static char buf[256];
 
-static void expect_field(const char *key, const char *value)
-{
-    const char *got = run_field(&r, key, buf, sizeof buf);
-    cr_assert(got, "no \"%s\" line in:\n%s", key, r.out);
-    cr_expect_str_eq(got, value, "%s: %s (expected %s)", key, got, value);
-}
+#define expect_field(key, value) RUN_EXPECT_FIELD(&r, key, value)
 
 static bool keep_mode(void)
 {

@@ -29,8 +29,6 @@ static void teardown(void)
 }
 TestSuite(leaks, .init = setup, .fini = teardown, .timeout = 60);
 
-#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
-
 #define SIZE "4194304" /* 4.0 MiB */
 
 static struct run_result r;

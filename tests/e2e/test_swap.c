@@ -19,9 +19,6 @@ static void setup(void)
 }
 TestSuite(swap, .init = setup, .fini = run_cleanup, .timeout = 120);
 
-#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
-#define ENV(...) ((const char *const[]){__VA_ARGS__, NULL})
-
 static char buf[256];
 
 static void need_train(void)
