@@ -96,10 +96,10 @@ struct reg_block {
     uint32_t lease_head; /* derived: this block's leases */
     uint64_t reserved[2];
     /* Observability (ABI 2), under the registry lock; nothing decides on them: */
-    int32_t exporter_pid; /* copied from the exporter's holder at creation */
-    uint32_t claimed;     /* hand-offs claimed by an importer's first open */
-    uint32_t expired;     /* hand-offs that expired unclaimed */
-    uint32_t rules;       /* BLOCK_RULE_*: the exporter's options, obeyed by every process */
+    int32_t exporter_pid;   /* copied from the exporter's holder at creation */
+    uint32_t claimed;       /* hand-offs claimed by an importer's first open */
+    uint32_t expired;       /* hand-offs that expired unclaimed */
+    uint32_t rules;         /* BLOCK_RULE_*: the exporter's options, obeyed by every process */
     uint64_t orphaned_ns;   /* CLOCK_MONOTONIC when it became ORPHANED, else 0 */
     char exporter_comm[16]; /* the exporter's command name */
 };

@@ -426,7 +426,8 @@ Test(ipc, exporters_window_rule_is_obeyed_by_an_importer_with_send)
     cr_assert_eq(importer_open(&a, 1, &pa), IPC_REAL);
     cr_assert_eq(ipc_free_begin(BASE), IPC_DONE);
     cr_assert_eq(importer_close(&a, pa), IPC_REAL);
-    cr_assert_eq(v.blocks[bi].pending, 1, "re-armed by the importer's last close, by the exporter's rule");
+    cr_assert_eq(v.blocks[bi].pending, 1,
+                 "re-armed by the importer's last close, by the exporter's rule");
     importer_stop(&a);
 }
 
