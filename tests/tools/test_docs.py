@@ -67,7 +67,7 @@ GPU_ONLY = "needs a GPU and the library; scripts/gpu-check runs it, here its Pyt
 COMMANDS = {
     # README.md
     "scripts/ipcshim-run --demo": Covered("tests/e2e/test_launcher.c", "demo_shows_the_use_after_free_and_the_protection"),
-    "scripts/test": Covered("scripts/test", "meson test -C", "the entry point that runs every suite, this one included"),
+    "scripts/test --install-deps": Covered(".ci/run", "scripts/test --install-deps", "what CI runs: every suite, this one included"),
     "scripts/ipcshim-run -- ./producer &":
         Run("mkfifo h; {src}/scripts/ipcshim-run -- ./producer > h & {src}/scripts/ipcshim-run -- ./consumer < h; "
             "s=$?; wait; rm -f h; exit $s", "consumer read 0x1010101",
