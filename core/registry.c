@@ -535,16 +535,33 @@ int registry_fd(struct registry *r)
 
 enum { OWNER_HOLDER, OWNER_BOGUS };
 
+static uint32_t own_pidns(void);
+
+/* Is an active holder of this registry in another PID namespace? Then a
+ * thread id in the lock word may be that namespace's, unknowable here. */
+static bool foreign_holders(const struct registry *r)
+{
+    uint32_t mine = own_pidns();
+    for (uint32_t i = 0; i < r->max_holders; i++) {
+        const struct reg_holder *h = &r->holders[i];
+        uint32_t ns = __atomic_load_n(&h->pidns, __ATOMIC_RELAXED);
+        if (LOAD_STATE(h->state) == HOLDER_ACTIVE && ns && mine && ns != mine) return true;
+    }
+    return false;
+}
+
 /* Is the thread named by the lock word a possible holder of this registry?
  * A real owner maps the registry (it mapped it before locking); a thread
  * that no longer exists, or whose process does not map this file, can only
- * be named by a corrupt word -- or by a holder in another PID namespace,
- * which is not supported (liveness by pid cannot work there either).
- * Unknown (/proc unreadable) counts as a holder. */
+ * be named by a corrupt word -- unless holders of another PID namespace
+ * share the registry (a pod sharing /dev/shm): their thread ids mean
+ * nothing here, so no word is judged corrupt then (the wait stays bounded;
+ * a real owner's death is still marked by the kernel). Unknown (/proc
+ * unreadable) counts as a holder. */
 static int owner_verdict(const struct registry *r, int tid)
 {
     char path[40], line[512];
-    if (tid <= 0) return OWNER_HOLDER;
+    if (tid <= 0 || foreign_holders(r)) return OWNER_HOLDER;
     snprintf(path, sizeof path, "/proc/%d/maps", tid); /* any thread id, not only processes */
     FILE *f = fopen(path, "re");
     if (!f) return errno == ENOENT || errno == ESRCH ? OWNER_BOGUS : OWNER_HOLDER;
@@ -739,6 +756,14 @@ void registry_repair(struct registry *r)
 
 /* ---- holders ---- */
 
+/* This process's PID namespace: the inode of /proc/self/ns/pid (fits 32
+ * bits: the kernel numbers namespace inodes below 2^32), 0 when unknown. */
+static uint32_t own_pidns(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
+}
+
 uint32_t reg_holder_attach(struct registry *r, uint64_t nonce)
 {
     pid_t pid = getpid();
@@ -760,6 +785,7 @@ uint32_t reg_holder_attach(struct registry *r, uint64_t nonce)
         if (liveness_lock_byte(fd, r->lock_base + i) != 0) continue;
         if (state != HOLDER_FREE) reg_holder_sweep(r, i); /* whatever it claimed goes */
         h->pid = (int32_t)pid;
+        h->pidns = own_pidns();
         h->start_time = start;
         h->nonce = nonce;
         h->attach_ns = reg_now_ns();
@@ -797,11 +823,23 @@ static bool holder_byte_locked(struct registry *r, uint32_t idx)
     return liveness_byte_state(fd, off) != 0;
 }
 
+/* The pid and start-time rule applies only to a holder of our own PID
+ * namespace (or of an unknown one: records of earlier builds); in another
+ * namespace its pid names some other process here, so the lock decides. */
+static bool same_pidns(const struct reg_holder *h)
+{
+    static uint32_t mine;
+    if (!mine) mine = own_pidns();
+    uint32_t theirs = __atomic_load_n(&h->pidns, __ATOMIC_RELAXED);
+    return !theirs || !mine || theirs == mine;
+}
+
 bool reg_holder_alive(struct registry *r, uint32_t idx)
 {
     struct reg_holder *h = reg_holder_at(r, idx);
     if (!h || LOAD_STATE(h->state) != HOLDER_ACTIVE) return false;
-    return holder_byte_locked(r, idx) && liveness_pid_alive(h->pid, h->start_time);
+    if (!holder_byte_locked(r, idx)) return false;
+    return !same_pidns(h) || liveness_pid_alive(h->pid, h->start_time);
 }
 
 bool reg_holder_alive_quick(struct registry *r, uint32_t idx)

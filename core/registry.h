@@ -70,7 +70,10 @@ struct reg_holder {
     int32_t pid;
     uint32_t state; /* HOLDER_* */
     uint32_t wake;  /* futex word: bumped to wake this holder's collector */
-    uint32_t reserved[7];
+    /* Its PID namespace (inode of /proc/self/ns/pid; 0 unknown). Across
+     * namespaces a pid means nothing: liveness rests on the lock alone. */
+    uint32_t pidns;
+    uint32_t reserved[6];
     /* Observability (ABI 2; written by the holder itself before `state`): */
     char comm[16]; /* its command name (PR_GET_NAME), NUL-terminated */
 };

@@ -4,8 +4,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stddef.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 static void setup(void)
 {
@@ -45,7 +48,8 @@ Test(registry, layout_pinned)
     cr_assert_eq(offsetof(struct reg_holder, pid), 24);
     cr_assert_eq(offsetof(struct reg_holder, state), 28);
     cr_assert_eq(offsetof(struct reg_holder, wake), 32);
-    cr_assert_eq(offsetof(struct reg_holder, reserved), 36);
+    cr_assert_eq(offsetof(struct reg_holder, pidns), 36);
+    cr_assert_eq(offsetof(struct reg_holder, reserved), 40);
 
     cr_assert_eq(sizeof(struct reg_block), 200);
     cr_assert_eq(offsetof(struct reg_block, exporter_pid), 160);
@@ -387,4 +391,67 @@ Test(registry, malformed_capacity_keeps_the_default)
     cr_assert_eq(options_get()->max_leases, 65536);
     test_option("MAX_BLOCKS", "4096");
     cr_assert_eq(options_get()->max_blocks, 4096);
+}
+
+/* Containers: a holder in another PID namespace (a pod sharing /dev/shm)
+ * has a pid that means something else here; its lock byte alone says it is
+ * alive, and its exit (the kernel drops the lock) says it is not. */
+Test(registry, holder_in_another_pid_namespace_is_judged_by_its_lock, .timeout = 20)
+{
+    struct registry r;
+    open_view(&r);
+    int up[2], down[2];
+    cr_assert_eq(pipe(up), 0);
+    cr_assert_eq(pipe(down), 0);
+    pid_t c = fork();
+    if (c == 0) {
+        close(up[0]);
+        close(down[1]); /* so that the parent's close is the end of the pipe */
+        if (unshare(CLONE_NEWPID) != 0) _exit(77); /* not allowed here */
+        bool own_proc =
+            unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0;
+        pid_t g = fork(); /* pid 1 of the new namespace */
+        if (g == 0) {
+            /* A container's own /proc, where pid 1 is this process: the start
+             * time it records is its own, not the host's init's. */
+            if (own_proc) (void)!mount("proc", "/proc", "proc", 0, NULL);
+            struct registry mine;
+            uint32_t idx = REG_NONE;
+            struct reg_caps caps = {(uint32_t)options_get()->max_holders,
+                                    (uint32_t)options_get()->max_blocks,
+                                    (uint32_t)options_get()->max_leases};
+            if (registry_open(&mine, options_get()->domain, &caps) == 0 &&
+                registry_lock(&mine) == 0) {
+                idx = reg_holder_attach(&mine, 77);
+                registry_unlock(&mine);
+            }
+            if (write(up[1], &idx, sizeof idx) != sizeof idx) _exit(3);
+            char x;
+            (void)!read(down[0], &x, 1); /* until the parent closes it */
+            _exit(0);
+        }
+        int st = 0;
+        waitpid(g, &st, 0);
+        _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 4);
+    }
+    close(up[1]);
+    close(down[0]);
+    uint32_t idx = REG_NONE;
+    ssize_t n = read(up[0], &idx, sizeof idx);
+    if (n != sizeof idx) {
+        int st = 0;
+        waitpid(c, &st, 0);
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 77)
+            cr_skip_test("unshare(CLONE_NEWPID) is not allowed here");
+        cr_assert_fail("the child in a new PID namespace did not attach (status %d)", st);
+    }
+    cr_assert_neq(idx, REG_NONE);
+    cr_assert_eq(r.holders[idx].pid, 1, "pid 1 in its own namespace");
+    cr_assert_neq(r.holders[idx].pidns, 0);
+    cr_assert(reg_holder_alive(&r, idx), "alive by its lock, whatever pid 1 is here");
+    close(down[1]);
+    int st = 0;
+    waitpid(c, &st, 0);
+    cr_assert_not(reg_holder_alive(&r, idx), "dead once its lock went with it");
+    registry_close(&r);
 }
