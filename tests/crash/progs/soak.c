@@ -200,8 +200,7 @@ static int producer(uint32_t salt, int blocks, size_t size)
             printf("bye\n");
             fflush(stdout);
             return 0;
-        }
-        else if (sscanf(line, "burst %d", &k) == 1 && k > 0) {
+        } else if (sscanf(line, "burst %d", &k) == 1 && k > 0) {
             for (int i = 0; i < k; i++) {
                 uint64_t p = 0;
                 unsigned char h[64];
@@ -222,7 +221,8 @@ static int producer(uint32_t salt, int blocks, size_t size)
 static unsigned long long tracked_opens(void)
 {
     static int (*stats)(struct ipcshim_stats *, size_t);
-    if (!stats) stats = (int (*)(struct ipcshim_stats *, size_t))dlsym(RTLD_DEFAULT, "ipcshim_stats");
+    if (!stats)
+        stats = (int (*)(struct ipcshim_stats *, size_t))dlsym(RTLD_DEFAULT, "ipcshim_stats");
     struct ipcshim_stats s = {0};
     if (stats) stats(&s, sizeof s);
     return s.opens;
