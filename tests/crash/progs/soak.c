@@ -13,13 +13,28 @@
  *       and if that is short tries an allocation the size of the device,
  *       which makes the shim collect under pressure ("pressure free=F").
  *       End of stdin: exit.
- *   soak consumer SALT SIZE SEED FLAG HEX...
+ *       More commands (the long soak, scripts/soak): "reset" frees every
+ *       block still allocated (those open elsewhere wait in limbo), calls
+ *       cudaDeviceReset, then allocates BLOCKS blocks of its own (never
+ *       exported) and fills them; "verify" checks them ("LOST own block K
+ *       word I" when damaged: a deferred free hit the new allocation);
+ *       "burst N" exports N blocks of 4 KiB that nobody opens and frees
+ *       them ("burst N done expired=E"); "final" verifies the own blocks
+ *       too, and reports "stats handoffs_expired=E".
+ *   soak consumer [--clobber] SALT SIZE SEED FLAG HEX...
  *       until end of stdin: opens, re-opens, reads, verifies and closes the
  *       blocks at random. Prints "ready" once every block was opened. Data
  *       that is not the pattern is a lost block -- "POISON ..." and exit 3 --
  *       unless the file FLAG exists (the orchestrator creates it before it
  *       kills the producer: then the exporter is dead and its memory gone).
  *       At end of stdin closes everything: "done opens=.. refused=.. ...".
+ *       An open that the shim passed through untracked (its registry lock
+ *       was held past IPCSHIM_LOCK_WAIT by a stopped process: the shim's
+ *       opens counter did not move) is unprotected by design: bad data read
+ *       through it is counted ("unprotected=N"), not reported as lost.
+ *       --clobber: now and then close every descriptor >= 3 (the shim's
+ *       registry descriptor among them; closefrom-style) and open files that
+ *       take their numbers ("clobbers=N").
  *   soak check SALT
  *       the registry still works: allocates, exports, has a child process
  *       (this program again, "soak open SALT SIZE HEX") open, verify and
@@ -35,8 +50,10 @@
 #include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "../../e2e/progs/hex.h"
@@ -107,9 +124,11 @@ static int poll_line(char *line, size_t n, int wait_ms)
 
 static int producer(uint32_t salt, int blocks, size_t size)
 {
-    uint64_t ptr[MAX_BLOCKS];
+    uint64_t ptr[MAX_BLOCKS], own[MAX_BLOCKS] = {0};
     bool freed[MAX_BLOCKS] = {0};
     char hex[129], line[128];
+    uint32_t *host = malloc(size);
+    if (!host) die("malloc", -1);
     int r = api.init(0);
     if (r) die("init", r);
     size_t total, baseline = free_bytes(&total);
@@ -128,7 +147,32 @@ static int producer(uint32_t salt, int blocks, size_t size)
         if (sscanf(line, "free %d", &k) == 1 && k >= 0 && k < blocks && !freed[k]) {
             freed[k] = true;
             printf("freed %d %d\n", k, api.free(ptr[k]));
-        } else if (!strncmp(line, "final", 5)) {
+        } else if (!strncmp(line, "reset", 5)) {
+            for (int b = 0; b < blocks; b++)
+                if (!freed[b]) freed[b] = true, api.free(ptr[b]);
+            for (int b = 0; b < blocks; b++)
+                if (own[b]) api.free(own[b]), own[b] = 0;
+            int (*reset)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "cudaDeviceReset");
+            r = reset ? reset() : -1;
+            api.init(0);
+            for (int b = 0; b < blocks; b++) {
+                if (api.alloc(&own[b], size)) die("alloc after reset", -1);
+                fill(own[b], salt ^ 0x5a5a5a5au, b, size);
+            }
+            printf("reset %d\n", r);
+        } else if (!strncmp(line, "verify", 6) || !strncmp(line, "final", 5)) {
+            for (int b = 0; b < blocks; b++) {
+                size_t at = 0;
+                int v = own[b] ? verify(own[b], salt ^ 0x5a5a5a5au, b, size, host, &at) : 0;
+                if (v) printf("LOST own block %d word %zu (%d)\n", b, at, v);
+            }
+            if (strncmp(line, "final", 5)) {
+                printf("verified\n");
+                fflush(stdout);
+                continue;
+            }
+            for (int b = 0; b < blocks; b++)
+                if (own[b]) api.free(own[b]), own[b] = 0;
             for (int b = 0; b < blocks; b++)
                 if (!freed[b])
                     freed[b] = true, r = api.free(ptr[b]),
@@ -148,9 +192,23 @@ static int producer(uint32_t salt, int blocks, size_t size)
                 if (!api.alloc(&big, total)) api.free(big);
                 printf("pressure free=%zu\n", free_bytes(NULL));
             }
+            int (*stats)(struct ipcshim_stats *, size_t) =
+                (int (*)(struct ipcshim_stats *, size_t))dlsym(RTLD_DEFAULT, "ipcshim_stats");
+            struct ipcshim_stats s = {0};
+            if (stats) stats(&s, sizeof s);
+            printf("stats handoffs_expired=%llu\n", (unsigned long long)s.handoffs_expired);
             printf("bye\n");
             fflush(stdout);
             return 0;
+        } else if (sscanf(line, "burst %d", &k) == 1 && k > 0) {
+            for (int i = 0; i < k; i++) {
+                uint64_t p = 0;
+                unsigned char h[64];
+                if (api.alloc(&p, 4096)) break;
+                api.get_handle(h, p);
+                api.free(p);
+            }
+            printf("burst %d done\n", k);
         }
         fflush(stdout);
     }
@@ -159,12 +217,25 @@ static int producer(uint32_t salt, int blocks, size_t size)
 
 /* ---- consumer ---------------------------------------------------------- */
 
+/* The shim's count of tracked opens (0 without the shim). */
+static unsigned long long tracked_opens(void)
+{
+    static int (*stats)(struct ipcshim_stats *, size_t);
+    if (!stats)
+        stats = (int (*)(struct ipcshim_stats *, size_t))dlsym(RTLD_DEFAULT, "ipcshim_stats");
+    struct ipcshim_stats s = {0};
+    if (stats) stats(&s, sizeof s);
+    return s.opens;
+}
+
 static int consumer(uint32_t salt, size_t size, unsigned seed, const char *flag, int blocks,
-                    unsigned char handles[][64])
+                    unsigned char handles[][64], bool clobber)
 {
     uint64_t held[MAX_BLOCKS] = {0};
-    bool opened[MAX_BLOCKS] = {0};
+    bool opened[MAX_BLOCKS] = {0}, untracked[MAX_BLOCKS] = {0};
     int opens = 0, refused = 0, dead_reads = 0, close_errors = 0, ready = 0;
+    int untracked_opens = 0, unprotected = 0, clobbers = 0;
+    bool shim = dlsym(RTLD_DEFAULT, "ipcshim_active") != NULL;
     uint32_t *host = malloc(size);
     char line[64];
     int r = api.init(0);
@@ -173,18 +244,27 @@ static int consumer(uint32_t salt, size_t size, unsigned seed, const char *flag,
     for (;;) {
         if (poll_line(line, sizeof line, 0) < 0) break;
         int k = (int)(rand_r(&seed) % (unsigned)blocks), what = (int)(rand_r(&seed) % 8);
+        if (clobber && rand_r(&seed) % 300 == 0) { /* closefrom(3), then files take the numbers */
+            syscall(SYS_close_range, 3u, ~0u, 0u);
+            for (int i = 0; i < 4; i++)
+                open("/dev/null", O_RDONLY);
+            clobbers++;
+        }
         if (!held[k]) {
             uint64_t p = 0;
+            unsigned long long before = tracked_opens();
             if ((r = api.open(&p, handles[k]))) {
                 refused++; /* freed and gone, or its exporter died: an error, never poison */
                 usleep(200);
                 continue;
             }
             held[k] = p;
+            untracked[k] = shim && tracked_opens() == before;
+            untracked_opens += untracked[k];
             opens++;
             if (!opened[k]) opened[k] = true, ready++;
             if (ready == blocks) printf("ready\n"), fflush(stdout), ready++;
-        } else if (what == 0) {
+        } else if (what == 0 && !untracked[k]) {
             uint64_t again = 0;
             if (!api.open(&again, handles[k])) { /* counted twice, then once */
                 opens++;
@@ -199,6 +279,12 @@ static int consumer(uint32_t salt, size_t size, unsigned seed, const char *flag,
         size_t at = 0;
         int v = verify(held[k], salt, k, size, host, &at);
         if (v == 0) continue;
+        if (untracked[k]) { /* passed through untracked: unprotected, as without the shim */
+            unprotected++;
+            api.close(held[k]);
+            held[k] = 0;
+            continue;
+        }
         if (access(flag, F_OK) == 0) { /* the exporter was killed: its memory is gone */
             dead_reads++;
             continue;
@@ -215,8 +301,9 @@ static int consumer(uint32_t salt, size_t size, unsigned seed, const char *flag,
     }
     for (int k = 0; k < blocks; k++)
         if (held[k] && api.close(held[k])) close_errors++;
-    printf("done opens=%d refused=%d dead_reads=%d close_errors=%d\n", opens, refused, dead_reads,
-           close_errors);
+    printf("done opens=%d refused=%d dead_reads=%d close_errors=%d untracked=%d unprotected=%d "
+           "clobbers=%d\n",
+           opens, refused, dead_reads, close_errors, untracked_opens, unprotected, clobbers);
     fflush(stdout);
     return 0;
 }
@@ -299,6 +386,8 @@ int main(int argc, char **argv)
         return producer((uint32_t)strtoul(argv[2], NULL, 10), blocks,
                         strtoull(argv[4], NULL, 10) & ~(size_t)3);
     }
+    bool clobber = argc > 2 && !strcmp(argv[1], "consumer") && !strcmp(argv[2], "--clobber");
+    if (clobber) argv[2] = argv[1], argv++, argc--;
     if (argc >= 7 && !strcmp(argv[1], "consumer")) {
         static unsigned char handles[MAX_BLOCKS][64];
         int blocks = argc - 6;
@@ -307,7 +396,7 @@ int main(int argc, char **argv)
             if (from_hex(argv[6 + b], handles[b], 64)) return 2;
         return consumer((uint32_t)strtoul(argv[2], NULL, 10),
                         strtoull(argv[3], NULL, 10) & ~(size_t)3,
-                        (unsigned)strtoul(argv[4], NULL, 10), argv[5], blocks, handles);
+                        (unsigned)strtoul(argv[4], NULL, 10), argv[5], blocks, handles, clobber);
     }
     if (argc == 3 && !strcmp(argv[1], "check")) return check((uint32_t)strtoul(argv[2], NULL, 10));
     if (argc == 5 && !strcmp(argv[1], "open"))
