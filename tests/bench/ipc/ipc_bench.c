@@ -7,7 +7,7 @@
  *   ipc-bench cycle   [--cycles N] [--reps R] [--size B]
  *   ipc-bench scale   [--blocks N] [--sample K] [--rounds R] [--size B]
  *   ipc-bench reclaim [--samples N] [--size B] [--scratch-us U] [--timeout-ms T]
- *                     [--procs P] [--budget-s S]
+ *                     [--procs P] [--budget-s S] [--pace-us U]
  *   ipc-bench storm   [--procs P] [--blocks B] [--seconds S] [--size B]
  *   ipc-bench exit    [--blocks N] [--size B]
  *
@@ -31,7 +31,7 @@ enum { D_TO_CHILD, D_TO_PARENT, D_READY, D_GO }; /* doors */
 
 struct args {
     long pairs, reps, size, cycles, blocks, sample, rounds, samples, scratch_us, timeout_ms, procs;
-    long limbo, budget_s;
+    long limbo, budget_s, pace_us;
     double seconds;
     bool export_one, once;
 };
@@ -52,6 +52,7 @@ static void parse(int argc, char **argv, struct args *a)
         OPT("scratch-us", scratch_us) OPT("timeout-ms", timeout_ms) OPT("procs", procs);
         OPT("limbo", limbo);
         OPT("budget-s", budget_s);
+        OPT("pace-us", pace_us);
 #undef OPT
         if (!strcmp(k, "--seconds")) {
             a->seconds = strtod(v, NULL);
@@ -411,7 +412,7 @@ static int reclaim_child(struct chan *c)
 }
 
 static int storm_start(const char *self, struct chan *c, int fd, long procs, long blocks,
-                       int *pids);
+                       long pace_us, int *pids);
 
 static int fig_reclaim(const struct args *a, const char *self)
 {
@@ -441,7 +442,7 @@ static int fig_reclaim(const struct args *a, const char *self)
         atomic_store(&sc->t_stop_ns, a->budget_s > 0
                                          ? now_ns() + 2ull * (uint64_t)a->budget_s * 1000000000ull
                                          : UINT64_MAX);
-        storm_start(self, sc, sfd, others, sb, spids);
+        storm_start(self, sc, sfd, others, sb, a->pace_us, spids);
     }
     int fd;
     struct chan *c = chan_create(0, &fd);
@@ -547,7 +548,8 @@ static int fig_reclaim(const struct args *a, const char *self)
 
 /* ---- figure 5: P importers opening and closing the same blocks ---------- */
 
-static int storm_child(struct chan *c, long idx, long blocks)
+/* pace_us > 0: sleep that long after each open+close (figure 8's importers). */
+static int storm_child(struct chan *c, long idx, long blocks, long pace_us)
 {
     cuda_ready();
     atomic_fetch_add(&c->ready, 1);
@@ -574,6 +576,7 @@ static int storm_child(struct chan *c, long idx, long blocks)
         if (d2 > max) max = d2;
         over += (d1 > 1000000) + (d2 > 1000000);
         ops += 2;
+        if (pace_us > 0) usleep((useconds_t)pace_us);
     }
     bool probe = probe_stats(&reg, &sim);
     double *s = c->slot[idx];
@@ -596,13 +599,19 @@ static int storm_child(struct chan *c, long idx, long blocks)
 /* Spawns procs storm children over the blocks in c->data, waits until all
  * are ready and lets them go; they run until c->t_stop_ns (re-read every
  * call). Their pids in pids[]. Returns 0. */
-static int storm_start(const char *self, struct chan *c, int fd, long procs, long blocks, int *pids)
+static int storm_start(const char *self, struct chan *c, int fd, long procs, long blocks,
+                       long pace_us, int *pids)
 {
-    char fds[32], bl[32];
+    char fds[32], bl[32], pace[32];
     for (long i = 0; i < procs; i++) {
         char idx[32];
-        char *argv[] = {(char *)self,     "storm-child",        fmt_long(fds, fd),
-                        fmt_long(idx, i), fmt_long(bl, blocks), NULL};
+        char *argv[] = {(char *)self,
+                        "storm-child",
+                        fmt_long(fds, fd),
+                        fmt_long(idx, i),
+                        fmt_long(bl, blocks),
+                        fmt_long(pace, pace_us),
+                        NULL};
         pids[i] = spawn_self(argv);
     }
     uint32_t seen = door_seq(c, D_READY);
@@ -631,7 +640,7 @@ static int fig_storm(const struct args *a, const char *self)
     uint64_t t_spawn = now_ns();
     /* A stop time before any child can read it is set, so none stops early. */
     atomic_store(&c->t_stop_ns, UINT64_MAX);
-    storm_start(self, c, fd, a->procs, a->blocks, pids);
+    storm_start(self, c, fd, a->procs, a->blocks, 0, pids);
     uint64_t t0 = now_ns();
     double startup_ms = (double)(t0 - t_spawn) / 1e6;
     atomic_store(&c->t_stop_ns, t0 + (uint64_t)(a->seconds * 1e9));
@@ -744,7 +753,8 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "exit-child"))
         return exit_child(chan_attach(atoi(argv[2])), atol(argv[3]), (size_t)atol(argv[4]));
     if (!strcmp(cmd, "storm-child"))
-        return storm_child(chan_attach(atoi(argv[2])), atol(argv[3]), atol(argv[4]));
+        return storm_child(chan_attach(atoi(argv[2])), atol(argv[3]), atol(argv[4]),
+                           argc > 5 ? atol(argv[5]) : 0);
 
     struct args a = {.pairs = 100000,
                      .reps = 7,
