@@ -358,7 +358,7 @@ static int fig_scale(const struct args *a, const char *self)
     return status ? 2 : 0;
 }
 
-/* Per-child results of a storm (figure 5, and figure 4's --procs). */
+/* Per-child results of a storm (figure 5, and figure 8: reclaim --procs). */
 enum {
     ST_OPS,
     ST_MAX_NS,
