@@ -94,6 +94,8 @@ void cuda_ready(void);
 bool shim_loaded(void);
 /* frees_reclaimed from ipcshim_stats, or 0 without the shim. */
 uint64_t shim_frees_reclaimed(void);
+/* limbo_blocks from ipcshim_stats (blocks in limbo now), or 0 without the shim. */
+uint64_t shim_blocks_in_limbo(void);
 
 /* Lock-wait probe (libipcbench-probe.so, preloaded for figure 5). */
 struct probe_lock_stats {

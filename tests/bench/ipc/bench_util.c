@@ -132,7 +132,8 @@ bool shim_loaded(void)
     return active != NULL;
 }
 
-uint64_t shim_frees_reclaimed(void)
+/* The shim's counters, or false without the shim. */
+static bool shim_stats(struct ipcshim_stats *s)
 {
     static int (*stats)(struct ipcshim_stats *, size_t);
     static bool looked;
@@ -140,9 +141,19 @@ uint64_t shim_frees_reclaimed(void)
         stats = (int (*)(struct ipcshim_stats *, size_t))dlsym(RTLD_DEFAULT, "ipcshim_stats");
         looked = true;
     }
+    return stats && stats(s, sizeof *s) == 0;
+}
+
+uint64_t shim_frees_reclaimed(void)
+{
     struct ipcshim_stats s;
-    if (!stats || stats(&s, sizeof s) != 0) return 0;
-    return s.frees_reclaimed;
+    return shim_stats(&s) ? s.frees_reclaimed : 0;
+}
+
+uint64_t shim_blocks_in_limbo(void)
+{
+    struct ipcshim_stats s;
+    return shim_stats(&s) ? s.limbo_blocks : 0;
 }
 
 bool probe_stats(struct probe_lock_stats *reg, struct probe_lock_stats *sim)

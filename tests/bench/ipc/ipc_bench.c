@@ -3,10 +3,13 @@
  * session, with and without LD_PRELOAD=libipcshim.so, and compares.
  *
  *   ipc-bench alloc   [--pairs N] [--reps R] [--size B] [--export] [--once]
+ *                     [--limbo K]
  *   ipc-bench cycle   [--cycles N] [--reps R] [--size B]
  *   ipc-bench scale   [--blocks N] [--sample K] [--rounds R] [--size B]
  *   ipc-bench reclaim [--samples N] [--size B] [--scratch-us U] [--timeout-ms T]
+ *                     [--procs P] [--budget-s S] [--pace-us U]
  *   ipc-bench storm   [--procs P] [--blocks B] [--seconds S] [--size B]
+ *   ipc-bench exit    [--blocks N] [--size B]
  *
  * Output: one "key: value value ..." line per figure quantity (times in ns
  * unless the key says otherwise); scripts/bench parses them. Each figure's
@@ -20,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 enum { D_TO_CHILD, D_TO_PARENT, D_READY, D_GO }; /* doors */
@@ -27,6 +31,7 @@ enum { D_TO_CHILD, D_TO_PARENT, D_READY, D_GO }; /* doors */
 
 struct args {
     long pairs, reps, size, cycles, blocks, sample, rounds, samples, scratch_us, timeout_ms, procs;
+    long limbo, budget_s, pace_us;
     double seconds;
     bool export_one, once;
 };
@@ -45,6 +50,9 @@ static void parse(int argc, char **argv, struct args *a)
         OPT("pairs", pairs) OPT("reps", reps) OPT("size", size) OPT("cycles", cycles);
         OPT("blocks", blocks) OPT("sample", sample) OPT("rounds", rounds) OPT("samples", samples);
         OPT("scratch-us", scratch_us) OPT("timeout-ms", timeout_ms) OPT("procs", procs);
+        OPT("limbo", limbo);
+        OPT("budget-s", budget_s);
+        OPT("pace-us", pace_us);
 #undef OPT
         if (!strcmp(k, "--seconds")) {
             a->seconds = strtod(v, NULL);
@@ -82,9 +90,56 @@ static char *fmt_long(char *buf, long v)
 ALLOC_LOOP(bench_alloc_loop)
 ALLOC_LOOP(bench_alloc_warmup)
 
-static int fig_alloc(const struct args *a)
+/* --limbo K: a child opens K exported blocks and holds them while this
+ * process frees them, so that (with the shim) K blocks sit in limbo during
+ * the measured loop. The child closes them and exits at the end. */
+static int limbo_child(struct chan *c, long k)
 {
     cuda_ready();
+    void **p = calloc((size_t)k, sizeof *p);
+    for (long i = 0; i < k; i++) {
+        cudaIpcMemHandle_t h;
+        memcpy(&h, c->data + (size_t)i * 64, sizeof h);
+        CK(cudaIpcOpenMemHandle(&p[i], h, cudaIpcMemLazyEnablePeerAccess));
+    }
+    uint32_t seen = door_seq(c, D_TO_CHILD);
+    door_open(c, D_READY);
+    door_wait(c, D_TO_CHILD, seen, 0);
+    for (long i = 0; i < k; i++)
+        CK(cudaIpcCloseMemHandle(p[i]));
+    free(p);
+    return 0;
+}
+
+static int fig_alloc(const struct args *a, const char *self)
+{
+    cuda_ready();
+    struct chan *lc = NULL;
+    int limbo_pid = 0;
+    if (a->limbo > 0) {
+        int fd;
+        lc = chan_create((size_t)a->limbo * 64, &fd);
+        void **blk = calloc((size_t)a->limbo, sizeof *blk);
+        for (long i = 0; i < a->limbo; i++) {
+            cudaIpcMemHandle_t h;
+            CK(cudaMalloc(&blk[i], 4096));
+            CK(cudaIpcGetMemHandle(&h, blk[i]));
+            memcpy(lc->data + (size_t)i * 64, &h, 64);
+        }
+        char fds[32], kk[32];
+        char *argv[] = {(char *)self, "limbo-child", fmt_long(fds, fd), fmt_long(kk, a->limbo),
+                        NULL};
+        uint32_t ready = door_seq(lc, D_READY);
+        limbo_pid = spawn_self(argv);
+        door_wait(lc, D_READY, ready, 0);
+        /* Free while the child holds them: limbo with the shim. Without it
+         * the simulator may refuse (SIMCUDA_FREE_WHILE_MAPPED) or free: either
+         * way the program goes on, so the result is not checked. */
+        for (long i = 0; i < a->limbo; i++)
+            (void)cudaFree(blk[i]);
+        (void)cudaGetLastError();
+        free(blk);
+    }
     if (a->export_one) {
         /* Make this an exporting process: the shim's free path then looks
          * every pointer up instead of answering from one flag. */
@@ -97,16 +152,24 @@ static int fig_alloc(const struct args *a)
     if (a->once) {
         bench_alloc_loop(a->pairs, (size_t)a->size);
         printf("alloc_once: %ld\n", a->pairs);
-        return 0;
+    } else {
+        double *v = calloc((size_t)a->reps, sizeof *v);
+        for (long r = 0; r < a->reps; r++) {
+            uint64_t t0 = now_ns();
+            bench_alloc_loop(a->pairs, (size_t)a->size);
+            v[r] = (double)(now_ns() - t0) / (double)a->pairs;
+        }
+        print_values("alloc_ns", v, (size_t)a->reps);
+        free(v);
     }
-    double *v = calloc((size_t)a->reps, sizeof *v);
-    for (long r = 0; r < a->reps; r++) {
-        uint64_t t0 = now_ns();
-        bench_alloc_loop(a->pairs, (size_t)a->size);
-        v[r] = (double)(now_ns() - t0) / (double)a->pairs;
+    if (lc) {
+        if (shim_loaded()) {
+            double limbo = (double)shim_blocks_in_limbo();
+            print_values("alloc_limbo_blocks", &limbo, 1);
+        }
+        door_open(lc, D_TO_CHILD);
+        return wait_child(limbo_pid) ? 2 : 0;
     }
-    print_values("alloc_ns", v, (size_t)a->reps);
-    free(v);
     return 0;
 }
 
@@ -295,6 +358,23 @@ static int fig_scale(const struct args *a, const char *self)
     return status ? 2 : 0;
 }
 
+/* Per-child results of a storm (figure 5, and figure 8: reclaim --procs). */
+enum {
+    ST_OPS,
+    ST_MAX_NS,
+    ST_OVER_1MS,
+    ST_REG_CONT,
+    ST_REG_MAX,
+    ST_REG_OVER,
+    ST_REG_ACQ,
+    ST_SIM_CONT,
+    ST_SIM_MAX,
+    ST_SIM_OVER,
+    ST_REG_WAIT,
+    ST_SIM_WAIT,
+    ST_PROBE
+};
+
 /* ---- figure 4: last close -> real free ---------------------------------- */
 
 enum { RC_CLOSE_AT }; /* child's stamp: CLOCK_MONOTONIC just before its close */
@@ -303,11 +383,20 @@ static int reclaim_child(struct chan *c)
 {
     cuda_ready();
     uint32_t seen = door_seq(c, D_TO_CHILD);
+    probe_reset();
     door_open(c, D_READY);
     for (;;) {
         /* 1: open the handle in c->handle */
         seen = door_wait(c, D_TO_CHILD, seen, 0);
-        if (atomic_load(&c->go)) break;
+        if (atomic_load(&c->go)) {
+            struct probe_lock_stats reg, sim;
+            if (probe_stats(&reg, &sim)) { /* its own registry-lock waits */
+                c->slot[0][0] = (double)reg.max_wait_ns;
+                c->slot[0][1] = (double)reg.over_1ms;
+                c->slot[0][2] = 1;
+            }
+            break;
+        }
         cudaIpcMemHandle_t h;
         void *p;
         memcpy(&h, c->handle, sizeof h);
@@ -322,10 +411,39 @@ static int reclaim_child(struct chan *c)
     return 0;
 }
 
+static int storm_start(const char *self, struct chan *c, int fd, long procs, long blocks,
+                       long pace_us, int *pids);
+
 static int fig_reclaim(const struct args *a, const char *self)
 {
     cuda_ready();
     bool shim = shim_loaded();
+    /* --procs P: P importers in all. Besides the one that opens and closes
+     * the measured blocks, P - 1 storm importers open and close 8 other
+     * exported blocks of this process all along (figure 5's loop), so the
+     * last close and the real free compete for the registry lock. */
+    long others = a->procs > 1 ? a->procs - 1 : 0;
+    if (others > CHAN_SLOTS) bench_die("--procs above 129", (int)a->procs, __FILE__, __LINE__);
+    struct chan *sc = NULL;
+    int *spids = NULL, sfd = -1;
+    if (others) {
+        long sb = 8;
+        sc = chan_create((size_t)sb * 64, &sfd);
+        for (long i = 0; i < sb; i++) {
+            void *p;
+            cudaIpcMemHandle_t h;
+            CK(cudaMalloc(&p, (size_t)a->size));
+            CK(cudaIpcGetMemHandle(&h, p));
+            memcpy(sc->data + (size_t)i * 64, &h, 64);
+        }
+        spids = calloc((size_t)others, sizeof *spids);
+        /* Until told, or twice the budget: a sample still waiting then is
+         * dropped (counted in reclaim_cut), not measured without the storm. */
+        atomic_store(&sc->t_stop_ns, a->budget_s > 0
+                                         ? now_ns() + 2ull * (uint64_t)a->budget_s * 1000000000ull
+                                         : UINT64_MAX);
+        storm_start(self, sc, sfd, others, sb, a->pace_us, spids);
+    }
     int fd;
     struct chan *c = chan_create(0, &fd);
     char fds[32];
@@ -337,7 +455,12 @@ static int fig_reclaim(const struct args *a, const char *self)
     long missed = 0;
     uint32_t seen = door_seq(c, D_TO_PARENT);
     uint64_t next_scratch = now_ns();
-    for (long i = 0; i < a->samples; i++) {
+    /* --budget-s: stop taking samples after this long (a storm of importers
+     * on 2 CPUs can make one sample take seconds); n is printed. */
+    uint64_t budget_end =
+        a->budget_s > 0 ? now_ns() + (uint64_t)a->budget_s * 1000000000ull : UINT64_MAX;
+    long taken = 0, cut = 0;
+    for (long i = 0; i < a->samples && (i == 0 || now_ns() < budget_end); i++, taken++) {
         void *p;
         cudaIpcMemHandle_t h;
         CK(cudaMalloc(&p, (size_t)a->size));
@@ -383,38 +506,50 @@ static int fig_reclaim(const struct args *a, const char *self)
             t_free = now_ns();
         }
         uint64_t t_close = __atomic_load_n(&c->stamp[RC_CLOSE_AT], __ATOMIC_ACQUIRE);
+        if (sc && t_free >= atomic_load(&sc->t_stop_ns)) {
+            cut++; /* the storm had ended: not a sample under load */
+            break;
+        }
         lat[i] = (double)(t_free - t_close) / 1e3;
     }
     atomic_store(&c->go, 1);
     door_open(c, D_TO_CHILD);
     int status = wait_child(pid);
-    print_values("reclaim_us", lat, (size_t)a->samples);
-    double m = median(lat, (size_t)a->samples), p99 = quantile(lat, (size_t)a->samples, 0.99);
-    print_values("reclaim_median_us", &m, 1);
-    print_values("reclaim_p99_us", &p99, 1);
+    double reg_max = c->slot[0][2] > 0 ? c->slot[0][0] : -1, reg_over = c->slot[0][1];
+    double storm_ops = 0;
+    if (others) {
+        atomic_store(&sc->t_stop_ns, 0);
+        for (long i = 0; i < others; i++) {
+            status |= wait_child(spids[i]) != 0;
+            double *s = sc->slot[i];
+            storm_ops += s[ST_OPS];
+            if (s[ST_PROBE] > 0) {
+                if (s[ST_REG_MAX] > reg_max) reg_max = s[ST_REG_MAX];
+                reg_over += s[ST_REG_OVER];
+            }
+        }
+    }
+    print_values("reclaim_importers", (double[]){(double)(others + 1)}, 1);
+    print_values("reclaim_storm_calls", &storm_ops, 1);
+    if (reg_max >= 0) { /* the probe was preloaded */
+        print_values("reclaim_reg_lock_max_wait_us", (double[]){reg_max / 1e3}, 1);
+        print_values("reclaim_reg_lock_waits_over_1ms", &reg_over, 1);
+    }
+    print_values("reclaim_cut", (double[]){(double)cut}, 1);
+    if (taken > 0) {
+        print_values("reclaim_us", lat, (size_t)taken);
+        double m = median(lat, (size_t)taken), p99 = quantile(lat, (size_t)taken, 0.99);
+        print_values("reclaim_median_us", &m, 1);
+        print_values("reclaim_p99_us", &p99, 1);
+    }
     print_values("reclaim_missed", (double[]){(double)missed}, 1);
     return status ? 2 : 0;
 }
 
 /* ---- figure 5: P importers opening and closing the same blocks ---------- */
 
-enum {
-    ST_OPS,
-    ST_MAX_NS,
-    ST_OVER_1MS,
-    ST_REG_CONT,
-    ST_REG_MAX,
-    ST_REG_OVER,
-    ST_REG_ACQ,
-    ST_SIM_CONT,
-    ST_SIM_MAX,
-    ST_SIM_OVER,
-    ST_REG_WAIT,
-    ST_SIM_WAIT,
-    ST_PROBE
-};
-
-static int storm_child(struct chan *c, long idx, long blocks)
+/* pace_us > 0: sleep that long after each open+close (figure 8's importers). */
+static int storm_child(struct chan *c, long idx, long blocks, long pace_us)
 {
     cuda_ready();
     atomic_fetch_add(&c->ready, 1);
@@ -422,13 +557,13 @@ static int storm_child(struct chan *c, long idx, long blocks)
     uint32_t go = 0;
     while (!atomic_load(&c->go))
         go = door_wait(c, D_GO, go, 0);
-    uint64_t stop = atomic_load(&c->t_stop_ns), max = 0, ops = 0, over = 0;
+    uint64_t max = 0, ops = 0, over = 0;
     struct probe_lock_stats reg0, sim0, reg, sim;
     probe_reset(); /* count the storm window only, not start-up */
     probe_stats(&reg0, &sim0);
     for (long k = 0;; k++) {
         uint64_t t0 = now_ns();
-        if (t0 >= stop) break;
+        if (t0 >= atomic_load_explicit(&c->t_stop_ns, memory_order_relaxed)) break;
         cudaIpcMemHandle_t h;
         void *p;
         memcpy(&h, c->data + (size_t)((idx + k) % blocks) * 64, sizeof h);
@@ -441,6 +576,7 @@ static int storm_child(struct chan *c, long idx, long blocks)
         if (d2 > max) max = d2;
         over += (d1 > 1000000) + (d2 > 1000000);
         ops += 2;
+        if (pace_us > 0) usleep((useconds_t)pace_us);
     }
     bool probe = probe_stats(&reg, &sim);
     double *s = c->slot[idx];
@@ -460,6 +596,33 @@ static int storm_child(struct chan *c, long idx, long blocks)
     return 0;
 }
 
+/* Spawns procs storm children over the blocks in c->data, waits until all
+ * are ready and lets them go; they run until c->t_stop_ns (re-read every
+ * call). Their pids in pids[]. Returns 0. */
+static int storm_start(const char *self, struct chan *c, int fd, long procs, long blocks,
+                       long pace_us, int *pids)
+{
+    char fds[32], bl[32], pace[32];
+    for (long i = 0; i < procs; i++) {
+        char idx[32];
+        char *argv[] = {(char *)self,
+                        "storm-child",
+                        fmt_long(fds, fd),
+                        fmt_long(idx, i),
+                        fmt_long(bl, blocks),
+                        fmt_long(pace, pace_us),
+                        NULL};
+        pids[i] = spawn_self(argv);
+    }
+    uint32_t seen = door_seq(c, D_READY);
+    while (atomic_load(&c->ready) < (uint32_t)procs)
+        seen = door_wait(c, D_READY, seen, 0);
+    atomic_store(&c->t_start_ns, now_ns());
+    atomic_store(&c->go, 1);
+    door_open(c, D_GO);
+    return 0;
+}
+
 static int fig_storm(const struct args *a, const char *self)
 {
     cuda_ready();
@@ -474,23 +637,13 @@ static int fig_storm(const struct args *a, const char *self)
         memcpy(c->data + (size_t)i * 64, &h, 64);
     }
     int *pids = calloc((size_t)a->procs, sizeof *pids);
-    char fds[32], bl[32];
     uint64_t t_spawn = now_ns();
-    for (long i = 0; i < a->procs; i++) {
-        char idx[32];
-        char *argv[] = {(char *)self,     "storm-child",           fmt_long(fds, fd),
-                        fmt_long(idx, i), fmt_long(bl, a->blocks), NULL};
-        pids[i] = spawn_self(argv);
-    }
-    uint32_t seen = door_seq(c, D_READY);
-    while (atomic_load(&c->ready) < (uint32_t)a->procs)
-        seen = door_wait(c, D_READY, seen, 0);
-    double startup_ms = (double)(now_ns() - t_spawn) / 1e6;
+    /* A stop time before any child can read it is set, so none stops early. */
+    atomic_store(&c->t_stop_ns, UINT64_MAX);
+    storm_start(self, c, fd, a->procs, a->blocks, 0, pids);
     uint64_t t0 = now_ns();
-    atomic_store(&c->t_start_ns, t0);
+    double startup_ms = (double)(t0 - t_spawn) / 1e6;
     atomic_store(&c->t_stop_ns, t0 + (uint64_t)(a->seconds * 1e9));
-    atomic_store(&c->go, 1);
-    door_open(c, D_GO);
     int status = 0;
     for (long i = 0; i < a->procs; i++)
         status |= wait_child(pids[i]) != 0;
@@ -528,13 +681,66 @@ static int fig_storm(const struct args *a, const char *self)
     return status ? 2 : 0;
 }
 
+/* ---- figure 9: process exit with N live exported blocks ----------------- */
+
+enum { EX_EXIT_AT }; /* child's stamp: CLOCK_MONOTONIC as it returns from main */
+
+static int exit_child(struct chan *c, long n, size_t size)
+{
+    cuda_ready();
+    for (long i = 0; i < n; i++) {
+        void *p;
+        cudaIpcMemHandle_t h;
+        CK(cudaMalloc(&p, size));
+        CK(cudaIpcGetMemHandle(&h, p));
+    }
+    uint32_t seen = door_seq(c, D_TO_CHILD);
+    door_open(c, D_READY);
+    door_wait(c, D_TO_CHILD, seen, 0);
+    fflush(NULL);
+    __atomic_store_n(&c->stamp[EX_EXIT_AT], now_ns(), __ATOMIC_RELEASE);
+    return 0; /* exit: atexit handlers, destructors (the shim's), the kernel */
+}
+
+/* A child exports N blocks and exits with them live and unfreed; the time
+ * from its return from main to the parent's waitpid returning. With the
+ * shim, the registry segment's size while they are live (the parent does
+ * not call CUDA: the child creates the registry). */
+static int fig_exit(const struct args *a, const char *self)
+{
+    int fd;
+    struct chan *c = chan_create(0, &fd);
+    char fds[32], n[32], sz[32];
+    char *argv[] = {(char *)self,           "exit-child",          fmt_long(fds, fd),
+                    fmt_long(n, a->blocks), fmt_long(sz, a->size), NULL};
+    uint32_t ready = door_seq(c, D_READY);
+    int pid = spawn_self(argv);
+    door_wait(c, D_READY, ready, 0);
+    const char *domain = getenv("IPCSHIM_DOMAIN");
+    char path[256];
+    struct stat st;
+    snprintf(path, sizeof path, "/dev/shm/ipcshim-%u-%s", (unsigned)geteuid(),
+             domain ? domain : "default");
+    if (getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "ipcshim") && !stat(path, &st)) {
+        print_values("exit_registry_bytes", (double[]){(double)st.st_size}, 1);
+        print_values("exit_registry_resident_bytes", (double[]){(double)st.st_blocks * 512.0}, 1);
+    }
+    door_open(c, D_TO_CHILD);
+    int status = wait_child(pid);
+    uint64_t t1 = now_ns();
+    uint64_t t0 = __atomic_load_n(&c->stamp[EX_EXIT_AT], __ATOMIC_ACQUIRE);
+    print_values("exit_blocks", (double[]){(double)a->blocks}, 1);
+    print_values("exit_us", (double[]){(double)(t1 - t0) / 1e3}, 1);
+    return status ? 2 : 0;
+}
+
 /* ---- main ---------------------------------------------------------------- */
 
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
-        fprintf(stderr, "usage: ipc-bench alloc|cycle|scale|reclaim|storm [options]\n");
+        fprintf(stderr, "usage: ipc-bench alloc|cycle|scale|reclaim|storm|exit [options]\n");
         return 2;
     }
     const char *cmd = argv[1];
@@ -543,8 +749,12 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "scale-child"))
         return scale_child(chan_attach(atoi(argv[2])), atol(argv[3]), atol(argv[4]), atol(argv[5]));
     if (!strcmp(cmd, "reclaim-child")) return reclaim_child(chan_attach(atoi(argv[2])));
+    if (!strcmp(cmd, "limbo-child")) return limbo_child(chan_attach(atoi(argv[2])), atol(argv[3]));
+    if (!strcmp(cmd, "exit-child"))
+        return exit_child(chan_attach(atoi(argv[2])), atol(argv[3]), (size_t)atol(argv[4]));
     if (!strcmp(cmd, "storm-child"))
-        return storm_child(chan_attach(atoi(argv[2])), atol(argv[3]), atol(argv[4]));
+        return storm_child(chan_attach(atoi(argv[2])), atol(argv[3]), atol(argv[4]),
+                           argc > 5 ? atol(argv[5]) : 0);
 
     struct args a = {.pairs = 100000,
                      .reps = 7,
@@ -557,17 +767,21 @@ int main(int argc, char **argv)
                      .scratch_us = 1000,
                      .timeout_ms = 2000,
                      .procs = 64,
+                     .limbo = 0,
                      .seconds = 1.0};
     if (!strcmp(cmd, "scale")) a.size = 512;
     if (!strcmp(cmd, "storm")) a.blocks = 8;
+    if (!strcmp(cmd, "reclaim")) a.procs = 1;
+    if (!strcmp(cmd, "exit")) a.size = 512;
     parse(argc, argv, &a);
     if (a.reps < 1) a.reps = 1;
     if (a.cycles < a.reps) a.cycles = a.reps;
-    if (!strcmp(cmd, "alloc")) return fig_alloc(&a);
+    if (!strcmp(cmd, "alloc")) return fig_alloc(&a, argv[0]);
     if (!strcmp(cmd, "cycle")) return fig_cycle(&a, argv[0]);
     if (!strcmp(cmd, "scale")) return fig_scale(&a, argv[0]);
     if (!strcmp(cmd, "reclaim")) return fig_reclaim(&a, argv[0]);
     if (!strcmp(cmd, "storm")) return fig_storm(&a, argv[0]);
+    if (!strcmp(cmd, "exit")) return fig_exit(&a, argv[0]);
     fprintf(stderr, "ipc-bench: unknown figure %s\n", cmd);
     return 2;
 }
