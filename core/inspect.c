@@ -146,10 +146,11 @@ static int copy_records(struct registry *r, struct inspect_snapshot *s)
         const struct reg_block *b = &r->blocks[i];
         uint32_t state = LOAD_STATE(b->state);
         if (state == BLOCK_FREE) continue;
-        if (state > BLOCK_RETIRED) {
+        if (state > BLOCK_RETIRING) {
             s->skipped++;
             continue;
         }
+        if (state == BLOCK_RETIRING) state = BLOCK_LIMBO; /* its exporter is deciding */
         struct inspect_block *o = &s->blocks[s->nblocks];
         o->slot = i;
         o->state = state;
@@ -276,22 +277,13 @@ int inspect_snapshot(const char *domain, struct inspect_snapshot *s, char *why, 
     r.fd = fd;
     r.base = p;
     r.size = l.size;
-    r.hdr = p;
-    r.holders = (struct reg_holder *)(r.base + l.holders);
-    r.blocks = (struct reg_block *)(r.base + l.blocks);
-    r.leases = (struct reg_lease *)(r.base + l.leases);
-    r.buckets = (uint32_t *)(r.base + l.buckets);
-    r.max_holders = caps.max_holders;
-    r.max_blocks = caps.max_blocks;
-    r.max_leases = caps.max_leases;
-    r.nbuckets = l.nbuckets;
-    r.lock_base = (off_t)l.locks;
+    registry_set_views(&r, &caps, &l);
 
     s->abi = r.hdr->abi;
     s->size = l.size;
     s->max_holders = caps.max_holders;
     s->max_blocks = caps.max_blocks;
-    s->max_leases = caps.max_leases;
+    s->max_leases = r.max_leases;
     s->repairs = r.hdr->repairs;
     s->creator_pid = r.hdr->creator_pid;
 #ifdef __GLIBC__

@@ -3,15 +3,27 @@
  * and this process's indexes (local.c).
  *
  * Invariants:
- * - A block's reference count is the number of leases on it from live
- *   holders, derived by walking its lease chain; there is no bare counter.
+ * - A block's reference count is the number of holders whose bit is set in
+ *   its held bitmap (registry.h). An importer sets and clears its own bit
+ *   without the registry lock, behind a lease record it writes first and
+ *   frees last, so a death anywhere in between is repaired by clearing the
+ *   dead holder's bits; there is no bare counter to get wrong.
  * - A block is really freed only by its exporter: by the program's own free
  *   when nothing holds it (IPC_REAL), or from limbo through device_ops once
- *   it has no live lease and no unclaimed unexpired hand-off. It is marked
- *   RETIRED under the registry lock before that free, so no open can succeed
- *   on it afterwards, and recycled (generation bumped) after.
+ *   it has no holder and no unclaimed unexpired hand-off. It is marked
+ *   RETIRED under the registry lock before that free (reg_block_retire: a
+ *   RETIRING step that an importer setting its bit at the same moment waits
+ *   out), so no open can succeed on it afterwards, and recycled (generation
+ *   bumped) after, lazily: at this process's next registry round trip.
  * - Locks: the local mutex, then the registry lock; device_ops is called with
- *   neither held.
+ *   neither held. Opens and closes take only the local mutex; the registry
+ *   lock is for creating and recycling records and for recovery.
+ * - An open proves the exporter alive from shared memory alone (its holder
+ *   slot still active with the nonce the block recorded). The sweeps (at
+ *   most a second apart in any process that collects) invalidate a dead
+ *   holder's slot; until then an open of a dead exporter's handle reaches
+ *   the driver, which refuses it (the exporter's memory went with it), and
+ *   the lease is dropped at once: nothing is mapped that could be freed.
  *
  * Hand-off rule. Every ipc_export adds one pending hand-off to the block:
  * the handle is on its way to an importer. The first lease another process
@@ -72,6 +84,38 @@ static struct {
 
 #define STAT_ADD(field, n) __atomic_fetch_add(&st.field, (n), __ATOMIC_RELAXED)
 
+/* Blocks retired and really freed (ipc_free_finish), recycled at this
+ * process's next registry round trip: one round trip per free. Local lock. */
+static struct recycle {
+    uint32_t block;
+    uint64_t generation;
+} * recycles;
+static size_t nrecycles, recycles_cap;
+
+static void recycle_later(uint32_t block, uint64_t generation)
+{
+    if (nrecycles == recycles_cap) {
+        size_t cap = recycles_cap ? recycles_cap * 2 : 16;
+        struct recycle *p = realloc(recycles, cap * sizeof *p);
+        if (!p) return; /* the record stays RETIRED until its exporter's exit: a leak of a slot */
+        recycles = p, recycles_cap = cap;
+    }
+    recycles[nrecycles++] = (struct recycle){block, generation};
+}
+
+static bool own_block(const struct reg_block *b, uint64_t generation);
+
+/* Local and registry locks held. */
+static void drain_recycles(void)
+{
+    for (size_t i = 0; i < nrecycles; i++) {
+        struct reg_block *b = reg_block_at(&reg, recycles[i].block);
+        if (own_block(b, recycles[i].generation) && b->state == BLOCK_RETIRED)
+            reg_block_recycle(&reg, recycles[i].block);
+    }
+    nrecycles = 0;
+}
+
 static uint64_t timeout_ns(void)
 {
     return options_get()->handoff_timeout * 1000000ull;
@@ -86,6 +130,7 @@ static void after_fork(bool consistent)
     leak_after_fork();
     memset(&st, 0, sizeof st);
     self = REG_NONE;
+    nrecycles = 0; /* the parent's records */
     last_sweep_ns = last_collect_ns = 0;
     canary_pid = getpid();
     if (fork_canary) *fork_canary = 1;
@@ -174,61 +219,7 @@ static bool lock_registry(void)
     return false;
 }
 
-/* Lease drops (a last close, an aborted open) that could not get the
- * registry lock: a lock-free stack, retried under the lock by later calls. */
-struct deferred_drop {
-    uint32_t lease, block;
-    uint64_t generation;
-    bool give_back; /* an aborted open that claimed a hand-off */
-    struct deferred_drop *next;
-};
-static struct deferred_drop *drops;
-
-static void defer_drop(uint32_t lease, uint32_t block, uint64_t generation, bool give_back)
-{
-    struct deferred_drop *d = malloc(sizeof *d);
-    if (!d) return; /* the lease stays until this process exits (a leak) */
-    *d = (struct deferred_drop){lease, block, generation, give_back, NULL};
-    d->next = __atomic_load_n(&drops, __ATOMIC_RELAXED);
-    while (!__atomic_compare_exchange_n(&drops, &d->next, d, true, __ATOMIC_RELEASE,
-                                        __ATOMIC_RELAXED)) {
-    }
-}
-
 static struct reg_lease *ticket_lease(uint32_t lease, uint32_t block, uint64_t generation);
-
-/* One lease drop: a count down, or the lease itself. Registry lock held.
- * Returns the exporter to wake, or REG_NONE. */
-static uint32_t drop_one(uint32_t lease, uint32_t block, uint64_t generation, bool give_back)
-{
-    struct reg_lease *l = ticket_lease(lease, block, generation);
-    if (!l) return REG_NONE;
-    if (l->count > 1) {
-        l->count--;
-        uint32_t closing = LEASE_CLOSING;
-        __atomic_compare_exchange_n(&l->intent, &closing, LEASE_OPEN, false, __ATOMIC_RELEASE,
-                                    __ATOMIC_RELAXED);
-        return REG_NONE;
-    }
-    struct reg_block *b = reg_block_at(&reg, block);
-    if (give_back && b && b->generation == generation &&
-        (b->state == BLOCK_LIVE || b->state == BLOCK_LIMBO))
-        b->pending++; /* give the hand-off back */
-    return reg_lease_drop(&reg, lease);
-}
-
-/* Retries the deferred lease drops. Registry lock held. */
-static void retry_drops(void)
-{
-    struct deferred_drop *d = __atomic_exchange_n(&drops, NULL, __ATOMIC_ACQUIRE);
-    while (d) {
-        struct deferred_drop *next = d->next;
-        uint32_t wake = drop_one(d->lease, d->block, d->generation, d->give_back);
-        if (wake != REG_NONE) registry_wake(&reg, wake);
-        free(d);
-        d = next;
-    }
-}
 
 static uint32_t cap32(uint64_t v)
 {
@@ -261,6 +252,9 @@ static int ready_locked(void)
         __atomic_store_n(&state, S_ACTIVE, __ATOMIC_RELEASE);
     }
     if (self == REG_NONE) {
+        /* Once per process: the leases of holders that died since the last
+         * sweep (or of this very pid before an exec) go now. */
+        if (reg_sweep_dead(&reg, REG_NONE) < 0 && state != S_ACTIVE) return -ENODEV;
         if (!lock_registry()) return -ENODEV;
         self_nonce = new_nonce();
         self = reg_holder_attach(&reg, self_nonce);
@@ -289,15 +283,19 @@ static bool own_block(const struct reg_block *b, uint64_t generation)
 static void expire_handoffs(const struct local_export *e, struct reg_block *b, uint64_t now,
                             bool force)
 {
-    if (!b->pending || (!force && now < b->last_export_ns + timeout_ns())) return;
-    STAT_ADD(handoffs_expired, b->pending);
+    if (!__atomic_load_n(&b->pending, __ATOMIC_RELAXED) ||
+        (!force && now < b->last_export_ns + timeout_ns()))
+        return;
+    /* Importers claim hand-offs without the lock: take them all at once. */
+    uint32_t n = __atomic_exchange_n(&b->pending, 0, __ATOMIC_SEQ_CST);
+    if (!n) return;
+    STAT_ADD(handoffs_expired, n);
     leak_note_expired(b, e);
-    b->expired += b->pending;
+    b->expired += n;
     LOG_ONCE(LOG_INFO,
              "a hand-off expired unclaimed (block of %llu bytes); "
              "further expiries are counted in stats only",
              (unsigned long long)b->size);
-    b->pending = 0;
 }
 
 /* A record of ours that is stale or unwanted: orphan it, or recycle it if
@@ -306,7 +304,7 @@ static void let_go(uint32_t idx)
 {
     struct reg_block *b = reg_block_at(&reg, idx);
     if (!b) return;
-    if (b->lease_head == REG_NONE)
+    if (!reg_block_held(&reg, idx))
         reg_block_recycle(&reg, idx);
     else
         b->state = BLOCK_ORPHANED, b->orphaned_ns = reg_now_ns();
@@ -340,11 +338,12 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
     if (e) {
         bool again = false;
         if (!lock_registry()) goto off;
+        drain_recycles();
         struct reg_block *b = reg_block_at(&reg, e->block);
         if (!e->in_limbo && !memcmp(e->handle.bytes, h->bytes, IPC_HANDLE_BYTES) &&
             own_block(b, e->generation) && b->state == BLOCK_LIVE) {
             /* The same allocation exported again: one more hand-off. */
-            if (b->pending++ == 0) b->first_export_ns = now;
+            if (__atomic_fetch_add(&b->pending, 1, __ATOMIC_SEQ_CST) == 0) b->first_export_ns = now;
             b->last_export_ns = now;
             again = true;
             leak_note_reexport(e);
@@ -369,6 +368,7 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
         free(ne);
         goto off;
     }
+    drain_recycles();
     uint32_t idx = reg_block_create(&reg, h, base, size, device, self, now);
     uint64_t gen = idx != REG_NONE ? reg.blocks[idx].generation : 0;
     size_t shed = idx == REG_NONE && retry ? shed_unclaimed_n(true) : 0;
@@ -414,8 +414,11 @@ off:
 /* ---- open ---- */
 
 /* For a cached re-open: is the block this process mapped still its
- * exporter's, and the exporter alive? Read without the registry lock (one
- * record, fixed-width fields; a torn answer only refuses or allows one
+ * exporter's, and the exporter alive? Here the shim answers for the driver
+ * (the call never reaches it), so it must refuse whatever CUDA would: the
+ * exporter's lock byte is asked (one fcntl), not only shared memory as on a
+ * first open, whose answer the driver gives. Read without the registry lock
+ * (one record, fixed-width fields; a torn answer only refuses or allows one
  * re-open of a mapping the process holds anyway). */
 static bool block_still_exported(uint32_t block, uint64_t generation)
 {
@@ -424,7 +427,184 @@ static bool block_still_exported(uint32_t block, uint64_t generation)
     if (__atomic_load_n(&b->generation, __ATOMIC_ACQUIRE) != generation) return false;
     uint32_t state = __atomic_load_n(&b->state, __ATOMIC_ACQUIRE);
     if (state == BLOCK_ORPHANED) return false;
-    return reg_holder_alive_quick(&reg, __atomic_load_n(&b->exporter, __ATOMIC_ACQUIRE));
+    uint32_t exporter = __atomic_load_n(&b->exporter, __ATOMIC_RELAXED);
+    return reg_holder_current(&reg, exporter,
+                              __atomic_load_n(&b->exporter_nonce, __ATOMIC_RELAXED)) &&
+           reg_holder_alive_quick(&reg, exporter);
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* The lock-free path could not decide: ask again under the registry lock. */
+#define ASK_LOCKED 1000
+#define SETTLE_SPINS 4096
+
+/* The block's state once no exporter is deciding about it (RETIRING), or
+ * BLOCK_FREE if it is no longer generation `gen`. The exporter decides
+ * while holding the registry lock: past a short spin, waiting for the lock
+ * waits for its answer. Local lock held. */
+static uint32_t settle_state(struct reg_block *b, uint64_t gen)
+{
+    for (int spin = 0;; spin++) {
+        uint32_t s = __atomic_load_n(&b->state, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&b->generation, __ATOMIC_ACQUIRE) != gen) return BLOCK_FREE;
+        if (s != BLOCK_RETIRING) return s;
+        if (spin == SETTLE_SPINS) {
+            if (!lock_registry()) return BLOCK_RETIRING; /* undecided: the caller passes */
+            registry_unlock(&reg);
+        } else if (spin > SETTLE_SPINS) {
+            return BLOCK_RETIRING;
+        }
+        cpu_relax();
+    }
+}
+
+/* Claims one pending hand-off of b, if any (importers race for them). */
+static bool claim_handoff(struct reg_block *b)
+{
+    uint32_t p = __atomic_load_n(&b->pending, __ATOMIC_RELAXED);
+    while (p > 0)
+        if (__atomic_compare_exchange_n(&b->pending, &p, p - 1, true, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_RELAXED))
+            return true;
+    return false;
+}
+
+/* Our lease slot for a new lease: a spare one, or a new chunk of them
+ * (under the registry lock, once per REG_LEASE_CHUNK). REG_NONE when the
+ * table is full or the lock out of reach. Local lock held. */
+static uint32_t take_lease_slot(void)
+{
+    uint32_t li = reg_lease_take(&reg);
+    if (li != REG_NONE) return li;
+    if (!lock_registry()) return REG_NONE;
+    int rc = reg_lease_grow(&reg);
+    registry_unlock(&reg);
+    if (rc) {
+        LOG_ONCE(LOG_WARN,
+                 "registry %s has no free lease (IPCSHIM_MAX_LEASES=%u): opens are not tracked",
+                 reg.name, reg.max_leases);
+        return REG_NONE;
+    }
+    return reg_lease_take(&reg);
+}
+
+/* Fills the ticket and the pending mapping of an open that goes ahead. */
+static void open_ticket(struct ipc_open *t, struct local_map *nm, const struct ipc_handle *h,
+                        uint64_t ctx, uint32_t bi, uint32_t li, uint64_t gen, uint32_t flags)
+{
+    memset(t, 0, sizeof *t);
+    t->block = bi;
+    t->lease = li;
+    t->generation = gen;
+    t->ctx = ctx;
+    t->handle = *h;
+    t->flags = flags;
+    nm->block = bi;
+    nm->lease = li;
+    nm->generation = gen;
+}
+
+/* The open without the registry lock: find the block, prove its exporter
+ * alive from shared memory, and count ourselves in (our lease record, then
+ * our bit; a second context's open only counts up our lease). IPC_REAL,
+ * -ENOENT / -EOWNERDEAD (the driver would refuse), IPC_PASS, or ASK_LOCKED.
+ * Local lock held. */
+static int open_lockfree(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
+                         struct local_map *nm, uint32_t cs)
+{
+    uint64_t gen;
+    uint32_t bi = reg_block_lookup(&reg, h, &gen);
+    struct reg_block *b = reg_block_at(&reg, bi);
+    if (!b) return ASK_LOCKED;
+    uint32_t exporter = __atomic_load_n(&b->exporter, __ATOMIC_RELAXED);
+    uint64_t exporter_nonce = __atomic_load_n(&b->exporter_nonce, __ATOMIC_RELAXED);
+    if (exporter == self || !reg_holder_current(&reg, exporter, exporter_nonce))
+        return ASK_LOCKED; /* our own export, or a stale record: the locked path decides */
+    struct local_lease *ll = local_lease_find(bi);
+    if (ll && ll->generation == gen && ticket_lease(ll->lease, bi, gen)) {
+        /* Held already from another context: our bit is set, so the block
+         * cannot be retired; one more open on our lease. */
+        struct reg_lease *l = &reg.leases[ll->lease];
+        __atomic_store_n(&l->count, l->count + 1, __ATOMIC_RELAXED);
+        open_ticket(t, nm, h, ctx, bi, ll->lease, gen, 0);
+        leak_note_open(nm, &reg, b, cs);
+        return IPC_REAL;
+    }
+    if (ll) local_lease_del(ll); /* of an earlier generation */
+    uint32_t li = take_lease_slot();
+    if (li == REG_NONE) return IPC_PASS;
+    bool first = reg_lease_begin(&reg, li, bi, gen);
+    uint32_t s = settle_state(b, gen);
+    if ((s != BLOCK_LIVE && s != BLOCK_LIMBO) || local_lease_add(bi, gen, li) != 0) {
+        reg_lease_end(&reg, li); /* not LIMBO: nobody to wake */
+        if (s == BLOCK_ORPHANED) return -EOWNERDEAD;
+        if (s == BLOCK_RETIRED) return -ENOENT;
+        return s == BLOCK_FREE ? ASK_LOCKED : IPC_PASS;
+    }
+    uint32_t flags = 0;
+    if (first && claim_handoff(b)) {
+        __atomic_fetch_add(&b->claimed, 1, __ATOMIC_RELAXED);
+        flags |= TICKET_CLAIMED;
+    }
+    open_ticket(t, nm, h, ctx, bi, li, gen, flags);
+    leak_note_open(nm, &reg, b, cs);
+    return IPC_REAL;
+}
+
+/* The open under the registry lock, for what the lock-free path leaves:
+ * handles it does not find, our own exports, records of dead exporters.
+ * Local lock held. */
+static int open_locked(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
+                       struct local_map *nm, uint32_t cs, uint64_t *ptr)
+{
+    if (!lock_registry()) return IPC_PASS;
+    int result;
+    uint32_t bi = reg_block_find(&reg, h);
+    struct reg_block *b = reg_block_at(&reg, bi);
+    if (!b) {
+        registry_unlock(&reg);
+        return IPC_PASS;
+    }
+    result = b->state == BLOCK_ORPHANED ? -EOWNERDEAD : -ENOENT;
+    if (b->state != BLOCK_LIVE && b->state != BLOCK_LIMBO) goto unlock;
+    if (b->exporter == self && b->exporter_nonce == self_nonce) {
+        struct local_export *e = local_export_find(b->base);
+        result = IPC_PASS;
+        if (e && e->block == bi && e->generation == b->generation) {
+            if (e->in_limbo) {
+                result = -ENOENT; /* the program freed it already */
+            } else {
+                e->own_opens++;
+                *ptr = b->base;
+                STAT_ADD(opens, 1);
+                result = IPC_DONE;
+            }
+        }
+        goto unlock;
+    }
+    struct reg_holder *ex = reg_holder_at(&reg, b->exporter);
+    result = -EOWNERDEAD;
+    if (!ex || ex->nonce != b->exporter_nonce || ex->state != HOLDER_ACTIVE) {
+        let_go(bi); /* its exporter's slot moved on: a stale record */
+        goto unlock;
+    }
+    /* Found here although the lock-free lookup missed it (a concurrent
+     * change of its hash chain): the lock-free path can take it now, as
+     * records change only under the lock we hold. */
+    registry_unlock(&reg);
+    result = open_lockfree(h, ctx, t, nm, cs);
+    return result == ASK_LOCKED ? IPC_PASS : result;
+unlock:
+    registry_unlock(&reg);
+    return result;
 }
 
 int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t, uint64_t *ptr)
@@ -460,7 +640,7 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
     }
     /* Publish a pending mapping first so that a concurrent open of the same
      * handle in this context waits for ours instead of opening it twice. */
-    struct local_map *nm = calloc(1, sizeof *nm);
+    struct local_map *nm = local_map_new();
     if (!nm) {
         local_unlock();
         return IPC_PASS;
@@ -469,81 +649,12 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
     nm->key.ctx = ctx;
     nm->pending = true;
     if (local_map_add(nm) != 0) {
-        free(nm);
+        local_map_del(nm);
         local_unlock();
         return IPC_PASS;
     }
-    int result = IPC_PASS;
-    if (!lock_registry()) goto out;
-    uint32_t bi = reg_block_find(&reg, h);
-    struct reg_block *b = reg_block_at(&reg, bi);
-    if (!b) goto unlock;
-    result = b->state == BLOCK_ORPHANED ? -EOWNERDEAD : -ENOENT;
-    if (b->state != BLOCK_LIVE && b->state != BLOCK_LIMBO) goto unlock;
-    if (b->exporter == self && b->exporter_nonce == self_nonce) {
-        struct local_export *e = local_export_find(b->base);
-        result = IPC_PASS;
-        if (e && e->block == bi && e->generation == b->generation) {
-            if (e->in_limbo) {
-                result = -ENOENT; /* the program freed it already */
-            } else {
-                e->own_opens++;
-                *ptr = b->base;
-                STAT_ADD(opens, 1);
-                result = IPC_DONE;
-            }
-        }
-        goto unlock;
-    }
-    struct reg_holder *ex = reg_holder_at(&reg, b->exporter);
-    result = -EOWNERDEAD;
-    if (!ex || ex->nonce != b->exporter_nonce) {
-        let_go(bi); /* its exporter's slot moved on: a stale record */
-        goto unlock;
-    }
-    /* One syscall on the open path: an unheld lock byte means the exporter
-     * is dead for sure. A reused pid behind a held byte (a fork child that
-     * kept the descriptor) is left to the full rule in the sweeps; an open
-     * of freed memory then fails in the driver and the lease is dropped. */
-    if (!reg_holder_alive_quick(&reg, b->exporter)) {
-        reg_holder_sweep(&reg, b->exporter);
-        goto unlock;
-    }
-    uint32_t flags = 0;
-    uint32_t li = reg_lease_find(&reg, bi, self);
-    if (li != REG_NONE) {
-        reg.leases[li].count++;
-    } else {
-        li = reg_lease_create(&reg, bi, self);
-        if (li == REG_NONE) {
-            LOG_ONCE(LOG_WARN,
-                     "registry %s has no free lease (IPCSHIM_MAX_LEASES=%u): opens "
-                     "are not tracked",
-                     reg.name, reg.max_leases);
-            result = IPC_PASS;
-            goto unlock;
-        }
-        if (b->pending) {
-            b->pending--;
-            b->claimed++;
-            flags |= TICKET_CLAIMED;
-        }
-    }
-    memset(t, 0, sizeof *t);
-    t->block = bi;
-    t->lease = li;
-    t->generation = b->generation;
-    t->ctx = ctx;
-    t->handle = *h;
-    t->flags = flags;
-    nm->block = bi;
-    nm->lease = li;
-    nm->generation = b->generation;
-    leak_note_open(nm, &reg, b, cs);
-    result = IPC_REAL;
-unlock:
-    registry_unlock(&reg);
-out:
+    int result = open_lockfree(h, ctx, t, nm, cs);
+    if (result == ASK_LOCKED) result = open_locked(h, ctx, t, nm, cs, ptr);
     if (result != IPC_REAL) {
         local_map_del(nm);
         local_broadcast();
@@ -562,6 +673,40 @@ static struct reg_lease *ticket_lease(uint32_t lease, uint32_t block, uint64_t g
     return l;
 }
 
+/* One open fewer on our lease; the last one ends it (our bit cleared).
+ * give_back: an aborted open that claimed a hand-off returns it first, so
+ * the exporter never sees the block free of both. Returns the exporter to
+ * wake, or REG_NONE. Local lock held. */
+static uint32_t release_lease(uint32_t lease, uint32_t block, uint64_t generation, bool give_back)
+{
+    struct reg_lease *l = ticket_lease(lease, block, generation);
+    if (!l) return REG_NONE;
+    if (l->count > 1) {
+        __atomic_store_n(&l->count, l->count - 1, __ATOMIC_RELAXED);
+        uint32_t closing = LEASE_CLOSING;
+        __atomic_compare_exchange_n(&l->intent, &closing, LEASE_OPEN, false, __ATOMIC_RELEASE,
+                                    __ATOMIC_RELAXED);
+        return REG_NONE;
+    }
+    struct reg_block *b = reg_block_at(&reg, block);
+    if (give_back && b && __atomic_load_n(&b->generation, __ATOMIC_ACQUIRE) == generation) {
+        uint32_t s = __atomic_load_n(&b->state, __ATOMIC_ACQUIRE);
+        if (s == BLOCK_LIVE || s == BLOCK_LIMBO)
+            __atomic_fetch_add(&b->pending, 1, __ATOMIC_SEQ_CST);
+    }
+    struct local_lease *ll = local_lease_find(block);
+    if (ll && ll->lease == lease) local_lease_del(ll);
+    uint32_t wake = reg_lease_end(&reg, lease);
+    /* The last holder of a dead exporter's block recycles it (rare: the
+     * lock is worth taking). */
+    if (b && __atomic_load_n(&b->state, __ATOMIC_ACQUIRE) == BLOCK_ORPHANED &&
+        !reg_block_held(&reg, block) && lock_registry()) {
+        reg_block_unheld(&reg, block, generation);
+        registry_unlock(&reg);
+    }
+    return wake;
+}
+
 void ipc_open_commit(struct ipc_open *t, uint64_t ptr)
 {
     local_lock();
@@ -571,8 +716,7 @@ void ipc_open_commit(struct ipc_open *t, uint64_t ptr)
         m->count = 1;
         if (local_map_set_ptr(m, ptr) != 0)
             LOG_ONCE(LOG_WARN, "out of memory: an opened mapping cannot be closed cleanly");
-        /* Our own lease: nobody else writes its intent while we live, so this
-         * needs no registry lock (one lock round trip per open). */
+        /* Our own lease: nobody else writes its intent while we live. */
         struct reg_lease *l = ticket_lease(t->lease, t->block, t->generation);
         uint32_t opening = LEASE_OPENING;
         if (l)
@@ -594,15 +738,8 @@ void ipc_open_abort(struct ipc_open *t)
         local_map_del(m);
         local_broadcast();
     }
-    if (state == S_ACTIVE && self != REG_NONE) {
-        if (lock_registry()) {
-            wake = drop_one(t->lease, t->block, t->generation, t->flags & TICKET_CLAIMED);
-            retry_drops();
-            registry_unlock(&reg);
-        } else if (state == S_ACTIVE) {
-            defer_drop(t->lease, t->block, t->generation, t->flags & TICKET_CLAIMED);
-        }
-    }
+    if (state == S_ACTIVE && self != REG_NONE && !forked())
+        wake = release_lease(t->lease, t->block, t->generation, t->flags & TICKET_CLAIMED);
     local_unlock();
     if (wake != REG_NONE) registry_wake(&reg, wake);
 }
@@ -680,16 +817,9 @@ void ipc_close_finish(struct ipc_close *t)
         local_map_del(m);
         local_broadcast();
     }
+    if (ipc_active() && self != REG_NONE && !forked())
+        wake = release_lease(t->lease, t->block, t->generation, false);
     local_unlock();
-    if (!ipc_active()) return;
-    if (!lock_registry()) {
-        if (ipc_active()) defer_drop(t->lease, t->block, t->generation, false);
-        STAT_ADD(closes, 1);
-        return;
-    }
-    wake = drop_one(t->lease, t->block, t->generation, false);
-    retry_drops();
-    registry_unlock(&reg);
     if (wake != REG_NONE) registry_wake(&reg, wake);
     STAT_ADD(closes, 1);
 }
@@ -702,72 +832,38 @@ struct victim {
     int device;
 };
 
-/* Sweeps the dead holders among the block's leases. alive (max_holders
- * bytes, or NULL) remembers holders found alive during one collect, so a
- * long limbo costs one liveness check per importer, not per lease.
- * Registry lock held. */
-static void sweep_lease_holders(uint32_t bi, uint8_t *alive)
-{
-    struct reg_block *b = reg_block_at(&reg, bi);
-    /* Each sweep edits the chain, so start over after one; bounded. */
-    for (uint32_t rounds = 0; b && rounds < reg.max_holders; rounds++) {
-        bool swept = false;
-        uint32_t li = b->lease_head;
-        for (uint32_t steps = 0; li != REG_NONE && steps < reg.max_leases; steps++) {
-            struct reg_lease *l = reg_lease_at(&reg, li);
-            if (!l) break;
-            bool known =
-                l->holder == self || (alive && l->holder < reg.max_holders && alive[l->holder]);
-            if (!known && reg_holder_alive(&reg, l->holder)) {
-                if (alive && l->holder < reg.max_holders) alive[l->holder] = 1;
-                known = true;
-            }
-            if (!known) {
-                if (reg_holder_at(&reg, l->holder) && reg.holders[l->holder].state == HOLDER_ACTIVE)
-                    reg_holder_sweep(&reg, l->holder);
-                else
-                    reg_lease_drop(&reg, li); /* a lease of a free slot */
-                swept = true;
-                break;
-            }
-            li = l->next;
-        }
-        if (!swept) return;
-    }
-}
-
 /* Frees what can be freed from this process's limbo. full: sweep every dead
- * holder now, not at most once a second. Returns the number freed. */
+ * holder now, not at most once a second (the sweep's liveness checks run
+ * before any lock is taken: reg_sweep_dead). Returns the number freed. */
 static int collect(bool full)
 {
+    uint64_t now = reg_now_ns();
+    uint32_t me = __atomic_load_n(&self, __ATOMIC_RELAXED);
+    if ((full || now - __atomic_load_n(&last_sweep_ns, __ATOMIC_RELAXED) > SWEEP_INTERVAL_NS) &&
+        ipc_active() && me != REG_NONE && !forked()) {
+        __atomic_store_n(&last_sweep_ns, now, __ATOMIC_RELAXED);
+        reg_sweep_dead(&reg, me);
+    }
     local_lock();
     check_fork();
     if (state != S_ACTIVE || shut || self == REG_NONE) {
         local_unlock();
         return 0;
     }
-    uint64_t now = reg_now_ns();
     last_collect_ns = now;
     size_t cap = local_limbo_count();
-    bool sweep = full || now - last_sweep_ns > SWEEP_INTERVAL_NS;
-    if (!cap && !sweep) {
+    if (!cap && !nrecycles) {
         local_unlock();
         return 0;
     }
     struct victim *v = cap ? calloc(cap, sizeof *v) : NULL;
-    uint8_t *alive = cap ? calloc(reg.max_holders, 1) : NULL;
     size_t n = 0;
     if ((cap && !v) || !lock_registry()) {
         free(v);
-        free(alive);
         local_unlock();
         return 0;
     }
-    retry_drops();
-    if (sweep) {
-        reg_sweep_dead(&reg, self);
-        last_sweep_ns = now;
-    }
+    drain_recycles();
     struct local_export *e, *tmp;
     DL_FOREACH_SAFE(local_limbo_head(), e, tmp)
     {
@@ -783,16 +879,14 @@ static int collect(bool full)
             continue;
         }
         expire_handoffs(e, b, now, false);
-        sweep_lease_holders(e->block, alive);
-        if (b->lease_head != REG_NONE || b->pending || n == cap) continue;
-        b->state = BLOCK_RETIRED; /* from here on no open can succeed */
+        if (n == cap || !reg_block_retire(&reg, e->block)) continue;
+        /* RETIRED: from here on no open can succeed. */
         v[n++] = (struct victim){e->base,           e->size,  e->ctx,   e->generation,
                                  b->limbo_since_ns, e->block, e->device};
         local_export_del(e);
     }
     registry_unlock(&reg);
     local_unlock();
-    free(alive);
     if (!n) {
         free(v);
         return 0;
@@ -804,14 +898,11 @@ static int collect(bool full)
                      rc);
     }
     now = reg_now_ns();
-    if (lock_registry()) {
-        for (size_t i = 0; i < n; i++) {
-            struct reg_block *b = reg_block_at(&reg, v[i].block);
-            if (b && b->generation == v[i].generation && b->state == BLOCK_RETIRED)
-                reg_block_recycle(&reg, v[i].block);
-        }
-        registry_unlock(&reg);
-    }
+    local_lock();
+    if (!shut && !forked())
+        for (size_t i = 0; i < n; i++)
+            recycle_later(v[i].block, v[i].generation);
+    local_unlock();
     for (size_t i = 0; i < n; i++) {
         uint64_t spent = now - v[i].limbo_since;
         STAT_ADD(frees_reclaimed, 1);
@@ -886,8 +977,8 @@ static size_t shed_unclaimed_n(bool all)
     {
         if (!all && n - shed <= share / 2) break;
         struct reg_block *b = reg_block_at(&reg, e->block);
-        if (!own_block(b, e->generation) || b->state != BLOCK_LIMBO || !b->pending ||
-            b->lease_head != REG_NONE)
+        if (!own_block(b, e->generation) || b->state != BLOCK_LIMBO ||
+            !__atomic_load_n(&b->pending, __ATOMIC_RELAXED) || reg_block_held(&reg, e->block))
             continue;
         expire_handoffs(e, b, 0, true);
         shed++;
@@ -907,13 +998,27 @@ static void shed_unclaimed(void)
 
 /* ---- free ---- */
 
+/* An untracked free while limbo waits: every 1024th free of a thread looks
+ * whether a collect is due (for processes without the collector thread);
+ * the others cost a thread-local increment. */
+static void collect_on_untracked_free(void)
+{
+    static __thread unsigned frees;
+    if ((++frees & 1023) != 0) return;
+    uint64_t last = __atomic_load_n(&last_collect_ns, __ATOMIC_RELAXED);
+    if (reg_now_ns() - last > FREE_COLLECT_INTERVAL_NS) collect(false);
+}
+
 int ipc_free_begin(uint64_t ptr)
 {
     /* The hot path: a process that never exported, or a pointer that was
-     * never an export base while nothing waits in limbo, passes without a
-     * lock (two or three relaxed loads). */
+     * never an export base, passes without a lock (two or three relaxed
+     * loads, and a counter while something waits in limbo). */
     if (!local_has_exports()) return IPC_PASS;
-    if (!local_maybe_export(ptr) && !local_limbo_pending()) return IPC_PASS;
+    if (!local_maybe_export(ptr)) {
+        if (local_limbo_pending()) collect_on_untracked_free();
+        return IPC_PASS;
+    }
     int result = IPC_PASS;
     local_lock();
     check_fork();
@@ -943,16 +1048,18 @@ int ipc_free_begin(uint64_t ptr)
         if (!own_block(b, e->generation) || b->state != BLOCK_LIVE) {
             local_export_del(e);
         } else {
+            drain_recycles();
             expire_handoffs(e, b, now, false);
-            if (b->lease_head != REG_NONE || b->pending) {
-                b->limbo_since_ns = now;
-                b->state = BLOCK_LIMBO;
+            /* Into limbo, then out of it at once if nobody holds it and no
+             * hand-off is pending (importers see LIMBO as LIVE). */
+            b->limbo_since_ns = now;
+            __atomic_store_n(&b->state, BLOCK_LIMBO, __ATOMIC_SEQ_CST);
+            if (!reg_block_retire(&reg, e->block)) {
                 local_limbo_add(e);
                 STAT_ADD(frees_deferred, 1);
                 shed_unclaimed();
                 result = IPC_DONE;
             } else {
-                b->state = BLOCK_RETIRED;
                 if (local_retiring_add(ptr, e->block, e->generation) != 0)
                     reg_block_recycle(&reg, e->block); /* out of memory: recycle early */
                 local_export_del(e);
@@ -980,12 +1087,8 @@ void ipc_free_finish(uint64_t ptr)
     uint64_t gen;
     if (!local_has_exports()) return;
     local_lock();
-    bool found = local_retiring_take(ptr, &bi, &gen);
-    if (found && ipc_active() && lock_registry()) {
-        struct reg_block *b = reg_block_at(&reg, bi);
-        if (own_block(b, gen) && b->state == BLOCK_RETIRED) reg_block_recycle(&reg, bi);
-        registry_unlock(&reg);
-    }
+    /* Recycled at our next registry round trip (drain_recycles). */
+    if (local_retiring_take(ptr, &bi, &gen) && ipc_active()) recycle_later(bi, gen);
     local_unlock();
 }
 
@@ -1092,18 +1195,16 @@ void ipc_report_leaks(void)
 static size_t held_by_others(bool handoffs)
 {
     size_t held = 0;
-    uint8_t *alive = calloc(reg.max_holders, 1);
     struct local_export *e, *tmp;
     HASH_ITER(hh, local_exports(), e, tmp)
     {
         struct reg_block *b = reg_block_at(&reg, e->block);
         if (!own_block(b, e->generation) || (b->state != BLOCK_LIVE && b->state != BLOCK_LIMBO))
             continue;
-        sweep_lease_holders(e->block, alive);
-        if (b->lease_head == REG_NONE && !(handoffs && b->pending)) continue;
-        held++;
+        if (reg_block_held(&reg, e->block) ||
+            (handoffs && __atomic_load_n(&b->pending, __ATOMIC_RELAXED)))
+            held++;
     }
-    free(alive);
     return held;
 }
 
@@ -1136,14 +1237,8 @@ void ipc_shutdown(void)
              * hand-off at a last close). */
             if (now >= grace_end) expire_limbo_older_than(UINT64_MAX);
             collect(true);
-            size_t held = 0;
             local_lock();
-            if (state == S_ACTIVE && lock_registry()) {
-                held = held_by_others(now < grace_end);
-                registry_unlock(&reg);
-            } else if (state == S_ACTIVE) {
-                held = 1; /* the lock is out of reach: keep waiting, bounded */
-            }
+            size_t held = state == S_ACTIVE ? held_by_others(now < grace_end) : 0;
             local_unlock();
             now = reg_now_ns();
             if (!held || now >= deadline) break;
@@ -1159,13 +1254,25 @@ void ipc_shutdown(void)
     struct leak_report *leaks = NULL;
     local_lock();
     if (attached && !forked() && state == S_ACTIVE && lock_registry()) {
-        retry_drops();
-        held_by_others(false); /* sweeps dead importers' leases: the report names live ones */
+        drain_recycles();
         if (!__atomic_exchange_n(&leaks_reported, 1, __ATOMIC_ACQ_REL))
             leaks = leak_gather(&reg, self); /* what is still held, for the exit report */
-        /* Our leases go, waking their exporters; our blocks are orphaned
-         * (or recycled when nothing holds them); the slot is freed. */
-        reg_holder_sweep(&reg, self);
+        /* Our blocks are orphaned (or recycled when nothing holds them),
+         * our leases go, waking their exporters, and the slot is freed:
+         * work for our own records only (we know them), no table scan. */
+        struct local_export *e, *et;
+        HASH_ITER(hh, local_exports(), e, et)
+        {
+            if (own_block(reg_block_at(&reg, e->block), e->generation)) let_go(e->block);
+        }
+        struct local_retiring *rt, *rtt;
+        HASH_ITER(hh, local_retirings(), rt, rtt)
+        {
+            struct reg_block *b = reg_block_at(&reg, rt->block);
+            if (own_block(b, rt->generation) && b->state == BLOCK_RETIRED)
+                reg_block_recycle(&reg, rt->block);
+        }
+        reg_holder_drop_leases(&reg, self);
         reg_holder_release(&reg, self);
         registry_unlock(&reg);
     }

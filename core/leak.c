@@ -86,7 +86,7 @@ static uint64_t unopened_expired;
 
 void leak_note_expired(const struct reg_block *b, const struct local_export *e)
 {
-    if (!b->pending || b->claimed || b->expired) return;
+    if (b->claimed || b->expired) return; /* opened once, or counted already */
     uint64_t n = __atomic_fetch_add(&unopened_expired, 1, __ATOMIC_RELAXED);
     if (n < EXPIRED_KEPT && e) {
         expired_kept[n].base = e->base;
@@ -111,25 +111,25 @@ static struct leak_item *add_item(struct leak_report *lr, int kind)
     return it;
 }
 
-/* "pid 77 (consumer)" for every holder of a lease on block bi. */
-static void list_holders(struct registry *r, const struct reg_block *b, char *buf, size_t len)
+/* "pid 77 (consumer)" for every holder of block bi (its held bits). */
+static void list_holders(struct registry *r, uint32_t bi, char *buf, size_t len)
 {
     size_t used = 0;
     buf[0] = 0;
-    uint32_t li = b->lease_head;
-    for (uint32_t steps = 0; li != REG_NONE && steps < r->max_leases && used + 40 < len; steps++) {
-        const struct reg_lease *l = reg_lease_at(r, li);
-        if (!l) break;
-        const struct reg_holder *h = reg_holder_at(r, l->holder);
-        if (h) {
+    const uint64_t *held = reg_block_held_words(r, bi);
+    for (uint32_t w = 0; w < r->held_words; w++) {
+        for (uint64_t m = __atomic_load_n(&held[w], __ATOMIC_RELAXED); m && used + 40 < len;
+             m &= m - 1) {
+            uint32_t hi = w * 64 + (uint32_t)__builtin_ctzll(m);
+            const struct reg_holder *h = reg_holder_at(r, hi);
+            if (!h) continue;
             char comm[17];
             memcpy(comm, h->comm, 16), comm[16] = 0;
-            int w =
+            int n =
                 snprintf(buf + used, len - used, "%spid %d (%s%s)", used ? ", " : "", (int)h->pid,
-                         comm[0] ? comm : "?", reg_holder_alive(r, l->holder) ? "" : ", dead");
-            if (w > 0) used += (size_t)w;
+                         comm[0] ? comm : "?", reg_holder_alive(r, hi) ? "" : ", dead");
+            if (n > 0) used += (size_t)n;
         }
-        li = l->next;
     }
 }
 
@@ -171,16 +171,16 @@ struct leak_report *leak_gather(struct registry *r, uint32_t self)
         const struct reg_block *b = reg_block_at(r, e->block);
         if (!b || b->generation != e->generation || b->exporter != self) continue;
         uint32_t pending = __atomic_load_n(&b->pending, __ATOMIC_RELAXED);
-        bool unopened = !b->claimed && b->lease_head == REG_NONE && (pending || b->expired);
+        bool held = reg_block_held(r, e->block);
+        bool unopened = !b->claimed && !held && (pending || b->expired);
         if ((b->state == BLOCK_LIVE || b->state == BLOCK_LIMBO) && unopened) {
             if (!add_item(lr, ITEM_UNOPENED)) break;
-        } else if (b->state == BLOCK_LIMBO ||
-                   (b->state == BLOCK_LIVE && b->lease_head != REG_NONE)) {
+        } else if (b->state == BLOCK_LIMBO || (b->state == BLOCK_LIVE && held)) {
             struct leak_item *it = add_item(lr, ITEM_LIMBO);
             if (!it) break;
             it->never_freed = b->state == BLOCK_LIVE;
             it->since_ns = it->never_freed ? e->export_ns : b->limbo_since_ns;
-            list_holders(r, b, it->holders, sizeof it->holders);
+            list_holders(r, e->block, it->holders, sizeof it->holders);
         } else {
             continue;
         }
@@ -381,13 +381,10 @@ void leak_check_locked(struct registry *r, uint32_t self)
         {
             const struct reg_block *blk = reg_block_at(r, e->block);
             if (!blk || blk->generation != e->generation || blk->exporter != self) continue;
-            uint32_t li = blk->lease_head;
-            for (uint32_t steps = 0; li != REG_NONE && steps < r->max_leases; steps++) {
-                const struct reg_lease *l = reg_lease_at(r, li);
-                if (!l) break;
-                name_holder(r, l->holder, who, sizeof who);
-                li = l->next;
-            }
+            const uint64_t *held = reg_block_held_words(r, e->block);
+            for (uint32_t w = 0; w < r->held_words; w++)
+                for (uint64_t m = __atomic_load_n(&held[w], __ATOMIC_RELAXED); m; m &= m - 1)
+                    name_holder(r, w * 64 + (uint32_t)__builtin_ctzll(m), who, sizeof who);
         }
         snprintf(watch_lines[watch_nlines++], sizeof watch_lines[0],
                  "leak in progress? this process's limbo grew at %llu checks in a row (now %llu "

@@ -15,6 +15,10 @@ static size_t limbo_count;
 static uint64_t limbo_bytes;
 static struct local_map *maps, *maps_by_ptr;
 static struct local_retiring *retiring;
+static struct local_lease *leases;
+enum { MAP_CACHE = 64 };
+static struct local_map *map_cache[MAP_CACHE]; /* freed records, reused without calloc */
+static unsigned map_cached;
 
 void local_lock(void)
 {
@@ -145,6 +149,14 @@ struct local_map *local_map_find_ptr(uint64_t ptr)
     return m;
 }
 
+struct local_map *local_map_new(void)
+{
+    if (!map_cached) return calloc(1, sizeof(struct local_map));
+    struct local_map *m = map_cache[--map_cached];
+    memset(m, 0, sizeof *m);
+    return m;
+}
+
 int local_map_add(struct local_map *m)
 {
     HASH_ADD(hh, maps, key, sizeof m->key, m);
@@ -162,7 +174,45 @@ void local_map_del(struct local_map *m)
 {
     if (m->hh_ptr.tbl) HASH_DELETE(hh_ptr, maps_by_ptr, m); /* set once opened, closing or not */
     HASH_DELETE(hh, maps, m);
-    free(m);
+    if (map_cached < MAP_CACHE)
+        map_cache[map_cached++] = m;
+    else
+        free(m);
+}
+
+struct local_lease *local_lease_find(uint32_t block)
+{
+    struct local_lease *l;
+    HASH_FIND(hh, leases, &block, sizeof block, l);
+    return l;
+}
+
+int local_lease_add(uint32_t block, uint64_t generation, uint32_t lease)
+{
+    struct local_lease *l = malloc(sizeof *l), *old = NULL;
+    if (!l) return -ENOMEM;
+    memset(l, 0, sizeof *l);
+    l->block = block;
+    l->lease = lease;
+    l->generation = generation;
+    HASH_REPLACE(hh, leases, block, sizeof l->block, l, old);
+    if (!UTH_ADDED(l, hh)) {
+        free(l);
+        return -ENOMEM;
+    }
+    free(old);
+    return 0;
+}
+
+void local_lease_del(struct local_lease *l)
+{
+    HASH_DELETE(hh, leases, l);
+    free(l);
+}
+
+struct local_retiring *local_retirings(void)
+{
+    return retiring;
 }
 
 int local_retiring_add(uint64_t base, uint32_t block, uint64_t generation)
@@ -199,6 +249,7 @@ void local_reset(bool free_memory)
         struct local_export *e, *et;
         struct local_map *m, *mt;
         struct local_retiring *r, *rt;
+        struct local_lease *l, *lt;
         HASH_ITER(hh, exports, e, et)
         {
             HASH_DELETE(hh, exports, e);
@@ -215,10 +266,19 @@ void local_reset(bool free_memory)
             HASH_DELETE(hh, retiring, r);
             free(r);
         }
+        HASH_ITER(hh, leases, l, lt)
+        {
+            HASH_DELETE(hh, leases, l);
+            free(l);
+        }
+        while (map_cached)
+            free(map_cache[--map_cached]);
     }
+    map_cached = 0;
     exports = limbo = NULL;
     maps = maps_by_ptr = NULL;
     retiring = NULL;
+    leases = NULL;
     __atomic_store_n(&limbo_count, 0, __ATOMIC_RELAXED);
     limbo_bytes = 0;
     memset(filter, 0, sizeof filter);

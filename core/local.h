@@ -4,6 +4,8 @@
  *             (index + generation), with its limbo state and own-opens;
  *   limbo     the exports freed by the program but not yet really freed;
  *   maps      (handle, ctx) -> an opened mapping, and pointer -> mapping;
+ *   leases    block -> this process's lease slot on it (one per block, all
+ *             contexts);
  *   retiring  base -> block between ipc_free_begin (REAL) and ipc_free_finish.
  *
  * One process mutex (local_lock) guards all of it. Lock order: the local
@@ -64,6 +66,13 @@ struct local_retiring {
     UT_hash_handle hh;
 };
 
+struct local_lease {
+    uint32_t block; /* key */
+    uint32_t lease;
+    uint64_t generation;
+    UT_hash_handle hh;
+};
+
 void local_lock(void);
 void local_unlock(void);
 /* Wait for a pending mapping to settle (local lock held). */
@@ -94,12 +103,19 @@ struct local_map *local_maps(void);
 
 struct local_map *local_map_find(const struct ipc_handle *h, uint64_t ctx);
 struct local_map *local_map_find_ptr(uint64_t ptr);
+/* A zeroed record (from a small cache of freed ones), or NULL. */
+struct local_map *local_map_new(void);
 int local_map_add(struct local_map *m);                   /* by key; 0 or -ENOMEM */
 int local_map_set_ptr(struct local_map *m, uint64_t ptr); /* 0 or -ENOMEM */
-void local_map_del(struct local_map *m);                  /* frees m */
+void local_map_del(struct local_map *m);                  /* frees m (into the cache) */
+
+struct local_lease *local_lease_find(uint32_t block);
+int local_lease_add(uint32_t block, uint64_t generation, uint32_t lease); /* 0 or -ENOMEM */
+void local_lease_del(struct local_lease *l);
 
 int local_retiring_add(uint64_t base, uint32_t block, uint64_t generation);
 bool local_retiring_take(uint64_t base, uint32_t *block, uint64_t *generation);
+struct local_retiring *local_retirings(void); /* to walk with HASH_ITER(hh, ...) */
 
 /* Forget everything (in a fork child, or at shutdown). With free_memory
  * false the tables are abandoned, for when they may be mid-update (a fork

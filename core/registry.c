@@ -26,7 +26,7 @@ _Static_assert(sizeof(pthread_mutex_t) <= 64, "the header reserves 64 bytes for 
 _Static_assert(sizeof(struct reg_header) == 256, "header layout");
 _Static_assert(sizeof(struct reg_holder) == 80, "holder layout");
 _Static_assert(sizeof(struct reg_block) == 200, "block layout");
-_Static_assert(sizeof(struct reg_lease) == 40, "lease layout");
+_Static_assert(sizeof(struct reg_lease) == 32, "lease layout");
 
 enum {
     MAX_HOLDERS_LIMIT = 1 << 16,
@@ -51,6 +51,11 @@ static inline void test_delay(void)
 {
     uint64_t us = options_get()->test_delay_us;
     if (us) usleep((useconds_t)(us > 1000000 ? 1000000 : us));
+}
+
+void reg_test_delay(void)
+{
+    test_delay();
 }
 
 /* The state/intent fields are the commit points of a record (registry.h):
@@ -88,15 +93,21 @@ int registry_layout(const struct reg_caps *caps, struct reg_layout *out)
     uint32_t nb = 64;
     while (nb < caps->max_blocks)
         nb <<= 1;
+    out->held_words = (caps->max_holders + 63) / 64;
+    out->nchunks = (caps->max_leases + REG_LEASE_CHUNK - 1) / REG_LEASE_CHUNK;
     size_t off = sizeof(struct reg_header);
     out->locks = off;
     off += round_up(caps->max_holders, 64);
     out->holders = off;
     off += (size_t)caps->max_holders * sizeof(struct reg_holder);
     out->blocks = off;
-    off += (size_t)caps->max_blocks * sizeof(struct reg_block);
+    off += round_up((size_t)caps->max_blocks * sizeof(struct reg_block), 64);
+    out->held = off;
+    off += round_up((size_t)caps->max_blocks * out->held_words * sizeof(uint64_t), 64);
     out->leases = off;
-    off += (size_t)caps->max_leases * sizeof(struct reg_lease);
+    off += (size_t)out->nchunks * REG_LEASE_CHUNK * sizeof(struct reg_lease);
+    out->chunks = off;
+    off += round_up((size_t)out->nchunks * sizeof(uint32_t), 64);
     out->buckets = off;
     off += round_up((size_t)nb * sizeof(uint32_t), 64);
     out->size = off;
@@ -104,16 +115,20 @@ int registry_layout(const struct reg_caps *caps, struct reg_layout *out)
     return 0;
 }
 
-static void set_views(struct registry *r, const struct reg_caps *caps, const struct reg_layout *l)
+void registry_set_views(struct registry *r, const struct reg_caps *caps, const struct reg_layout *l)
 {
     r->hdr = (struct reg_header *)r->base;
     r->holders = (struct reg_holder *)(r->base + l->holders);
     r->blocks = (struct reg_block *)(r->base + l->blocks);
+    r->held = (uint64_t *)(r->base + l->held);
     r->leases = (struct reg_lease *)(r->base + l->leases);
+    r->chunk_owner = (uint32_t *)(r->base + l->chunks);
     r->buckets = (uint32_t *)(r->base + l->buckets);
     r->max_holders = caps->max_holders;
     r->max_blocks = caps->max_blocks;
-    r->max_leases = caps->max_leases;
+    r->max_leases = l->nchunks * REG_LEASE_CHUNK;
+    r->held_words = l->held_words;
+    r->nchunks = l->nchunks;
     r->nbuckets = l->nbuckets;
     r->lock_base = (off_t)l->locks;
     r->size = l->size;
@@ -142,7 +157,7 @@ static int create(struct registry *r, int fd, const struct reg_caps *caps)
     void *p = mmap(NULL, l.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return -errno;
     r->base = p;
-    set_views(r, caps, &l);
+    registry_set_views(r, caps, &l);
     struct reg_header *h = r->hdr;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -154,6 +169,9 @@ static int create(struct registry *r, int fd, const struct reg_caps *caps)
     h->max_blocks = caps->max_blocks;
     h->max_leases = caps->max_leases;
     h->nbuckets = l.nbuckets;
+    h->held_words = l.held_words;
+    for (uint32_t c = 0; c < l.nchunks; c++)
+        r->chunk_owner[c] = REG_NONE;
     h->creator_pid = (int32_t)getpid();
     h->created_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
     int rc = init_mutex(&h->lock.mutex);
@@ -227,7 +245,7 @@ int registry_validate(int fd, struct reg_caps *caps, struct reg_layout *l, char 
         REFUSE(-EPROTO, "has a different ABI version (ABI %u; this release uses ABI %u)", h->abi,
                REG_ABI);
     if (registry_layout(caps, l) != 0) REFUSE(-EPROTO, "has impossible capacities");
-    if (h->size != l->size || h->nbuckets != l->nbuckets)
+    if (h->size != l->size || h->nbuckets != l->nbuckets || h->held_words != l->held_words)
         REFUSE(-EPROTO, "has a header that does not add up");
     if ((uint64_t)st.st_size != l->size) REFUSE(-EPROTO, "has the wrong size");
     if (!lock_kind_ok(&h->lock.mutex))
@@ -255,7 +273,7 @@ static int attach(struct registry *r, int fd)
     void *p = mmap(NULL, l.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return -errno;
     r->base = p;
-    set_views(r, &caps, &l);
+    registry_set_views(r, &caps, &l);
     return 0;
 }
 
@@ -449,6 +467,7 @@ int registry_open(struct registry *r, const char *domain, const struct reg_caps 
 
 void registry_close(struct registry *r)
 {
+    free(r->spare);
     if (r->base) munmap(r->base, r->size);
     if (r->pin) munmap(r->pin, 4096);
     struct stat st; /* close the number only while it is still ours */
@@ -494,7 +513,8 @@ int registry_reopen_fd(struct registry *r)
         if (fstat(r->fd, &st) == 0 && st.st_dev == r->dev && st.st_ino == r->ino) close(r->fd);
     }
     r->fd = fd;
-    r->self_slot = REG_NONE; /* the parent's slot is not ours */
+    r->self_slot = REG_NONE; /* the parent's slot is not ours, nor its chunks */
+    r->nspare = 0;
     pin_description(r, fd);
     return 0;
 }
@@ -698,12 +718,31 @@ void registry_unlock(struct registry *r)
     pthread_mutex_unlock(&r->hdr->lock.mutex);
 }
 
+/* The handle's bucket: a word-at-a-time multiply-xorshift over its 64
+ * bytes (8 multiplies, not 64 FNV steps). */
 static uint32_t bucket_of(const struct registry *r, const uint8_t *handle)
 {
-    uint64_t x = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (int i = 0; i < IPC_HANDLE_BYTES; i++)
-        x = (x ^ handle[i]) * 0x100000001b3ull;
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < IPC_HANDLE_BYTES; i += 8) {
+        uint64_t w;
+        memcpy(&w, handle + i, sizeof w);
+        x = (x ^ w) * 0xbf58476d1ce4e5b9ull;
+        x ^= x >> 31;
+    }
     return (uint32_t)(x ^ (x >> 32)) & (r->nbuckets - 1);
+}
+
+/* A lease that names a live block of its own generation, owned by an
+ * active holder's chunk. */
+static bool lease_valid(struct registry *r, uint32_t li)
+{
+    struct reg_lease *l = &r->leases[li];
+    uint32_t owner = r->chunk_owner[li / REG_LEASE_CHUNK];
+    struct reg_block *b = reg_block_at(r, l->block);
+    struct reg_holder *o = reg_holder_at(r, owner);
+    return l->intent >= LEASE_OPENING && l->intent <= LEASE_CLOSING && b &&
+           b->state != BLOCK_FREE && b->generation == l->block_gen && o &&
+           o->state == HOLDER_ACTIVE && l->holder == owner && l->count > 0;
 }
 
 void registry_repair(struct registry *r)
@@ -714,8 +753,9 @@ void registry_repair(struct registry *r)
     h->block_free = REG_NONE;
     for (uint32_t i = r->max_blocks; i-- > 0;) {
         struct reg_block *b = &r->blocks[i];
-        b->lease_head = REG_NONE;
-        if (b->state > BLOCK_RETIRED) b->state = BLOCK_FREE;
+        /* An exporter that died deciding: not freed, so still limbo. */
+        if (b->state == BLOCK_RETIRING) b->state = BLOCK_LIMBO;
+        if (b->state > BLOCK_RETIRING) b->state = BLOCK_FREE;
         if (b->state == BLOCK_FREE) {
             b->hash_next = h->block_free;
             h->block_free = i;
@@ -725,32 +765,36 @@ void registry_repair(struct registry *r)
             r->buckets[bk] = i;
         }
     }
-    h->lease_free = REG_NONE;
-    for (uint32_t i = r->max_leases; i-- > 0;) {
-        struct reg_lease *l = &r->leases[i];
-        struct reg_block *b = reg_block_at(r, l->block);
-        struct reg_holder *o = reg_holder_at(r, l->holder);
-        bool keep = l->intent >= LEASE_OPENING && l->intent <= LEASE_CLOSING && b &&
-                    b->state != BLOCK_FREE && b->generation == l->block_gen && o &&
-                    o->state == HOLDER_ACTIVE && l->count > 0;
-        if (keep) {
-            l->next = b->lease_head;
-            b->lease_head = i;
-        } else {
-            l->intent = LEASE_FREE;
-            l->next = h->lease_free;
-            h->lease_free = i;
-        }
+    /* Chunks of holders that are gone, and leases that name nothing. */
+    for (uint32_t c = 0; c < r->nchunks; c++) {
+        struct reg_holder *o = reg_holder_at(r, r->chunk_owner[c]);
+        if (!o || o->state != HOLDER_ACTIVE) r->chunk_owner[c] = REG_NONE;
     }
-    /* Blocks nobody can ever release any more. */
+    for (uint32_t i = 0; i < r->max_leases; i++)
+        if (r->leases[i].intent != LEASE_FREE && !lease_valid(r, i)) {
+            r->leases[i].intent = LEASE_FREE;
+            r->leases[i].count = 0;
+        }
+    /* Bits of holders that are not active any more; blocks nobody can ever
+     * release. (Active holders' bits are their own, changed without the
+     * lock: left alone.) */
     for (uint32_t i = 0; i < r->max_blocks; i++) {
         struct reg_block *b = &r->blocks[i];
-        struct reg_holder *o = reg_holder_at(r, b->exporter);
+        uint64_t *held = reg_block_held_words(r, i);
+        for (uint32_t w = 0; w < r->held_words; w++) {
+            uint64_t bits = __atomic_load_n(&held[w], __ATOMIC_RELAXED), gone = 0;
+            for (uint64_t m = bits; m; m &= m - 1) {
+                uint32_t hi = w * 64 + (uint32_t)__builtin_ctzll(m);
+                if (hi >= r->max_holders || r->holders[hi].state != HOLDER_ACTIVE) gone |= m & -m;
+            }
+            if (gone) __atomic_fetch_and(&held[w], ~gone, __ATOMIC_SEQ_CST);
+        }
         if (b->state == BLOCK_FREE) continue;
+        struct reg_holder *o = reg_holder_at(r, b->exporter);
         bool exporter_gone = !o || o->state != HOLDER_ACTIVE || o->nonce != b->exporter_nonce;
         if (exporter_gone && b->state != BLOCK_ORPHANED)
             b->state = BLOCK_ORPHANED, b->orphaned_ns = reg_now_ns();
-        if (b->state == BLOCK_ORPHANED && b->lease_head == REG_NONE) reg_block_recycle(r, i);
+        if (b->state == BLOCK_ORPHANED && !reg_block_held(r, i)) reg_block_recycle(r, i);
     }
 }
 
@@ -769,10 +813,6 @@ uint32_t reg_holder_attach(struct registry *r, uint64_t nonce)
     pid_t pid = getpid();
     uint64_t start = 0;
     (void)liveness_start_time(pid, &start);
-    /* Once per process: the leases of holders that died since the last
-     * sweep (or of this very pid before an exec) go now, not at some later
-     * collect. */
-    reg_sweep_dead(r, REG_NONE);
     int fd = registry_fd(r);
     if (fd < 0) return REG_NONE;
     for (uint32_t i = 0; i < r->max_holders; i++) {
@@ -849,21 +889,80 @@ bool reg_holder_alive_quick(struct registry *r, uint32_t idx)
     return holder_byte_locked(r, idx);
 }
 
+/* Frees lease li (a dead holder's, or one the lock-held API drops): its
+ * bit cleared first, then the record. Returns whether the block is now held
+ * by nobody. */
+static bool free_lease(struct registry *r, uint32_t li)
+{
+    struct reg_lease *l = &r->leases[li];
+    bool empty = false;
+    struct reg_block *b = reg_block_at(r, l->block);
+    if (b && l->holder < r->max_holders) empty = reg_unhold(r, l->block, l->holder);
+    test_delay();
+    STORE_STATE(l->intent, LEASE_FREE);
+    l->count = 0;
+    return empty;
+}
+
+uint32_t reg_block_unheld(struct registry *r, uint32_t bi, uint64_t generation)
+{
+    struct reg_block *b = reg_block_at(r, bi);
+    if (!b || b->generation != generation || reg_block_held(r, bi)) return REG_NONE;
+    uint32_t state = LOAD_STATE(b->state);
+    if (state == BLOCK_ORPHANED) {
+        reg_block_recycle(r, bi);
+        return REG_NONE;
+    }
+    if (state != BLOCK_LIMBO) return REG_NONE;
+    uint32_t none = 0;
+    if ((b->rules & BLOCK_RULE_HANDOFF_WINDOW) &&
+        __atomic_compare_exchange_n(&b->pending, &none, 1, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_RELAXED)) {
+        /* Window rule (ipc.c), the exporter's: the last close re-arms one hand-off. */
+        uint64_t now = reg_now_ns();
+        b->first_export_ns = b->last_export_ns = now;
+    }
+    return b->exporter;
+}
+
+uint32_t reg_holder_drop_leases(struct registry *r, uint32_t idx)
+{
+    uint32_t n = 0;
+    for (uint32_t c = 0; c < r->nchunks; c++) {
+        if (r->chunk_owner[c] != idx) continue;
+        for (uint32_t li = c * REG_LEASE_CHUNK; li < (c + 1) * REG_LEASE_CHUNK; li++) {
+            struct reg_lease *l = &r->leases[li];
+            if (LOAD_STATE(l->intent) == LEASE_FREE) continue;
+            uint32_t bi = l->block;
+            uint64_t gen = l->block_gen;
+            l->holder = idx; /* the chunk's owner's bit, whatever the record says */
+            free_lease(r, li);
+            n++;
+            uint32_t wake = reg_block_unheld(r, bi, gen);
+            if (wake != REG_NONE && wake != idx) registry_wake(r, wake);
+        }
+        r->chunk_owner[c] = REG_NONE;
+    }
+    if (r->self_slot == idx) r->nspare = 0;
+    return n;
+}
+
 void reg_holder_sweep(struct registry *r, uint32_t idx)
 {
     struct reg_holder *h = reg_holder_at(r, idx);
     if (!h) return;
-    for (uint32_t i = 0; i < r->max_leases; i++) {
-        struct reg_lease *l = &r->leases[i];
-        if (l->intent == LEASE_FREE || l->holder != idx) continue;
-        uint32_t wake = reg_lease_drop(r, i);
-        if (wake != REG_NONE && wake != idx) registry_wake(r, wake);
-    }
+    reg_holder_drop_leases(r, idx);
     test_delay();
     for (uint32_t i = 0; i < r->max_blocks; i++) {
         struct reg_block *b = &r->blocks[i];
+        /* A bit without a lease: the holder died between the two (no such
+         * order exists in this build; a corrupt segment). */
+        uint64_t *held = reg_block_held_words(r, i);
+        if (idx / 64 < r->held_words &&
+            (__atomic_load_n(&held[idx / 64], __ATOMIC_RELAXED) >> (idx % 64) & 1))
+            reg_unhold(r, i, idx);
         if (b->state == BLOCK_FREE || b->exporter != idx) continue;
-        if (b->state == BLOCK_RETIRED || b->lease_head == REG_NONE)
+        if (b->state == BLOCK_RETIRED || !reg_block_held(r, i))
             reg_block_recycle(r, i);
         else
             b->state = BLOCK_ORPHANED, b->orphaned_ns = reg_now_ns();
@@ -871,18 +970,60 @@ void reg_holder_sweep(struct registry *r, uint32_t idx)
     STORE_STATE(h->state, HOLDER_FREE);
 }
 
-int reg_sweep_dead(struct registry *r, uint32_t self)
+uint32_t reg_find_dead(struct registry *r, const uint8_t *cand, uint32_t *dead, uint64_t *nonce)
 {
-    int n = 0;
+    uint32_t n = 0;
     for (uint32_t i = 0; i < r->max_holders; i++) {
-        if (i == self || LOAD_STATE(r->holders[i].state) != HOLDER_ACTIVE) continue;
-        if (reg_holder_alive(r, i)) continue;
-        log_msg(LOG_INFO, "holder %u (pid %d) is gone; releasing its leases and blocks", i,
-                (int)r->holders[i].pid);
-        reg_holder_sweep(r, i);
-        n++;
+        if (!cand[i]) continue;
+        struct reg_holder *h = &r->holders[i];
+        uint64_t before = __atomic_load_n(&h->nonce, __ATOMIC_RELAXED);
+        if (LOAD_STATE(h->state) != HOLDER_ACTIVE || reg_holder_alive(r, i)) continue;
+        dead[n] = i;
+        nonce[n++] = before;
     }
     return n;
+}
+
+int reg_sweep_found(struct registry *r, const uint32_t *dead, const uint64_t *nonce, uint32_t n)
+{
+    int swept = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        struct reg_holder *h = reg_holder_at(r, dead[k]);
+        /* Still the holder we found dead: a dead holder's lock byte stays
+         * free and its slot is taken again only under this lock, with a new
+         * nonce. */
+        if (!h || LOAD_STATE(h->state) != HOLDER_ACTIVE || h->nonce != nonce[k]) continue;
+        log_msg(LOG_INFO, "holder %u (pid %d) is gone; releasing its leases and blocks", dead[k],
+                (int)h->pid);
+        reg_holder_sweep(r, dead[k]);
+        swept++;
+    }
+    return swept;
+}
+
+int reg_sweep_dead(struct registry *r, uint32_t self)
+{
+    uint8_t *cand = calloc(r->max_holders, 1);
+    uint32_t *dead = malloc(r->max_holders * sizeof *dead);
+    uint64_t *nonce = malloc(r->max_holders * sizeof *nonce);
+    int swept = 0;
+    if (!cand || !dead || !nonce) goto out;
+    for (uint32_t i = 0; i < r->max_holders; i++)
+        cand[i] = i != self && LOAD_STATE(r->holders[i].state) == HOLDER_ACTIVE;
+    uint32_t n = reg_find_dead(r, cand, dead, nonce);
+    if (n) {
+        if (registry_lock(r) != 0) {
+            swept = -1;
+            goto out;
+        }
+        swept = reg_sweep_found(r, dead, nonce, n);
+        registry_unlock(r);
+    }
+out:
+    free(cand);
+    free(dead);
+    free(nonce);
+    return swept;
 }
 
 void registry_wake(struct registry *r, uint32_t idx)
@@ -904,13 +1045,18 @@ void registry_wait(struct registry *r, uint32_t idx, uint32_t seen, uint64_t tim
 
 /* ---- blocks ---- */
 
+static bool handle_equal(const struct reg_block *b, const struct ipc_handle *hd)
+{
+    return !memcmp(b->handle, hd->bytes, IPC_HANDLE_BYTES);
+}
+
 uint32_t reg_block_find(struct registry *r, const struct ipc_handle *hd)
 {
     uint32_t best = REG_NONE, idx = r->buckets[bucket_of(r, hd->bytes)];
     for (uint32_t steps = 0; idx != REG_NONE && steps < r->max_blocks; steps++) {
         struct reg_block *b = reg_block_at(r, idx);
         if (!b) break;
-        if (b->state != BLOCK_FREE && !memcmp(b->handle, hd->bytes, IPC_HANDLE_BYTES)) {
+        if (b->state != BLOCK_FREE && handle_equal(b, hd)) {
             if (b->state == BLOCK_LIVE || b->state == BLOCK_LIMBO) return idx;
             if (best == REG_NONE) best = idx;
         }
@@ -919,21 +1065,55 @@ uint32_t reg_block_find(struct registry *r, const struct ipc_handle *hd)
     return best;
 }
 
-/* Pops a free-list head, repairing once if it does not point at a free record. */
-static uint32_t pop_free(struct registry *r, uint32_t *head, uint32_t cap, bool blocks)
+/* The handle bytes compared word by word with relaxed atomic loads: a
+ * writer may be refilling the record (the generation check decides). */
+static bool handle_equal_racy(const struct reg_block *b, const struct ipc_handle *hd)
+{
+    const uint64_t *w = (const uint64_t *)(const void *)b->handle;
+    for (int i = 0; i < IPC_HANDLE_BYTES / 8; i++) {
+        uint64_t x;
+        memcpy(&x, hd->bytes + i * 8, sizeof x);
+        if (__atomic_load_n(&w[i], __ATOMIC_RELAXED) != x) return false;
+    }
+    return true;
+}
+
+uint32_t reg_block_lookup(struct registry *r, const struct ipc_handle *hd, uint64_t *gen)
+{
+    uint32_t idx = __atomic_load_n(&r->buckets[bucket_of(r, hd->bytes)], __ATOMIC_ACQUIRE);
+    for (uint32_t steps = 0; idx != REG_NONE && steps < r->max_blocks; steps++) {
+        struct reg_block *b = reg_block_at(r, idx);
+        if (!b) return REG_NONE;
+        /* state is stored last by the creator (release): after an acquire
+         * load of a live state, the handle and generation are its own. */
+        uint32_t s1 = LOAD_STATE(b->state);
+        uint64_t g1 = __atomic_load_n(&b->generation, __ATOMIC_RELAXED);
+        if ((s1 == BLOCK_LIVE || s1 == BLOCK_LIMBO || s1 == BLOCK_RETIRING) &&
+            handle_equal_racy(b, hd)) {
+            __atomic_thread_fence(__ATOMIC_ACQUIRE);
+            /* Recycling stores FREE first and re-creating bumps the
+             * generation: unchanged, the handle compared was this record's. */
+            if (__atomic_load_n(&b->generation, __ATOMIC_RELAXED) == g1 &&
+                LOAD_STATE(b->state) != BLOCK_FREE) {
+                *gen = g1;
+                return idx;
+            }
+            return REG_NONE;
+        }
+        idx = __atomic_load_n(&b->hash_next, __ATOMIC_RELAXED);
+    }
+    return REG_NONE;
+}
+
+/* Pops the free-list head, repairing once if it does not point at a free record. */
+static uint32_t pop_free_block(struct registry *r)
 {
     for (int attempt = 0; attempt < 2; attempt++) {
-        uint32_t idx = *head;
+        uint32_t idx = r->hdr->block_free;
         if (idx == REG_NONE) return REG_NONE;
-        if (idx < cap) {
-            if (blocks && r->blocks[idx].state == BLOCK_FREE) {
-                *head = r->blocks[idx].hash_next;
-                return idx;
-            }
-            if (!blocks && r->leases[idx].intent == LEASE_FREE) {
-                *head = r->leases[idx].next;
-                return idx;
-            }
+        if (idx < r->max_blocks && r->blocks[idx].state == BLOCK_FREE) {
+            r->hdr->block_free = r->blocks[idx].hash_next;
+            return idx;
         }
         LOG_RATE(LOG_WARN, "registry %s: free list corrupt; rebuilding", r->name);
         registry_repair(r);
@@ -946,56 +1126,28 @@ uint32_t reg_block_create(struct registry *r, const struct ipc_handle *hd, uint6
 {
     struct reg_holder *o = reg_holder_at(r, exporter);
     if (!o) return REG_NONE;
-    uint32_t idx = pop_free(r, &r->hdr->block_free, r->max_blocks, true);
+    uint32_t idx = pop_free_block(r);
     if (idx == REG_NONE) return REG_NONE;
     struct reg_block *b = &r->blocks[idx];
-    b->generation++;
+    __atomic_store_n(&b->generation, b->generation + 1, __ATOMIC_RELAXED);
     memcpy(b->handle, hd->bytes, IPC_HANDLE_BYTES);
     b->base = base;
     b->size = size;
     b->device = device;
     b->exporter = exporter;
     b->exporter_nonce = o->nonce;
-    b->pending = 1;
+    __atomic_store_n(&b->pending, 1, __ATOMIC_RELAXED);
     b->first_export_ns = b->last_export_ns = now;
     b->limbo_since_ns = 0;
-    b->lease_head = REG_NONE;
     b->exporter_pid = o->pid, b->claimed = b->expired = 0, b->orphaned_ns = 0; /* observability */
     b->rules = options_get()->handoff == HANDOFF_WINDOW ? BLOCK_RULE_HANDOFF_WINDOW : 0;
     memcpy(b->exporter_comm, o->comm, sizeof b->exporter_comm);
     uint32_t bk = bucket_of(r, b->handle);
     b->hash_next = r->buckets[bk];
-    r->buckets[bk] = idx;
+    __atomic_store_n(&r->buckets[bk], idx, __ATOMIC_RELEASE);
     test_delay();
     STORE_STATE(b->state, BLOCK_LIVE);
     return idx;
-}
-
-/* Removes lease li from block b's chain (if it is there). */
-static void unlink_lease(struct registry *r, struct reg_block *b, uint32_t li)
-{
-    uint32_t *link = &b->lease_head;
-    for (uint32_t steps = 0; *link != REG_NONE && steps < r->max_leases; steps++) {
-        struct reg_lease *l = reg_lease_at(r, *link);
-        if (!l) {
-            *link = REG_NONE; /* corrupt tail: cut it; repair re-derives */
-            return;
-        }
-        if (*link == li) {
-            *link = l->next;
-            return;
-        }
-        link = &l->next;
-    }
-}
-
-static void free_lease(struct registry *r, uint32_t li)
-{
-    struct reg_lease *l = &r->leases[li];
-    STORE_STATE(l->intent, LEASE_FREE);
-    l->count = 0;
-    l->next = r->hdr->lease_free;
-    r->hdr->lease_free = li;
 }
 
 void reg_block_recycle(struct registry *r, uint32_t idx)
@@ -1004,14 +1156,9 @@ void reg_block_recycle(struct registry *r, uint32_t idx)
     if (!b) return;
     STORE_STATE(b->state, BLOCK_FREE);
     test_delay();
-    for (uint32_t steps = 0; b->lease_head != REG_NONE && steps < r->max_leases; steps++) {
-        uint32_t li = b->lease_head;
-        struct reg_lease *l = reg_lease_at(r, li);
-        if (!l) break;
-        b->lease_head = l->next;
-        free_lease(r, li);
-    }
-    b->lease_head = REG_NONE;
+    uint64_t *held = reg_block_held_words(r, idx);
+    for (uint32_t w = 0; w < r->held_words; w++)
+        __atomic_store_n(&held[w], 0, __ATOMIC_SEQ_CST);
     uint32_t *link = &r->buckets[bucket_of(r, b->handle)];
     for (uint32_t steps = 0; *link != REG_NONE && steps < r->max_blocks; steps++) {
         struct reg_block *c = reg_block_at(r, *link);
@@ -1020,41 +1167,171 @@ void reg_block_recycle(struct registry *r, uint32_t idx)
             break;
         }
         if (*link == idx) {
-            *link = c->hash_next;
+            /* Lock-free readers standing on idx keep following its old
+             * link (into the chain they were on) until it is reused. */
+            __atomic_store_n(link, c->hash_next, __ATOMIC_RELEASE);
             break;
         }
         link = &c->hash_next;
     }
-    b->pending = 0;
+    __atomic_store_n(&b->pending, 0, __ATOMIC_RELAXED);
     b->hash_next = r->hdr->block_free;
     r->hdr->block_free = idx;
 }
 
 uint32_t reg_block_leases(struct registry *r, uint32_t idx)
 {
-    struct reg_block *b = reg_block_at(r, idx);
+    if (idx >= r->max_blocks) return 0;
+    const uint64_t *held = reg_block_held_words(r, idx);
     uint32_t n = 0;
-    if (!b) return 0;
-    for (uint32_t li = b->lease_head; li != REG_NONE && n < r->max_leases; n++) {
-        struct reg_lease *l = reg_lease_at(r, li);
-        if (!l) break;
-        li = l->next;
-    }
+    for (uint32_t w = 0; w < r->held_words; w++)
+        n += (uint32_t)__builtin_popcountll(__atomic_load_n(&held[w], __ATOMIC_SEQ_CST));
     return n;
 }
 
+bool reg_block_held(struct registry *r, uint32_t idx)
+{
+    if (idx >= r->max_blocks) return false;
+    const uint64_t *held = reg_block_held_words(r, idx);
+    for (uint32_t w = 0; w < r->held_words; w++)
+        if (__atomic_load_n(&held[w], __ATOMIC_SEQ_CST)) return true;
+    return false;
+}
+
+bool reg_hold(struct registry *r, uint32_t block, uint32_t holder)
+{
+    if (block >= r->max_blocks || holder >= r->max_holders) return false;
+    uint64_t bit = 1ull << (holder % 64);
+    uint64_t old =
+        __atomic_fetch_or(&reg_block_held_words(r, block)[holder / 64], bit, __ATOMIC_SEQ_CST);
+    return !(old & bit);
+}
+
+bool reg_unhold(struct registry *r, uint32_t block, uint32_t holder)
+{
+    if (block >= r->max_blocks || holder >= r->max_holders) return false;
+    __atomic_fetch_and(&reg_block_held_words(r, block)[holder / 64], ~(1ull << (holder % 64)),
+                       __ATOMIC_SEQ_CST);
+    return !reg_block_held(r, block);
+}
+
+bool reg_block_retire(struct registry *r, uint32_t idx)
+{
+    struct reg_block *b = reg_block_at(r, idx);
+    uint32_t limbo = BLOCK_LIMBO;
+    if (!b || !__atomic_compare_exchange_n(&b->state, &limbo, BLOCK_RETIRING, false,
+                                           __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+        return false;
+    /* Dekker with the importer (reg_hold, then a load of state; all
+     * seq-cst): one of the two sees the other's store, so either we see its
+     * bit or it sees RETIRING and waits for our answer. */
+    bool free_now = !reg_block_held(r, idx) && __atomic_load_n(&b->pending, __ATOMIC_SEQ_CST) == 0;
+    test_delay();
+    __atomic_store_n(&b->state, free_now ? BLOCK_RETIRED : BLOCK_LIMBO, __ATOMIC_SEQ_CST);
+    return free_now;
+}
+
 /* ---- leases ---- */
+
+uint32_t reg_lease_take(struct registry *r)
+{
+    return r->nspare ? r->spare[--r->nspare] : REG_NONE;
+}
+
+/* Adds a slot to our spare list (growing it). False when out of memory. */
+static bool spare_push(struct registry *r, uint32_t li)
+{
+    if (r->nspare == r->spare_cap) {
+        uint32_t cap = r->spare_cap ? r->spare_cap * 2 : 64;
+        uint32_t *p = realloc(r->spare, cap * sizeof *p);
+        if (!p) return false;
+        r->spare = p, r->spare_cap = cap;
+    }
+    r->spare[r->nspare++] = li;
+    return true;
+}
+
+/* A free chunk for holder, marked as its own; REG_NONE when none. */
+static uint32_t claim_chunk(struct registry *r, uint32_t holder)
+{
+    for (uint32_t c = 0; c < r->nchunks; c++) {
+        if (r->chunk_owner[c] != REG_NONE) continue;
+        for (uint32_t li = c * REG_LEASE_CHUNK; li < (c + 1) * REG_LEASE_CHUNK; li++) {
+            r->leases[li].intent = LEASE_FREE;
+            r->leases[li].count = 0;
+            r->leases[li].holder = holder;
+        }
+        __atomic_store_n(&r->chunk_owner[c], holder, __ATOMIC_RELEASE);
+        return c;
+    }
+    return REG_NONE;
+}
+
+int reg_lease_grow(struct registry *r)
+{
+    if (r->self_slot == REG_NONE) return -ENOSPC;
+    uint32_t c = claim_chunk(r, r->self_slot);
+    if (c == REG_NONE) return -ENOSPC;
+    for (uint32_t li = (c + 1) * REG_LEASE_CHUNK; li-- > c * REG_LEASE_CHUNK;)
+        if (!spare_push(r, li)) break; /* out of memory: fewer spares, nothing wrong */
+    return 0;
+}
+
+bool reg_lease_begin(struct registry *r, uint32_t li, uint32_t block, uint64_t generation)
+{
+    struct reg_lease *l = &r->leases[li];
+    l->block = block;
+    l->block_gen = generation;
+    l->holder = r->chunk_owner[li / REG_LEASE_CHUNK];
+    l->count = 1;
+    l->open_ns = reg_now_ns();
+    STORE_STATE(l->intent, LEASE_OPENING); /* before the bit: a sweep finds it */
+    test_delay();
+    return reg_hold(r, block, l->holder);
+}
+
+uint32_t reg_lease_end(struct registry *r, uint32_t li)
+{
+    struct reg_lease *l = reg_lease_at(r, li);
+    if (!l) return REG_NONE;
+    uint32_t bi = l->block;
+    uint64_t gen = l->block_gen;
+    STORE_STATE(l->intent, LEASE_CLOSING);
+    bool empty = reg_unhold(r, bi, l->holder);
+    test_delay();
+    __atomic_store_n(&l->count, 0, __ATOMIC_RELAXED);
+    STORE_STATE(l->intent, LEASE_FREE);
+    (void)spare_push(r, li); /* out of memory: the slot idles until exit */
+    if (!empty) return REG_NONE;
+    struct reg_block *b = reg_block_at(r, bi);
+    if (!b || __atomic_load_n(&b->generation, __ATOMIC_ACQUIRE) != gen ||
+        LOAD_STATE(b->state) != BLOCK_LIMBO)
+        return REG_NONE;
+    uint32_t none = 0;
+    if ((b->rules & BLOCK_RULE_HANDOFF_WINDOW) &&
+        __atomic_compare_exchange_n(&b->pending, &none, 1, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_RELAXED)) {
+        /* Window rule (ipc.c), the exporter's: the last close re-arms one
+         * hand-off (advisory times: the exporter reads them under its lock). */
+        uint64_t now = reg_now_ns();
+        __atomic_store_n(&b->first_export_ns, now, __ATOMIC_RELAXED);
+        __atomic_store_n(&b->last_export_ns, now, __ATOMIC_RELAXED);
+    }
+    return __atomic_load_n(&b->exporter, __ATOMIC_RELAXED);
+}
 
 uint32_t reg_lease_find(struct registry *r, uint32_t block, uint32_t holder)
 {
     struct reg_block *b = reg_block_at(r, block);
     if (!b) return REG_NONE;
-    uint32_t li = b->lease_head;
-    for (uint32_t steps = 0; li != REG_NONE && steps < r->max_leases; steps++) {
-        struct reg_lease *l = reg_lease_at(r, li);
-        if (!l) break;
-        if (l->holder == holder && l->intent != LEASE_FREE && l->block == block) return li;
-        li = l->next;
+    for (uint32_t c = 0; c < r->nchunks; c++) {
+        if (r->chunk_owner[c] != holder) continue;
+        for (uint32_t li = c * REG_LEASE_CHUNK; li < (c + 1) * REG_LEASE_CHUNK; li++) {
+            struct reg_lease *l = &r->leases[li];
+            if (LOAD_STATE(l->intent) != LEASE_FREE && l->block == block &&
+                l->block_gen == b->generation && b->state != BLOCK_FREE)
+                return li;
+        }
     }
     return REG_NONE;
 }
@@ -1063,41 +1340,31 @@ uint32_t reg_lease_create(struct registry *r, uint32_t block, uint32_t holder)
 {
     struct reg_block *b = reg_block_at(r, block);
     if (!b || !reg_holder_at(r, holder)) return REG_NONE;
-    uint32_t li = pop_free(r, &r->hdr->lease_free, r->max_leases, false);
-    if (li == REG_NONE) return REG_NONE;
-    struct reg_lease *l = &r->leases[li];
-    l->block = block;
-    l->block_gen = b->generation;
-    l->holder = holder;
-    l->count = 1;
-    l->open_ns = reg_now_ns();
-    l->next = b->lease_head;
-    b->lease_head = li;
-    test_delay();
-    STORE_STATE(l->intent, LEASE_OPENING);
-    return li;
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t c = 0; c < r->nchunks; c++) {
+            if (r->chunk_owner[c] != holder) continue;
+            for (uint32_t li = c * REG_LEASE_CHUNK; li < (c + 1) * REG_LEASE_CHUNK; li++) {
+                if (LOAD_STATE(r->leases[li].intent) != LEASE_FREE) continue;
+                if (holder == r->self_slot) /* not handed out twice by reg_lease_take */
+                    for (uint32_t k = 0; k < r->nspare; k++)
+                        if (r->spare[k] == li) r->spare[k] = r->spare[--r->nspare];
+                reg_lease_begin(r, li, block, b->generation);
+                return li;
+            }
+        }
+        if (pass == 0 && claim_chunk(r, holder) == REG_NONE) return REG_NONE;
+    }
+    return REG_NONE;
 }
 
 uint32_t reg_lease_drop(struct registry *r, uint32_t idx)
 {
     struct reg_lease *l = reg_lease_at(r, idx);
     if (!l || l->intent == LEASE_FREE) return REG_NONE;
-    struct reg_block *b = reg_block_at(r, l->block);
-    bool same = b && b->state != BLOCK_FREE && b->generation == l->block_gen;
-    if (b) unlink_lease(r, b, idx);
-    test_delay();
+    uint32_t bi = l->block;
+    uint64_t gen = l->block_gen;
     free_lease(r, idx);
-    if (!same || b->lease_head != REG_NONE) return REG_NONE;
-    if (b->state == BLOCK_ORPHANED) {
-        reg_block_recycle(r, (uint32_t)(b - r->blocks));
-        return REG_NONE;
-    }
-    if (b->state != BLOCK_LIMBO) return REG_NONE;
-    if ((b->rules & BLOCK_RULE_HANDOFF_WINDOW) && b->pending == 0) {
-        /* Window rule (ipc.c), the exporter's: the last close re-arms one hand-off. */
-        uint64_t now = reg_now_ns();
-        b->pending = 1;
-        b->first_export_ns = b->last_export_ns = now;
-    }
-    return b->exporter;
+    if (r->chunk_owner[idx / REG_LEASE_CHUNK] == r->self_slot && r->self_slot != REG_NONE)
+        (void)spare_push(r, idx);
+    return reg_block_unheld(r, bi, gen);
 }

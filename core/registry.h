@@ -2,18 +2,30 @@
  *
  * Layout (all offsets fixed by the header's capacities, pinned by
  * tests/core/test_registry.c):
- *   header | holder lock bytes | holders[] | blocks[] | leases[] | buckets[]
+ *   header | holder lock bytes | holders[] | blocks[] | held[] | leases[] |
+ *   chunk owners[] | buckets[]
  * Fixed-width fields, indices (REG_NONE = none) instead of pointers.
  *
  * Primary records are holders, blocks and leases; their `state`/`intent`
  * field is written last when a record is filled and first when it is
  * released (release stores), so a record is either wholly in use or free
- * whatever instruction its writer died at. Everything else -- the free lists,
- * the hash chains, the per-block lease chains -- is derived and rebuilt by
- * registry_repair() when the lock is recovered from a dead owner. Every index
- * read from the segment is bounds-checked: the bytes may be corrupt or hostile.
+ * whatever instruction its writer died at. The free list and the hash
+ * chains are derived and rebuilt by registry_repair() when the lock is
+ * recovered from a dead owner. Every index read from the segment is
+ * bounds-checked: the bytes may be corrupt or hostile.
  *
- * All reg_* record functions require the registry lock. */
+ * Who holds a block is its `held` bitmap, one bit per holder slot, set and
+ * cleared with atomic or/and by the importer itself, without the registry
+ * lock (docs/performance.md, "Opens and closes without the lock"). Setting
+ * or clearing a bit twice changes nothing, so a death between any two
+ * instructions is repaired by clearing the dead holder's bits. Each bit is
+ * backed by a lease record (count of opens, intent, since when) that the
+ * importer writes before setting the bit and frees after clearing it, in
+ * chunks of REG_LEASE_CHUNK slots it owns: a dead holder's sweep and a
+ * process's own exit walk its chunks, not the table.
+ *
+ * Record functions require the registry lock unless their comment says
+ * "no lock". */
 #ifndef REGISTRY_H
 #define REGISTRY_H
 
@@ -27,13 +39,18 @@
 #include <time.h>
 
 #define REG_MAGIC 0x31534d4843504931ull /* "1IPCHMS1" */
-#define REG_ABI 2u /* 2: observability fields (leak.h) at the end of the records */
+#define REG_ABI 3u /* 3: lock-free leases: holder bitmaps, lease chunks, word hashes */
 #define REG_NONE UINT32_MAX
 #define REG_DOMAIN_MAX 64
 #define REG_NAME_TRIES 8 /* the name, then "~1".."~7" when another user squats it */
 
 enum { HOLDER_FREE = 0, HOLDER_ACTIVE = 1 };
-enum { BLOCK_FREE = 0, BLOCK_LIVE, BLOCK_LIMBO, BLOCK_ORPHANED, BLOCK_RETIRED };
+#define REG_LEASE_CHUNK 32u /* lease slots a holder claims at a time */
+
+/* RETIRING: the exporter, holding the registry lock, is deciding whether a
+ * LIMBO block is free of holders (then RETIRED, else back to LIMBO); an
+ * importer that sets its bit meanwhile waits for the outcome. */
+enum { BLOCK_FREE = 0, BLOCK_LIVE, BLOCK_LIMBO, BLOCK_ORPHANED, BLOCK_RETIRED, BLOCK_RETIRING };
 enum { LEASE_FREE = 0, LEASE_OPENING, LEASE_OPEN, LEASE_CLOSING };
 
 struct reg_header {
@@ -46,7 +63,7 @@ struct reg_header {
     uint32_t max_leases;
     uint32_t nbuckets;   /* power of two */
     uint32_t block_free; /* derived: free block list head */
-    uint32_t lease_free; /* derived: free lease list head */
+    uint32_t held_words; /* 64-bit words of each block's held bitmap */
     uint32_t repairs;    /* times the lock was recovered from a dead owner */
     int32_t creator_pid;
     uint64_t created_ns; /* CLOCK_REALTIME */
@@ -92,11 +109,11 @@ struct reg_block {
     uint64_t last_export_ns;  /* newest pending hand-off; they expire after it */
     uint64_t limbo_since_ns;
     int32_t device;
-    uint32_t exporter;   /* holder index */
-    uint32_t state;      /* BLOCK_* */
-    uint32_t pending;    /* unclaimed hand-offs */
-    uint32_t hash_next;  /* derived: hash chain, or free list when FREE */
-    uint32_t lease_head; /* derived: this block's leases */
+    uint32_t exporter;  /* holder index */
+    uint32_t state;     /* BLOCK_* */
+    uint32_t pending;   /* unclaimed hand-offs */
+    uint32_t hash_next; /* derived: hash chain, or free list when FREE */
+    uint32_t pad;
     uint64_t reserved[2];
     /* Observability (ABI 2), under the registry lock; nothing decides on them: */
     int32_t exporter_pid;   /* copied from the exporter's holder at creation */
@@ -107,26 +124,27 @@ struct reg_block {
     char exporter_comm[16]; /* the exporter's command name */
 };
 
+/* Written only by its holder (the owner of its chunk), or by a sweeper
+ * once that holder is dead; read by anyone. */
 struct reg_lease {
     uint64_t block_gen;
     uint32_t block;
     uint32_t holder;
-    uint32_t count;  /* opens in that holder, all contexts, incl. in flight */
-    uint32_t intent; /* LEASE_* */
-    uint32_t next;   /* derived: block's lease chain, or free list */
-    uint32_t reserved;
-    uint64_t open_ns; /* ABI 2: CLOCK_MONOTONIC of the lease's first open */
+    uint32_t count;   /* opens in that holder, all contexts, incl. in flight */
+    uint32_t intent;  /* LEASE_* */
+    uint64_t open_ns; /* CLOCK_MONOTONIC of the lease's first open */
 };
 
-/* Capacities chosen by the creator. */
+/* Capacities chosen by the creator (max_leases is rounded up to whole
+ * chunks). */
 struct reg_caps {
     uint32_t max_holders, max_blocks, max_leases;
 };
 
 /* Byte offsets of each area; size is the whole segment. */
 struct reg_layout {
-    size_t locks, holders, blocks, leases, buckets, size;
-    uint32_t nbuckets;
+    size_t locks, holders, blocks, held, leases, chunks, buckets, size;
+    uint32_t nbuckets, held_words, nchunks;
 };
 
 /* One process's view of the segment. */
@@ -137,9 +155,11 @@ struct registry {
     struct reg_header *hdr;
     struct reg_holder *holders;
     struct reg_block *blocks;
+    uint64_t *held; /* max_blocks bitmaps of held_words words */
     struct reg_lease *leases;
+    uint32_t *chunk_owner; /* nchunks: the holder owning each chunk of leases, or REG_NONE */
     uint32_t *buckets;
-    uint32_t max_holders, max_blocks, max_leases, nbuckets;
+    uint32_t max_holders, max_blocks, max_leases, nbuckets, held_words, nchunks;
     off_t lock_base; /* file offset of holder 0's lock byte */
     dev_t dev;
     ino_t ino;
@@ -148,8 +168,10 @@ struct registry {
     void *pin;            /* a page mapped from the descriptor that holds our lock byte */
     int32_t stuck_tid;    /* a lock owner we already waited IPCSHIM_LOCK_WAIT for ... */
     uint64_t stuck_since; /* ... in the hold that began then (lock_since_ns) */
-    char name[96];        /* for messages: "/ipcshim-<uid>-<domain>" in /dev/shm, else the path */
-    char path[256];       /* the file */
+    uint32_t *spare;      /* free lease slots of our own chunks (process-local) */
+    uint32_t nspare, spare_cap;
+    char name[96];  /* for messages: "/ipcshim-<uid>-<domain>" in /dev/shm, else the path */
+    char path[256]; /* the file */
 };
 
 static inline uint64_t reg_now_ns(void)
@@ -208,6 +230,11 @@ int registry_fd(struct registry *r);
 /* Offsets for these capacities. -EINVAL if a capacity is 0 or too large. */
 int registry_layout(const struct reg_caps *caps, struct reg_layout *out);
 
+/* Points r's views (hdr, holders, blocks, ...) and capacities into the
+ * segment mapped at r->base, as laid out by l for caps. */
+void registry_set_views(struct registry *r, const struct reg_caps *caps,
+                        const struct reg_layout *l);
+
 /* How long an attacher waits for a segment's creator to publish `ready`
  * (2000 ms). Tests and the fuzz target shorten it. */
 extern unsigned registry_attach_wait_ms;
@@ -250,9 +277,9 @@ void registry_repair(struct registry *r);
 
 /* ---- holders ---- */
 
-/* Sweep dead holders (a previous image of this process after exec among
- * them), then take a free holder slot for this process and its OFD lock
- * byte. Slot index or REG_NONE. Lock held. */
+/* Take a free holder slot for this process and its OFD lock byte (call
+ * reg_sweep_dead first: a previous image of this process after exec may
+ * still hold one). Slot index or REG_NONE. Lock held. */
 uint32_t reg_holder_attach(struct registry *r, uint64_t nonce);
 
 /* Give back our own slot: drop our lock byte and mark it free. Lock held. */
@@ -264,12 +291,42 @@ bool reg_holder_alive(struct registry *r, uint32_t idx);
  * byte is certainly unheld. For hot paths; sweeps use reg_holder_alive. */
 bool reg_holder_alive_quick(struct registry *r, uint32_t idx);
 
-/* Drop every lease of a dead holder, orphan or recycle its blocks, free its
- * slot. Redo-safe. Lock held. */
+/* Drop every lease of a dead holder (its chunks), orphan or recycle its
+ * blocks (a scan of the block table: deaths are rare), free its slot.
+ * Redo-safe. Lock held. */
 void reg_holder_sweep(struct registry *r, uint32_t idx);
 
-/* Sweep every dead holder except self. Returns how many. Lock held. */
+/* Drop every lease of holder idx (walking its chunks) and give its chunks
+ * back; returns how many leases. What a process's own exit does, besides
+ * letting go of its exports (which it knows). Lock held. */
+uint32_t reg_holder_drop_leases(struct registry *r, uint32_t idx);
+
+/* Sweep every dead holder except self. The liveness checks (syscalls) run
+ * before the lock is taken: the lock is then held only to release what was
+ * found dead (and is still the same holder, by its nonce). Lock NOT held;
+ * takes it only if somebody died. Returns how many were swept, or -1 when
+ * the lock could not be had. */
 int reg_sweep_dead(struct registry *r, uint32_t self);
+
+/* The dead holders among `cand` (max_holders flags, 1 = check it), checked
+ * without the lock: their indices and nonces into dead[]/nonce[] (room for
+ * max_holders). Returns how many. */
+uint32_t reg_find_dead(struct registry *r, const uint8_t *cand, uint32_t *dead, uint64_t *nonce);
+
+/* Sweep the holders reg_find_dead returned that are still those holders.
+ * Lock held. Returns how many. */
+int reg_sweep_found(struct registry *r, const uint32_t *dead, const uint64_t *nonce, uint32_t n);
+
+/* Is holder idx still the one with this nonce, and active? No lock: the
+ * open path's proof that an exporter is alive (the sweeps invalidate the
+ * nonce of a dead holder: docs/performance.md states the window). */
+static inline bool reg_holder_current(struct registry *r, uint32_t idx, uint64_t nonce)
+{
+    if (idx >= r->max_holders) return false;
+    struct reg_holder *h = &r->holders[idx];
+    return __atomic_load_n(&h->state, __ATOMIC_ACQUIRE) == HOLDER_ACTIVE &&
+           __atomic_load_n(&h->nonce, __ATOMIC_RELAXED) == nonce;
+}
 
 /* Bump a holder's futex word and wake it. Any thread, lock or not. */
 void registry_wake(struct registry *r, uint32_t idx);
@@ -292,33 +349,87 @@ static inline struct reg_holder *reg_holder_at(struct registry *r, uint32_t idx)
 {
     return idx < r->max_holders ? &r->holders[idx] : NULL;
 }
+/* Block idx's held bitmap (held_words words); idx must be in range. */
+static inline uint64_t *reg_block_held_words(struct registry *r, uint32_t idx)
+{
+    return r->held + (size_t)idx * r->held_words;
+}
 
 /* The block with these handle bytes, preferring a LIVE or LIMBO record over
- * ORPHANED/RETIRED ones. REG_NONE if none. */
+ * ORPHANED/RETIRED ones. REG_NONE if none. Lock held. */
 uint32_t reg_block_find(struct registry *r, const struct ipc_handle *h);
+
+/* The same without the lock: a LIVE, LIMBO or RETIRING record with these
+ * handle bytes whose generation did not change while it was compared, with
+ * that generation in *gen. REG_NONE when none is seen -- also when a
+ * concurrent change hid it: the caller then asks again under the lock. */
+uint32_t reg_block_lookup(struct registry *r, const struct ipc_handle *h, uint64_t *gen);
 
 /* A fresh LIVE block (generation bumped, one pending hand-off), in the hash
  * index. REG_NONE when the table is full. */
 uint32_t reg_block_create(struct registry *r, const struct ipc_handle *h, uint64_t base,
                           uint64_t size, int device, uint32_t exporter, uint64_t now);
 
-/* Back to the free list; any leases left on it are dropped. */
+/* Back to the free list; leases still naming it are left to their owners
+ * (their generation no longer matches). The held bitmap is cleared. */
 void reg_block_recycle(struct registry *r, uint32_t idx);
 
-/* Number of leases on the block (any intent, any holder). */
+/* Number of holders holding the block (bits set). No lock. */
 uint32_t reg_block_leases(struct registry *r, uint32_t idx);
+
+/* Does anyone hold the block? No lock (seq-cst loads). */
+bool reg_block_held(struct registry *r, uint32_t idx);
+
+/* Set / clear holder's bit on block (seq-cst). No lock. reg_hold returns
+ * whether the bit was clear before; reg_unhold whether the bitmap is empty
+ * after. */
+bool reg_hold(struct registry *r, uint32_t block, uint32_t holder);
+bool reg_unhold(struct registry *r, uint32_t block, uint32_t holder);
+
+/* After a lease of block bi (of this generation) went: an ORPHANED block
+ * nobody holds any more is recycled; a LIMBO one is re-armed under the
+ * window rule and its exporter returned, to wake. Else REG_NONE. Lock held. */
+uint32_t reg_block_unheld(struct registry *r, uint32_t bi, uint64_t generation);
+
+/* Try to retire a LIMBO block: RETIRING, then RETIRED if no holder and no
+ * pending hand-off, else back to LIMBO. True when retired. Lock held. */
+bool reg_block_retire(struct registry *r, uint32_t idx);
 
 /* ---- leases ---- */
 
-/* holder's lease on block, or REG_NONE. */
+/* A free lease slot in our own chunks, or REG_NONE (then reg_lease_grow
+ * under the lock). No lock. */
+uint32_t reg_lease_take(struct registry *r);
+
+/* Claim one more chunk of lease slots for our own holder slot. 0 or
+ * -ENOSPC. Lock held. */
+int reg_lease_grow(struct registry *r);
+
+/* Fill our lease li for block (count 1, intent OPENING, then the bit set).
+ * No lock. Returns whether the bit was clear before. */
+bool reg_lease_begin(struct registry *r, uint32_t li, uint32_t block, uint64_t generation);
+
+/* Release our lease li: CLOSING, bit cleared, FREE, slot back to our spare
+ * list. Returns the block's exporter to wake when the block is in LIMBO and
+ * nobody holds it any more (re-arming a hand-off first under the window
+ * rule), else REG_NONE. No lock. */
+uint32_t reg_lease_end(struct registry *r, uint32_t li);
+
+/* holder's lease on block (any generation still current), or REG_NONE. Lock held. */
 uint32_t reg_lease_find(struct registry *r, uint32_t block, uint32_t holder);
 
-/* A new lease (count 1, intent OPENING) linked to the block. REG_NONE if full. */
+/* A new lease (count 1, intent OPENING, bit set) of any holder, claiming a
+ * chunk for it if needed. REG_NONE if full. Lock held (tests, repairs). */
 uint32_t reg_lease_create(struct registry *r, uint32_t block, uint32_t holder);
 
-/* Drop a lease. If its block is left with no lease: an ORPHANED block is
- * recycled; a LIMBO block is re-armed in window mode and its exporter's index
- * is returned (to wake, preferably after unlocking). Else REG_NONE. */
+/* Drop any holder's lease (bit cleared, record freed). If its block is left
+ * with no holder: an ORPHANED block is recycled; a LIMBO block is re-armed
+ * in window mode and its exporter's index is returned (to wake, preferably
+ * after unlocking). Else REG_NONE. Lock held. */
 uint32_t reg_lease_drop(struct registry *r, uint32_t idx);
+
+/* IPCSHIM_TEST_DELAY_US: a pause inside critical sections (lock-free ones
+ * included), so that crash tests can kill a process there. */
+void reg_test_delay(void);
 
 #endif

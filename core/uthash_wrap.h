@@ -4,6 +4,33 @@
 #ifndef UTHASH_WRAP_H
 #define UTHASH_WRAP_H
 
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Keys are hashed a word at a time (uthash's default, Jenkins, goes byte
+ * by byte: three times slower on the 72-byte mapping key). */
+static inline unsigned uth_hash_words(const void *key, size_t len)
+{
+    const unsigned char *p = key;
+    uint64_t x = 0x9e3779b97f4a7c15ull ^ len;
+    for (; len >= 8; p += 8, len -= 8) {
+        uint64_t w;
+        memcpy(&w, p, sizeof w);
+        x = (x ^ w) * 0xbf58476d1ce4e5b9ull;
+        x ^= x >> 31;
+    }
+    if (len) {
+        uint64_t w = 0;
+        memcpy(&w, p, len);
+        x = (x ^ w) * 0xbf58476d1ce4e5b9ull;
+        x ^= x >> 31;
+    }
+    x *= 0x94d049bb133111ebull;
+    return (unsigned)(x ^ (x >> 32));
+}
+
+#define HASH_FUNCTION(keyptr, keylen, hashv) ((hashv) = uth_hash_words((keyptr), (keylen)))
 #define HASH_NONFATAL_OOM 1
 #include <uthash.h>
 #include <utlist.h>

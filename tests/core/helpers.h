@@ -158,4 +158,16 @@ static inline void open_view(struct registry *view)
     cr_assert_eq(registry_open(view, options_get()->domain, &caps), 0);
 }
 
+/* The first lease (any holder) on block bi of the current generation. */
+static inline struct reg_lease *first_lease(struct registry *v, uint32_t bi)
+{
+    for (uint32_t li = 0; li < v->max_leases; li++) {
+        struct reg_lease *l = &v->leases[li];
+        if (l->intent != LEASE_FREE && l->block == bi && l->block_gen == v->blocks[bi].generation)
+            return l;
+    }
+    cr_assert_fail("no lease on block %u", bi);
+    return NULL;
+}
+
 #endif

@@ -32,7 +32,7 @@ Test(registry, layout_pinned)
     cr_assert_eq(offsetof(struct reg_header, max_leases), 32);
     cr_assert_eq(offsetof(struct reg_header, nbuckets), 36);
     cr_assert_eq(offsetof(struct reg_header, block_free), 40);
-    cr_assert_eq(offsetof(struct reg_header, lease_free), 44);
+    cr_assert_eq(offsetof(struct reg_header, held_words), 44);
     cr_assert_eq(offsetof(struct reg_header, repairs), 48);
     cr_assert_eq(offsetof(struct reg_header, creator_pid), 52);
     cr_assert_eq(offsetof(struct reg_header, created_ns), 56);
@@ -71,17 +71,16 @@ Test(registry, layout_pinned)
     cr_assert_eq(offsetof(struct reg_block, state), 128);
     cr_assert_eq(offsetof(struct reg_block, pending), 132);
     cr_assert_eq(offsetof(struct reg_block, hash_next), 136);
-    cr_assert_eq(offsetof(struct reg_block, lease_head), 140);
+    cr_assert_eq(offsetof(struct reg_block, pad), 140);
     cr_assert_eq(offsetof(struct reg_block, reserved), 144);
 
-    cr_assert_eq(sizeof(struct reg_lease), 40);
-    cr_assert_eq(offsetof(struct reg_lease, open_ns), 32);
+    cr_assert_eq(sizeof(struct reg_lease), 32);
+    cr_assert_eq(offsetof(struct reg_lease, open_ns), 24);
     cr_assert_eq(offsetof(struct reg_lease, block_gen), 0);
     cr_assert_eq(offsetof(struct reg_lease, block), 8);
     cr_assert_eq(offsetof(struct reg_lease, holder), 12);
     cr_assert_eq(offsetof(struct reg_lease, count), 16);
     cr_assert_eq(offsetof(struct reg_lease, intent), 20);
-    cr_assert_eq(offsetof(struct reg_lease, next), 24);
 
     /* The default capacities: 512 holders, 16384 blocks, 65536 leases. */
     struct reg_caps caps = {512, 16384, 65536};
@@ -90,11 +89,15 @@ Test(registry, layout_pinned)
     cr_assert_eq(l.locks, 256);
     cr_assert_eq(l.holders, 256 + 512);
     cr_assert_eq(l.blocks, 256 + 512 + 512 * 80);
-    cr_assert_eq(l.leases, l.blocks + 16384 * 200);
-    cr_assert_eq(l.buckets, l.leases + 65536 * 40);
+    cr_assert_eq(l.held_words, 8, "one bit per holder slot");
+    cr_assert_eq(l.held, l.blocks + 16384 * 200);
+    cr_assert_eq(l.leases, l.held + 16384 * 64);
+    cr_assert_eq(l.nchunks, 65536 / REG_LEASE_CHUNK);
+    cr_assert_eq(l.chunks, l.leases + 65536 * 32);
+    cr_assert_eq(l.buckets, l.chunks + 2048 * 4);
     cr_assert_eq(l.nbuckets, 16384);
     cr_assert_eq(l.size, l.buckets + 16384 * 4);
-    cr_assert_eq(l.size, 6005504); /* about 5.7 MiB */
+    cr_assert_eq(l.size, 6537984); /* about 6.2 MiB */
     struct reg_caps bad = {0, 1, 1};
     cr_assert_eq(registry_layout(&bad, &l), -EINVAL);
 }
@@ -260,7 +263,8 @@ Test(registry, records_and_hash)
     cr_assert_eq(reg_block_leases(&r, b1), 1);
     reg_block_recycle(&r, b1);
     cr_assert_eq(reg_block_find(&r, &h1), REG_NONE);
-    cr_assert_eq(r.leases[l].intent, LEASE_FREE, "recycling drops the block's leases");
+    cr_assert_eq(reg_block_leases(&r, b1), 0, "recycling clears who holds it");
+    cr_assert_eq(reg_lease_find(&r, b1, me), REG_NONE, "a lease of the old generation is not one");
     uint32_t b3 = reg_block_create(&r, &h1, 0x1000, 10, 0, me, 6);
     cr_assert_eq(b3, b1, "the free list is LIFO");
     cr_assert_gt(r.blocks[b3].generation, gen, "a reused record has a new generation");
@@ -303,16 +307,15 @@ Test(registry, repair_rebuilds_derived)
         r.buckets[i] = 0xdeadbeef;
     for (uint32_t i = 0; i < r.max_blocks; i++)
         r.blocks[i].hash_next = i; /* cycles */
-    for (uint32_t i = 0; i < r.max_blocks; i++)
-        r.blocks[i].lease_head = 0x7fffffff;
-    for (uint32_t i = 0; i < r.max_leases; i++)
-        r.leases[i].next = i;
     r.hdr->block_free = 3;
-    r.hdr->lease_free = 12345;
+    reg_block_held_words(&r, b2)[0] |= 1ull << 5; /* a bit of a slot nobody holds */
     /* Hostile indexes never crash lookups (bounded walks, checked indexes). */
     cr_assert_eq(reg_block_find(&r, &h1), REG_NONE);
-    cr_assert_eq(reg_lease_find(&r, b1, me), REG_NONE);
+    uint64_t gen;
+    cr_assert_eq(reg_block_lookup(&r, &h1, &gen), REG_NONE);
     registry_repair(&r);
+    cr_assert_eq(reg_block_lookup(&r, &h1, &gen), b1);
+    cr_assert_eq(gen, r.blocks[b1].generation);
     cr_assert_eq(reg_block_find(&r, &h1), b1);
     cr_assert_eq(reg_block_find(&r, &h2), b2);
     cr_assert_eq(reg_lease_find(&r, b1, me), l1);
@@ -364,7 +367,6 @@ Test(registry, killed_mid_mutation_repaired)
         if (registry_open(&c, test_domain, &caps) || registry_lock(&c)) _exit(1);
         c.hdr->block_free = b1; /* a free list pointing at a live record */
         c.buckets[0] = 0xffff0000;
-        c.hdr->lease_free = 77777;
         kill(getpid(), SIGKILL);
         _exit(2);
     }

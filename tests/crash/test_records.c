@@ -109,7 +109,9 @@ Test(records, dead_importers_leases_go_in_every_intent)
     uint32_t dead = importer_dies_holding(b, intents, 3);
     cr_assert_eq(registry_lock(&r), 0);
     cr_assert_eq(leases_of(&r, dead), 3);
+    registry_unlock(&r); /* the sweep checks liveness first, then locks */
     cr_assert_eq(reg_sweep_dead(&r, me), 1, "the killed importer is dead");
+    cr_assert_eq(registry_lock(&r), 0);
     cr_expect_eq(leases_of(&r, dead), 0, "its leases went, whatever their intent");
     for (int i = 0; i < 3; i++) {
         cr_expect_eq(r.blocks[b[i]].state, BLOCK_LIVE, "the live exporter's blocks stay");
@@ -152,8 +154,8 @@ Test(records, dead_exporters_blocks_are_orphaned_then_recycled)
     cr_assert_eq(write(q[1], "g", 1), 1);
     cr_assert_eq(wait_for(pid), 128 + SIGKILL);
 
-    cr_assert_eq(registry_lock(&r), 0);
     cr_assert_eq(reg_sweep_dead(&r, me), 1);
+    cr_assert_eq(registry_lock(&r), 0);
     cr_expect_eq(r.blocks[b[0]].state, BLOCK_ORPHANED,
                  "held: orphaned, so no new open can succeed");
     cr_expect_eq(r.blocks[b[1]].state, BLOCK_FREE, "held by nobody: recycled at once");
@@ -168,7 +170,8 @@ Test(records, dead_exporters_blocks_are_orphaned_then_recycled)
 }
 
 /* The leases of a dead holder go when the next process attaches, before any
- * collect: a new descriptor sees the dead holder's byte unlocked. */
+ * collect: its start-up sweep (what ipc.c does before taking a slot) sees
+ * the dead holder's byte unlocked. */
 Test(records, attach_sweeps_the_dead)
 {
     struct registry r;
@@ -184,7 +187,9 @@ Test(records, attach_sweeps_the_dead)
     pid_t pid = fork();
     if (pid == 0) { /* a newcomer: attaching is all it does */
         struct registry c;
-        if (registry_open(&c, domain, &caps) || registry_lock(&c)) _exit(1);
+        if (registry_open(&c, domain, &caps) || reg_sweep_dead(&c, REG_NONE) != 1 ||
+            registry_lock(&c))
+            _exit(1);
         uint32_t me = reg_holder_attach(&c, 4);
         registry_unlock(&c);
         _exit(me == REG_NONE ? 2 : 0);

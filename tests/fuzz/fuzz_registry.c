@@ -87,6 +87,7 @@ static uint8_t *fix_up(uint8_t *img, size_t *n)
     o->max_blocks = caps.max_blocks;
     o->max_leases = caps.max_leases;
     o->nbuckets = l.nbuckets;
+    o->held_words = l.held_words;
     init_lock(&o->lock.mutex);
     *n = l.size;
     return out;
@@ -100,9 +101,16 @@ static void check_consistent(struct registry *r)
         if (i >= r->max_blocks || r->blocks[i].state != BLOCK_FREE || ++seen > r->max_blocks)
             abort();
     }
-    seen = 0;
-    for (uint32_t i = r->hdr->lease_free; i != REG_NONE; i = r->leases[i].next) {
-        if (i >= r->max_leases || r->leases[i].intent != LEASE_FREE || ++seen > r->max_leases)
+    /* Every lease left names a block of its generation, in a chunk of an
+     * active holder; every bit set is an active holder's. */
+    for (uint32_t li = 0; li < r->max_leases; li++) {
+        struct reg_lease *l = &r->leases[li];
+        if (l->intent == LEASE_FREE) continue;
+        uint32_t owner = r->chunk_owner[li / REG_LEASE_CHUNK];
+        if (l->intent > LEASE_CLOSING || l->block >= r->max_blocks ||
+            r->blocks[l->block].state == BLOCK_FREE ||
+            r->blocks[l->block].generation != l->block_gen || owner >= r->max_holders ||
+            r->holders[owner].state != HOLDER_ACTIVE)
             abort();
     }
     for (uint32_t b = 0; b < r->max_blocks; b++) {
@@ -114,20 +122,20 @@ static void check_consistent(struct registry *r)
         uint32_t found = reg_block_find(r, &h);
         if (found == REG_NONE || memcmp(r->blocks[found].handle, blk->handle, IPC_HANDLE_BYTES))
             abort();
-        seen = 0;
-        for (uint32_t li = blk->lease_head; li != REG_NONE; li = r->leases[li].next) {
-            if (li >= r->max_leases || r->leases[li].block != b ||
-                r->leases[li].intent == LEASE_FREE || ++seen > r->max_leases)
-                abort();
-        }
+        const uint64_t *held = reg_block_held_words(r, b);
+        for (uint32_t w = 0; w < r->held_words; w++)
+            for (uint64_t m = held[w]; m; m &= m - 1) {
+                uint32_t hi = w * 64 + (uint32_t)__builtin_ctzll(m);
+                if (hi >= r->max_holders || r->holders[hi].state != HOLDER_ACTIVE) abort();
+            }
     }
 }
 
 static void operate(struct registry *r, const uint8_t *data, size_t size, uint8_t flags)
 {
+    if (flags & 4) reg_sweep_dead(r, REG_NONE); /* takes the lock itself */
     if (registry_lock(r) != 0) return;
     if (flags & 2) registry_repair(r);
-    if (flags & 4) reg_sweep_dead(r, REG_NONE);
     /* Lookups with every recorded handle, and one from the input's tail. */
     for (uint32_t b = 0; b < r->max_blocks; b++) {
         struct ipc_handle h;

@@ -78,10 +78,9 @@ int main(int argc, char **argv)
     dump(argv[1], "records-fixup-all", 7, &r);
     /* What a death mid-update leaves: derived links pointing the wrong way. */
     r.hdr->block_free = live;
-    r.hdr->lease_free = l2;
     r.buckets[0] = orphan;
     r.blocks[orphan].hash_next = orphan; /* a cycle */
-    r.leases[l1].next = l1;
+    r.leases[l2].block = 12345;          /* a lease naming no block */
     dump(argv[1], "torn", 0, &r);
     dump(argv[1], "torn-repair", 2, &r);
     registry_unlock(&r);

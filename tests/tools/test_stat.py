@@ -22,6 +22,7 @@ PID = os.getpid()
 
 # The documented JSON keys (docs/ipcshim-stat.md): a change here is a change
 # of the format and needs a new "version".
+REG_ABI = 3  # core/registry.h
 TOP_KEYS = ["format", "version", "domain", "registry", "abi", "time_unix_ms", "created_unix_ms", "creator_pid",
             "repairs", "capacity", "holders", "blocks", "limbo", "totals", "skipped", "swap"]
 HOLDER_KEYS = ["slot", "pid", "alive", "command", "attached_ms", "exports", "imports", "opens", "limbo_blocks",
@@ -158,7 +159,7 @@ def test_help_and_version():
         check(word in out, f"--help mentions {word}")
     status, out, _ = run([STAT, "--version"])
     eq(status, 0, "--version status")
-    check("registry ABI 2" in out and "JSON version 1" in out, out)
+    check(f"registry ABI {REG_ABI}" in out and "JSON version 1" in out, out)
 
 
 def write_fake(domain, data, mode):
@@ -191,11 +192,11 @@ def test_refuses_what_the_shim_refuses():
     case("magic", bad, 0o600, "bad magic")
     other = bytearray(bad)
     other[0:8] = magic
-    other[8:12] = (3).to_bytes(4, "little")  # abi
-    case("abi", other, 0o600, "ABI 3")
+    other[8:12] = (REG_ABI + 1).to_bytes(4, "little")  # abi
+    case("abi", other, 0o600, f"ABI {REG_ABI + 1}")
     sized = bytearray(bad)
     sized[0:8] = magic
-    sized[8:12] = (2).to_bytes(4, "little")
+    sized[8:12] = REG_ABI.to_bytes(4, "little")
     sized[24:36] = b"".join(n.to_bytes(4, "little") for n in (16, 64, 128))
     case("size", sized, 0o600, "does not add up")
 
@@ -211,7 +212,7 @@ def test_leases_limbo_and_a_dead_holder_json():
         eq(j["version"], 1, "version")
         eq(j["domain"], sc.domain, "domain")
         eq(j["registry"], f"/ipcshim-{UID}-{sc.domain}", "registry")
-        eq(j["abi"], 2, "abi")
+        eq(j["abi"], REG_ABI, "abi")
         eq(j["capacity"], {"holders": 16, "blocks": 64, "leases": 128}, "capacity")
         eq(j["creator_pid"], e, "creator_pid")
         eq(j["repairs"], 0, "repairs")
@@ -274,7 +275,7 @@ def test_leases_limbo_and_a_dead_holder_text():
         e, i, d = sc.pids["exporter"], sc.pids["importer"], sc.pids["dead"]
         out = stat_text(sc.domain)
         first = out.splitlines()[:2]
-        check(first[0].startswith(f"registry /ipcshim-{UID}-{sc.domain} (domain {sc.domain}, ABI 2), created "),
+        check(first[0].startswith(f"registry /ipcshim-{UID}-{sc.domain} (domain {sc.domain}, ABI {REG_ABI}), created "),
               first[0])
         check(first[0].endswith(f"by pid {e}, lock repairs 0"), first[0])
         eq(first[1], "holders 3 of 16 (1 dead), blocks 3 of 64 (1 live, 2 limbo, 0 orphaned, 0 retired), "
