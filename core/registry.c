@@ -35,15 +35,17 @@ enum {
     LOCK_CHECK_MS = 200,   /* a contended lock re-checks its owner this often */
     LOCK_BOGUS_CHECKS = 2, /* ... and repairs after this many "not a holder" in a row */
     LOCK_PROBE_MS = 20,    /* the wait on a hold we already gave up on once */
+    INITIAL_BLOCKS = 1024, /* in use at creation; the table doubles from there */
+    INITIAL_CHUNKS = 32,   /* lease chunks at creation (1024 leases) */
 };
 
 unsigned registry_attach_wait_ms = 2000;
 
-static int reserve_space(int fd, off_t size)
+static int reserve_space(int fd, off_t offset, off_t len)
 {
-    return posix_fallocate(fd, 0, size);
+    return posix_fallocate(fd, offset, len);
 }
-int (*registry_reserve)(int fd, off_t size) = reserve_space;
+int (*registry_reserve)(int fd, off_t offset, off_t len) = reserve_space;
 
 /* IPCSHIM_TEST_DELAY_US: a pause at points inside critical sections, so that
  * crash tests can kill a process there (tests/crash). One load when unset. */
@@ -125,13 +127,51 @@ void registry_set_views(struct registry *r, const struct reg_caps *caps, const s
     r->chunk_owner = (uint32_t *)(r->base + l->chunks);
     r->buckets = (uint32_t *)(r->base + l->buckets);
     r->max_holders = caps->max_holders;
-    r->max_blocks = caps->max_blocks;
-    r->max_leases = l->nchunks * REG_LEASE_CHUNK;
+    r->cap_blocks = caps->max_blocks;
+    r->cap_chunks = l->nchunks;
+    r->cap_buckets = l->nbuckets;
     r->held_words = l->held_words;
-    r->nchunks = l->nchunks;
-    r->nbuckets = l->nbuckets;
     r->lock_base = (off_t)l->locks;
     r->size = l->size;
+    registry_refresh(r);
+}
+
+void registry_refresh(struct registry *r)
+{
+    struct reg_header *h = r->hdr;
+    uint32_t b = __atomic_load_n(&h->blocks_now, __ATOMIC_ACQUIRE);
+    uint32_t c = __atomic_load_n(&h->chunks_now, __ATOMIC_ACQUIRE);
+    uint32_t nb = __atomic_load_n(&h->nbuckets_now, __ATOMIC_ACQUIRE);
+    r->max_blocks = b < r->cap_blocks ? b : r->cap_blocks;
+    r->nchunks = c < r->cap_chunks ? c : r->cap_chunks;
+    r->max_leases = r->nchunks * REG_LEASE_CHUNK;
+    /* A bucket count that is not a power of two within the reserved area
+     * (corrupt) reads as the smallest, always reserved. */
+    r->nbuckets = nb >= 64 && !(nb & (nb - 1)) && nb <= r->cap_buckets ? nb : 64;
+}
+
+/* Buckets for n blocks: a power of two >= n, at least 64, within the cap. */
+static uint32_t buckets_for(const struct registry *r, uint32_t n)
+{
+    uint32_t nb = 64;
+    while (nb < n && nb < r->cap_buckets)
+        nb <<= 1;
+    return nb;
+}
+
+/* Reserves the bytes of records [from, to) of an array at offset `at`
+ * whose records are `each` bytes. 0 or an errno. */
+static int reserve_records(int fd, size_t at, size_t each, uint32_t from, uint32_t to)
+{
+    if (to <= from) return 0;
+    return registry_reserve(fd, (off_t)(at + (size_t)from * each),
+                            (off_t)((size_t)(to - from) * each));
+}
+
+/* Offsets of the arrays in r's segment (from its views). */
+static size_t off_of(const struct registry *r, const void *p)
+{
+    return (size_t)((const uint8_t *)p - r->base);
 }
 
 static int init_mutex(pthread_mutex_t *m)
@@ -149,15 +189,26 @@ static int create(struct registry *r, int fd, const struct reg_caps *caps)
 {
     struct reg_layout l;
     registry_layout(caps, &l);
+    /* As large as it may grow, but sparse: creation costs what is in use. */
     if (ftruncate(fd, (off_t)l.size) != 0) return -errno;
-    /* Reserve the pages now: a sparse file on a full tmpfs maps fine and
-     * then kills the host with SIGBUS at the first touch of a missing page. */
-    int err = registry_reserve(fd, (off_t)l.size);
-    if (err) return -err;
-    void *p = mmap(NULL, l.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *p = mmap(NULL, l.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
     if (p == MAP_FAILED) return -errno;
     r->base = p;
     registry_set_views(r, caps, &l);
+    uint32_t b0 = caps->max_blocks < INITIAL_BLOCKS ? caps->max_blocks : INITIAL_BLOCKS;
+    uint32_t c0 = l.nchunks < INITIAL_CHUNKS ? l.nchunks : INITIAL_CHUNKS;
+    uint32_t nb0 = buckets_for(r, b0);
+    /* Reserve the pages in use now: a sparse file on a full tmpfs maps fine
+     * and then kills the host with SIGBUS at the first touch of a missing
+     * page. Growth reserves before it touches, the same way. */
+    int err = registry_reserve(fd, 0, (off_t)l.blocks);
+    if (!err) err = reserve_records(fd, l.blocks, sizeof(struct reg_block), 0, b0);
+    if (!err) err = reserve_records(fd, l.held, l.held_words * sizeof(uint64_t), 0, b0);
+    if (!err)
+        err = reserve_records(fd, l.leases, REG_LEASE_CHUNK * sizeof(struct reg_lease), 0, c0);
+    if (!err) err = reserve_records(fd, l.chunks, sizeof(uint32_t), 0, c0);
+    if (!err) err = reserve_records(fd, l.buckets, sizeof(uint32_t), 0, nb0);
+    if (err) return -err;
     struct reg_header *h = r->hdr;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -170,7 +221,11 @@ static int create(struct registry *r, int fd, const struct reg_caps *caps)
     h->max_leases = caps->max_leases;
     h->nbuckets = l.nbuckets;
     h->held_words = l.held_words;
-    for (uint32_t c = 0; c < l.nchunks; c++)
+    h->blocks_now = b0;
+    h->chunks_now = c0;
+    h->nbuckets_now = nb0;
+    registry_refresh(r);
+    for (uint32_t c = 0; c < c0; c++)
         r->chunk_owner[c] = REG_NONE;
     h->creator_pid = (int32_t)getpid();
     h->created_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
@@ -245,7 +300,10 @@ int registry_validate(int fd, struct reg_caps *caps, struct reg_layout *l, char 
         REFUSE(-EPROTO, "has a different ABI version (ABI %u; this release uses ABI %u)", h->abi,
                REG_ABI);
     if (registry_layout(caps, l) != 0) REFUSE(-EPROTO, "has impossible capacities");
-    if (h->size != l->size || h->nbuckets != l->nbuckets || h->held_words != l->held_words)
+    if (h->size != l->size || h->nbuckets != l->nbuckets || h->held_words != l->held_words ||
+        !h->blocks_now || h->blocks_now > caps->max_blocks || !h->chunks_now ||
+        h->chunks_now > l->nchunks || h->nbuckets_now < 64 || h->nbuckets_now > l->nbuckets ||
+        (h->nbuckets_now & (h->nbuckets_now - 1)))
         REFUSE(-EPROTO, "has a header that does not add up");
     if ((uint64_t)st.st_size != l->size) REFUSE(-EPROTO, "has the wrong size");
     if (!lock_kind_ok(&h->lock.mutex))
@@ -258,7 +316,7 @@ out:
 
 /* Checks an existing segment and maps it. Logs why on refusal, except for
  * -EUSERS (a squatted name: the caller moves on to the next name). */
-static int attach(struct registry *r, int fd)
+static int attach(struct registry *r, int fd, struct reg_caps caps_wanted)
 {
     struct reg_caps caps;
     struct reg_layout l;
@@ -270,10 +328,18 @@ static int attach(struct registry *r, int fd)
                  r->path);
         return rc == -EPROTO || rc == -ETIMEDOUT ? rc : -EPERM;
     }
-    void *p = mmap(NULL, l.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *p = mmap(NULL, l.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
     if (p == MAP_FAILED) return -errno;
     r->base = p;
     registry_set_views(r, &caps, &l);
+    if (r->cap_blocks < caps_wanted.max_blocks ||
+        r->cap_chunks * REG_LEASE_CHUNK < caps_wanted.max_leases ||
+        r->max_holders < caps_wanted.max_holders)
+        LOG_ONCE(LOG_INFO,
+                 "registry %s was created smaller than this process asks (holders %u, blocks %u, "
+                 "leases %u; here %u, %u, %u): its creator's capacities apply",
+                 r->name, r->max_holders, r->cap_blocks, r->cap_chunks * REG_LEASE_CHUNK,
+                 caps_wanted.max_holders, caps_wanted.max_blocks, caps_wanted.max_leases);
     return 0;
 }
 
@@ -382,7 +448,7 @@ static int open_at(struct registry *r, const struct reg_caps *caps)
                 if (squatted(r->path, &owner)) rc = -EUSERS;
             } else {
                 r->fd = fd;
-                rc = attach(r, fd);
+                rc = attach(r, fd, *caps);
             }
         } else {
             rc = -errno;
@@ -692,8 +758,10 @@ int registry_lock(struct registry *r)
 {
     int rc = pthread_mutex_trylock(&r->hdr->lock.mutex);
     if (rc == EBUSY) rc = lock_slow(r);
-    if (rc == 0 || rc == EOWNERDEAD)
+    if (rc == 0 || rc == EOWNERDEAD) {
         __atomic_store_n(&r->hdr->lock_since_ns, reg_now_ns(), __ATOMIC_RELAXED);
+        registry_refresh(r); /* another process may have grown it */
+    }
     if (rc == 0) {
         test_delay();
         return 0;
@@ -745,11 +813,14 @@ static bool lease_valid(struct registry *r, uint32_t li)
            o->state == HOLDER_ACTIVE && l->holder == owner && l->count > 0;
 }
 
-void registry_repair(struct registry *r)
+/* Rebuilds the free list and the hash chains from the blocks' states.
+ * Lock-free readers that walk a chain meanwhile may miss their block: they
+ * then ask under the lock. */
+static void rebuild_index(struct registry *r)
 {
     struct reg_header *h = r->hdr;
     for (uint32_t i = 0; i < r->nbuckets; i++)
-        r->buckets[i] = REG_NONE;
+        __atomic_store_n(&r->buckets[i], REG_NONE, __ATOMIC_RELAXED);
     h->block_free = REG_NONE;
     for (uint32_t i = r->max_blocks; i-- > 0;) {
         struct reg_block *b = &r->blocks[i];
@@ -762,9 +833,65 @@ void registry_repair(struct registry *r)
         } else {
             uint32_t bk = bucket_of(r, b->handle);
             b->hash_next = r->buckets[bk];
-            r->buckets[bk] = i;
+            __atomic_store_n(&r->buckets[bk], i, __ATOMIC_RELEASE);
         }
     }
+}
+
+/* Doubles the block table (up to its capacity): reserves the new records,
+ * bitmaps and buckets first, then publishes them. False when it cannot
+ * grow (at capacity, or no space: logged once). Lock held. */
+static bool grow_blocks(struct registry *r)
+{
+    uint32_t old = r->max_blocks, cap = r->cap_blocks;
+    if (old >= cap) return false;
+    uint32_t want = old > cap / 2 ? cap : old * 2, nb = buckets_for(r, want);
+    int fd = registry_fd(r);
+    int err = fd < 0 ? EBADF : 0;
+    if (!err) err = reserve_records(fd, off_of(r, r->blocks), sizeof(struct reg_block), old, want);
+    if (!err)
+        err = reserve_records(fd, off_of(r, r->held), r->held_words * sizeof(uint64_t), old, want);
+    if (!err) err = reserve_records(fd, off_of(r, r->buckets), sizeof(uint32_t), r->nbuckets, nb);
+    if (err) {
+        LOG_ONCE(LOG_WARN, "registry %s cannot grow past %u blocks (%s)", r->name, old,
+                 strerror(err));
+        return false;
+    }
+    __atomic_store_n(&r->hdr->blocks_now, want, __ATOMIC_RELEASE);
+    if (nb > r->nbuckets) __atomic_store_n(&r->hdr->nbuckets_now, nb, __ATOMIC_RELEASE);
+    registry_refresh(r);
+    rebuild_index(r);
+    log_msg(LOG_DEBUG, "registry %s grew to %u blocks", r->name, want);
+    return true;
+}
+
+/* Doubles the lease chunk table (up to its capacity), as grow_blocks. */
+static bool grow_chunks(struct registry *r)
+{
+    uint32_t old = r->nchunks, cap = r->cap_chunks;
+    if (old >= cap) return false;
+    uint32_t want = old > cap / 2 ? cap : old * 2;
+    int fd = registry_fd(r);
+    int err = fd < 0 ? EBADF : 0;
+    if (!err)
+        err = reserve_records(fd, off_of(r, r->leases), REG_LEASE_CHUNK * sizeof(struct reg_lease),
+                              old, want);
+    if (!err) err = reserve_records(fd, off_of(r, r->chunk_owner), sizeof(uint32_t), old, want);
+    if (err) {
+        LOG_ONCE(LOG_WARN, "registry %s cannot grow past %u leases (%s)", r->name,
+                 old * REG_LEASE_CHUNK, strerror(err));
+        return false;
+    }
+    for (uint32_t c = old; c < want; c++)
+        r->chunk_owner[c] = REG_NONE;
+    __atomic_store_n(&r->hdr->chunks_now, want, __ATOMIC_RELEASE);
+    registry_refresh(r);
+    return true;
+}
+
+void registry_repair(struct registry *r)
+{
+    rebuild_index(r);
     /* Chunks of holders that are gone, and leases that name nothing. */
     for (uint32_t c = 0; c < r->nchunks; c++) {
         struct reg_holder *o = reg_holder_at(r, r->chunk_owner[c]);
@@ -1105,11 +1232,13 @@ uint32_t reg_block_lookup(struct registry *r, const struct ipc_handle *hd, uint6
     return REG_NONE;
 }
 
-/* Pops the free-list head, repairing once if it does not point at a free record. */
+/* Pops the free-list head, growing the table when it is empty, repairing
+ * once if it does not point at a free record. */
 static uint32_t pop_free_block(struct registry *r)
 {
     for (int attempt = 0; attempt < 2; attempt++) {
         uint32_t idx = r->hdr->block_free;
+        if (idx == REG_NONE && grow_blocks(r)) idx = r->hdr->block_free;
         if (idx == REG_NONE) return REG_NONE;
         if (idx < r->max_blocks && r->blocks[idx].state == BLOCK_FREE) {
             r->hdr->block_free = r->blocks[idx].hash_next;
@@ -1251,10 +1380,13 @@ static bool spare_push(struct registry *r, uint32_t li)
     return true;
 }
 
-/* A free chunk for holder, marked as its own; REG_NONE when none. */
+/* A free chunk for holder, marked as its own, growing the table when none
+ * is free; REG_NONE when full. */
 static uint32_t claim_chunk(struct registry *r, uint32_t holder)
 {
-    for (uint32_t c = 0; c < r->nchunks; c++) {
+    uint32_t c = 0;
+    for (;; c++) {
+        if (c == r->nchunks && !grow_chunks(r)) return REG_NONE;
         if (r->chunk_owner[c] != REG_NONE) continue;
         for (uint32_t li = c * REG_LEASE_CHUNK; li < (c + 1) * REG_LEASE_CHUNK; li++) {
             r->leases[li].intent = LEASE_FREE;
@@ -1264,7 +1396,6 @@ static uint32_t claim_chunk(struct registry *r, uint32_t holder)
         __atomic_store_n(&r->chunk_owner[c], holder, __ATOMIC_RELEASE);
         return c;
     }
-    return REG_NONE;
 }
 
 int reg_lease_grow(struct registry *r)

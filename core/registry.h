@@ -77,7 +77,14 @@ struct reg_header {
      * next. Carved from `reserved` (zero in segments of earlier builds of
      * ABI 1, whose lockers never write it): the layout is unchanged. */
     uint64_t lock_since_ns;
-    uint64_t reserved[15];
+    /* Growth: the records in use now, each at most its capacity above (the
+     * file is that large, but sparse: only what is in use is reserved and
+     * touched). Raised under the lock, read by anyone (acquire). */
+    uint32_t blocks_now;   /* block records (and their held bitmaps) */
+    uint32_t chunks_now;   /* lease chunks */
+    uint32_t nbuckets_now; /* hash buckets (a power of two, <= nbuckets) */
+    uint32_t pad0;
+    uint64_t reserved[13];
 };
 
 struct reg_holder {
@@ -159,7 +166,9 @@ struct registry {
     struct reg_lease *leases;
     uint32_t *chunk_owner; /* nchunks: the holder owning each chunk of leases, or REG_NONE */
     uint32_t *buckets;
+    /* In use now (registry_refresh; they only grow), and the capacities. */
     uint32_t max_holders, max_blocks, max_leases, nbuckets, held_words, nchunks;
+    uint32_t cap_blocks, cap_chunks, cap_buckets;
     off_t lock_base; /* file offset of holder 0's lock byte */
     dev_t dev;
     ino_t ino;
@@ -231,18 +240,27 @@ int registry_fd(struct registry *r);
 int registry_layout(const struct reg_caps *caps, struct reg_layout *out);
 
 /* Points r's views (hdr, holders, blocks, ...) and capacities into the
- * segment mapped at r->base, as laid out by l for caps. */
+ * segment mapped at r->base, as laid out by l for caps, and reads how much
+ * is in use (registry_refresh). */
 void registry_set_views(struct registry *r, const struct reg_caps *caps,
                         const struct reg_layout *l);
+
+/* Reads how many records are in use now (another process may have grown
+ * the registry). Done by registry_lock; a view that is behind only misses
+ * records (the caller then asks under the lock), never reads past what is
+ * reserved. */
+void registry_refresh(struct registry *r);
 
 /* How long an attacher waits for a segment's creator to publish `ready`
  * (2000 ms). Tests and the fuzz target shorten it. */
 extern unsigned registry_attach_wait_ms;
 
-/* Reserves the segment's bytes before they are touched (posix_fallocate):
+/* Reserves bytes of the segment before they are touched (posix_fallocate):
  * 0 or an errno (ENOSPC: the directory's file system is full; the registry
- * is then refused, never mapped sparse). A seam for tests. */
-extern int (*registry_reserve)(int fd, off_t size);
+ * is then refused, or does not grow: a page of a sparse file that cannot be
+ * allocated would kill the host with SIGBUS at its first touch). A seam for
+ * tests. */
+extern int (*registry_reserve)(int fd, off_t offset, off_t len);
 
 /* Create the domain's segment with caps, or attach to the existing one
  * (whose own capacities win). 0, or a negative errno after logging why the
@@ -366,7 +384,8 @@ uint32_t reg_block_find(struct registry *r, const struct ipc_handle *h);
 uint32_t reg_block_lookup(struct registry *r, const struct ipc_handle *h, uint64_t *gen);
 
 /* A fresh LIVE block (generation bumped, one pending hand-off), in the hash
- * index. REG_NONE when the table is full. */
+ * index; the table grows (doubling, up to its capacity) when no record is
+ * free. REG_NONE when it is full. */
 uint32_t reg_block_create(struct registry *r, const struct ipc_handle *h, uint64_t base,
                           uint64_t size, int device, uint32_t exporter, uint64_t now);
 
@@ -401,8 +420,8 @@ bool reg_block_retire(struct registry *r, uint32_t idx);
  * under the lock). No lock. */
 uint32_t reg_lease_take(struct registry *r);
 
-/* Claim one more chunk of lease slots for our own holder slot. 0 or
- * -ENOSPC. Lock held. */
+/* Claim one more chunk of lease slots for our own holder slot (the chunk
+ * table grows when none is free). 0 or -ENOSPC. Lock held. */
 int reg_lease_grow(struct registry *r);
 
 /* Fill our lease li for block (count 1, intent OPENING, then the bit set).

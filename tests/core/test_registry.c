@@ -38,7 +38,10 @@ Test(registry, layout_pinned)
     cr_assert_eq(offsetof(struct reg_header, created_ns), 56);
     cr_assert_eq(offsetof(struct reg_header, lock), 64);
     cr_assert_eq(offsetof(struct reg_header, lock_since_ns), 128);
-    cr_assert_eq(offsetof(struct reg_header, reserved), 136);
+    cr_assert_eq(offsetof(struct reg_header, blocks_now), 136);
+    cr_assert_eq(offsetof(struct reg_header, chunks_now), 140);
+    cr_assert_eq(offsetof(struct reg_header, nbuckets_now), 144);
+    cr_assert_eq(offsetof(struct reg_header, reserved), 152);
 
     cr_assert_eq(sizeof(struct reg_holder), 80);
     cr_assert_eq(offsetof(struct reg_holder, comm), 64);
@@ -291,6 +294,56 @@ Test(registry, full_tables)
     registry_close(&r);
 }
 
+/* The table starts small and doubles on demand, reserving what it adds:
+ * the file's allocated bytes follow use, a second view that is behind
+ * catches up at its next lock, and the capacity still bounds it. */
+Test(registry, grows_on_demand)
+{
+    struct reg_caps caps = {8, 3000, 128 * REG_LEASE_CHUNK};
+    struct registry r, v;
+    cr_assert_eq(registry_open(&r, test_domain, &caps), 0);
+    cr_assert_eq(registry_open(&v, test_domain, &caps), 0);
+    struct stat st0, st1;
+    cr_assert_eq(fstat(r.fd, &st0), 0);
+    cr_assert_eq(r.max_blocks, 1024, "starts with 1024 records in use");
+    cr_assert_eq(r.cap_blocks, 3000);
+    cr_assert_lt((uint64_t)st0.st_blocks * 512, (uint64_t)st0.st_size / 2, "sparse");
+    cr_assert_eq(registry_lock(&r), 0);
+    uint32_t me = reg_holder_attach(&r, 1);
+    for (unsigned i = 0; i < 3000; i++) {
+        struct ipc_handle h = make_handle(i + 1);
+        cr_assert_neq(reg_block_create(&r, &h, 0x1000ull * (i + 1), 1, 0, me, 1), REG_NONE,
+                      "block %u", i);
+    }
+    struct ipc_handle h = make_handle(99999);
+    cr_assert_eq(reg_block_create(&r, &h, 1, 1, 0, me, 1), REG_NONE, "the capacity bounds it");
+    cr_assert_eq(r.max_blocks, 3000);
+    cr_assert_eq(r.nbuckets, 4096);
+    for (unsigned i = 0; i < 3000; i += 7) {
+        struct ipc_handle k = make_handle(i + 1);
+        uint64_t gen;
+        uint32_t b = reg_block_lookup(&r, &k, &gen);
+        cr_assert(b != REG_NONE && r.blocks[b].base == 0x1000ull * (i + 1), "block %u", i);
+    }
+    /* 200 leases: the chunk table grows from 32 chunks too. */
+    for (unsigned i = 0; i < 40 * REG_LEASE_CHUNK; i++)
+        cr_assert_neq(reg_lease_create(&r, i % 3000, me), REG_NONE);
+    cr_assert_eq(r.nchunks, 64);
+    registry_unlock(&r);
+    cr_assert_eq(fstat(r.fd, &st1), 0);
+    cr_assert_gt(st1.st_blocks, st0.st_blocks, "what it added is reserved");
+    uint64_t gen;
+    struct ipc_handle last = make_handle(3000);
+    cr_assert_eq(v.max_blocks, 1024, "the second view is behind ...");
+    cr_assert_eq(reg_block_lookup(&v, &last, &gen), REG_NONE, "... and only misses records");
+    cr_assert_eq(registry_lock(&v), 0);
+    cr_assert_eq(v.max_blocks, 3000, "... until its next lock");
+    cr_assert_neq(reg_block_find(&v, &last), REG_NONE);
+    registry_unlock(&v);
+    registry_close(&v);
+    registry_close(&r);
+}
+
 /* Scrambles every derived structure; repair must rebuild them from records. */
 Test(registry, repair_rebuilds_derived)
 {
@@ -388,9 +441,9 @@ Test(registry, killed_mid_mutation_repaired)
 Test(registry, malformed_capacity_keeps_the_default)
 {
     test_option("MAX_BLOCKS", "64K");
-    cr_assert_eq(options_get()->max_blocks, 16384);
+    cr_assert_eq(options_get()->max_blocks, 4194304);
     test_option("MAX_LEASES", "12x");
-    cr_assert_eq(options_get()->max_leases, 65536);
+    cr_assert_eq(options_get()->max_leases, 8388608);
     test_option("MAX_BLOCKS", "4096");
     cr_assert_eq(options_get()->max_blocks, 4096);
 }

@@ -325,9 +325,9 @@ Test(reliability, squatted_name_is_replaced_and_stat_follows)
 
 /* ---- finding 4: a full file system ---- */
 
-static int reserve_enospc(int fd, off_t size)
+static int reserve_enospc(int fd, off_t offset, off_t len)
 {
-    (void)fd, (void)size;
+    (void)fd, (void)offset, (void)len;
     return ENOSPC;
 }
 

@@ -88,6 +88,9 @@ static uint8_t *fix_up(uint8_t *img, size_t *n)
     o->max_leases = caps.max_leases;
     o->nbuckets = l.nbuckets;
     o->held_words = l.held_words;
+    o->blocks_now = caps.max_blocks; /* all in use: every record is fair game */
+    o->chunks_now = l.nchunks;
+    o->nbuckets_now = l.nbuckets;
     init_lock(&o->lock.mutex);
     *n = l.size;
     return out;
