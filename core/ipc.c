@@ -310,11 +310,17 @@ static void let_go(uint32_t idx)
         b->state = BLOCK_ORPHANED, b->orphaned_ns = reg_now_ns();
 }
 
+enum sweep_mode {
+    SWEEP_DUE,  /* every holder, at most once a second (SWEEP_INTERVAL_NS) */
+    SWEEP_ALL,  /* every holder, now */
+    SWEEP_MINE, /* the holders of our own blocks, now (exit) */
+};
+
 /* ---- export ---- */
 
 static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, int device,
                       uint64_t ctx, bool retry, uint32_t cs);
-static int collect(bool full);
+static int collect(enum sweep_mode how);
 static size_t shed_unclaimed_n(bool all);
 
 int ipc_export(const struct ipc_handle *h, uint64_t base, uint64_t size, int device, uint64_t ctx)
@@ -376,7 +382,8 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
     if (idx == REG_NONE) {
         free(ne);
         local_unlock();
-        if (shed && collect(true) > 0) return export_try(h, base, size, device, ctx, false, cs);
+        if (shed && collect(SWEEP_ALL) > 0)
+            return export_try(h, base, size, device, ctx, false, cs);
         LOG_ONCE(LOG_WARN,
                  "registry %s is full (IPCSHIM_MAX_BLOCKS=%u): new exports are not "
                  "tracked",
@@ -832,17 +839,57 @@ struct victim {
     int device;
 };
 
-/* Frees what can be freed from this process's limbo. full: sweep every dead
- * holder now, not at most once a second (the sweep's liveness checks run
- * before any lock is taken: reg_sweep_dead). Returns the number freed. */
-static int collect(bool full)
+/* Sweeps the dead among the holders of our own blocks only: what exit
+ * needs (they would keep it waiting), in work proportional to our own
+ * records whatever the domain holds. The liveness checks run without any
+ * lock. */
+static void sweep_holders_of_ours(void)
+{
+    uint8_t *cand = calloc(reg.max_holders, 1);
+    uint32_t *dead = malloc(reg.max_holders * sizeof *dead);
+    uint64_t *nonce = malloc(reg.max_holders * sizeof *nonce);
+    uint32_t n = 0;
+    if (cand && dead && nonce) {
+        bool any = false;
+        local_lock();
+        struct local_export *e, *tmp;
+        HASH_ITER(hh, local_exports(), e, tmp)
+        {
+            if (!own_block(reg_block_at(&reg, e->block), e->generation)) continue;
+            const uint64_t *held = reg_block_held_words(&reg, e->block);
+            for (uint32_t w = 0; w < reg.held_words; w++)
+                for (uint64_t m = __atomic_load_n(&held[w], __ATOMIC_RELAXED); m; m &= m - 1) {
+                    uint32_t hi = w * 64 + (uint32_t)__builtin_ctzll(m);
+                    if (hi < reg.max_holders && hi != self) cand[hi] = 1, any = true;
+                }
+        }
+        local_unlock();
+        if (any) n = reg_find_dead(&reg, cand, dead, nonce);
+    }
+    if (n && lock_registry()) {
+        reg_sweep_found(&reg, dead, nonce, n);
+        registry_unlock(&reg);
+    }
+    free(cand);
+    free(dead);
+    free(nonce);
+}
+
+/* Frees what can be freed from this process's limbo, after sweeping the
+ * dead as `how` says (the sweep's liveness checks run before any lock is
+ * taken: reg_sweep_dead). Returns the number freed. */
+static int collect(enum sweep_mode how)
 {
     uint64_t now = reg_now_ns();
     uint32_t me = __atomic_load_n(&self, __ATOMIC_RELAXED);
-    if ((full || now - __atomic_load_n(&last_sweep_ns, __ATOMIC_RELAXED) > SWEEP_INTERVAL_NS) &&
-        ipc_active() && me != REG_NONE && !forked()) {
-        __atomic_store_n(&last_sweep_ns, now, __ATOMIC_RELAXED);
-        reg_sweep_dead(&reg, me);
+    if (ipc_active() && me != REG_NONE && !forked()) {
+        if (how == SWEEP_MINE) {
+            sweep_holders_of_ours();
+        } else if (how == SWEEP_ALL ||
+                   now - __atomic_load_n(&last_sweep_ns, __ATOMIC_RELAXED) > SWEEP_INTERVAL_NS) {
+            __atomic_store_n(&last_sweep_ns, now, __ATOMIC_RELAXED);
+            reg_sweep_dead(&reg, me);
+        }
     }
     local_lock();
     check_fork();
@@ -920,7 +967,7 @@ static int collect(bool full)
 int ipc_collect(void)
 {
     if (!ipc_active()) return 0;
-    return collect(true);
+    return collect(SWEEP_ALL);
 }
 
 /* Expires pending hand-offs of our limbo blocks exported before `before`. */
@@ -946,10 +993,10 @@ int ipc_collect_pressure(void)
     if (!ipc_active()) return 0;
     uint64_t now = reg_now_ns();
     expire_limbo_older_than(now > PRESSURE_AGE_NS ? now - PRESSURE_AGE_NS : 0);
-    int n = collect(true);
+    int n = collect(SWEEP_ALL);
     if (n > 0) return n;
     expire_limbo_older_than(UINT64_MAX);
-    return collect(true);
+    return collect(SWEEP_ALL);
 }
 
 /* ---- fair share ---- */
@@ -1006,7 +1053,7 @@ static void collect_on_untracked_free(void)
     static __thread unsigned frees;
     if ((++frees & 1023) != 0) return;
     uint64_t last = __atomic_load_n(&last_collect_ns, __ATOMIC_RELAXED);
-    if (reg_now_ns() - last > FREE_COLLECT_INTERVAL_NS) collect(false);
+    if (reg_now_ns() - last > FREE_COLLECT_INTERVAL_NS) collect(SWEEP_DUE);
 }
 
 int ipc_free_begin(uint64_t ptr)
@@ -1077,7 +1124,7 @@ int ipc_free_begin(uint64_t ptr)
                  "slow to close them, or hand-offs are never claimed",
                  limbo);
     if (result == IPC_DONE) ipc_collector_kick(); /* a new deadline to wait for */
-    if (limbo && (result != IPC_PASS || since > FREE_COLLECT_INTERVAL_NS)) collect(false);
+    if (limbo && (result != IPC_PASS || since > FREE_COLLECT_INTERVAL_NS)) collect(SWEEP_DUE);
     return result;
 }
 
@@ -1126,10 +1173,10 @@ void ipc_collector_step(void)
     }
     /* `seen` was read before collecting and before waiting: a wake that
      * lands in between changes the word, so FUTEX_WAIT returns at once. */
-    collect(false);
+    collect(SWEEP_DUE);
     if (collector_stopping()) return;
     registry_wait(&reg, me, seen, wait);
-    if (!collector_stopping()) collect(false);
+    if (!collector_stopping()) collect(SWEEP_DUE);
 }
 
 void ipc_collector_kick(void)
@@ -1236,7 +1283,7 @@ void ipc_shutdown(void)
             /* After the grace, every round (IPCSHIM_HANDOFF=window re-arms a
              * hand-off at a last close). */
             if (now >= grace_end) expire_limbo_older_than(UINT64_MAX);
-            collect(true);
+            collect(SWEEP_MINE);
             local_lock();
             size_t held = state == S_ACTIVE ? held_by_others(now < grace_end) : 0;
             local_unlock();

@@ -892,16 +892,6 @@ static bool grow_chunks(struct registry *r)
 void registry_repair(struct registry *r)
 {
     rebuild_index(r);
-    /* Chunks of holders that are gone, and leases that name nothing. */
-    for (uint32_t c = 0; c < r->nchunks; c++) {
-        struct reg_holder *o = reg_holder_at(r, r->chunk_owner[c]);
-        if (!o || o->state != HOLDER_ACTIVE) r->chunk_owner[c] = REG_NONE;
-    }
-    for (uint32_t i = 0; i < r->max_leases; i++)
-        if (r->leases[i].intent != LEASE_FREE && !lease_valid(r, i)) {
-            r->leases[i].intent = LEASE_FREE;
-            r->leases[i].count = 0;
-        }
     /* Bits of holders that are not active any more; blocks nobody can ever
      * release. (Active holders' bits are their own, changed without the
      * lock: left alone.) */
@@ -923,6 +913,17 @@ void registry_repair(struct registry *r)
             b->state = BLOCK_ORPHANED, b->orphaned_ns = reg_now_ns();
         if (b->state == BLOCK_ORPHANED && !reg_block_held(r, i)) reg_block_recycle(r, i);
     }
+    /* Chunks of holders that are gone, and leases that name nothing (last:
+     * recycling above may have freed their block). */
+    for (uint32_t c = 0; c < r->nchunks; c++) {
+        struct reg_holder *o = reg_holder_at(r, r->chunk_owner[c]);
+        if (!o || o->state != HOLDER_ACTIVE) r->chunk_owner[c] = REG_NONE;
+    }
+    for (uint32_t i = 0; i < r->max_leases; i++)
+        if (r->leases[i].intent != LEASE_FREE && !lease_valid(r, i)) {
+            r->leases[i].intent = LEASE_FREE;
+            r->leases[i].count = 0;
+        }
 }
 
 /* ---- holders ---- */
