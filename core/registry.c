@@ -568,8 +568,17 @@ static void pin_description(struct registry *r, int fd)
     r->pin = p;
 }
 
+/* Serialises re-opening the descriptor: liveness checks run without the
+ * registry lock (sweeps, cached re-opens), from any thread. Re-initialised
+ * in a fork child (registry_reopen_fd). */
+static pthread_mutex_t fd_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int registry_fd_locked(struct registry *r);
+
 int registry_reopen_fd(struct registry *r)
 {
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    fd_mu = fresh; /* a fork child: another thread may have held it */
     int fd = open_same(r);
     if (fd < 0) return -ESTALE; /* the segment was replaced since we mapped it */
     /* The inherited number may not even be ours any more; never close
@@ -588,15 +597,26 @@ int registry_reopen_fd(struct registry *r)
 int registry_fd(struct registry *r)
 {
     struct stat st;
+    int fd = __atomic_load_n(&r->fd, __ATOMIC_ACQUIRE);
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == r->dev && st.st_ino == r->ino) return fd;
+    pthread_mutex_lock(&fd_mu);
+    fd = registry_fd_locked(r);
+    pthread_mutex_unlock(&fd_mu);
+    return fd;
+}
+
+static int registry_fd_locked(struct registry *r)
+{
+    struct stat st;
     if (r->fd >= 0 && fstat(r->fd, &st) == 0 && st.st_dev == r->dev && st.st_ino == r->ino)
-        return r->fd;
+        return r->fd; /* another thread re-opened it meanwhile */
     /* The program closed our descriptor (closefrom) or put another file at
      * its number (dup2, a later open): the number is not ours any more. */
     int fd = open_same(r);
     LOG_ONCE(LOG_WARN, "registry %s: the program closed or replaced the shim's descriptor %d; %s",
              r->name, r->fd,
              fd >= 0 ? "re-opened it" : "cannot re-open it (liveness unknown: alive)");
-    r->fd = fd;
+    __atomic_store_n(&r->fd, fd, __ATOMIC_RELEASE);
     if (fd < 0) return -1;
     /* Our own lock byte lives on while a mapping of its description does
      * (the registry's own mapping, or the pin): find out, and re-take it if
