@@ -346,8 +346,18 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
             fprintf(stderr, "simcuda[%d]: ignoring %s=%s (want 512..256G)\n", (int)getpid(),
                     SIMCUDA_ENV_MANAGED_MEMORY, mm);
     }
+    uint32_t max_allocs = SIM_DEFAULT_ALLOCS;
+    const char *ma = getenv(SIMCUDA_ENV_MAX_ALLOCS);
+    if (ma && *ma) {
+        uint64_t v;
+        if (sim_parse_size(ma, &v) == 0 && v >= 1 && v <= SIM_MAX_ALLOCS)
+            max_allocs = (uint32_t)v;
+        else
+            fprintf(stderr, "simcuda[%d]: ignoring %s=%s (want 1..16M)\n", (int)getpid(),
+                    SIMCUDA_ENV_MAX_ALLOCS, ma);
+    }
     pthread_mutex_lock(&g_lock);
-    int rc = sim_attach(name, ndev, capacity, managed);
+    int rc = sim_attach(name, ndev, capacity, managed, max_allocs);
     if (rc == SIM_OK) {
         static const char *const fail_env[SIMCUDA_FAULT_COUNT] = {
             SIMCUDA_ENV_FAIL_ALLOC, SIMCUDA_ENV_FAIL_IPC_GET, SIMCUDA_ENV_FAIL_IPC_OPEN,
