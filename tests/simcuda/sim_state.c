@@ -283,8 +283,7 @@ static void compute_layout(struct sim_machine *h, unsigned ndev, uint64_t capaci
     h->off_holders = round_up(sizeof(struct sim_machine), page);
     h->off_allocs =
         round_up(h->off_holders + (uint64_t)SIM_MAX_HOLDERS * sizeof(struct sim_holder), page);
-    h->off_maps =
-        round_up(h->off_allocs + (uint64_t)max_allocs * sizeof(struct sim_alloc), page);
+    h->off_maps = round_up(h->off_allocs + (uint64_t)max_allocs * sizeof(struct sim_alloc), page);
     uint64_t off = round_up(h->off_maps + (uint64_t)SIM_MAX_MAPS * sizeof(struct sim_map), page);
     for (unsigned k = 0; k <= ndev; k++) {
         struct sim_dev_state *p = &h->dev[pool_at(h, k)];
@@ -365,8 +364,7 @@ static int join_machine(int fd)
     for (i = 0; i < WAIT_STEPS && !__atomic_load_n(&h->ready, __ATOMIC_ACQUIRE); i++)
         sleep_step();
     int ok = i < WAIT_STEPS && h->magic == SIM_MAGIC && h->abi == SIM_ABI && h->ndev >= 1 &&
-             h->ndev <= SIM_MAX_DEVICES && h->max_allocs >= 1 &&
-             h->max_allocs <= SIM_MAX_ALLOCS &&
+             h->ndev <= SIM_MAX_DEVICES && h->max_allocs >= 1 && h->max_allocs <= SIM_MAX_ALLOCS &&
              h->max_holders == SIM_MAX_HOLDERS && h->max_maps == SIM_MAX_MAPS &&
              h->granule == SIM_GRANULE && h->free_while_mapped <= SIM_FREE_KEEP;
     uint64_t total = h->total_size;

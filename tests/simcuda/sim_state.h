@@ -52,11 +52,11 @@
 #define SIM_MAGIC 0x31414455434d4953ull /* "SIMCUDA1" */
 #define SIM_ABI 3u
 #define SIM_MAX_DEVICES SIMCUDA_MAX_DEVICES
-#define SIM_DEFAULT_ALLOCS 2097152u     /* table capacity (live allocations, machine-wide), default */
-#define SIM_MAX_ALLOCS 16777216u        /* the most SIMCUDA_MAX_ALLOCS may ask for */
-#define SIM_MAX_HOLDERS 4096u           /* processes that may have called cuInit at once */
-#define SIM_MAX_MAPS 65536u             /* IPC opens in force, machine-wide (one row per open) */
-#define SIM_GRANULE 512u                /* allocation alignment and accounting unit */
+#define SIM_DEFAULT_ALLOCS 2097152u /* table capacity (live allocations, machine-wide), default */
+#define SIM_MAX_ALLOCS 16777216u    /* the most SIMCUDA_MAX_ALLOCS may ask for */
+#define SIM_MAX_HOLDERS 4096u       /* processes that may have called cuInit at once */
+#define SIM_MAX_MAPS 65536u         /* IPC opens in force, machine-wide (one row per open) */
+#define SIM_GRANULE 512u            /* allocation alignment and accounting unit */
 #define SIM_MAX_CAPACITY (256ull << 30) /* per device */
 #define SIM_NO_INDEX 0xffffffffu
 #define SIM_POOL_MANAGED SIM_MAX_DEVICES /* pool index of managed memory */
