@@ -2156,8 +2156,12 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
     if (!win) return CUDA_ERROR_MAP_FAILED;
     CUresult r = CUDA_SUCCESS;
     sim_lock();
-    sim_sweep_locked();
     struct sim_alloc *a = sim_entry(h.index);
+    /* Only the block's owner is checked (a sweep of every holder here put
+     * one /proc read per process under the machine mutex on every open);
+     * when it is gone, the sweep releases what it left, this block too. */
+    if (a->state == SIM_SLOT_LIVE && a->serial == h.serial && !sim_owner_alive_locked(h.index))
+        sim_sweep_locked();
     if (a->state != SIM_SLOT_LIVE || a->serial != h.serial || a->device != h.device ||
         a->offset != h.offset || !(a->flags & SIM_F_EXPORTED) || (a->flags & SIM_F_KEPT))
         r = CUDA_ERROR_INVALID_VALUE; /* freed (kept ones too), reused or owner gone */

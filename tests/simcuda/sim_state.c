@@ -14,7 +14,8 @@
  * lacks room evicts that device's least recently used managed allocations
  * (a scan of the table per eviction). Processes are tracked in a holder table; the allocations of a
  * holder that is gone (no such pid, a different start time, or a zombie) are swept: at attach, on
- * cuMemGetInfo, before an allocation failure is reported, and on IPC open. A table of IPC opens in
+ * cuMemGetInfo, before an allocation failure is reported, and on an IPC open of a block whose owner
+ * is gone (an open checks that owner only). A table of IPC opens in
  * force tells an owner's free whether someone still maps the block; in keep mode
  * (SIMCUDA_FREE_WHILE_MAPPED=keep, chosen by the creator) such a block outlives the free until its
  * last open goes. This file knows nothing about CUDA types.
@@ -877,6 +878,17 @@ void sim_detach(void)
     sim_unlock();
     g_pid = 0;
     g_holder = SIM_NO_INDEX;
+}
+
+int sim_owner_alive_locked(uint32_t index)
+{
+    const struct sim_alloc *a = sim_entry(index);
+    if ((a->flags & SIM_F_KEPT) || sim_is_mine(a)) return 1;
+    if (a->holder >= sim_m->max_holders) return 1; /* not a holder of ours: nothing to sweep */
+    const struct sim_holder *h = &holders()[a->holder];
+    if (h->pid != a->owner_pid || h->start != a->owner_start)
+        return 1; /* the slot moved on: a sweep would not find this owner either */
+    return proc_alive(h->pid, h->start);
 }
 
 unsigned sim_sweep_locked(void)

@@ -290,6 +290,12 @@ SIM_INTERNAL struct sim_alloc *sim_entry(uint32_t index);
 /* True when `a` is owned by this process. */
 SIM_INTERNAL int sim_is_mine(const struct sim_alloc *a);
 
+/* Whether the owner of LIVE entry `index` may still be running: this
+ * process, or a holder whose pid and start time still match a live process
+ * (unknown counts as alive). One liveness check, where a sweep checks every
+ * holder. Kept entries (no owner) count as alive. Caller holds the mutex. */
+SIM_INTERNAL int sim_owner_alive_locked(uint32_t index);
+
 /* Releases the allocations of processes that are gone. Caller holds the
  * mutex. Returns how many allocations were released. */
 SIM_INTERNAL unsigned sim_sweep_locked(void);

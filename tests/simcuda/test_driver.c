@@ -773,6 +773,48 @@ Test(simcuda, allocations_of_a_killed_process_are_released)
     cr_assert_eq(s.live_allocs, 0);
 }
 
+/* Forks child_alloc_and_hang; returns its pid and sets *h to its handle. */
+static pid_t start_hanging_owner(CUipcMemHandle *h)
+{
+    struct ipc_args a;
+    cr_assert_eq(pipe(a.to_parent), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) _exit(child_alloc_and_hang(&a));
+    cr_assert_eq(read(a.to_parent[0], h, sizeof(*h)), (ssize_t)sizeof(*h));
+    close(a.to_parent[0]);
+    close(a.to_parent[1]);
+    return pid;
+}
+
+Test(simcuda, ipc_open_checks_only_the_owner_it_opens)
+{
+    OK(init_on(0));
+    CUipcMemHandle ha, hb;
+    pid_t a = start_hanging_owner(&ha), b = start_hanging_owner(&hb);
+    struct simcuda_stats s;
+    simcuda_stats(&s); /* reads, never sweeps */
+    cr_assert_eq(s.live_allocs, 20);
+    kill(b, SIGKILL);
+    waitpid(b, NULL, 0);
+    CUdeviceptr imp;
+    OK(cuIpcOpenMemHandle(&imp, ha, 0)); /* A lives: B is not looked at */
+    OK(cuIpcCloseMemHandle(imp));
+    simcuda_stats(&s);
+    cr_assert_eq(s.live_allocs, 20, "an open of a live owner's block sweeps nobody");
+    FAILS(cuIpcOpenMemHandle(&imp, hb, 0), CUDA_ERROR_INVALID_VALUE); /* B's owner is dead */
+    simcuda_stats(&s);
+    cr_assert_eq(s.live_allocs, 10, "opening a dead owner's block sweeps the dead");
+    cr_assert_eq(s.proc_swept, 10);
+    kill(a, SIGKILL);
+    waitpid(a, NULL, 0);
+    FAILS(cuIpcOpenMemHandle(&imp, ha, 0), CUDA_ERROR_INVALID_VALUE);
+    simcuda_stats(&s);
+    cr_assert_eq(s.live_allocs, 0);
+    cr_assert_eq(s.proc_swept, 20);
+}
+
 Test(simcuda, zombie_owner_counts_as_dead)
 {
     OK(init_on(0));
