@@ -346,8 +346,18 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
             fprintf(stderr, "simcuda[%d]: ignoring %s=%s (want 512..256G)\n", (int)getpid(),
                     SIMCUDA_ENV_MANAGED_MEMORY, mm);
     }
+    uint32_t max_allocs = SIM_DEFAULT_ALLOCS;
+    const char *ma = getenv(SIMCUDA_ENV_MAX_ALLOCS);
+    if (ma && *ma) {
+        uint64_t v;
+        if (sim_parse_size(ma, &v) == 0 && v >= 1 && v <= SIM_MAX_ALLOCS)
+            max_allocs = (uint32_t)v;
+        else
+            fprintf(stderr, "simcuda[%d]: ignoring %s=%s (want 1..16M)\n", (int)getpid(),
+                    SIMCUDA_ENV_MAX_ALLOCS, ma);
+    }
     pthread_mutex_lock(&g_lock);
-    int rc = sim_attach(name, ndev, capacity, managed);
+    int rc = sim_attach(name, ndev, capacity, managed, max_allocs);
     if (rc == SIM_OK) {
         static const char *const fail_env[SIMCUDA_FAULT_COUNT] = {
             SIMCUDA_ENV_FAIL_ALLOC, SIMCUDA_ENV_FAIL_IPC_GET, SIMCUDA_ENV_FAIL_IPC_OPEN,
@@ -2146,8 +2156,12 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
     if (!win) return CUDA_ERROR_MAP_FAILED;
     CUresult r = CUDA_SUCCESS;
     sim_lock();
-    sim_sweep_locked();
     struct sim_alloc *a = sim_entry(h.index);
+    /* Only the block's owner is checked (a sweep of every holder here put
+     * one /proc read per process under the machine mutex on every open);
+     * when it is gone, the sweep releases what it left, this block too. */
+    if (a->state == SIM_SLOT_LIVE && a->serial == h.serial && !sim_owner_alive_locked(h.index))
+        sim_sweep_locked();
     if (a->state != SIM_SLOT_LIVE || a->serial != h.serial || a->device != h.device ||
         a->offset != h.offset || !(a->flags & SIM_F_EXPORTED) || (a->flags & SIM_F_KEPT))
         r = CUDA_ERROR_INVALID_VALUE; /* freed (kept ones too), reused or owner gone */

@@ -14,7 +14,8 @@
  * lacks room evicts that device's least recently used managed allocations
  * (a scan of the table per eviction). Processes are tracked in a holder table; the allocations of a
  * holder that is gone (no such pid, a different start time, or a zombie) are swept: at attach, on
- * cuMemGetInfo, before an allocation failure is reported, and on IPC open. A table of IPC opens in
+ * cuMemGetInfo, before an allocation failure is reported, and on an IPC open of a block whose owner
+ * is gone (an open checks that owner only). A table of IPC opens in
  * force tells an owner's free whether someone still maps the block; in keep mode
  * (SIMCUDA_FREE_WHILE_MAPPED=keep, chosen by the creator) such a block outlives the free until its
  * last open goes. This file knows nothing about CUDA types.
@@ -270,21 +271,20 @@ static unsigned pool_at(const struct sim_machine *h, unsigned k)
 }
 
 static void compute_layout(struct sim_machine *h, unsigned ndev, uint64_t capacity,
-                           uint64_t managed)
+                           uint64_t managed, uint32_t max_allocs)
 {
     const uint64_t page = 4096;
     h->ndev = ndev;
     h->granule = SIM_GRANULE;
     h->capacity = capacity;
     h->managed_capacity = managed;
-    h->max_allocs = SIM_MAX_ALLOCS;
+    h->max_allocs = max_allocs;
     h->max_holders = SIM_MAX_HOLDERS;
     h->max_maps = SIM_MAX_MAPS;
     h->off_holders = round_up(sizeof(struct sim_machine), page);
     h->off_allocs =
         round_up(h->off_holders + (uint64_t)SIM_MAX_HOLDERS * sizeof(struct sim_holder), page);
-    h->off_maps =
-        round_up(h->off_allocs + (uint64_t)SIM_MAX_ALLOCS * sizeof(struct sim_alloc), page);
+    h->off_maps = round_up(h->off_allocs + (uint64_t)max_allocs * sizeof(struct sim_alloc), page);
     uint64_t off = round_up(h->off_maps + (uint64_t)SIM_MAX_MAPS * sizeof(struct sim_map), page);
     for (unsigned k = 0; k <= ndev; k++) {
         struct sim_dev_state *p = &h->dev[pool_at(h, k)];
@@ -300,11 +300,11 @@ static void compute_layout(struct sim_machine *h, unsigned ndev, uint64_t capaci
 /* ---- attach ---- */
 
 static int create_machine(int fd, const char *name, unsigned ndev, uint64_t capacity,
-                          uint64_t managed)
+                          uint64_t managed, uint32_t max_allocs)
 {
     struct sim_machine h;
     memset(&h, 0, sizeof(h));
-    compute_layout(&h, ndev, capacity, managed);
+    compute_layout(&h, ndev, capacity, managed, max_allocs);
     const char *mode = getenv(SIMCUDA_ENV_FREE_WHILE_MAPPED);
     if (mode && !strcmp(mode, "keep"))
         h.free_while_mapped = SIM_FREE_KEEP;
@@ -365,14 +365,14 @@ static int join_machine(int fd)
     for (i = 0; i < WAIT_STEPS && !__atomic_load_n(&h->ready, __ATOMIC_ACQUIRE); i++)
         sleep_step();
     int ok = i < WAIT_STEPS && h->magic == SIM_MAGIC && h->abi == SIM_ABI && h->ndev >= 1 &&
-             h->ndev <= SIM_MAX_DEVICES && h->max_allocs == SIM_MAX_ALLOCS &&
+             h->ndev <= SIM_MAX_DEVICES && h->max_allocs >= 1 && h->max_allocs <= SIM_MAX_ALLOCS &&
              h->max_holders == SIM_MAX_HOLDERS && h->max_maps == SIM_MAX_MAPS &&
              h->granule == SIM_GRANULE && h->free_while_mapped <= SIM_FREE_KEEP;
     uint64_t total = h->total_size;
     if (ok) {
         struct sim_machine check;
         memset(&check, 0, sizeof(check));
-        compute_layout(&check, h->ndev, h->capacity, h->managed_capacity);
+        compute_layout(&check, h->ndev, h->capacity, h->managed_capacity, h->max_allocs);
         ok = check.total_size == total && fstat(fd, &st) == 0 && (uint64_t)st.st_size == total;
     }
     munmap(h, sizeof(struct sim_machine));
@@ -384,14 +384,15 @@ static int join_machine(int fd)
     return SIM_OK;
 }
 
-static int map_machine(const char *name, unsigned ndev, uint64_t capacity, uint64_t managed)
+static int map_machine(const char *name, unsigned ndev, uint64_t capacity, uint64_t managed,
+                       uint32_t max_allocs)
 {
     char path[160];
     sim_object_name(path, sizeof(path), name, -1);
     for (int attempt = 0; attempt < 100; attempt++) {
         int fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (fd >= 0) {
-            int rc = create_machine(fd, name, ndev, capacity, managed);
+            int rc = create_machine(fd, name, ndev, capacity, managed, max_allocs);
             close(fd);
             if (rc != SIM_OK) shm_unlink(path);
             return rc;
@@ -425,11 +426,13 @@ int sim_attached(void)
     return sim_m != NULL && g_pid != 0;
 }
 
-int sim_attach(const char *name, unsigned ndev, uint64_t capacity, uint64_t managed)
+int sim_attach(const char *name, unsigned ndev, uint64_t capacity, uint64_t managed,
+               uint32_t max_allocs)
 {
     if (sim_attached()) return SIM_OK;
     if (ndev < 1 || ndev > SIM_MAX_DEVICES || capacity < SIM_GRANULE ||
-        capacity > SIM_MAX_CAPACITY || managed < SIM_GRANULE || managed > SIM_MAX_CAPACITY)
+        capacity > SIM_MAX_CAPACITY || managed < SIM_GRANULE || managed > SIM_MAX_CAPACITY ||
+        max_allocs < 1 || max_allocs > SIM_MAX_ALLOCS)
         return SIM_EINVAL;
     capacity -= capacity % SIM_GRANULE;
     managed -= managed % SIM_GRANULE;
@@ -437,7 +440,7 @@ int sim_attach(const char *name, unsigned ndev, uint64_t capacity, uint64_t mana
         if (strcmp(name, g_name) != 0)
             return SIM_EINVAL; /* one machine per process, even across fork */
     } else {
-        int rc = map_machine(name, ndev, capacity, managed);
+        int rc = map_machine(name, ndev, capacity, managed, max_allocs);
         if (rc != SIM_OK) return rc;
         snprintf(g_name, sizeof(g_name), "%s", name);
     }
@@ -877,6 +880,17 @@ void sim_detach(void)
     g_holder = SIM_NO_INDEX;
 }
 
+int sim_owner_alive_locked(uint32_t index)
+{
+    const struct sim_alloc *a = sim_entry(index);
+    if ((a->flags & SIM_F_KEPT) || sim_is_mine(a)) return 1;
+    if (a->holder >= sim_m->max_holders) return 1; /* not a holder of ours: nothing to sweep */
+    const struct sim_holder *h = &holders()[a->holder];
+    if (h->pid != a->owner_pid || h->start != a->owner_start)
+        return 1; /* the slot moved on: a sweep would not find this owner either */
+    return proc_alive(h->pid, h->start);
+}
+
 unsigned sim_sweep_locked(void)
 {
     unsigned released = 0;
@@ -914,6 +928,7 @@ void sim_machine_stats(struct simcuda_stats *out)
     out->machine_poisoned_frees = sim_m->poisoned_frees;
     out->machine_kept = sim_m->kept;
     out->machine_kept_frees = sim_m->kept_frees;
+    out->max_allocs = sim_m->max_allocs;
     sim_unlock();
 }
 

@@ -11,6 +11,11 @@
  * allocation's offset, so pointers differ between processes exactly as they
  * do with real CUDA IPC.
  *
+ * The allocation table's capacity is the creator's choice (SIMCUDA_MAX_ALLOCS,
+ * recorded in the header like the geometry). The segment is a sparse file
+ * mapped without reserve: only the entries below high_water are ever
+ * touched, so a large capacity costs address space, not memory.
+ *
  * Managed allocations never move in memory (their bytes stay in the managed
  * pool, readable from host and "device" alike); what moves is their
  * residency: on the host, or on one device, per allocation (not per page).
@@ -47,10 +52,11 @@
 #define SIM_MAGIC 0x31414455434d4953ull /* "SIMCUDA1" */
 #define SIM_ABI 3u
 #define SIM_MAX_DEVICES SIMCUDA_MAX_DEVICES
-#define SIM_MAX_ALLOCS 262144u          /* table capacity: live allocations, machine-wide */
-#define SIM_MAX_HOLDERS 4096u           /* processes that may have called cuInit at once */
-#define SIM_MAX_MAPS 65536u             /* IPC opens in force, machine-wide (one row per open) */
-#define SIM_GRANULE 512u                /* allocation alignment and accounting unit */
+#define SIM_DEFAULT_ALLOCS 2097152u /* table capacity (live allocations, machine-wide), default */
+#define SIM_MAX_ALLOCS 16777216u    /* the most SIMCUDA_MAX_ALLOCS may ask for */
+#define SIM_MAX_HOLDERS 4096u       /* processes that may have called cuInit at once */
+#define SIM_MAX_MAPS 65536u         /* IPC opens in force, machine-wide (one row per open) */
+#define SIM_GRANULE 512u            /* allocation alignment and accounting unit */
 #define SIM_MAX_CAPACITY (256ull << 30) /* per device */
 #define SIM_NO_INDEX 0xffffffffu
 #define SIM_POOL_MANAGED SIM_MAX_DEVICES /* pool index of managed memory */
@@ -198,11 +204,13 @@ SIM_INTERNAL extern struct sim_machine *sim_m;
 SIM_INTERNAL extern struct sim_proc_counters sim_counters;
 
 /* Attaches this process to machine `name` (creating it with `ndev` devices
- * of `capacity` bytes and a managed pool of `managed` bytes if it does not
- * exist: an existing machine keeps its own geometry) and registers the
- * process as a holder. Idempotent within a process; after fork() the child
- * must call it again. Sweeps dead holders. */
-SIM_INTERNAL int sim_attach(const char *name, unsigned ndev, uint64_t capacity, uint64_t managed);
+ * of `capacity` bytes, a managed pool of `managed` bytes and a table of
+ * `max_allocs` (1..SIM_MAX_ALLOCS) allocations if it does not exist: an
+ * existing machine keeps its own geometry) and registers the process as a
+ * holder. Idempotent within a process; after fork() the child must call it
+ * again. Sweeps dead holders. */
+SIM_INTERNAL int sim_attach(const char *name, unsigned ndev, uint64_t capacity, uint64_t managed,
+                            uint32_t max_allocs);
 
 /* True when this process is attached (and is not a fork child that has not
  * re-attached). */
@@ -281,6 +289,12 @@ SIM_INTERNAL struct sim_alloc *sim_entry(uint32_t index);
 
 /* True when `a` is owned by this process. */
 SIM_INTERNAL int sim_is_mine(const struct sim_alloc *a);
+
+/* Whether the owner of LIVE entry `index` may still be running: this
+ * process, or a holder whose pid and start time still match a live process
+ * (unknown counts as alive). One liveness check, where a sweep checks every
+ * holder. Kept entries (no owner) count as alive. Caller holds the mutex. */
+SIM_INTERNAL int sim_owner_alive_locked(uint32_t index);
 
 /* Releases the allocations of processes that are gone. Caller holds the
  * mutex. Returns how many allocations were released. */

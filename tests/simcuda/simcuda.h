@@ -34,6 +34,9 @@ extern "C" {
 #define SIMCUDA_ENV_FAIL_LAUNCH "SIMCUDA_FAIL_LAUNCH"       /* next N kernel launches fail */
 #define SIMCUDA_ENV_MANAGED_MEMORY                                                                 \
     "SIMCUDA_MANAGED_MEMORY" /* managed pool bytes, default 4 x device */
+/* Allocation-table entries (live allocations, machine-wide), a count with
+ * an optional K/M suffix (x1024), 1..16M, default 2M. Creator only. */
+#define SIMCUDA_ENV_MAX_ALLOCS "SIMCUDA_MAX_ALLOCS"
 /* What an exporter's free does to a block another process still maps:
  * "poison" (default: released and overwritten with SIMCUDA_POISON_WORD) or
  * "keep" (pages stay valid and charged until the last importer unmaps).
@@ -75,6 +78,7 @@ struct simcuda_stats {
     uint64_t machine_kept; /* freed by their owner, kept while an importer maps them (keep mode) */
     uint64_t
         machine_kept_frees; /* owner frees that were kept (keep mode), since the machine began */
+    uint64_t max_allocs;    /* allocation-table capacity (SIMCUDA_MAX_ALLOCS of the creator) */
 };
 
 /* A recorded kernel launch (kernels are never executed). */

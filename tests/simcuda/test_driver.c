@@ -40,6 +40,7 @@ static void setup(void)
     unsetenv(SIMCUDA_ENV_FAIL_LAUNCH);
     unsetenv(SIMCUDA_ENV_FREE_WHILE_MAPPED);
     unsetenv(SIMCUDA_ENV_PROC_ADDRESS);
+    unsetenv(SIMCUDA_ENV_MAX_ALLOCS);
 }
 
 static void teardown(void)
@@ -513,6 +514,119 @@ Test(simcuda, ipc_open_in_another_process)
     OK(cuMemFree(p));
 }
 
+/* ---- the allocation table's capacity (SIMCUDA_MAX_ALLOCS) ---- */
+
+Test(simcuda, allocation_table_capacity_is_the_limit)
+{
+    setenv(SIMCUDA_ENV_MAX_ALLOCS, "64", 1);
+    OK(init_on(0));
+    struct simcuda_stats s;
+    simcuda_stats(&s);
+    cr_assert_eq(s.max_allocs, 64);
+    CUdeviceptr p[64], q, r;
+    for (int i = 0; i < 64; i++)
+        OK(cuMemAlloc(&p[i], 512));
+    cr_assert_eq(free_bytes(), (64u << 20) - 64 * 512, "the device has room left");
+    FAILS(cuMemAlloc(&q, 512), CUDA_ERROR_OUT_OF_MEMORY); /* the table is full */
+    FAILS(cuMemAllocManaged(&q, 512, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_OUT_OF_MEMORY);
+    simcuda_stats(&s);
+    cr_assert_eq(s.live_allocs, 64);
+    OK(cuMemFree(p[10]));
+    OK(cuMemAlloc(&q, 512)); /* a freed entry is reused */
+    FAILS(cuMemAlloc(&r, 512), CUDA_ERROR_OUT_OF_MEMORY);
+    OK(cuMemFree(q));
+    OK(cuMemAllocManaged(&q, 512, CU_MEM_ATTACH_GLOBAL));
+    OK(cuMemFree(q));
+    for (int i = 0; i < 64; i++)
+        if (i != 10) OK(cuMemFree(p[i]));
+    simcuda_stats(&s);
+    cr_assert_eq(s.live_allocs, 0);
+}
+
+struct table_case {
+    const char *value; /* SIMCUDA_MAX_ALLOCS, or NULL for unset */
+    const char *suffix;
+    uint64_t want;
+};
+
+/* In a fresh child: cuInit on machine <test machine>-<suffix> with
+ * SIMCUDA_MAX_ALLOCS = c->value, and check the table's capacity. */
+static int child_table_capacity(void *arg)
+{
+    const struct table_case *c = arg;
+    char name[200];
+    snprintf(name, sizeof(name), "%s-%s", g_machine, c->suffix);
+    setenv(SIMCUDA_ENV_MACHINE, name, 1);
+    if (c->value)
+        setenv(SIMCUDA_ENV_MAX_ALLOCS, c->value, 1);
+    else
+        unsetenv(SIMCUDA_ENV_MAX_ALLOCS);
+    CHILD_OK(cuInit(0));
+    struct simcuda_stats s;
+    simcuda_stats(&s);
+    if (s.max_allocs != c->want) {
+        fprintf(stderr, "SIMCUDA_MAX_ALLOCS=%s: capacity %llu, want %llu\n",
+                c->value ? c->value : "(unset)", (unsigned long long)s.max_allocs,
+                (unsigned long long)c->want);
+        return 1;
+    }
+    return 0;
+}
+
+Test(simcuda, allocation_table_capacity_from_the_creator)
+{
+    const struct table_case cases[] = {
+        {NULL, "unset", SIM_DEFAULT_ALLOCS},
+        {"1", "one", 1},
+        {"4K", "k", 4096},
+        {"16M", "max", SIM_MAX_ALLOCS},
+        {"0", "zero", SIM_DEFAULT_ALLOCS}, /* out of range: ignored with a warning */
+        {"16777217", "over", SIM_DEFAULT_ALLOCS},
+        {"lots", "junk", SIM_DEFAULT_ALLOCS},
+        {"100", "join", 100},
+        {"1M", "join", 100}, /* a machine that exists keeps the creator's capacity */
+    };
+    cr_assert_geq(SIM_DEFAULT_ALLOCS, 2u << 20, "1 M live blocks fit by default, with room");
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        cr_assert_eq(run_child(child_table_capacity, (void *)&cases[i]), 0, "case %zu", i);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char name[200];
+        snprintf(name, sizeof(name), "%s-%s", g_machine, cases[i].suffix);
+        simcuda_unlink_machine(name);
+    }
+}
+
+static int child_open_read(void *arg)
+{
+    struct ipc_args *a = arg;
+    CHILD_OK(init_on(0));
+    CUdeviceptr p;
+    unsigned v = 0;
+    CHILD_OK(cuIpcOpenMemHandle(&p, a->h, 0));
+    CHILD_OK(cuMemcpyDtoH(&v, p, sizeof(v)));
+    CHILD_EXPECT(v == 0x33333333u);
+    CHILD_OK(cuIpcCloseMemHandle(p));
+    return 0;
+}
+
+Test(simcuda, allocation_table_holds_more_than_the_old_fixed_size, .timeout = 60)
+{
+    enum { N = 262145 }; /* one past the table of earlier builds (262,144 entries) */
+    setenv(SIMCUDA_ENV_DEVICE_MEMORY, "256M", 1);
+    OK(init_on(0));
+    CUdeviceptr p = 0;
+    for (int i = 0; i < N; i++)
+        OK(cuMemAlloc(&p, 512));
+    struct simcuda_stats s;
+    simcuda_stats(&s);
+    cr_assert_eq(s.live_allocs, N);
+    /* The last one is table entry 262,144: its handle opens in another process. */
+    OK(cuMemsetD32(p, 0x33333333u, 128));
+    struct ipc_args a;
+    OK(cuIpcGetMemHandle(&a.h, p));
+    cr_assert_eq(run_child(child_open_read, &a), 0);
+}
+
 static int child_open_fails(void *arg)
 {
     struct ipc_args *a = arg;
@@ -657,6 +771,48 @@ Test(simcuda, allocations_of_a_killed_process_are_released)
     simcuda_stats(&s);
     cr_assert_eq(s.proc_swept, 10);
     cr_assert_eq(s.live_allocs, 0);
+}
+
+/* Forks child_alloc_and_hang; returns its pid and sets *h to its handle. */
+static pid_t start_hanging_owner(CUipcMemHandle *h)
+{
+    struct ipc_args a;
+    cr_assert_eq(pipe(a.to_parent), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) _exit(child_alloc_and_hang(&a));
+    cr_assert_eq(read(a.to_parent[0], h, sizeof(*h)), (ssize_t)sizeof(*h));
+    close(a.to_parent[0]);
+    close(a.to_parent[1]);
+    return pid;
+}
+
+Test(simcuda, ipc_open_checks_only_the_owner_it_opens)
+{
+    OK(init_on(0));
+    CUipcMemHandle ha, hb;
+    pid_t a = start_hanging_owner(&ha), b = start_hanging_owner(&hb);
+    struct simcuda_stats s;
+    simcuda_stats(&s); /* reads, never sweeps */
+    cr_assert_eq(s.live_allocs, 20);
+    kill(b, SIGKILL);
+    waitpid(b, NULL, 0);
+    CUdeviceptr imp;
+    OK(cuIpcOpenMemHandle(&imp, ha, 0)); /* A lives: B is not looked at */
+    OK(cuIpcCloseMemHandle(imp));
+    simcuda_stats(&s);
+    cr_assert_eq(s.live_allocs, 20, "an open of a live owner's block sweeps nobody");
+    FAILS(cuIpcOpenMemHandle(&imp, hb, 0), CUDA_ERROR_INVALID_VALUE); /* B's owner is dead */
+    simcuda_stats(&s);
+    cr_assert_eq(s.live_allocs, 10, "opening a dead owner's block sweeps the dead");
+    cr_assert_eq(s.proc_swept, 10);
+    kill(a, SIGKILL);
+    waitpid(a, NULL, 0);
+    FAILS(cuIpcOpenMemHandle(&imp, ha, 0), CUDA_ERROR_INVALID_VALUE);
+    simcuda_stats(&s);
+    cr_assert_eq(s.live_allocs, 0);
+    cr_assert_eq(s.proc_swept, 20);
 }
 
 Test(simcuda, zombie_owner_counts_as_dead)

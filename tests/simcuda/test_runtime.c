@@ -259,6 +259,23 @@ Test(simcudart, managed_memory_prefetch_and_advice)
     cr_assert_eq(where(p, NULL), -2);
 }
 
+Test(simcudart, full_allocation_table_is_out_of_memory)
+{
+    setenv(SIMCUDA_ENV_MAX_ALLOCS, "4", 1); /* a table of 4 entries, on a 1 GiB device */
+    void *p[4], *q = NULL;
+    for (int i = 0; i < 4; i++) {
+        cudaError_t e = cudaMalloc(&p[i], 512);
+        cr_assert_eq(e, cudaSuccess, "allocation %d: %s", i, cudaGetErrorName(e));
+    }
+    cr_assert_eq(cudaMalloc(&q, 512), cudaErrorMemoryAllocation);
+    cr_assert_eq(cudaGetLastError(), cudaErrorMemoryAllocation);
+    cr_assert_eq(cudaFree(p[0]), cudaSuccess);
+    cr_assert_eq(cudaMalloc(&q, 512), cudaSuccess);
+    cr_assert_eq(cudaFree(q), cudaSuccess);
+    for (int i = 1; i < 4; i++)
+        cr_assert_eq(cudaFree(p[i]), cudaSuccess);
+}
+
 Test(simcudart, out_of_memory_maps_and_sets_last_error)
 {
     setenv(SIMCUDA_ENV_DEVICE_MEMORY, "4M", 1);
