@@ -6,6 +6,7 @@
 #include "options.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <time.h>
 
@@ -41,14 +42,23 @@ void collector_start(void)
     }
 }
 
+void thread_wait_stopped(const int *flag, unsigned max_ms)
+{
+    for (int i = 0; i < 200 && __atomic_load_n(flag, __ATOMIC_ACQUIRE); i++)
+        sched_yield();
+    struct timespec step = {0, 100000};
+    for (unsigned i = 0; i < max_ms * 10 && __atomic_load_n(flag, __ATOMIC_ACQUIRE); i++)
+        nanosleep(&step, NULL);
+}
+
 void collector_stop(void)
 {
     __atomic_store_n(&stopping, 1, __ATOMIC_RELEASE);
     ipc_collector_kick();
-    struct timespec ms = {0, 1000000};
-    for (int i = 0; i < 1000 && __atomic_load_n(&running, __ATOMIC_ACQUIRE); i++) {
+    /* Kicked again every 10 ms: a kick can land before the thread waits. */
+    for (int i = 0; i < 100 && __atomic_load_n(&running, __ATOMIC_ACQUIRE); i++) {
+        thread_wait_stopped(&running, 10);
         ipc_collector_kick();
-        nanosleep(&ms, NULL);
     }
 }
 

@@ -24,6 +24,12 @@ bool collector_stopping(void);
 /* In a fork child: the thread does not exist here; forget it. */
 void collector_after_fork(void);
 
+/* Wait until *running reads 0 (a detached thread's last store), at most
+ * max_ms: yields first (a woken thread is usually gone within
+ * microseconds), then sleeps in 100 us steps. For the stop functions of
+ * the shim's threads (this one, leak.c's watch). */
+void thread_wait_stopped(const int *running, unsigned max_ms);
+
 /* Provided by ipc.c: one wait-then-collect round. */
 void ipc_collector_step(void);
 /* Provided by ipc.c: wake this process's collector now. */

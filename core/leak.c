@@ -2,6 +2,7 @@
  * work out of the registry lock; items are plain copies. */
 #include "leak.h"
 #include "callsite.h"
+#include "collector.h"
 #include "local.h"
 #include "log.h"
 #include "options.h"
@@ -268,9 +269,7 @@ void leak_watch_stop(void)
     pthread_mutex_lock(&watch_mu);
     pthread_cond_broadcast(&watch_cv);
     pthread_mutex_unlock(&watch_mu);
-    struct timespec ms = {0, 1000000};
-    for (int i = 0; i < 200 && __atomic_load_n(&watch_running, __ATOMIC_ACQUIRE); i++)
-        nanosleep(&ms, NULL);
+    thread_wait_stopped(&watch_running, 200);
 }
 
 void leak_after_fork(void)

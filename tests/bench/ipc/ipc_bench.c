@@ -31,7 +31,7 @@ enum { D_TO_CHILD, D_TO_PARENT, D_READY, D_GO }; /* doors */
 
 struct args {
     long pairs, reps, size, cycles, blocks, sample, rounds, samples, scratch_us, timeout_ms, procs;
-    long limbo, budget_s, pace_us;
+    long limbo, budget_s, pace_us, domain_blocks;
     double seconds;
     bool export_one, once;
 };
@@ -53,6 +53,7 @@ static void parse(int argc, char **argv, struct args *a)
         OPT("limbo", limbo);
         OPT("budget-s", budget_s);
         OPT("pace-us", pace_us);
+        OPT("domain-blocks", domain_blocks);
 #undef OPT
         if (!strcmp(k, "--seconds")) {
             a->seconds = strtod(v, NULL);
@@ -705,9 +706,26 @@ static int exit_child(struct chan *c, long n, size_t size)
 /* A child exports N blocks and exits with them live and unfreed; the time
  * from its return from main to the parent's waitpid returning. With the
  * shim, the registry segment's size while they are live (the parent does
- * not call CUDA: the child creates the registry). */
+ * not call CUDA: a child creates the registry). --domain-blocks M: another
+ * child exports M blocks first and keeps them live until the measured one
+ * has exited (what an exit costs in a busy domain, beside its own). */
 static int fig_exit(const struct args *a, const char *self)
 {
+    int hpid = 0, hfd;
+    struct chan *hc = NULL;
+    if (a->domain_blocks > 0) {
+        char fds[32], n[32], sz[32];
+        hc = chan_create(0, &hfd);
+        char *hargv[] = {(char *)self,
+                         "exit-child",
+                         fmt_long(fds, hfd),
+                         fmt_long(n, a->domain_blocks),
+                         fmt_long(sz, a->size),
+                         NULL};
+        uint32_t ready = door_seq(hc, D_READY);
+        hpid = spawn_self(hargv);
+        door_wait(hc, D_READY, ready, 0);
+    }
     int fd;
     struct chan *c = chan_create(0, &fd);
     char fds[32], n[32], sz[32];
@@ -730,7 +748,12 @@ static int fig_exit(const struct args *a, const char *self)
     uint64_t t1 = now_ns();
     uint64_t t0 = __atomic_load_n(&c->stamp[EX_EXIT_AT], __ATOMIC_ACQUIRE);
     print_values("exit_blocks", (double[]){(double)a->blocks}, 1);
+    print_values("exit_domain_blocks", (double[]){(double)a->domain_blocks}, 1);
     print_values("exit_us", (double[]){(double)(t1 - t0) / 1e3}, 1);
+    if (hc) {
+        door_open(hc, D_TO_CHILD);
+        status |= wait_child(hpid);
+    }
     return status ? 2 : 0;
 }
 
