@@ -124,16 +124,16 @@ struct blk {
     uint64_t pin_launch; /* launch of its latest access: pinned while == now */
     uint64_t next_use;   /* min: true next use after its latest access */
     bool resident, dirty, has_host;
-    /* history: the shadow caches (SH_LRU, SH_HIST, SH_MRU), see "Robustness" */
-    bool s_res[3], s_dirty[3], s_host[3];
+    /* history: the shadow caches (SH_LRU .. SH_ANCHOR), see "Robustness" */
+    bool s_res[4], s_dirty[4], s_host[4];
     UT_hash_handle hh;
 };
 
 /* Shadow caches of the history kind: what lru alone, history's prediction
  * alone, and mru alone would have kept resident. */
-enum { SH_LRU, SH_HIST, SH_MRU, SH_N };
+enum { SH_LRU, SH_HIST, SH_MRU, SH_ANCHOR, SH_N };
 /* How the real cache and each shadow rank victims. */
-enum rank { RANK_LRU, RANK_PREDICT, RANK_MRU };
+enum rank { RANK_LRU, RANK_PREDICT, RANK_MRU, RANK_ANCHOR };
 
 struct cand {
     struct blk *b;
@@ -260,8 +260,17 @@ static int rank_victims(struct swap_policy *p, const struct blk *self, int which
             double dist = (double)((b->next_use & ~DEAD_BIT) - p->now);
             score = dirty ? dist * p->clean_weight : 2e30;
         } else {
-            uint64_t next =
-                p->prm.kind == SWAP_POLICY_MIN ? b->next_use : swap_history_predict(p->hist, b->id);
+            bool dies = false;
+            uint64_t next = p->prm.kind == SWAP_POLICY_MIN
+                                ? b->next_use
+                                : swap_history_predict_use(p->hist, b->id, how == RANK_ANCHOR,
+                                                           &dies);
+            if (dies) {
+                /* Predicted to be freed before its next use: as MIN's dead. */
+                double dist = (double)(next - p->now);
+                p->cand[n++] = (struct cand){.b = b, .score = dirty ? dist * p->clean_weight : 2e30};
+                continue;
+            }
             double dist = next == SWAP_NEVER ? 1e30 : (double)(next - p->now);
             score = dirty ? dist : dist * p->clean_weight;
             if (next == SWAP_NEVER && !dirty) score = 2e30; /* free to drop */
@@ -278,9 +287,10 @@ static int shadow_access(struct swap_policy *p, int k, struct blk *b, uint64_t s
     uint64_t old = b->s_res[k] ? b->size : 0;
     uint64_t after = p->s_resident[k] - old + size;
     if (after > p->prm.budget_bytes) {
-        enum rank how = k == SH_MRU                                    ? RANK_MRU
-                        : k == SH_HIST && swap_history_period(p->hist) ? RANK_PREDICT
-                                                                       : RANK_LRU;
+        enum rank how = RANK_LRU;
+        if (k == SH_MRU) how = RANK_MRU;
+        if (swap_history_period(p->hist) && k == SH_HIST) how = RANK_PREDICT;
+        if (swap_history_period(p->hist) && k == SH_ANCHOR) how = RANK_ANCHOR;
         int n = rank_victims(p, b, k, how);
         if (n < 0) return n;
         for (int i = 0; i < n && after > p->prm.budget_bytes; i++) {
@@ -343,7 +353,7 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
         enum rank how = p->prm.kind == SWAP_POLICY_MIN   ? RANK_PREDICT
                         : p->prm.kind == SWAP_POLICY_LRU ? RANK_LRU
                                                          : p->follow;
-        if (how == RANK_PREDICT && p->prm.kind == SWAP_POLICY_HISTORY &&
+        if ((how == RANK_PREDICT || how == RANK_ANCHOR) && p->prm.kind == SWAP_POLICY_HISTORY &&
             !swap_history_period(p->hist))
             how = RANK_LRU;
         int n = rank_victims(p, b, -1, how);
@@ -427,8 +437,11 @@ void swap_policy_next_launch(struct swap_policy *p)
          * recency would have (see "Robustness"). */
         p->follow = RANK_LRU;
         if (p->s_cost[SH_HIST] < p->s_cost[SH_LRU]) p->follow = RANK_PREDICT;
+        if (p->s_cost[SH_ANCHOR] < p->s_cost[SH_LRU] && p->s_cost[SH_ANCHOR] < p->s_cost[SH_HIST])
+            p->follow = RANK_ANCHOR;
         if (p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[SH_LRU] &&
-            p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[SH_HIST])
+            p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[SH_HIST] &&
+            p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[SH_ANCHOR])
             p->follow = RANK_MRU;
     }
 }
