@@ -112,10 +112,28 @@
 /* The real cache follows the mru shadow only when it costs less than this
  * share of both others: mru is right for loops larger than the budget and
  * wrong nearly everywhere else, so it must win clearly. */
-#define MRU_MARGIN 0.5
+#define MRU_MARGIN 0.8
 /* MIN only: a next_use with this bit is the time the block is freed, with
  * no access before (dead). */
 #define DEAD_BIT (1ULL << 63)
+
+/* How the real cache and each shadow rank victims: recency, reverse
+ * recency, prediction from the period, prediction asking a trusted anchor
+ * first (swap_history_predict_use). */
+enum rank { RANK_LRU, RANK_MRU, RANK_PREDICT, RANK_ANCHOR };
+
+/* Shadow caches of the history kind (see "Robustness"): what each way of
+ * ranking alone would have kept resident. lru first, mru second, then the
+ * predictions, each under a clean weight (see "Ranking"). */
+#define SH_N 8
+enum { SH_LRU, SH_MRU, SH_FIRST_PREDICT };
+static const struct shadow_kind {
+    enum rank how;
+    double clean_weight;
+} shadows[SH_N] = {
+    {RANK_LRU, 0},       {RANK_MRU, 0},       {RANK_PREDICT, 2.0}, {RANK_PREDICT, 1.0},
+    {RANK_PREDICT, 4.0}, {RANK_ANCHOR, 2.0},  {RANK_ANCHOR, 1.0},  {RANK_ANCHOR, 4.0},
+};
 
 struct blk {
     uint64_t id;
@@ -124,16 +142,11 @@ struct blk {
     uint64_t pin_launch; /* launch of its latest access: pinned while == now */
     uint64_t next_use;   /* min: true next use after its latest access */
     bool resident, dirty, has_host;
-    /* history: the shadow caches (SH_LRU .. SH_ANCHOR), see "Robustness" */
-    bool s_res[4], s_dirty[4], s_host[4];
+    /* history: the shadow caches (shadows[] below), see "Robustness" */
+    bool s_res[SH_N], s_dirty[SH_N], s_host[SH_N];
     UT_hash_handle hh;
 };
 
-/* Shadow caches of the history kind: what lru alone, history's prediction
- * alone, and mru alone would have kept resident. */
-enum { SH_LRU, SH_HIST, SH_MRU, SH_ANCHOR, SH_N };
-/* How the real cache and each shadow rank victims. */
-enum rank { RANK_LRU, RANK_PREDICT, RANK_MRU, RANK_ANCHOR };
 
 struct cand {
     struct blk *b;
@@ -157,8 +170,10 @@ struct swap_policy {
      * (bytes they would have moved, decayed per launch) */
     uint64_t s_resident[SH_N];
     double s_cost[SH_N];
+    double s_long[SH_N]; /* the same over a window of at least two periods */
+    int expert;          /* the prediction shadow judged best over s_long */
     double decay;
-    enum rank follow; /* how the real cache ranks its victims */
+    int follow; /* the shadow whose ranking the real cache follows */
 };
 
 int swap_policy_create_params(const struct swap_params *prm, struct swap_policy **out)
@@ -171,6 +186,7 @@ int swap_policy_create_params(const struct swap_params *prm, struct swap_policy 
     p->prm = *prm;
     p->clean_weight = CLEAN_WEIGHT;
     p->decay = 1.0 - 1.0 / SHADOW_WINDOW;
+    p->expert = SH_FIRST_PREDICT;
     if (prm->kind == SWAP_POLICY_HISTORY) {
         int rc = swap_history_create(prm->history_events, prm->history_launches, &p->hist);
         if (rc) {
@@ -235,10 +251,11 @@ static int by_score_desc(const void *x, const void *y)
 }
 
 /* Ranks every unpinned block other than self that is resident in cache
- * `which` (-1: the real one; SH_LRU, SH_HIST: a shadow) into p->cand, best
- * victim first, by prediction (predict) or by recency; returns how many, or
+ * `which` (-1: the real one; else a shadow) into p->cand, best victim
+ * first, by `how` (clean_weight: see "Ranking"); returns how many, or
  * -ENOMEM. */
-static int rank_victims(struct swap_policy *p, const struct blk *self, int which, enum rank how)
+static int rank_victims(struct swap_policy *p, const struct blk *self, int which, enum rank how,
+                        double clean_weight)
 {
     size_t n = 0;
     if (grow((void **)&p->cand, &p->cand_cap, HASH_COUNT(p->blocks), sizeof(*p->cand)))
@@ -258,7 +275,7 @@ static int rank_victims(struct swap_policy *p, const struct blk *self, int which
              * dirty one costs one write-back, like a clean block's refetch,
              * and frees room only until the free. */
             double dist = (double)((b->next_use & ~DEAD_BIT) - p->now);
-            score = dirty ? dist * p->clean_weight : 2e30;
+            score = dirty ? dist * clean_weight : 2e30;
         } else {
             bool dies = false;
             uint64_t next = p->prm.kind == SWAP_POLICY_MIN
@@ -268,11 +285,11 @@ static int rank_victims(struct swap_policy *p, const struct blk *self, int which
             if (dies) {
                 /* Predicted to be freed before its next use: as MIN's dead. */
                 double dist = (double)(next - p->now);
-                p->cand[n++] = (struct cand){.b = b, .score = dirty ? dist * p->clean_weight : 2e30};
+                p->cand[n++] = (struct cand){.b = b, .score = dirty ? dist * clean_weight : 2e30};
                 continue;
             }
             double dist = next == SWAP_NEVER ? 1e30 : (double)(next - p->now);
-            score = dirty ? dist : dist * p->clean_weight;
+            score = dirty ? dist : dist * clean_weight;
             if (next == SWAP_NEVER && !dirty) score = 2e30; /* free to drop */
         }
         p->cand[n++] = (struct cand){.b = b, .score = score};
@@ -287,22 +304,26 @@ static int shadow_access(struct swap_policy *p, int k, struct blk *b, uint64_t s
     uint64_t old = b->s_res[k] ? b->size : 0;
     uint64_t after = p->s_resident[k] - old + size;
     if (after > p->prm.budget_bytes) {
-        enum rank how = RANK_LRU;
-        if (k == SH_MRU) how = RANK_MRU;
-        if (swap_history_period(p->hist) && k == SH_HIST) how = RANK_PREDICT;
-        if (swap_history_period(p->hist) && k == SH_ANCHOR) how = RANK_ANCHOR;
-        int n = rank_victims(p, b, k, how);
+        enum rank how = shadows[k].how;
+        if (how >= RANK_PREDICT && !swap_history_period(p->hist)) how = RANK_LRU;
+        int n = rank_victims(p, b, k, how, shadows[k].clean_weight);
         if (n < 0) return n;
         for (int i = 0; i < n && after > p->prm.budget_bytes; i++) {
             struct blk *v = p->cand[i].b;
-            if (v->s_dirty[k]) p->s_cost[k] += (double)v->size;
+            if (v->s_dirty[k]) {
+                p->s_cost[k] += (double)v->size;
+                p->s_long[k] += (double)v->size;
+            }
             v->s_res[k] = v->s_dirty[k] = false;
             v->s_host[k] = true;
             after -= v->size;
         }
         if (after > p->prm.budget_bytes) return 0; /* overflow: left to demand paging */
     }
-    if (!b->s_res[k] && b->s_host[k]) p->s_cost[k] += (double)size;
+    if (!b->s_res[k] && b->s_host[k]) {
+        p->s_cost[k] += (double)size;
+        p->s_long[k] += (double)size;
+    }
     p->s_resident[k] = after;
     b->s_res[k] = true;
     b->s_dirty[k] = b->s_dirty[k] || is_write;
@@ -350,13 +371,15 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
             p->c.overflows++;
             return -ENOSPC;
         }
-        enum rank how = p->prm.kind == SWAP_POLICY_MIN   ? RANK_PREDICT
-                        : p->prm.kind == SWAP_POLICY_LRU ? RANK_LRU
-                                                         : p->follow;
-        if ((how == RANK_PREDICT || how == RANK_ANCHOR) && p->prm.kind == SWAP_POLICY_HISTORY &&
-            !swap_history_period(p->hist))
-            how = RANK_LRU;
-        int n = rank_victims(p, b, -1, how);
+        enum rank how = RANK_LRU;
+        double cw = p->clean_weight;
+        if (p->prm.kind == SWAP_POLICY_MIN) how = RANK_PREDICT;
+        if (p->prm.kind == SWAP_POLICY_HISTORY) {
+            how = shadows[p->follow].how;
+            cw = shadows[p->follow].clean_weight;
+            if (how >= RANK_PREDICT && !swap_history_period(p->hist)) how = RANK_LRU;
+        }
+        int n = rank_victims(p, b, -1, how, cw);
         if (n < 0) return n;
         if (grow((void **)&p->evict, &p->evict_cap, (size_t)n, sizeof(*p->evict))) return -ENOMEM;
         out->evict = p->evict;
@@ -433,16 +456,21 @@ void swap_policy_next_launch(struct swap_policy *p)
         swap_history_next_launch(p->hist);
         for (int k = SH_LRU; k < SH_N; k++)
             p->s_cost[k] *= p->decay;
-        /* Follow the prediction while it has recently cost no more than
-         * recency would have (see "Robustness"). */
-        p->follow = RANK_LRU;
-        if (p->s_cost[SH_HIST] < p->s_cost[SH_LRU]) p->follow = RANK_PREDICT;
-        if (p->s_cost[SH_ANCHOR] < p->s_cost[SH_LRU] && p->s_cost[SH_ANCHOR] < p->s_cost[SH_HIST])
-            p->follow = RANK_ANCHOR;
-        if (p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[SH_LRU] &&
-            p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[SH_HIST] &&
-            p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[SH_ANCHOR])
-            p->follow = RANK_MRU;
+        double lw = 2.0 * (double)swap_history_period(p->hist);
+        if (lw < SHADOW_WINDOW) lw = SHADOW_WINDOW;
+        for (int k = SH_LRU; k < SH_N; k++)
+            p->s_long[k] *= 1.0 - 1.0 / lw;
+        /* The prediction shadow that cost least over the long window (ties:
+         * the current one); the real cache follows it while it has recently
+         * cost less than recency would have, mru while that costs clearly
+         * less than every other (see "Robustness"). */
+        for (int k = SH_FIRST_PREDICT; k < SH_N; k++)
+            if (p->s_long[k] < p->s_long[p->expert]) p->expert = k;
+        p->follow = p->s_cost[p->expert] < p->s_cost[SH_LRU] ? p->expert : SH_LRU;
+        bool mru = true;
+        for (int k = 0; k < SH_N; k++)
+            if (k != SH_MRU && !(p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[k])) mru = false;
+        if (mru) p->follow = SH_MRU;
     }
 }
 
