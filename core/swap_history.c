@@ -367,14 +367,16 @@ static void detect_period(struct swap_history *h)
 }
 
 /* Anchor of launch `last` (just completed): how far back the same context
- * (its signature after its predecessor's) last ended, 0 if never or no
- * longer in the rings; then records this occurrence. */
+ * (its signature after its predecessor's) last ended, 0 if never, no
+ * longer in the rings, or further back than half the launch ring (the
+ * longest period swap.h promises to learn); then records this occurrence. */
 static uint64_t anchor_of(struct swap_history *h, uint64_t last)
 {
     uint64_t key = mix64(sig_of(h, last) ^ mix64(last ? sig_of(h, last - 1) + 1 : 0)) | 1;
     struct hist_ctx *c = &h->ctx[key & (h->ctx_cap - 1)];
     uint64_t dist = 0;
-    if (c->key == key && c->time >= oldest_launch(h) && c->time >= oldest_event_time(h))
+    if (c->key == key && c->time >= oldest_launch(h) && c->time >= oldest_event_time(h) &&
+        2 * (last - c->time) <= h->sig_cap)
         dist = last - c->time;
     *c = (struct hist_ctx){.key = key, .time = last};
     return dist;
@@ -390,13 +392,18 @@ void swap_history_next_launch(struct swap_history *h)
      * back is a repetition, before a period can be verified (a period is
      * adopted from it) and when an iteration's length changes (the shift
      * follows it). */
-    uint64_t a = anchor_of(h, last), prev = h->anchor;
-    if (a && prev && a + slack(prev) >= prev && a <= prev + slack(prev))
-        h->anchor_run++;
-    else
-        h->anchor_run = 0;
-    h->anchor = a;
-    bool anchored = a && h->anchor_run + 1 >= ANCHOR_RUN;
+    uint64_t a = anchor_of(h, last), cand = h->anchor;
+    if (a && cand && a + slack(cand) >= cand && a <= cand + slack(cand)) {
+        if (h->anchor_run < 2 * ANCHOR_RUN) h->anchor_run++;
+        h->anchor = a; /* follows an inserted or dropped launch */
+    } else if (h->anchor_run > 0) {
+        h->anchor_run--; /* an odd launch (or one that recurs elsewhere) */
+    } else {
+        h->anchor = a;
+        h->anchor_run = a ? 1 : 0;
+    }
+    a = h->anchor;
+    bool anchored = a && h->anchor_run >= ANCHOR_RUN;
     if (h->now >= h->next_detect) {
         detect_period(h);
         h->next_detect = h->now + (h->period ? (h->period > 16 ? h->period : 16) : 8);
