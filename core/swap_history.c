@@ -1,6 +1,6 @@
 /* swap_history: the bounded-memory access recorder behind the history policy.
  *
- * Three structures, all bounded:
+ * Four structures, all bounded:
  * - an event ring: the last max_events accesses (logical time, block, bytes,
  *   read/write). Each event links to the previous event of the same block by
  *   sequence number, so a block's recent accesses are a short walk away; a
@@ -10,7 +10,11 @@
  *   ordered (block, read/write) list it touched; sizes are left out so that
  *   shape jitter does not change it), for the last max_launches launches.
  * - a uthash table with one fixed-size record per live block (its latest
- *   event), removed when the block is freed.
+ *   event), kept after a free while its events are in the ring (a free is
+ *   an event of its own).
+ * - a context table (anchors): two slots per launch of the launch ring,
+ *   each the latest launch that ended one context (a launch's signature
+ *   after its predecessor's); lossy: a colliding context overwrites.
  * Memory is therefore capacities x record sizes + live blocks x record size,
  * whatever the length of the run.
  *

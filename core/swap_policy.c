@@ -5,7 +5,8 @@
  *
  *   lru      least recently used first.
  *   history  furthest predicted next use first, the prediction coming from
- *            the access history's learned period; lru until one is learned.
+ *            the access history's learned period and anchors; lru (or mru)
+ *            until one is learned or where recency proves cheaper.
  *   min      furthest known next use first (Belady's MIN); the replay tool
  *            passes the true next use with every access. Replay only.
  *
@@ -35,29 +36,57 @@
  * caught by the shadows below. Detection runs every 8 launches until a
  * period is found, then every period to confirm or replace it.
  *
+ * Anchors: learning without waiting a period. A launch's context is its
+ * signature after its predecessor's; a table remembers where each context
+ * last ended, so every launch knows how far back it last occurred (its
+ * anchor). When 8 launches (net of odd ones: a launch that agrees adds one,
+ * one that does not takes one away) recur at about the same distance, that
+ * distance is trusted: it becomes the period if none is known yet (a loop
+ * is learned 8 launches into its second pass instead of a quarter of a
+ * period in), and it replaces the period's shift while it lies within a
+ * quarter of the period (an iteration that grew or shrank: an optimizer
+ * creates its state in step 0, so step 0 is shorter than the next ones, and
+ * the +-4 phase correction cannot follow that). A trusted anchor at another
+ * distance (the previous training step across an evaluation pass, a
+ * micro-batch inside an accumulation step) is kept as a second opinion:
+ * the anchored predictions ask its window first and the period's only for
+ * blocks it did not see; whether that beats the period alone is left to the
+ * shadows below. An anchor reaches back at most half the launch ring.
+ *
  * Freed blocks keep their past (swap_history_retire): a caching allocator
  * gives the same address to the same tensor every iteration, so a new block
  * of the same size at a freed block's id continues its chain of events; an
  * activation freed at the end of backward is predicted from what its
- * predecessor did one period ago.
+ * predecessor did one period ago. The free itself enters the chain: if
+ * one period ago the role was freed before its next access, the block is
+ * predicted dead (swap_history_predict_use) and ranked as MIN ranks a dead
+ * block (below): a clean one is dropped first, a dirty one is kept until
+ * it dies rather than written back for nothing.
  *
  * Robustness (phases, interleaving, shuffles). Prediction from the past is
  * only as good as the repetition. So the history kind also replays every
- * access in three shadow caches, at no cost to the device: one ranked by
- * recency alone (what lru would hold), one by prediction alone, one by
- * reverse recency (mru: evict the most recently used unpinned block). Each
+ * access in eight shadow caches, at no cost to the device: one ranked by
+ * recency alone (what lru would hold), one by reverse recency (mru: evict
+ * the most recently used unpinned block), and six by prediction alone: from
+ * the period, or anchored (above), each under clean weights 1, 2 and 4
+ * ("Ranking": which weight is best depends on how many blocks a workload
+ * writes, and differs between traces by up to 30% of the traffic). Each
  * counts the bytes it would have moved, decayed by 1 - 1/SHADOW_WINDOW per
- * launch (a window of ~256 launches). The real cache ranks its victims by
- * prediction while the prediction shadow's recent cost is strictly below
- * the recency shadow's; by mru while the mru shadow costs under half of
- * both others (a loop larger than the budget, before its period is learned:
- * this is what makes warm-up cheap); else by recency. When the pattern changes
- * (an evaluation pass, a second model, a shuffled order) history degrades
- * to lru within a window, and returns to prediction once the new pattern
- * has been learned and proves cheaper. Cost: a few bits of state per block
+ * launch (a window of ~256 launches), and once more over a window of two
+ * periods. The prediction shadow with the lowest two-period cost is the
+ * expert (comparing whole iterations: over a shorter window two rankings
+ * that cost the same per iteration alternate, and each switch costs the
+ * moves between their contents). The real cache ranks its victims as the
+ * expert does while the expert's recent cost is strictly below the recency
+ * shadow's; as mru while the mru shadow costs under 0.8x every other (a
+ * loop larger than the budget, before its period is learned: this is what
+ * makes warm-up cheap); else by recency. When the pattern changes (an
+ * evaluation pass, a second model, a shuffled order) history degrades to
+ * lru within a window, and returns to prediction once the new pattern has
+ * been learned and proves cheaper. Cost: a few bits of state per block
  * and a victim ranking per shadow eviction. On the recorded real traces
- * (docs/swap.md) history moves at most ~0.1% more than lru, and far less
- * where the loop repeats.
+ * (docs/swap.md) history never moves more than lru, and far less where the
+ * loop repeats.
  *
  * Next use. If the pattern repeats with period P, what block b does next is
  * what it did one period ago: its predicted next use is t + P, where t is
@@ -66,14 +95,15 @@
  * gives the lowest score. No access in the last period means the pattern
  * does not use b: predicted never, evicted first. P is phase-corrected at
  * every launch: if the launch just completed matched a launch P +- d ago,
- * the shift d is applied to the predictions until the next correction.
+ * the shift d is applied to the predictions until the next correction (or
+ * a trusted anchor sets it).
  *
  * Ranking. The victim is the block with the largest
  *     score = (next_use - now) * (dirty ? 1 : CLEAN_WEIGHT)
  * A dirty victim costs a write-back now and a fetch later (2x its size); a
  * clean one only the fetch, so a clean block is treated as if its next use
  * were CLEAN_WEIGHT times further away (2 was the best single weight over
- * the generated traces). Size enters through the greedy order: victims are
+ * the generated traces; history's shadows try 1, 2 and 4). Size enters through the greedy order: victims are
  * taken in score order until the access fits; with weight 1 that is the
  * byte-level form of Belady's rule, optimal in fetched bytes when a block
  * may be partly resident (the lower bound below).
