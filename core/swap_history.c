@@ -64,6 +64,10 @@ struct hist_block {
     UT_hash_handle hh;
 };
 
+struct hist_ctx {
+    uint64_t key, time;
+};
+
 struct swap_history {
     struct hist_event *ev;
     uint32_t ev_cap;
@@ -80,9 +84,7 @@ struct swap_history {
     uint64_t sweep_at;    /* sweep the retired records when there are this many */
     /* anchors: context (two consecutive signatures) -> latest launch that
      * ended it, a lossy open table of ctx_cap slots (a power of two) */
-    struct hist_ctx {
-        uint64_t key, time;
-    } *ctx;
+    struct hist_ctx *ctx;
     uint64_t ctx_cap;
     uint64_t anchor;     /* distance back to the latest launch's context, 0 = none */
     uint64_t anchor_run; /* consecutive launches with about that distance */

@@ -103,10 +103,11 @@
  * A dirty victim costs a write-back now and a fetch later (2x its size); a
  * clean one only the fetch, so a clean block is treated as if its next use
  * were CLEAN_WEIGHT times further away (2 was the best single weight over
- * the generated traces; history's shadows try 1, 2 and 4). Size enters through the greedy order: victims are
- * taken in score order until the access fits; with weight 1 that is the
- * byte-level form of Belady's rule, optimal in fetched bytes when a block
- * may be partly resident (the lower bound below).
+ * the generated traces; history's shadows try 1, 2 and 4). Size enters
+ * through the greedy order: victims are taken in score order until the
+ * access fits; with weight 1 that is the byte-level form of Belady's rule,
+ * optimal in fetched bytes when a block may be partly resident (the lower
+ * bound below).
  *
  * The MIN bound with variable sizes. With equal sizes and no write-backs,
  * furthest-next-use is optimal (Belady). With variable sizes, or with
@@ -161,8 +162,8 @@ static const struct shadow_kind {
     enum rank how;
     double clean_weight;
 } shadows[SH_N] = {
-    {RANK_LRU, 0},       {RANK_MRU, 0},       {RANK_PREDICT, 2.0}, {RANK_PREDICT, 1.0},
-    {RANK_PREDICT, 4.0}, {RANK_ANCHOR, 2.0},  {RANK_ANCHOR, 1.0},  {RANK_ANCHOR, 4.0},
+    {RANK_LRU, 0},       {RANK_MRU, 0},      {RANK_PREDICT, 2.0}, {RANK_PREDICT, 1.0},
+    {RANK_PREDICT, 4.0}, {RANK_ANCHOR, 2.0}, {RANK_ANCHOR, 1.0},  {RANK_ANCHOR, 4.0},
 };
 
 struct blk {
@@ -176,7 +177,6 @@ struct blk {
     bool s_res[SH_N], s_dirty[SH_N], s_host[SH_N];
     UT_hash_handle hh;
 };
-
 
 struct cand {
     struct blk *b;
@@ -308,10 +308,10 @@ static int rank_victims(struct swap_policy *p, const struct blk *self, int which
             score = dirty ? dist * clean_weight : 2e30;
         } else {
             bool dies = false;
-            uint64_t next = p->prm.kind == SWAP_POLICY_MIN
-                                ? b->next_use
-                                : swap_history_predict_use(p->hist, b->id, how == RANK_ANCHOR,
-                                                           &dies);
+            uint64_t next =
+                p->prm.kind == SWAP_POLICY_MIN
+                    ? b->next_use
+                    : swap_history_predict_use(p->hist, b->id, how == RANK_ANCHOR, &dies);
             if (dies) {
                 /* Predicted to be freed before its next use: as MIN's dead. */
                 double dist = (double)(next - p->now);
