@@ -173,6 +173,10 @@ struct blk {
     uint64_t pin_launch; /* launch of its latest access: pinned while == now */
     uint64_t next_use;   /* min: true next use after its latest access */
     bool resident, dirty, has_host;
+    /* history: its predictions (from the period, anchored) as of launch
+     * pred_at - 1 (0: none yet); see predicted() */
+    uint64_t pred_at, pred_next[2];
+    bool pred_dies[2];
     /* history: the shadow caches (shadows[] below), see "Robustness" */
     bool s_res[SH_N], s_dirty[SH_N], s_host[SH_N];
     UT_hash_handle hh;
@@ -280,6 +284,21 @@ static int by_score_desc(const void *x, const void *y)
     return a->b->last_use < b->b->last_use ? -1 : a->b->last_use > b->b->last_use;
 }
 
+/* History's prediction for an unpinned block, computed once per launch:
+ * the history changes during a launch only by this launch's accesses, whose
+ * blocks are pinned (never ranked), and its shifts only between launches,
+ * so the six prediction shadows share one walk per block and launch. */
+static uint64_t predicted(struct swap_policy *p, struct blk *b, bool anchored, bool *dies)
+{
+    if (b->pred_at != p->now + 1) {
+        for (int a = 0; a < 2; a++)
+            b->pred_next[a] = swap_history_predict_use(p->hist, b->id, a, &b->pred_dies[a]);
+        b->pred_at = p->now + 1;
+    }
+    *dies = b->pred_dies[anchored];
+    return b->pred_next[anchored];
+}
+
 /* Ranks every unpinned block other than self that is resident in cache
  * `which` (-1: the real one; else a shadow) into p->cand, best victim
  * first, by `how` (clean_weight: see "Ranking"); returns how many, or
@@ -308,10 +327,9 @@ static int rank_victims(struct swap_policy *p, const struct blk *self, int which
             score = dirty ? dist * clean_weight : 2e30;
         } else {
             bool dies = false;
-            uint64_t next =
-                p->prm.kind == SWAP_POLICY_MIN
-                    ? b->next_use
-                    : swap_history_predict_use(p->hist, b->id, how == RANK_ANCHOR, &dies);
+            uint64_t next = p->prm.kind == SWAP_POLICY_MIN
+                                ? b->next_use
+                                : predicted(p, b, how == RANK_ANCHOR, &dies);
             if (dies) {
                 /* Predicted to be freed before its next use: as MIN's dead. */
                 double dist = (double)(next - p->now);
