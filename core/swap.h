@@ -84,6 +84,17 @@ uint64_t swap_history_period(const struct swap_history *h);
  * meaningful while swap_history_period() != 0. */
 uint64_t swap_history_predict(const struct swap_history *h, uint64_t block);
 
+/* The same, with two refinements for the policy. The block's free counts
+ * as an event: if, one period ago, the block's role was freed before it was
+ * accessed again, *dies is set and the time returned is when it is
+ * predicted to be freed (a dead block: dropping it clean costs nothing,
+ * and a dirty one need not be written back if it stays until then). With
+ * anchored, a trusted anchor (the recent launches recur together at some
+ * other distance than the period: a phase, a micro-batch) is asked first,
+ * the period only for a block the anchor's window did not see. */
+uint64_t swap_history_predict_use(const struct swap_history *h, uint64_t block, bool anchored,
+                                  bool *dies);
+
 /* Bytes the recorder holds (rings + block records): bounded by the ring
  * capacities plus a fixed amount per live block. */
 size_t swap_history_memory(const struct swap_history *h);

@@ -1,6 +1,6 @@
 /* swap_history: the bounded-memory access recorder behind the history policy.
  *
- * Three structures, all bounded:
+ * Four structures, all bounded:
  * - an event ring: the last max_events accesses (logical time, block, bytes,
  *   read/write). Each event links to the previous event of the same block by
  *   sequence number, so a block's recent accesses are a short walk away; a
@@ -10,7 +10,11 @@
  *   ordered (block, read/write) list it touched; sizes are left out so that
  *   shape jitter does not change it), for the last max_launches launches.
  * - a uthash table with one fixed-size record per live block (its latest
- *   event), removed when the block is freed.
+ *   event), kept after a free while its events are in the ring (a free is
+ *   an event of its own).
+ * - a context table (anchors): two slots per launch of the launch ring,
+ *   each the latest launch that ended one context (a launch's signature
+ *   after its predecessor's); lossy: a colliding context overwrites.
  * Memory is therefore capacities x record sizes + live blocks x record size,
  * whatever the length of the run.
  *
@@ -37,6 +41,10 @@
 #define MIN_WINDOW 16
 /* A walk longer than this means the block is used many times per period: hot. */
 #define MAX_WALK 64
+/* Anchors (see swap_policy.c, "Anchors"): this many consecutive launches
+ * must find their context at the same distance back before that distance
+ * is trusted. */
+#define ANCHOR_RUN 8
 
 struct hist_event {
     uint64_t seq; /* which write of this slot; a link to another seq is stale */
@@ -45,6 +53,7 @@ struct hist_event {
     uint64_t bytes;
     uint64_t prev_seq; /* the same block's previous event, or NO_SEQ */
     uint8_t is_write;
+    uint8_t is_free; /* the block was freed (not an access) */
 };
 
 struct hist_block {
@@ -53,6 +62,10 @@ struct hist_block {
     uint64_t bytes; /* size at its latest access */
     bool retired;   /* freed; the past stays for an allocation reusing the id */
     UT_hash_handle hh;
+};
+
+struct hist_ctx {
+    uint64_t key, time;
 };
 
 struct swap_history {
@@ -69,6 +82,13 @@ struct swap_history {
     uint64_t next_detect; /* launch at which to (re)detect */
     uint64_t retired;     /* retired records */
     uint64_t sweep_at;    /* sweep the retired records when there are this many */
+    /* anchors: context (two consecutive signatures) -> latest launch that
+     * ended it, a lossy open table of ctx_cap slots (a power of two) */
+    struct hist_ctx *ctx;
+    uint64_t ctx_cap;
+    uint64_t anchor;     /* distance back to the latest launch's context, 0 = none */
+    uint64_t anchor_run; /* consecutive launches with about that distance */
+    uint64_t ashift;     /* a trusted anchor distance other than the period's, 0 = none */
 };
 
 static uint64_t mix64(uint64_t x)
@@ -91,7 +111,11 @@ int swap_history_create(uint32_t max_events, uint32_t max_launches, struct swap_
     h->sig_cap = max_launches ? max_launches : SWAP_HISTORY_DEFAULT_LAUNCHES;
     h->ev = calloc(h->ev_cap, sizeof(*h->ev));
     h->sig = calloc(h->sig_cap, sizeof(*h->sig));
-    if (!h->ev || !h->sig) {
+    h->ctx_cap = 16;
+    while (h->ctx_cap < 2 * (uint64_t)h->sig_cap)
+        h->ctx_cap *= 2;
+    h->ctx = calloc(h->ctx_cap, sizeof(*h->ctx));
+    if (!h->ev || !h->sig || !h->ctx) {
         swap_history_destroy(h);
         return -ENOMEM;
     }
@@ -113,6 +137,7 @@ void swap_history_destroy(struct swap_history *h)
     }
     free(h->ev);
     free(h->sig);
+    free(h->ctx);
     free(h);
 }
 
@@ -189,6 +214,16 @@ void swap_history_retire(struct swap_history *h, uint64_t block)
     struct hist_block *b;
     HASH_FIND(hh, h->blocks, &block, sizeof(block), b);
     if (!b || b->retired) return;
+    /* The free enters the block's chain: one period later, the same role
+     * is predicted to die then (swap_history_predict_use). */
+    uint64_t seq = h->ev_count++;
+    h->ev[seq % h->ev_cap] = (struct hist_event){.seq = seq,
+                                                 .time = h->now,
+                                                 .block = block,
+                                                 .bytes = b->bytes,
+                                                 .prev_seq = b->last_seq,
+                                                 .is_free = 1};
+    b->last_seq = seq;
     b->retired = true;
     if (++h->retired >= h->sweep_at) sweep_retired(h);
 }
@@ -204,8 +239,8 @@ uint64_t swap_history_period(const struct swap_history *h)
 
 size_t swap_history_memory(const struct swap_history *h)
 {
-    size_t n =
-        sizeof(*h) + (size_t)h->ev_cap * sizeof(*h->ev) + (size_t)h->sig_cap * sizeof(*h->sig);
+    size_t n = sizeof(*h) + (size_t)h->ev_cap * sizeof(*h->ev) +
+               (size_t)h->sig_cap * sizeof(*h->sig) + (size_t)h->ctx_cap * sizeof(*h->ctx);
     n += (size_t)HASH_COUNT(h->blocks) * sizeof(struct hist_block);
     if (h->blocks) n += HASH_OVERHEAD(hh, h->blocks);
     return n;
@@ -337,37 +372,118 @@ static void detect_period(struct swap_history *h)
     h->period = best_p;
 }
 
+/* Anchor of launch `last` (just completed): how far back the same context
+ * (its signature after its predecessor's) last ended, 0 if never, no
+ * longer in the rings, or further back than half the launch ring (the
+ * longest period swap.h promises to learn); then records this occurrence. */
+static uint64_t anchor_of(struct swap_history *h, uint64_t last)
+{
+    uint64_t key = mix64(sig_of(h, last) ^ mix64(last ? sig_of(h, last - 1) + 1 : 0)) | 1;
+    struct hist_ctx *c = &h->ctx[key & (h->ctx_cap - 1)];
+    uint64_t dist = 0;
+    if (c->key == key && c->time >= oldest_launch(h) && c->time >= oldest_event_time(h) &&
+        2 * (last - c->time) <= h->sig_cap)
+        dist = last - c->time;
+    *c = (struct hist_ctx){.key = key, .time = last};
+    return dist;
+}
+
 void swap_history_next_launch(struct swap_history *h)
 {
     h->sig[h->now % h->sig_cap] = h->cur_sig;
     h->cur_sig = 0;
     h->now++;
+    uint64_t last = h->now - 1;
+    /* Anchors: a run of launches that all recur at about the same distance
+     * back is a repetition, before a period can be verified (a period is
+     * adopted from it) and when an iteration's length changes (the shift
+     * follows it). */
+    uint64_t a = anchor_of(h, last), cand = h->anchor;
+    if (a && cand && a + slack(cand) >= cand && a <= cand + slack(cand)) {
+        if (h->anchor_run < 2 * ANCHOR_RUN) h->anchor_run++;
+        h->anchor = a; /* follows an inserted or dropped launch */
+    } else if (h->anchor_run > 0) {
+        h->anchor_run--; /* an odd launch (or one that recurs elsewhere) */
+    } else {
+        h->anchor = a;
+        h->anchor_run = a ? 1 : 0;
+    }
+    a = h->anchor;
+    bool anchored = a && h->anchor_run >= ANCHOR_RUN;
     if (h->now >= h->next_detect) {
         detect_period(h);
         h->next_detect = h->now + (h->period ? (h->period > 16 ? h->period : 16) : 8);
     }
+    if (anchored && !h->period) {
+        h->period = a;
+        h->next_detect = h->now + a + (a / 4 > MIN_WINDOW ? a / 4 : MIN_WINDOW);
+    }
     /* Phase correction: where did the launch just completed occur one period
-     * ago? An inserted or dropped kernel shifts the rest of the period by one. */
-    if (h->period) {
-        uint64_t last = h->now - 1, at;
+     * ago? An inserted or dropped kernel shifts the rest of the period by one;
+     * an anchored run moves it by its distance, if that is within a quarter
+     * of the period (a shorter repetition inside the period, a micro-batch
+     * under gradient accumulation, must not replace it). */
+    h->ashift = 0;
+    if (anchored && a + h->period / 4 >= h->period && a <= h->period + h->period / 4) {
+        h->shift = a;
+    } else if (h->period) {
+        if (anchored) h->ashift = a;
+        uint64_t at;
         if (last >= h->period && find_near(h, sig_of(h, last), last - h->period, h->period, &at))
             h->shift = last - at;
     }
 }
 
-uint64_t swap_history_predict(const struct swap_history *h, uint64_t block)
+/* Earliest event of the block at or after now - shift, in the last period:
+ * its time + shift, and whether that event is the block's free. With a
+ * trusted anchor at another distance (a repetition inside the period, or
+ * across a phase), the anchor's window is asked first and the period's
+ * only for a block the anchor's window did not see. */
+static uint64_t predict_event(const struct swap_history *h, uint64_t block, bool accesses_only,
+                              bool anchored, bool *dies)
 {
+    *dies = false;
     if (!h->period) return SWAP_NEVER;
     struct hist_block *b;
     HASH_FIND(hh, h->blocks, &block, sizeof(block), b);
     if (!b) return SWAP_NEVER;
     uint64_t from = h->now >= h->shift ? h->now - h->shift : 0;
-    uint64_t earliest = SWAP_NEVER;
+    uint64_t afrom = anchored && h->ashift && h->now >= h->ashift ? h->now - h->ashift : SWAP_NEVER;
+    uint64_t lo = afrom < from ? afrom : from;
+    uint64_t earliest = SWAP_NEVER, aearliest = SWAP_NEVER;
+    bool adies = false;
     int steps = 0;
-    for (const struct hist_event *e = event_at(h, b->last_seq); e && e->time >= from;
+    for (const struct hist_event *e = event_at(h, b->last_seq); e && e->time >= lo;
          e = event_at(h, e->prev_seq)) {
-        earliest = e->time;
-        if (++steps > MAX_WALK) return h->now + 1;
+        if (accesses_only && e->is_free) continue;
+        if (e->time >= from) {
+            earliest = e->time;
+            *dies = e->is_free;
+        }
+        if (afrom != SWAP_NEVER && e->time >= afrom) {
+            aearliest = e->time;
+            adies = e->is_free;
+        }
+        if (++steps > MAX_WALK) {
+            *dies = false;
+            return h->now + 1;
+        }
+    }
+    if (aearliest != SWAP_NEVER) {
+        *dies = adies;
+        return aearliest + h->ashift;
     }
     return earliest == SWAP_NEVER ? SWAP_NEVER : earliest + h->shift;
+}
+
+uint64_t swap_history_predict(const struct swap_history *h, uint64_t block)
+{
+    bool dies;
+    return predict_event(h, block, true, false, &dies);
+}
+
+uint64_t swap_history_predict_use(const struct swap_history *h, uint64_t block, bool anchored,
+                                  bool *dies)
+{
+    return predict_event(h, block, false, anchored, dies);
 }

@@ -5,7 +5,8 @@
  *
  *   lru      least recently used first.
  *   history  furthest predicted next use first, the prediction coming from
- *            the access history's learned period; lru until one is learned.
+ *            the access history's learned period and anchors; lru (or mru)
+ *            until one is learned or where recency proves cheaper.
  *   min      furthest known next use first (Belady's MIN); the replay tool
  *            passes the true next use with every access. Replay only.
  *
@@ -35,29 +36,57 @@
  * caught by the shadows below. Detection runs every 8 launches until a
  * period is found, then every period to confirm or replace it.
  *
+ * Anchors: learning without waiting a period. A launch's context is its
+ * signature after its predecessor's; a table remembers where each context
+ * last ended, so every launch knows how far back it last occurred (its
+ * anchor). When 8 launches (net of odd ones: a launch that agrees adds one,
+ * one that does not takes one away) recur at about the same distance, that
+ * distance is trusted: it becomes the period if none is known yet (a loop
+ * is learned 8 launches into its second pass instead of a quarter of a
+ * period in), and it replaces the period's shift while it lies within a
+ * quarter of the period (an iteration that grew or shrank: an optimizer
+ * creates its state in step 0, so step 0 is shorter than the next ones, and
+ * the +-4 phase correction cannot follow that). A trusted anchor at another
+ * distance (the previous training step across an evaluation pass, a
+ * micro-batch inside an accumulation step) is kept as a second opinion:
+ * the anchored predictions ask its window first and the period's only for
+ * blocks it did not see; whether that beats the period alone is left to the
+ * shadows below. An anchor reaches back at most half the launch ring.
+ *
  * Freed blocks keep their past (swap_history_retire): a caching allocator
  * gives the same address to the same tensor every iteration, so a new block
  * of the same size at a freed block's id continues its chain of events; an
  * activation freed at the end of backward is predicted from what its
- * predecessor did one period ago.
+ * predecessor did one period ago. The free itself enters the chain: if
+ * one period ago the role was freed before its next access, the block is
+ * predicted dead (swap_history_predict_use) and ranked as MIN ranks a dead
+ * block (below): a clean one is dropped first, a dirty one is kept until
+ * it dies rather than written back for nothing.
  *
  * Robustness (phases, interleaving, shuffles). Prediction from the past is
  * only as good as the repetition. So the history kind also replays every
- * access in three shadow caches, at no cost to the device: one ranked by
- * recency alone (what lru would hold), one by prediction alone, one by
- * reverse recency (mru: evict the most recently used unpinned block). Each
+ * access in eight shadow caches, at no cost to the device: one ranked by
+ * recency alone (what lru would hold), one by reverse recency (mru: evict
+ * the most recently used unpinned block), and six by prediction alone: from
+ * the period, or anchored (above), each under clean weights 1, 2 and 4
+ * ("Ranking": which weight is best depends on how many blocks a workload
+ * writes, and differs between traces by up to 30% of the traffic). Each
  * counts the bytes it would have moved, decayed by 1 - 1/SHADOW_WINDOW per
- * launch (a window of ~256 launches). The real cache ranks its victims by
- * prediction while the prediction shadow's recent cost is strictly below
- * the recency shadow's; by mru while the mru shadow costs under half of
- * both others (a loop larger than the budget, before its period is learned:
- * this is what makes warm-up cheap); else by recency. When the pattern changes
- * (an evaluation pass, a second model, a shuffled order) history degrades
- * to lru within a window, and returns to prediction once the new pattern
- * has been learned and proves cheaper. Cost: a few bits of state per block
+ * launch (a window of ~256 launches), and once more over a window of two
+ * periods. The prediction shadow with the lowest two-period cost is the
+ * expert (comparing whole iterations: over a shorter window two rankings
+ * that cost the same per iteration alternate, and each switch costs the
+ * moves between their contents). The real cache ranks its victims as the
+ * expert does while the expert's recent cost is strictly below the recency
+ * shadow's; as mru while the mru shadow costs under 0.8x every other (a
+ * loop larger than the budget, before its period is learned: this is what
+ * makes warm-up cheap); else by recency. When the pattern changes (an
+ * evaluation pass, a second model, a shuffled order) history degrades to
+ * lru within a window, and returns to prediction once the new pattern has
+ * been learned and proves cheaper. Cost: a few bits of state per block
  * and a victim ranking per shadow eviction. On the recorded real traces
- * (docs/swap.md) history moves at most ~0.1% more than lru, and far less
- * where the loop repeats.
+ * (docs/swap.md) history never moves more than lru, and far less where the
+ * loop repeats.
  *
  * Next use. If the pattern repeats with period P, what block b does next is
  * what it did one period ago: its predicted next use is t + P, where t is
@@ -66,17 +95,19 @@
  * gives the lowest score. No access in the last period means the pattern
  * does not use b: predicted never, evicted first. P is phase-corrected at
  * every launch: if the launch just completed matched a launch P +- d ago,
- * the shift d is applied to the predictions until the next correction.
+ * the shift d is applied to the predictions until the next correction (or
+ * a trusted anchor sets it).
  *
  * Ranking. The victim is the block with the largest
  *     score = (next_use - now) * (dirty ? 1 : CLEAN_WEIGHT)
  * A dirty victim costs a write-back now and a fetch later (2x its size); a
  * clean one only the fetch, so a clean block is treated as if its next use
  * were CLEAN_WEIGHT times further away (2 was the best single weight over
- * the generated traces). Size enters through the greedy order: victims are
- * taken in score order until the access fits; with weight 1 that is the
- * byte-level form of Belady's rule, optimal in fetched bytes when a block
- * may be partly resident (the lower bound below).
+ * the generated traces; history's shadows try 1, 2 and 4). Size enters
+ * through the greedy order: victims are taken in score order until the
+ * access fits; with weight 1 that is the byte-level form of Belady's rule,
+ * optimal in fetched bytes when a block may be partly resident (the lower
+ * bound below).
  *
  * The MIN bound with variable sizes. With equal sizes and no write-backs,
  * furthest-next-use is optimal (Belady). With variable sizes, or with
@@ -112,10 +143,28 @@
 /* The real cache follows the mru shadow only when it costs less than this
  * share of both others: mru is right for loops larger than the budget and
  * wrong nearly everywhere else, so it must win clearly. */
-#define MRU_MARGIN 0.5
+#define MRU_MARGIN 0.8
 /* MIN only: a next_use with this bit is the time the block is freed, with
  * no access before (dead). */
 #define DEAD_BIT (1ULL << 63)
+
+/* How the real cache and each shadow rank victims: recency, reverse
+ * recency, prediction from the period, prediction asking a trusted anchor
+ * first (swap_history_predict_use). */
+enum rank { RANK_LRU, RANK_MRU, RANK_PREDICT, RANK_ANCHOR };
+
+/* Shadow caches of the history kind (see "Robustness"): what each way of
+ * ranking alone would have kept resident. lru first, mru second, then the
+ * predictions, each under a clean weight (see "Ranking"). */
+#define SH_N 8
+enum { SH_LRU, SH_MRU, SH_FIRST_PREDICT };
+static const struct shadow_kind {
+    enum rank how;
+    double clean_weight;
+} shadows[SH_N] = {
+    {RANK_LRU, 0},       {RANK_MRU, 0},      {RANK_PREDICT, 2.0}, {RANK_PREDICT, 1.0},
+    {RANK_PREDICT, 4.0}, {RANK_ANCHOR, 2.0}, {RANK_ANCHOR, 1.0},  {RANK_ANCHOR, 4.0},
+};
 
 struct blk {
     uint64_t id;
@@ -124,16 +173,14 @@ struct blk {
     uint64_t pin_launch; /* launch of its latest access: pinned while == now */
     uint64_t next_use;   /* min: true next use after its latest access */
     bool resident, dirty, has_host;
-    /* history: the shadow caches (SH_LRU, SH_HIST, SH_MRU), see "Robustness" */
-    bool s_res[3], s_dirty[3], s_host[3];
+    /* history: its predictions (from the period, anchored) as of launch
+     * pred_at - 1 (0: none yet); see predicted() */
+    uint64_t pred_at, pred_next[2];
+    bool pred_dies[2];
+    /* history: the shadow caches (shadows[] below), see "Robustness" */
+    bool s_res[SH_N], s_dirty[SH_N], s_host[SH_N];
     UT_hash_handle hh;
 };
-
-/* Shadow caches of the history kind: what lru alone, history's prediction
- * alone, and mru alone would have kept resident. */
-enum { SH_LRU, SH_HIST, SH_MRU, SH_N };
-/* How the real cache and each shadow rank victims. */
-enum rank { RANK_LRU, RANK_PREDICT, RANK_MRU };
 
 struct cand {
     struct blk *b;
@@ -157,8 +204,10 @@ struct swap_policy {
      * (bytes they would have moved, decayed per launch) */
     uint64_t s_resident[SH_N];
     double s_cost[SH_N];
+    double s_long[SH_N]; /* the same over a window of at least two periods */
+    int expert;          /* the prediction shadow judged best over s_long */
     double decay;
-    enum rank follow; /* how the real cache ranks its victims */
+    int follow; /* the shadow whose ranking the real cache follows */
 };
 
 int swap_policy_create_params(const struct swap_params *prm, struct swap_policy **out)
@@ -171,6 +220,7 @@ int swap_policy_create_params(const struct swap_params *prm, struct swap_policy 
     p->prm = *prm;
     p->clean_weight = CLEAN_WEIGHT;
     p->decay = 1.0 - 1.0 / SHADOW_WINDOW;
+    p->expert = SH_FIRST_PREDICT;
     if (prm->kind == SWAP_POLICY_HISTORY) {
         int rc = swap_history_create(prm->history_events, prm->history_launches, &p->hist);
         if (rc) {
@@ -234,11 +284,27 @@ static int by_score_desc(const void *x, const void *y)
     return a->b->last_use < b->b->last_use ? -1 : a->b->last_use > b->b->last_use;
 }
 
+/* History's prediction for an unpinned block, computed once per launch:
+ * the history changes during a launch only by this launch's accesses, whose
+ * blocks are pinned (never ranked), and its shifts only between launches,
+ * so the six prediction shadows share one walk per block and launch. */
+static uint64_t predicted(struct swap_policy *p, struct blk *b, bool anchored, bool *dies)
+{
+    if (b->pred_at != p->now + 1) {
+        for (int a = 0; a < 2; a++)
+            b->pred_next[a] = swap_history_predict_use(p->hist, b->id, a, &b->pred_dies[a]);
+        b->pred_at = p->now + 1;
+    }
+    *dies = b->pred_dies[anchored];
+    return b->pred_next[anchored];
+}
+
 /* Ranks every unpinned block other than self that is resident in cache
- * `which` (-1: the real one; SH_LRU, SH_HIST: a shadow) into p->cand, best
- * victim first, by prediction (predict) or by recency; returns how many, or
+ * `which` (-1: the real one; else a shadow) into p->cand, best victim
+ * first, by `how` (clean_weight: see "Ranking"); returns how many, or
  * -ENOMEM. */
-static int rank_victims(struct swap_policy *p, const struct blk *self, int which, enum rank how)
+static int rank_victims(struct swap_policy *p, const struct blk *self, int which, enum rank how,
+                        double clean_weight)
 {
     size_t n = 0;
     if (grow((void **)&p->cand, &p->cand_cap, HASH_COUNT(p->blocks), sizeof(*p->cand)))
@@ -258,12 +324,20 @@ static int rank_victims(struct swap_policy *p, const struct blk *self, int which
              * dirty one costs one write-back, like a clean block's refetch,
              * and frees room only until the free. */
             double dist = (double)((b->next_use & ~DEAD_BIT) - p->now);
-            score = dirty ? dist * p->clean_weight : 2e30;
+            score = dirty ? dist * clean_weight : 2e30;
         } else {
-            uint64_t next =
-                p->prm.kind == SWAP_POLICY_MIN ? b->next_use : swap_history_predict(p->hist, b->id);
+            bool dies = false;
+            uint64_t next = p->prm.kind == SWAP_POLICY_MIN
+                                ? b->next_use
+                                : predicted(p, b, how == RANK_ANCHOR, &dies);
+            if (dies) {
+                /* Predicted to be freed before its next use: as MIN's dead. */
+                double dist = (double)(next - p->now);
+                p->cand[n++] = (struct cand){.b = b, .score = dirty ? dist * clean_weight : 2e30};
+                continue;
+            }
             double dist = next == SWAP_NEVER ? 1e30 : (double)(next - p->now);
-            score = dirty ? dist : dist * p->clean_weight;
+            score = dirty ? dist : dist * clean_weight;
             if (next == SWAP_NEVER && !dirty) score = 2e30; /* free to drop */
         }
         p->cand[n++] = (struct cand){.b = b, .score = score};
@@ -278,21 +352,26 @@ static int shadow_access(struct swap_policy *p, int k, struct blk *b, uint64_t s
     uint64_t old = b->s_res[k] ? b->size : 0;
     uint64_t after = p->s_resident[k] - old + size;
     if (after > p->prm.budget_bytes) {
-        enum rank how = k == SH_MRU                                    ? RANK_MRU
-                        : k == SH_HIST && swap_history_period(p->hist) ? RANK_PREDICT
-                                                                       : RANK_LRU;
-        int n = rank_victims(p, b, k, how);
+        enum rank how = shadows[k].how;
+        if (how >= RANK_PREDICT && !swap_history_period(p->hist)) how = RANK_LRU;
+        int n = rank_victims(p, b, k, how, shadows[k].clean_weight);
         if (n < 0) return n;
         for (int i = 0; i < n && after > p->prm.budget_bytes; i++) {
             struct blk *v = p->cand[i].b;
-            if (v->s_dirty[k]) p->s_cost[k] += (double)v->size;
+            if (v->s_dirty[k]) {
+                p->s_cost[k] += (double)v->size;
+                p->s_long[k] += (double)v->size;
+            }
             v->s_res[k] = v->s_dirty[k] = false;
             v->s_host[k] = true;
             after -= v->size;
         }
         if (after > p->prm.budget_bytes) return 0; /* overflow: left to demand paging */
     }
-    if (!b->s_res[k] && b->s_host[k]) p->s_cost[k] += (double)size;
+    if (!b->s_res[k] && b->s_host[k]) {
+        p->s_cost[k] += (double)size;
+        p->s_long[k] += (double)size;
+    }
     p->s_resident[k] = after;
     b->s_res[k] = true;
     b->s_dirty[k] = b->s_dirty[k] || is_write;
@@ -340,13 +419,15 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
             p->c.overflows++;
             return -ENOSPC;
         }
-        enum rank how = p->prm.kind == SWAP_POLICY_MIN   ? RANK_PREDICT
-                        : p->prm.kind == SWAP_POLICY_LRU ? RANK_LRU
-                                                         : p->follow;
-        if (how == RANK_PREDICT && p->prm.kind == SWAP_POLICY_HISTORY &&
-            !swap_history_period(p->hist))
-            how = RANK_LRU;
-        int n = rank_victims(p, b, -1, how);
+        enum rank how = RANK_LRU;
+        double cw = p->clean_weight;
+        if (p->prm.kind == SWAP_POLICY_MIN) how = RANK_PREDICT;
+        if (p->prm.kind == SWAP_POLICY_HISTORY) {
+            how = shadows[p->follow].how;
+            cw = shadows[p->follow].clean_weight;
+            if (how >= RANK_PREDICT && !swap_history_period(p->hist)) how = RANK_LRU;
+        }
+        int n = rank_victims(p, b, -1, how, cw);
         if (n < 0) return n;
         if (grow((void **)&p->evict, &p->evict_cap, (size_t)n, sizeof(*p->evict))) return -ENOMEM;
         out->evict = p->evict;
@@ -423,13 +504,21 @@ void swap_policy_next_launch(struct swap_policy *p)
         swap_history_next_launch(p->hist);
         for (int k = SH_LRU; k < SH_N; k++)
             p->s_cost[k] *= p->decay;
-        /* Follow the prediction while it has recently cost no more than
-         * recency would have (see "Robustness"). */
-        p->follow = RANK_LRU;
-        if (p->s_cost[SH_HIST] < p->s_cost[SH_LRU]) p->follow = RANK_PREDICT;
-        if (p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[SH_LRU] &&
-            p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[SH_HIST])
-            p->follow = RANK_MRU;
+        double lw = 2.0 * (double)swap_history_period(p->hist);
+        if (lw < SHADOW_WINDOW) lw = SHADOW_WINDOW;
+        for (int k = SH_LRU; k < SH_N; k++)
+            p->s_long[k] *= 1.0 - 1.0 / lw;
+        /* The prediction shadow that cost least over the long window (ties:
+         * the current one); the real cache follows it while it has recently
+         * cost less than recency would have, mru while that costs clearly
+         * less than every other (see "Robustness"). */
+        for (int k = SH_FIRST_PREDICT; k < SH_N; k++)
+            if (p->s_long[k] < p->s_long[p->expert]) p->expert = k;
+        p->follow = p->s_cost[p->expert] < p->s_cost[SH_LRU] ? p->expert : SH_LRU;
+        bool mru = true;
+        for (int k = 0; k < SH_N; k++)
+            if (k != SH_MRU && !(p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[k])) mru = false;
+        if (mru) p->follow = SH_MRU;
     }
 }
 

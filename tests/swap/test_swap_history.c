@@ -204,3 +204,75 @@ Test(swap_history, create_rejects_null)
 {
     cr_expect_eq(swap_history_create(0, 0, NULL), -EINVAL);
 }
+
+/* A run of launches that recur at the same distance (their anchor) is a
+ * repetition before the period can be verified: a long loop is learned a
+ * few launches into its second pass, not a quarter of a period in. */
+Test(swap_history, a_run_of_recurring_launches_gives_the_period_early)
+{
+    const int P = 200;
+    struct swap_history *h = make(0, 0);
+    for (int k = 0; k < P; k++)
+        loop_launch(h, k);
+    cr_expect_eq(swap_history_period(h), 0, "one pass is not a pattern yet");
+    for (int k = 0; k < 10; k++)
+        loop_launch(h, k);
+    cr_expect_eq(swap_history_period(h), (uint64_t)P, "10 launches into the second pass");
+    uint64_t now = swap_history_now(h);
+    cr_expect_eq(swap_history_predict(h, 50), now + 40);
+    swap_history_destroy(h);
+}
+
+/* The first iteration is shorter than the next ones (an optimizer creates
+ * its state in step 0): predictions follow the new length as soon as a run
+ * of launches recurs at it, not one period later. */
+Test(swap_history, predictions_follow_an_iteration_that_grew)
+{
+    struct swap_history *h = make(0, 0);
+    for (int k = 0; k < 100; k++)
+        loop_launch(h, k);
+    for (int k = 0; k < 100; k++)
+        loop_launch(h, k);
+    for (int k = 200; k < 220; k++) /* 20 launches iteration 0 did not have */
+        loop_launch(h, k);
+    for (int k = 0; k < 9; k++) /* the period learned is still 100 */
+        loop_launch(h, k);
+    uint64_t now = swap_history_now(h);
+    cr_expect_eq(swap_history_predict(h, 60), now + 51, "one iteration of 120 back");
+    cr_expect_eq(swap_history_predict(h, 210), now + 101);
+    swap_history_destroy(h);
+}
+
+/* A block freed one period ago before its next access is predicted to die
+ * (and when), while swap_history_predict still reports its next access at
+ * that id (the reallocation). */
+Test(swap_history, a_block_freed_before_its_next_use_is_predicted_to_die)
+{
+    const int P = 20;
+    struct swap_history *h = make(0, 0);
+    for (int r = 0; r < 5; r++)
+        for (int k = 0; k < P; k++) {
+            uint64_t b[2] = {100, (uint64_t)k};
+            if (k == 2 || k == 8) b[1] = 500; /* 500 is written at 2, read at 8 */
+            launch(h, b, 2);
+            if (k == 10) swap_history_retire(h, 500); /* freed after launch 10 */
+        }
+    cr_assert_eq(swap_history_period(h), (uint64_t)P);
+    uint64_t now = swap_history_now(h); /* launch 0 of a period */
+    uint64_t b0[2] = {100, 0}, b1[2] = {100, 1};
+    launch(h, b0, 2);
+    launch(h, b1, 2);
+    uint64_t b2[2] = {100, 500};
+    launch(h, b2, 2); /* reallocated at its id and size: its past continues */
+    bool dies = true;
+    cr_expect_eq(swap_history_predict_use(h, 500, false, &dies), now + 8);
+    cr_expect_not(dies, "read at 8 first");
+    for (int k = 3; k <= 8; k++) {
+        uint64_t b[2] = {100, k == 8 ? 500 : (uint64_t)k};
+        launch(h, b, 2);
+    }
+    cr_expect_eq(swap_history_predict_use(h, 500, false, &dies), now + 11);
+    cr_expect(dies, "freed before launch 11, before its next use");
+    cr_expect_eq(swap_history_predict(h, 500), now + P + 2, "next access: the reallocation");
+    swap_history_destroy(h);
+}
