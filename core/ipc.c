@@ -1207,11 +1207,8 @@ void ipc_stats(struct ipcshim_stats *out)
 void ipc_leak_check(void)
 {
     local_lock();
-    bool ok = state == S_ACTIVE && !shut && self != REG_NONE && !forked() && lock_registry();
-    if (ok) {
-        leak_check_locked(&reg, self);
-        registry_unlock(&reg);
-    }
+    bool ok = state == S_ACTIVE && !shut && self != REG_NONE && !forked();
+    if (ok) leak_check_locked(&reg, self); /* reads only: no registry lock (leak.h) */
     local_unlock();
     if (ok) leak_check_flush();
 }

@@ -60,8 +60,11 @@ void leak_watch_start(void);
 void leak_watch_stop(void);
 /* In a fork child: no thread there; start again on demand. */
 void leak_after_fork(void);
-/* One check; local and registry locks held (ipc_leak_check). Lines to log
- * are kept until leak_check_flush(), called after the locks are released. */
+/* One check; the local lock held (ipc_leak_check), not the registry's: it
+ * only reads records (fixed-width fields; a torn read only words one
+ * advisory warning wrong), and every process runs it every second. Lines
+ * to log are kept until leak_check_flush(), called after the lock is
+ * released. */
 void leak_check_locked(struct registry *r, uint32_t self);
 void leak_check_flush(void);
 

@@ -716,12 +716,9 @@ static int fig_exit(const struct args *a, const char *self)
     if (a->domain_blocks > 0) {
         char fds[32], n[32], sz[32];
         hc = chan_create(0, &hfd);
-        char *hargv[] = {(char *)self,
-                         "exit-child",
-                         fmt_long(fds, hfd),
-                         fmt_long(n, a->domain_blocks),
-                         fmt_long(sz, a->size),
-                         NULL};
+        char *hargv[] = {(char *)self,          "exit-child",
+                         fmt_long(fds, hfd),    fmt_long(n, a->domain_blocks),
+                         fmt_long(sz, a->size), NULL};
         uint32_t ready = door_seq(hc, D_READY);
         hpid = spawn_self(hargv);
         door_wait(hc, D_READY, ready, 0);
