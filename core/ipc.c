@@ -926,7 +926,11 @@ static int collect(enum sweep_mode how)
             continue;
         }
         expire_handoffs(e, b, now, false);
-        if (n == cap || !reg_block_retire(&reg, e->block)) continue;
+        /* Held or awaited: not worth a RETIRING round (which importers
+         * opening it would wait out). */
+        if (n == cap || __atomic_load_n(&b->pending, __ATOMIC_RELAXED) ||
+            reg_block_held(&reg, e->block) || !reg_block_retire(&reg, e->block))
+            continue;
         /* RETIRED: from here on no open can succeed. */
         v[n++] = (struct victim){e->base,           e->size,  e->ctx,   e->generation,
                                  b->limbo_since_ns, e->block, e->device};

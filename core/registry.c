@@ -1376,7 +1376,7 @@ bool reg_block_retire(struct registry *r, uint32_t idx)
      * seq-cst): one of the two sees the other's store, so either we see its
      * bit or it sees RETIRING and waits for our answer. */
     bool free_now = !reg_block_held(r, idx) && __atomic_load_n(&b->pending, __ATOMIC_SEQ_CST) == 0;
-    test_delay();
+    if (free_now) test_delay(); /* a death here leaves RETIRING: repair reads it as LIMBO */
     __atomic_store_n(&b->state, free_now ? BLOCK_RETIRED : BLOCK_LIMBO, __ATOMIC_SEQ_CST);
     return free_now;
 }
