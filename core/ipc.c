@@ -485,7 +485,7 @@ static bool claim_handoff(struct reg_block *b)
 }
 
 /* Our lease slot for a new lease: a spare one, or a new chunk of them
- * (under the registry lock, once per REG_LEASE_CHUNK). REG_NONE when the
+ * (under the registry lock, once per chunk). REG_NONE when the
  * table is full or the lock out of reach. Local lock held. */
 static uint32_t take_lease_slot(void)
 {

@@ -96,7 +96,14 @@ int registry_layout(const struct reg_caps *caps, struct reg_layout *out)
     while (nb < caps->max_blocks)
         nb <<= 1;
     out->held_words = (caps->max_holders + 63) / 64;
-    out->nchunks = (caps->max_leases + REG_LEASE_CHUNK - 1) / REG_LEASE_CHUNK;
+    /* Chunks of REG_LEASE_CHUNK slots, smaller when the table is small for
+     * its holders (every holder that opens anything owns a chunk): a
+     * power of two, at least 1, at most max_leases / max_holders. */
+    uint32_t chunk = REG_LEASE_CHUNK;
+    while (chunk > 1 && (uint64_t)chunk * caps->max_holders > caps->max_leases)
+        chunk >>= 1;
+    out->lease_chunk = chunk;
+    out->nchunks = (caps->max_leases + chunk - 1) / chunk;
     size_t off = sizeof(struct reg_header);
     out->locks = off;
     off += round_up(caps->max_holders, 64);
@@ -107,7 +114,7 @@ int registry_layout(const struct reg_caps *caps, struct reg_layout *out)
     out->held = off;
     off += round_up((size_t)caps->max_blocks * out->held_words * sizeof(uint64_t), 64);
     out->leases = off;
-    off += (size_t)out->nchunks * REG_LEASE_CHUNK * sizeof(struct reg_lease);
+    off += (size_t)out->nchunks * chunk * sizeof(struct reg_lease);
     out->chunks = off;
     off += round_up((size_t)out->nchunks * sizeof(uint32_t), 64);
     out->buckets = off;
@@ -131,6 +138,7 @@ void registry_set_views(struct registry *r, const struct reg_caps *caps, const s
     r->cap_chunks = l->nchunks;
     r->cap_buckets = l->nbuckets;
     r->held_words = l->held_words;
+    r->lease_chunk = l->lease_chunk;
     r->lock_base = (off_t)l->locks;
     r->size = l->size;
     registry_refresh(r);
@@ -144,7 +152,7 @@ void registry_refresh(struct registry *r)
     uint32_t nb = __atomic_load_n(&h->nbuckets_now, __ATOMIC_ACQUIRE);
     r->max_blocks = b < r->cap_blocks ? b : r->cap_blocks;
     r->nchunks = c < r->cap_chunks ? c : r->cap_chunks;
-    r->max_leases = r->nchunks * REG_LEASE_CHUNK;
+    r->max_leases = r->nchunks * r->lease_chunk;
     /* A bucket count that is not a power of two within the reserved area
      * (corrupt) reads as the smallest, always reserved. */
     r->nbuckets = nb >= 64 && !(nb & (nb - 1)) && nb <= r->cap_buckets ? nb : 64;
@@ -204,8 +212,7 @@ static int create(struct registry *r, int fd, const struct reg_caps *caps)
     int err = registry_reserve(fd, 0, (off_t)l.blocks);
     if (!err) err = reserve_records(fd, l.blocks, sizeof(struct reg_block), 0, b0);
     if (!err) err = reserve_records(fd, l.held, l.held_words * sizeof(uint64_t), 0, b0);
-    if (!err)
-        err = reserve_records(fd, l.leases, REG_LEASE_CHUNK * sizeof(struct reg_lease), 0, c0);
+    if (!err) err = reserve_records(fd, l.leases, l.lease_chunk * sizeof(struct reg_lease), 0, c0);
     if (!err) err = reserve_records(fd, l.chunks, sizeof(uint32_t), 0, c0);
     if (!err) err = reserve_records(fd, l.buckets, sizeof(uint32_t), 0, nb0);
     if (err) return -err;
@@ -221,6 +228,7 @@ static int create(struct registry *r, int fd, const struct reg_caps *caps)
     h->max_leases = caps->max_leases;
     h->nbuckets = l.nbuckets;
     h->held_words = l.held_words;
+    h->lease_chunk = l.lease_chunk;
     h->blocks_now = b0;
     h->chunks_now = c0;
     h->nbuckets_now = nb0;
@@ -301,9 +309,9 @@ int registry_validate(int fd, struct reg_caps *caps, struct reg_layout *l, char 
                REG_ABI);
     if (registry_layout(caps, l) != 0) REFUSE(-EPROTO, "has impossible capacities");
     if (h->size != l->size || h->nbuckets != l->nbuckets || h->held_words != l->held_words ||
-        !h->blocks_now || h->blocks_now > caps->max_blocks || !h->chunks_now ||
-        h->chunks_now > l->nchunks || h->nbuckets_now < 64 || h->nbuckets_now > l->nbuckets ||
-        (h->nbuckets_now & (h->nbuckets_now - 1)))
+        h->lease_chunk != l->lease_chunk || !h->blocks_now || h->blocks_now > caps->max_blocks ||
+        !h->chunks_now || h->chunks_now > l->nchunks || h->nbuckets_now < 64 ||
+        h->nbuckets_now > l->nbuckets || (h->nbuckets_now & (h->nbuckets_now - 1)))
         REFUSE(-EPROTO, "has a header that does not add up");
     if ((uint64_t)st.st_size != l->size) REFUSE(-EPROTO, "has the wrong size");
     if (!lock_kind_ok(&h->lock.mutex))
@@ -333,12 +341,12 @@ static int attach(struct registry *r, int fd, struct reg_caps caps_wanted)
     r->base = p;
     registry_set_views(r, &caps, &l);
     if (r->cap_blocks < caps_wanted.max_blocks ||
-        r->cap_chunks * REG_LEASE_CHUNK < caps_wanted.max_leases ||
+        r->cap_chunks * r->lease_chunk < caps_wanted.max_leases ||
         r->max_holders < caps_wanted.max_holders)
         LOG_ONCE(LOG_INFO,
                  "registry %s was created smaller than this process asks (holders %u, blocks %u, "
                  "leases %u; here %u, %u, %u): its creator's capacities apply",
-                 r->name, r->max_holders, r->cap_blocks, r->cap_chunks * REG_LEASE_CHUNK,
+                 r->name, r->max_holders, r->cap_blocks, r->cap_chunks * r->lease_chunk,
                  caps_wanted.max_holders, caps_wanted.max_blocks, caps_wanted.max_leases);
     return 0;
 }
@@ -825,7 +833,7 @@ static uint32_t bucket_of(const struct registry *r, const uint8_t *handle)
 static bool lease_valid(struct registry *r, uint32_t li)
 {
     struct reg_lease *l = &r->leases[li];
-    uint32_t owner = r->chunk_owner[li / REG_LEASE_CHUNK];
+    uint32_t owner = r->chunk_owner[li / r->lease_chunk];
     struct reg_block *b = reg_block_at(r, l->block);
     struct reg_holder *o = reg_holder_at(r, owner);
     return l->intent >= LEASE_OPENING && l->intent <= LEASE_CLOSING && b &&
@@ -894,12 +902,12 @@ static bool grow_chunks(struct registry *r)
     int fd = registry_fd(r);
     int err = fd < 0 ? EBADF : 0;
     if (!err)
-        err = reserve_records(fd, off_of(r, r->leases), REG_LEASE_CHUNK * sizeof(struct reg_lease),
+        err = reserve_records(fd, off_of(r, r->leases), r->lease_chunk * sizeof(struct reg_lease),
                               old, want);
     if (!err) err = reserve_records(fd, off_of(r, r->chunk_owner), sizeof(uint32_t), old, want);
     if (err) {
         LOG_ONCE(LOG_WARN, "registry %s cannot grow past %u leases (%s)", r->name,
-                 old * REG_LEASE_CHUNK, strerror(err));
+                 old * r->lease_chunk, strerror(err));
         return false;
     }
     for (uint32_t c = old; c < want; c++)
@@ -1078,7 +1086,7 @@ uint32_t reg_holder_drop_leases(struct registry *r, uint32_t idx)
     uint32_t n = 0;
     for (uint32_t c = 0; c < r->nchunks; c++) {
         if (r->chunk_owner[c] != idx) continue;
-        for (uint32_t li = c * REG_LEASE_CHUNK; li < (c + 1) * REG_LEASE_CHUNK; li++) {
+        for (uint32_t li = c * r->lease_chunk; li < (c + 1) * r->lease_chunk; li++) {
             struct reg_lease *l = &r->leases[li];
             if (LOAD_STATE(l->intent) == LEASE_FREE) continue;
             uint32_t bi = l->block;
@@ -1290,6 +1298,9 @@ uint32_t reg_block_create(struct registry *r, const struct ipc_handle *hd, uint6
     b->first_export_ns = b->last_export_ns = now;
     b->limbo_since_ns = 0;
     b->exporter_pid = o->pid, b->claimed = b->expired = 0, b->orphaned_ns = 0; /* observability */
+    uint64_t *held = reg_block_held_words(r, idx); /* nobody yet (a free record may hold garbage) */
+    for (uint32_t w = 0; w < r->held_words; w++)
+        __atomic_store_n(&held[w], 0, __ATOMIC_RELAXED);
     b->rules = options_get()->handoff == HANDOFF_WINDOW ? BLOCK_RULE_HANDOFF_WINDOW : 0;
     memcpy(b->exporter_comm, o->comm, sizeof b->exporter_comm);
     uint32_t bk = bucket_of(r, b->handle);
@@ -1408,8 +1419,14 @@ static uint32_t claim_chunk(struct registry *r, uint32_t holder)
     uint32_t c = 0;
     for (;; c++) {
         if (c == r->nchunks && !grow_chunks(r)) return REG_NONE;
-        if (r->chunk_owner[c] != REG_NONE) continue;
-        for (uint32_t li = c * REG_LEASE_CHUNK; li < (c + 1) * REG_LEASE_CHUNK; li++) {
+        /* Free, or owned by a slot that is not an active holder (a corrupt
+         * or hostile owner: a chunk is claimed only by an attached holder
+         * and given back by its sweep): its leases name nobody. */
+        uint32_t owner = r->chunk_owner[c];
+        if (owner != REG_NONE && owner < r->max_holders &&
+            LOAD_STATE(r->holders[owner].state) == HOLDER_ACTIVE)
+            continue;
+        for (uint32_t li = c * r->lease_chunk; li < (c + 1) * r->lease_chunk; li++) {
             r->leases[li].intent = LEASE_FREE;
             r->leases[li].count = 0;
             r->leases[li].holder = holder;
@@ -1424,7 +1441,7 @@ int reg_lease_grow(struct registry *r)
     if (r->self_slot == REG_NONE) return -ENOSPC;
     uint32_t c = claim_chunk(r, r->self_slot);
     if (c == REG_NONE) return -ENOSPC;
-    for (uint32_t li = (c + 1) * REG_LEASE_CHUNK; li-- > c * REG_LEASE_CHUNK;)
+    for (uint32_t li = (c + 1) * r->lease_chunk; li-- > c * r->lease_chunk;)
         if (!spare_push(r, li)) break; /* out of memory: fewer spares, nothing wrong */
     return 0;
 }
@@ -1434,7 +1451,7 @@ bool reg_lease_begin(struct registry *r, uint32_t li, uint32_t block, uint64_t g
     struct reg_lease *l = &r->leases[li];
     l->block = block;
     l->block_gen = generation;
-    l->holder = r->chunk_owner[li / REG_LEASE_CHUNK];
+    l->holder = r->chunk_owner[li / r->lease_chunk];
     l->count = 1;
     l->open_ns = reg_now_ns();
     STORE_STATE(l->intent, LEASE_OPENING); /* before the bit: a sweep finds it */
@@ -1478,7 +1495,7 @@ uint32_t reg_lease_find(struct registry *r, uint32_t block, uint32_t holder)
     if (!b) return REG_NONE;
     for (uint32_t c = 0; c < r->nchunks; c++) {
         if (r->chunk_owner[c] != holder) continue;
-        for (uint32_t li = c * REG_LEASE_CHUNK; li < (c + 1) * REG_LEASE_CHUNK; li++) {
+        for (uint32_t li = c * r->lease_chunk; li < (c + 1) * r->lease_chunk; li++) {
             struct reg_lease *l = &r->leases[li];
             if (LOAD_STATE(l->intent) != LEASE_FREE && l->block == block &&
                 l->block_gen == b->generation && b->state != BLOCK_FREE)
@@ -1495,7 +1512,7 @@ uint32_t reg_lease_create(struct registry *r, uint32_t block, uint32_t holder)
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t c = 0; c < r->nchunks; c++) {
             if (r->chunk_owner[c] != holder) continue;
-            for (uint32_t li = c * REG_LEASE_CHUNK; li < (c + 1) * REG_LEASE_CHUNK; li++) {
+            for (uint32_t li = c * r->lease_chunk; li < (c + 1) * r->lease_chunk; li++) {
                 if (LOAD_STATE(r->leases[li].intent) != LEASE_FREE) continue;
                 if (holder == r->self_slot) /* not handed out twice by reg_lease_take */
                     for (uint32_t k = 0; k < r->nspare; k++)
@@ -1516,7 +1533,7 @@ uint32_t reg_lease_drop(struct registry *r, uint32_t idx)
     uint32_t bi = l->block;
     uint64_t gen = l->block_gen;
     free_lease(r, idx);
-    if (r->chunk_owner[idx / REG_LEASE_CHUNK] == r->self_slot && r->self_slot != REG_NONE)
+    if (r->chunk_owner[idx / r->lease_chunk] == r->self_slot && r->self_slot != REG_NONE)
         (void)spare_push(r, idx);
     return reg_block_unheld(r, bi, gen);
 }

@@ -21,7 +21,7 @@
  * instructions is repaired by clearing the dead holder's bits. Each bit is
  * backed by a lease record (count of opens, intent, since when) that the
  * importer writes before setting the bit and frees after clearing it, in
- * chunks of REG_LEASE_CHUNK slots it owns: a dead holder's sweep and a
+ * chunks of (at most) REG_LEASE_CHUNK slots it owns: a dead holder's sweep and a
  * process's own exit walk its chunks, not the table.
  *
  * Record functions require the registry lock unless their comment says
@@ -45,7 +45,7 @@
 #define REG_NAME_TRIES 8 /* the name, then "~1".."~7" when another user squats it */
 
 enum { HOLDER_FREE = 0, HOLDER_ACTIVE = 1 };
-#define REG_LEASE_CHUNK 32u /* lease slots a holder claims at a time */
+#define REG_LEASE_CHUNK 32u /* lease slots a holder claims at a time (at most) */
 
 /* RETIRING: the exporter, holding the registry lock, is deciding whether a
  * LIMBO block is free of holders (then RETIRED, else back to LIMBO); an
@@ -83,7 +83,7 @@ struct reg_header {
     uint32_t blocks_now;   /* block records (and their held bitmaps) */
     uint32_t chunks_now;   /* lease chunks */
     uint32_t nbuckets_now; /* hash buckets (a power of two, <= nbuckets) */
-    uint32_t pad0;
+    uint32_t lease_chunk;  /* lease slots per chunk (registry_layout) */
     uint64_t reserved[13];
 };
 
@@ -151,7 +151,7 @@ struct reg_caps {
 /* Byte offsets of each area; size is the whole segment. */
 struct reg_layout {
     size_t locks, holders, blocks, held, leases, chunks, buckets, size;
-    uint32_t nbuckets, held_words, nchunks;
+    uint32_t nbuckets, held_words, nchunks, lease_chunk;
 };
 
 /* One process's view of the segment. */
@@ -168,7 +168,7 @@ struct registry {
     uint32_t *buckets;
     /* In use now (registry_refresh; they only grow), and the capacities. */
     uint32_t max_holders, max_blocks, max_leases, nbuckets, held_words, nchunks;
-    uint32_t cap_blocks, cap_chunks, cap_buckets;
+    uint32_t cap_blocks, cap_chunks, cap_buckets, lease_chunk;
     off_t lock_base; /* file offset of holder 0's lock byte */
     dev_t dev;
     ino_t ino;

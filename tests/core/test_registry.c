@@ -41,6 +41,7 @@ Test(registry, layout_pinned)
     cr_assert_eq(offsetof(struct reg_header, blocks_now), 136);
     cr_assert_eq(offsetof(struct reg_header, chunks_now), 140);
     cr_assert_eq(offsetof(struct reg_header, nbuckets_now), 144);
+    cr_assert_eq(offsetof(struct reg_header, lease_chunk), 148);
     cr_assert_eq(offsetof(struct reg_header, reserved), 152);
 
     cr_assert_eq(sizeof(struct reg_holder), 80);
@@ -101,6 +102,13 @@ Test(registry, layout_pinned)
     cr_assert_eq(l.nbuckets, 16384);
     cr_assert_eq(l.size, l.buckets + 16384 * 4);
     cr_assert_eq(l.size, 6537984); /* about 6.2 MiB */
+    cr_assert_eq(l.lease_chunk, REG_LEASE_CHUNK);
+    /* A small lease table for its holders gets smaller chunks, so that
+     * every holder that opens something can own one. */
+    struct reg_caps small = {8, 16, 32};
+    cr_assert_eq(registry_layout(&small, &l), 0);
+    cr_assert_eq(l.lease_chunk, 4);
+    cr_assert_eq(l.nchunks, 8);
     struct reg_caps bad = {0, 1, 1};
     cr_assert_eq(registry_layout(&bad, &l), -EINVAL);
 }

@@ -88,6 +88,7 @@ static uint8_t *fix_up(uint8_t *img, size_t *n)
     o->max_leases = caps.max_leases;
     o->nbuckets = l.nbuckets;
     o->held_words = l.held_words;
+    o->lease_chunk = l.lease_chunk;
     o->blocks_now = caps.max_blocks; /* all in use: every record is fair game */
     o->chunks_now = l.nchunks;
     o->nbuckets_now = l.nbuckets;
@@ -109,7 +110,7 @@ static void check_consistent(struct registry *r)
     for (uint32_t li = 0; li < r->max_leases; li++) {
         struct reg_lease *l = &r->leases[li];
         if (l->intent == LEASE_FREE) continue;
-        uint32_t owner = r->chunk_owner[li / REG_LEASE_CHUNK];
+        uint32_t owner = r->chunk_owner[li / r->lease_chunk];
         if (l->intent > LEASE_CLOSING || l->block >= r->max_blocks ||
             r->blocks[l->block].state == BLOCK_FREE ||
             r->blocks[l->block].generation != l->block_gen || owner >= r->max_holders ||
