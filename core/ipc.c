@@ -34,7 +34,7 @@
  * than a second first, then all). With IPCSHIM_HANDOFF=window, a block in
  * limbo that loses its last lease is re-armed with one pending hand-off for
  * another timeout, so importers that receive the handle later are covered
- * too (registry.c, reg_lease_drop). */
+ * too (registry.c: reg_lease_end, reg_block_unheld). */
 #include "ipc.h"
 #include "callsite.h"
 #include "collector.h"

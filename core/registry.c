@@ -2,7 +2,10 @@
  * repair, and the record-level operations on holders, blocks and leases.
  * See registry.h for the layout and the invariants; ipc.c decides when to
  * call what. Nothing here calls device_ops or waits on another process while
- * holding the lock (liveness checks are non-blocking syscalls). */
+ * holding the lock, and the sweeps' liveness syscalls run before it is
+ * taken (reg_find_dead). The segment grows under the lock (grow_blocks,
+ * grow_chunks); the lock-free paths (lookup, hold, unhold, lease begin/end)
+ * only read what registry_refresh said is in use. */
 #include "registry.h"
 #include "liveness.h"
 #include "log.h"
