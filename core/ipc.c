@@ -846,33 +846,20 @@ struct victim {
 static void sweep_holders_of_ours(void)
 {
     uint8_t *cand = calloc(reg.max_holders, 1);
-    uint32_t *dead = malloc(reg.max_holders * sizeof *dead);
-    uint64_t *nonce = malloc(reg.max_holders * sizeof *nonce);
-    uint32_t n = 0;
-    if (cand && dead && nonce) {
-        bool any = false;
-        local_lock();
-        struct local_export *e, *tmp;
-        HASH_ITER(hh, local_exports(), e, tmp)
-        {
-            if (!own_block(reg_block_at(&reg, e->block), e->generation)) continue;
-            const uint64_t *held = reg_block_held_words(&reg, e->block);
-            for (uint32_t w = 0; w < reg.held_words; w++)
-                for (uint64_t m = __atomic_load_n(&held[w], __ATOMIC_RELAXED); m; m &= m - 1) {
-                    uint32_t hi = w * 64 + (uint32_t)__builtin_ctzll(m);
-                    if (hi < reg.max_holders && hi != self) cand[hi] = 1, any = true;
-                }
-        }
-        local_unlock();
-        if (any) n = reg_find_dead(&reg, cand, dead, nonce);
+    if (!cand) return;
+    bool any = false;
+    local_lock();
+    struct local_export *e, *tmp;
+    HASH_ITER(hh, local_exports(), e, tmp)
+    {
+        if (!own_block(reg_block_at(&reg, e->block), e->generation)) continue;
+        for (uint32_t h = reg_block_next_holder(&reg, e->block, 0); h != REG_NONE;
+             h = reg_block_next_holder(&reg, e->block, h + 1))
+            if (h != self) cand[h] = 1, any = true;
     }
-    if (n && lock_registry()) {
-        reg_sweep_found(&reg, dead, nonce, n);
-        registry_unlock(&reg);
-    }
+    local_unlock();
+    if (any) reg_sweep_among(&reg, cand);
     free(cand);
-    free(dead);
-    free(nonce);
 }
 
 /* Frees what can be freed from this process's limbo, after sweeping the

@@ -117,20 +117,14 @@ static void list_holders(struct registry *r, uint32_t bi, char *buf, size_t len)
 {
     size_t used = 0;
     buf[0] = 0;
-    const uint64_t *held = reg_block_held_words(r, bi);
-    for (uint32_t w = 0; w < r->held_words; w++) {
-        for (uint64_t m = __atomic_load_n(&held[w], __ATOMIC_RELAXED); m && used + 40 < len;
-             m &= m - 1) {
-            uint32_t hi = w * 64 + (uint32_t)__builtin_ctzll(m);
-            const struct reg_holder *h = reg_holder_at(r, hi);
-            if (!h) continue;
-            char comm[17];
-            memcpy(comm, h->comm, 16), comm[16] = 0;
-            int n =
-                snprintf(buf + used, len - used, "%spid %d (%s%s)", used ? ", " : "", (int)h->pid,
+    for (uint32_t hi = reg_block_next_holder(r, bi, 0); hi != REG_NONE && used + 40 < len;
+         hi = reg_block_next_holder(r, bi, hi + 1)) {
+        const struct reg_holder *h = reg_holder_at(r, hi);
+        char comm[17];
+        memcpy(comm, h->comm, 16), comm[16] = 0;
+        int n = snprintf(buf + used, len - used, "%spid %d (%s%s)", used ? ", " : "", (int)h->pid,
                          comm[0] ? comm : "?", reg_holder_alive(r, hi) ? "" : ", dead");
-            if (n > 0) used += (size_t)n;
-        }
+        if (n > 0) used += (size_t)n;
     }
 }
 
@@ -380,10 +374,9 @@ void leak_check_locked(struct registry *r, uint32_t self)
         {
             const struct reg_block *blk = reg_block_at(r, e->block);
             if (!blk || blk->generation != e->generation || blk->exporter != self) continue;
-            const uint64_t *held = reg_block_held_words(r, e->block);
-            for (uint32_t w = 0; w < r->held_words; w++)
-                for (uint64_t m = __atomic_load_n(&held[w], __ATOMIC_RELAXED); m; m &= m - 1)
-                    name_holder(r, w * 64 + (uint32_t)__builtin_ctzll(m), who, sizeof who);
+            for (uint32_t h = reg_block_next_holder(r, e->block, 0); h != REG_NONE;
+                 h = reg_block_next_holder(r, e->block, h + 1))
+                name_holder(r, h, who, sizeof who);
         }
         snprintf(watch_lines[watch_nlines++], sizeof watch_lines[0],
                  "leak in progress? this process's limbo grew at %llu checks in a row (now %llu "

@@ -10,6 +10,7 @@
 #include "liveness.h"
 #include "log.h"
 #include "options.h"
+#include "uthash_wrap.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -817,18 +818,12 @@ void registry_unlock(struct registry *r)
     pthread_mutex_unlock(&r->hdr->lock.mutex);
 }
 
-/* The handle's bucket: a word-at-a-time multiply-xorshift over its 64
- * bytes (8 multiplies, not 64 FNV steps). */
+/* The handle's bucket: the project's word-at-a-time hash (uthash_wrap.h),
+ * 8 multiplies where FNV took 64 steps. Part of the segment's format: every
+ * process of an ABI must bucket alike. */
 static uint32_t bucket_of(const struct registry *r, const uint8_t *handle)
 {
-    uint64_t x = 0x9e3779b97f4a7c15ull;
-    for (int i = 0; i < IPC_HANDLE_BYTES; i += 8) {
-        uint64_t w;
-        memcpy(&w, handle + i, sizeof w);
-        x = (x ^ w) * 0xbf58476d1ce4e5b9ull;
-        x ^= x >> 31;
-    }
-    return (uint32_t)(x ^ (x >> 32)) & (r->nbuckets - 1);
+    return uth_hash_words(handle, IPC_HANDLE_BYTES) & (r->nbuckets - 1);
 }
 
 /* A lease that names a live block of its own generation, owned by an
@@ -1063,6 +1058,23 @@ static bool free_lease(struct registry *r, uint32_t li)
     return empty;
 }
 
+/* A LIMBO block that lost its last holder: under the window rule (ipc.c),
+ * the exporter's, one hand-off is re-armed (its times are advisory: the
+ * exporter reads them under its lock). Returns the exporter, to wake. No
+ * lock needed: atomics only. */
+static uint32_t limbo_unheld(struct reg_block *b)
+{
+    uint32_t none = 0;
+    if ((b->rules & BLOCK_RULE_HANDOFF_WINDOW) &&
+        __atomic_compare_exchange_n(&b->pending, &none, 1, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_RELAXED)) {
+        uint64_t now = reg_now_ns();
+        __atomic_store_n(&b->first_export_ns, now, __ATOMIC_RELAXED);
+        __atomic_store_n(&b->last_export_ns, now, __ATOMIC_RELAXED);
+    }
+    return __atomic_load_n(&b->exporter, __ATOMIC_RELAXED);
+}
+
 uint32_t reg_block_unheld(struct registry *r, uint32_t bi, uint64_t generation)
 {
     struct reg_block *b = reg_block_at(r, bi);
@@ -1072,16 +1084,7 @@ uint32_t reg_block_unheld(struct registry *r, uint32_t bi, uint64_t generation)
         reg_block_recycle(r, bi);
         return REG_NONE;
     }
-    if (state != BLOCK_LIMBO) return REG_NONE;
-    uint32_t none = 0;
-    if ((b->rules & BLOCK_RULE_HANDOFF_WINDOW) &&
-        __atomic_compare_exchange_n(&b->pending, &none, 1, false, __ATOMIC_SEQ_CST,
-                                    __ATOMIC_RELAXED)) {
-        /* Window rule (ipc.c), the exporter's: the last close re-arms one hand-off. */
-        uint64_t now = reg_now_ns();
-        b->first_export_ns = b->last_export_ns = now;
-    }
-    return b->exporter;
+    return state == BLOCK_LIMBO ? limbo_unheld(b) : REG_NONE;
 }
 
 uint32_t reg_holder_drop_leases(struct registry *r, uint32_t idx)
@@ -1129,7 +1132,9 @@ void reg_holder_sweep(struct registry *r, uint32_t idx)
     STORE_STATE(h->state, HOLDER_FREE);
 }
 
-uint32_t reg_find_dead(struct registry *r, const uint8_t *cand, uint32_t *dead, uint64_t *nonce)
+/* The dead among the candidates (flags, max_holders of them), checked
+ * without the lock: their indices and nonces into dead[]/nonce[]. */
+static uint32_t find_dead(struct registry *r, const uint8_t *cand, uint32_t *dead, uint64_t *nonce)
 {
     uint32_t n = 0;
     for (uint32_t i = 0; i < r->max_holders; i++) {
@@ -1143,7 +1148,8 @@ uint32_t reg_find_dead(struct registry *r, const uint8_t *cand, uint32_t *dead, 
     return n;
 }
 
-int reg_sweep_found(struct registry *r, const uint32_t *dead, const uint64_t *nonce, uint32_t n)
+/* Sweeps those find_dead returned that are still those holders. Lock held. */
+static int sweep_found(struct registry *r, const uint32_t *dead, const uint64_t *nonce, uint32_t n)
 {
     int swept = 0;
     for (uint32_t k = 0; k < n; k++) {
@@ -1160,28 +1166,33 @@ int reg_sweep_found(struct registry *r, const uint32_t *dead, const uint64_t *no
     return swept;
 }
 
-int reg_sweep_dead(struct registry *r, uint32_t self)
+int reg_sweep_among(struct registry *r, const uint8_t *cand)
 {
-    uint8_t *cand = calloc(r->max_holders, 1);
     uint32_t *dead = malloc(r->max_holders * sizeof *dead);
     uint64_t *nonce = malloc(r->max_holders * sizeof *nonce);
     int swept = 0;
-    if (!cand || !dead || !nonce) goto out;
-    for (uint32_t i = 0; i < r->max_holders; i++)
-        cand[i] = i != self && LOAD_STATE(r->holders[i].state) == HOLDER_ACTIVE;
-    uint32_t n = reg_find_dead(r, cand, dead, nonce);
+    uint32_t n = dead && nonce ? find_dead(r, cand, dead, nonce) : 0;
     if (n) {
-        if (registry_lock(r) != 0) {
+        if (registry_lock(r) == 0) {
+            swept = sweep_found(r, dead, nonce, n);
+            registry_unlock(r);
+        } else {
             swept = -1;
-            goto out;
         }
-        swept = reg_sweep_found(r, dead, nonce, n);
-        registry_unlock(r);
     }
-out:
-    free(cand);
     free(dead);
     free(nonce);
+    return swept;
+}
+
+int reg_sweep_dead(struct registry *r, uint32_t self)
+{
+    uint8_t *cand = calloc(r->max_holders, 1);
+    if (!cand) return 0;
+    for (uint32_t i = 0; i < r->max_holders; i++)
+        cand[i] = i != self && LOAD_STATE(r->holders[i].state) == HOLDER_ACTIVE;
+    int swept = reg_sweep_among(r, cand);
+    free(cand);
     return swept;
 }
 
@@ -1362,6 +1373,21 @@ bool reg_block_held(struct registry *r, uint32_t idx)
     return false;
 }
 
+uint32_t reg_block_next_holder(struct registry *r, uint32_t idx, uint32_t from)
+{
+    if (idx >= r->max_blocks) return REG_NONE;
+    const uint64_t *held = reg_block_held_words(r, idx);
+    for (uint32_t w = from / 64; w < r->held_words; w++) {
+        uint64_t m = __atomic_load_n(&held[w], __ATOMIC_RELAXED);
+        if (w == from / 64) m &= ~0ull << (from % 64);
+        if (m) {
+            uint32_t h = w * 64 + (uint32_t)__builtin_ctzll(m);
+            return h < r->max_holders ? h : REG_NONE;
+        }
+    }
+    return REG_NONE;
+}
+
 bool reg_hold(struct registry *r, uint32_t block, uint32_t holder)
 {
     if (block >= r->max_blocks || holder >= r->max_holders) return false;
@@ -1479,17 +1505,7 @@ uint32_t reg_lease_end(struct registry *r, uint32_t li)
     if (!b || __atomic_load_n(&b->generation, __ATOMIC_ACQUIRE) != gen ||
         LOAD_STATE(b->state) != BLOCK_LIMBO)
         return REG_NONE;
-    uint32_t none = 0;
-    if ((b->rules & BLOCK_RULE_HANDOFF_WINDOW) &&
-        __atomic_compare_exchange_n(&b->pending, &none, 1, false, __ATOMIC_SEQ_CST,
-                                    __ATOMIC_RELAXED)) {
-        /* Window rule (ipc.c), the exporter's: the last close re-arms one
-         * hand-off (advisory times: the exporter reads them under its lock). */
-        uint64_t now = reg_now_ns();
-        __atomic_store_n(&b->first_export_ns, now, __ATOMIC_RELAXED);
-        __atomic_store_n(&b->last_export_ns, now, __ATOMIC_RELAXED);
-    }
-    return __atomic_load_n(&b->exporter, __ATOMIC_RELAXED);
+    return limbo_unheld(b);
 }
 
 uint32_t reg_lease_find(struct registry *r, uint32_t block, uint32_t holder)

@@ -326,14 +326,9 @@ uint32_t reg_holder_drop_leases(struct registry *r, uint32_t idx);
  * the lock could not be had. */
 int reg_sweep_dead(struct registry *r, uint32_t self);
 
-/* The dead holders among `cand` (max_holders flags, 1 = check it), checked
- * without the lock: their indices and nonces into dead[]/nonce[] (room for
- * max_holders). Returns how many. */
-uint32_t reg_find_dead(struct registry *r, const uint8_t *cand, uint32_t *dead, uint64_t *nonce);
-
-/* Sweep the holders reg_find_dead returned that are still those holders.
- * Lock held. Returns how many. */
-int reg_sweep_found(struct registry *r, const uint32_t *dead, const uint64_t *nonce, uint32_t n);
+/* Sweep the dead among the candidate holders (cand: max_holders flags),
+ * as reg_sweep_dead does. Lock NOT held. Returns how many, or -1. */
+int reg_sweep_among(struct registry *r, const uint8_t *cand);
 
 /* Is holder idx still the one with this nonce, and active? No lock: the
  * open path's proof that an exporter is alive (the sweeps invalidate the
@@ -395,6 +390,11 @@ void reg_block_recycle(struct registry *r, uint32_t idx);
 
 /* Number of holders holding the block (bits set). No lock. */
 uint32_t reg_block_leases(struct registry *r, uint32_t idx);
+
+/* The first holder at or after slot `from` whose bit is set on block idx,
+ * or REG_NONE: for (h = next(r, b, 0); h != REG_NONE; h = next(r, b, h + 1)).
+ * No lock (a snapshot, word by word). */
+uint32_t reg_block_next_holder(struct registry *r, uint32_t idx, uint32_t from);
 
 /* Does anyone hold the block? No lock (seq-cst loads). */
 bool reg_block_held(struct registry *r, uint32_t idx);

@@ -352,6 +352,33 @@ Test(registry, grows_on_demand)
     registry_close(&r);
 }
 
+/* Who holds a block, bit by bit, across words; setting twice changes
+ * nothing, and the last clear says the block is free. */
+Test(registry, holders_of_a_block)
+{
+    struct reg_caps caps = {130, 64, 4096};
+    struct registry r;
+    cr_assert_eq(registry_open(&r, test_domain, &caps), 0);
+    cr_assert_eq(r.held_words, 3);
+    cr_assert_eq(reg_block_next_holder(&r, 7, 0), REG_NONE);
+    cr_assert(reg_hold(&r, 7, 3));
+    cr_assert(reg_hold(&r, 7, 69));
+    cr_assert(reg_hold(&r, 7, 129));
+    cr_assert_not(reg_hold(&r, 7, 69), "already set");
+    uint32_t seen[4], n = 0;
+    for (uint32_t h = reg_block_next_holder(&r, 7, 0); h != REG_NONE && n < 4;
+         h = reg_block_next_holder(&r, 7, h + 1))
+        seen[n++] = h;
+    cr_assert_eq(n, 3);
+    cr_assert(seen[0] == 3 && seen[1] == 69 && seen[2] == 129);
+    cr_assert_eq(reg_block_leases(&r, 7), 3);
+    cr_assert_not(reg_unhold(&r, 7, 3));
+    cr_assert_not(reg_unhold(&r, 7, 69));
+    cr_assert(reg_unhold(&r, 7, 129), "the last clear leaves it free");
+    cr_assert_not(reg_block_held(&r, 7));
+    registry_close(&r);
+}
+
 /* Scrambles every derived structure; repair must rebuild them from records. */
 Test(registry, repair_rebuilds_derived)
 {

@@ -400,6 +400,16 @@ Test(swap_policy, history_on_partly_reshuffled_loops_costs_no_more_than_lru)
     swap_trace_fini(&t);
 }
 
+/* Loads the committed trace tests/swap/traces/NAME.trace.xz into t. */
+static void load_real(const char *name, struct swap_trace *t)
+{
+    char path[512];
+    size_t bad = 0;
+    snprintf(path, sizeof path, "%s/%s.trace.xz", SWAP_TRACES_DIR, name);
+    int rc = swap_load(path, t, &bad);
+    cr_assert_eq(rc, 0, "load %s: %d at line %zu", name, rc, bad);
+}
+
 /* The recorded ResNet-18 training trace at 1.25x: history's prediction
  * alone moves 12 % more than lru there (the loop barely needs swapping and
  * recency wins); the shadows must notice and follow lru. Byte counts of a
@@ -407,9 +417,7 @@ Test(swap_policy, history_on_partly_reshuffled_loops_costs_no_more_than_lru)
 Test(swap_policy, history_follows_lru_where_lru_is_cheaper_on_a_real_trace)
 {
     struct swap_trace t = {0};
-    size_t bad = 0;
-    int rc = swap_load(SWAP_TRACES_DIR "/resnet18-train.trace.xz", &t, &bad);
-    cr_assert_eq(rc, 0, "load: %d at line %zu", rc, bad);
+    load_real("resnet18-train", &t);
     const uint64_t budget = 138477568; /* 1/1.25 of its peak working set (swap-real) */
     double h = whole(&t, SWAP_POLICY_HISTORY, budget), l = whole(&t, SWAP_POLICY_LRU, budget);
     cr_expect_leq(h, 1.02 * l, "history %.0f, lru %.0f", h, l);
@@ -424,9 +432,7 @@ Test(swap_policy, history_follows_lru_where_lru_is_cheaper_on_a_real_trace)
 Test(swap_policy, history_picks_the_cheapest_prediction_on_two_real_models_in_turn)
 {
     struct swap_trace t = {0};
-    size_t bad = 0;
-    int rc = swap_load(SWAP_TRACES_DIR "/interleave-resnet18-transformer.trace.xz", &t, &bad);
-    cr_assert_eq(rc, 0, "load: %d at line %zu", rc, bad);
+    load_real("interleave-resnet18-transformer", &t);
     const uint64_t budget = 312646041; /* 1/1.25 of its peak working set (swap-real) */
     double h = whole(&t, SWAP_POLICY_HISTORY, budget), m = whole(&t, SWAP_POLICY_MIN, budget);
     cr_expect_leq(h, 1.10 * m, "history %.0f, min %.0f", h, m);
