@@ -255,10 +255,15 @@ static int ready_locked(void)
         /* Once per process: the leases of holders that died since the last
          * sweep (or of this very pid before an exec) go now. */
         if (reg_sweep_dead(&reg, REG_NONE) < 0 && state != S_ACTIVE) return -ENODEV;
-        if (!lock_registry()) return -ENODEV;
         self_nonce = new_nonce();
-        self = reg_holder_attach(&reg, self_nonce);
-        registry_unlock(&reg);
+        /* Without the lock (many processes start at once); under it only
+         * when no slot is FREE (one in a corrupt state may be reused). */
+        self = reg_holder_claim(&reg, self_nonce);
+        if (self == REG_NONE) {
+            if (!lock_registry()) return -ENODEV;
+            self = reg_holder_attach(&reg, self_nonce);
+            registry_unlock(&reg);
+        }
         if (self == REG_NONE) {
             LOG_ONCE(LOG_WARN,
                      "registry %s has no free holder slot (IPCSHIM_MAX_HOLDERS); "
@@ -484,17 +489,26 @@ static bool claim_handoff(struct reg_block *b)
     return false;
 }
 
-/* Our lease slot for a new lease: a spare one, or a new chunk of them
- * (under the registry lock, once per chunk). REG_NONE when the
- * table is full or the lock out of reach. Local lock held. */
+/* Our lease slot for a new lease: a spare one, or a new chunk of them,
+ * claimed without the lock while the table has unowned chunks (and grown
+ * ahead when the lock is free: nobody waits for that), under it when not.
+ * REG_NONE when the table is full or the lock out of reach. Local lock
+ * held. */
 static uint32_t take_lease_slot(void)
 {
     uint32_t li = reg_lease_take(&reg);
     if (li != REG_NONE) return li;
-    if (!lock_registry()) return REG_NONE;
-    int rc = reg_lease_grow(&reg);
-    registry_unlock(&reg);
-    if (rc) {
+    int rc = reg_lease_claim(&reg);
+    if (rc == 1 && registry_trylock(&reg) == 0) {
+        reg_lease_grow_ahead(&reg);
+        registry_unlock(&reg);
+    }
+    if (rc == -EAGAIN) {
+        if (!lock_registry()) return REG_NONE;
+        rc = reg_lease_grow(&reg);
+        registry_unlock(&reg);
+    }
+    if (rc < 0) {
         LOG_ONCE(LOG_WARN,
                  "registry %s has no free lease (IPCSHIM_MAX_LEASES=%u): opens are not tracked",
                  reg.name, reg.max_leases);

@@ -786,10 +786,9 @@ static int lock_slow(struct registry *r)
     }
 }
 
-int registry_lock(struct registry *r)
+/* What registry_lock and registry_trylock do with the mutex's answer rc. */
+static int locked(struct registry *r, int rc)
 {
-    int rc = pthread_mutex_trylock(&r->hdr->lock.mutex);
-    if (rc == EBUSY) rc = lock_slow(r);
     if (rc == 0 || rc == EOWNERDEAD) {
         __atomic_store_n(&r->hdr->lock_since_ns, reg_now_ns(), __ATOMIC_RELAXED);
         registry_refresh(r); /* another process may have grown it */
@@ -811,6 +810,19 @@ int registry_lock(struct registry *r)
     if (rc == ETIMEDOUT) return -ETIMEDOUT;
     LOG_ONCE(LOG_ERROR, "registry %s lock is unusable (%s); not tracking", r->name, strerror(rc));
     return -ENOTRECOVERABLE;
+}
+
+int registry_lock(struct registry *r)
+{
+    int rc = pthread_mutex_trylock(&r->hdr->lock.mutex);
+    if (rc == EBUSY) rc = lock_slow(r);
+    return locked(r, rc);
+}
+
+int registry_trylock(struct registry *r)
+{
+    int rc = pthread_mutex_trylock(&r->hdr->lock.mutex);
+    return rc == EBUSY ? -EBUSY : locked(r, rc);
 }
 
 void registry_unlock(struct registry *r)
@@ -915,6 +927,17 @@ static bool grow_chunks(struct registry *r)
     return true;
 }
 
+/* Frees every slot of chunk c and names holder in them (its new owner, or
+ * REG_NONE). */
+static void reset_chunk(struct registry *r, uint32_t c, uint32_t holder)
+{
+    for (uint32_t li = c * r->lease_chunk; li < (c + 1) * r->lease_chunk; li++) {
+        r->leases[li].intent = LEASE_FREE;
+        r->leases[li].count = 0;
+        r->leases[li].holder = holder;
+    }
+}
+
 void registry_repair(struct registry *r)
 {
     rebuild_index(r);
@@ -943,7 +966,10 @@ void registry_repair(struct registry *r)
      * recycling above may have freed their block). */
     for (uint32_t c = 0; c < r->nchunks; c++) {
         struct reg_holder *o = reg_holder_at(r, r->chunk_owner[c]);
-        if (!o || o->state != HOLDER_ACTIVE) r->chunk_owner[c] = REG_NONE;
+        if (o && o->state == HOLDER_ACTIVE) continue;
+        /* Emptied before it is given back: lock-free claimers take it then. */
+        reset_chunk(r, c, REG_NONE);
+        __atomic_store_n(&r->chunk_owner[c], REG_NONE, __ATOMIC_RELEASE);
     }
     for (uint32_t i = 0; i < r->max_leases; i++)
         if (r->leases[i].intent != LEASE_FREE && !lease_valid(r, i)) {
@@ -962,34 +988,62 @@ static uint32_t own_pidns(void)
     return stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
 }
 
-uint32_t reg_holder_attach(struct registry *r, uint64_t nonce)
+/* Takes slot i for this process if its lock byte is ours to take (the
+ * arbiter: F_OFD_SETLK gives a byte to one description only, so two
+ * attachers never get the same slot, with or without the registry lock).
+ * The record is written, then published ACTIVE. */
+static bool take_slot(struct registry *r, int fd, uint32_t i, const struct reg_holder *fields)
 {
-    pid_t pid = getpid();
-    uint64_t start = 0;
-    (void)liveness_start_time(pid, &start);
+    struct reg_holder *h = &r->holders[i];
+    /* Held by a description that outlived its holder (a fork child's
+     * inherited copy), or by another attacher right now: not ours. */
+    if (liveness_lock_byte(fd, r->lock_base + i) != 0) return false;
+    test_delay(); /* a death here leaves the slot FREE: the byte goes with it */
+    uint32_t state = LOAD_STATE(h->state);
+    if (state == HOLDER_ACTIVE) { /* attached meanwhile, and gone again: a sweep's */
+        liveness_unlock_byte(fd, r->lock_base + i);
+        return false;
+    }
+    if (state != HOLDER_FREE)
+        reg_holder_sweep(r, i); /* corrupt (lock held): what it claimed goes */
+    h->pid = fields->pid;
+    h->pidns = fields->pidns;
+    h->start_time = fields->start_time;
+    h->nonce = fields->nonce;
+    h->attach_ns = reg_now_ns();
+    memcpy(h->comm, fields->comm, sizeof h->comm);
+    STORE_STATE(h->state, HOLDER_ACTIVE);
+    r->self_slot = i;
+    r->self_nonce = fields->nonce;
+    return true;
+}
+
+/* reg_holder_claim (locked false: FREE slots only) and reg_holder_attach. */
+static uint32_t attach_slot(struct registry *r, uint64_t nonce, bool locked)
+{
+    struct reg_holder me = {.pid = (int32_t)getpid(), .pidns = own_pidns(), .nonce = nonce};
+    (void)liveness_start_time(me.pid, &me.start_time);
+    if (prctl(PR_GET_NAME, me.comm) != 0) me.comm[0] = 0; /* observability */
     int fd = registry_fd(r);
     if (fd < 0) return REG_NONE;
     for (uint32_t i = 0; i < r->max_holders; i++) {
-        struct reg_holder *h = &r->holders[i];
-        uint32_t state = LOAD_STATE(h->state);
-        /* A state that is neither FREE nor ACTIVE is a corrupt record: reuse it. */
-        if (state == HOLDER_ACTIVE) continue;
-        /* Held by a description that outlived its holder (a fork child's
-         * inherited copy): not usable yet. */
-        if (liveness_lock_byte(fd, r->lock_base + i) != 0) continue;
-        if (state != HOLDER_FREE) reg_holder_sweep(r, i); /* whatever it claimed goes */
-        h->pid = (int32_t)pid;
-        h->pidns = own_pidns();
-        h->start_time = start;
-        h->nonce = nonce;
-        h->attach_ns = reg_now_ns();
-        if (prctl(PR_GET_NAME, h->comm) != 0) h->comm[0] = 0; /* observability */
-        STORE_STATE(h->state, HOLDER_ACTIVE);
-        r->self_slot = i;
-        r->self_nonce = nonce;
-        return i;
+        uint32_t state = LOAD_STATE(r->holders[i].state);
+        /* A state that is neither FREE nor ACTIVE is a corrupt record:
+         * reused under the lock only (it must be swept first). */
+        if (state == HOLDER_ACTIVE || (state != HOLDER_FREE && !locked)) continue;
+        if (take_slot(r, fd, i, &me)) return i;
     }
     return REG_NONE;
+}
+
+uint32_t reg_holder_claim(struct registry *r, uint64_t nonce)
+{
+    return attach_slot(r, nonce, false);
+}
+
+uint32_t reg_holder_attach(struct registry *r, uint64_t nonce)
+{
+    return attach_slot(r, nonce, true);
 }
 
 void reg_holder_release(struct registry *r, uint32_t idx)
@@ -1103,7 +1157,7 @@ uint32_t reg_holder_drop_leases(struct registry *r, uint32_t idx)
             uint32_t wake = reg_block_unheld(r, bi, gen);
             if (wake != REG_NONE && wake != idx) registry_wake(r, wake);
         }
-        r->chunk_owner[c] = REG_NONE;
+        __atomic_store_n(&r->chunk_owner[c], REG_NONE, __ATOMIC_RELEASE); /* after its leases */
     }
     if (r->self_slot == idx) r->nspare = 0;
     return n;
@@ -1154,9 +1208,9 @@ static int sweep_found(struct registry *r, const uint32_t *dead, const uint64_t 
     int swept = 0;
     for (uint32_t k = 0; k < n; k++) {
         struct reg_holder *h = reg_holder_at(r, dead[k]);
-        /* Still the holder we found dead: a dead holder's lock byte stays
-         * free and its slot is taken again only under this lock, with a new
-         * nonce. */
+        /* Still the holder we found dead: its slot stays ACTIVE until a
+         * sweep (under this lock) frees it, and a new attacher takes only a
+         * FREE slot, with a new nonce. */
         if (!h || LOAD_STATE(h->state) != HOLDER_ACTIVE || h->nonce != nonce[k]) continue;
         log_msg(LOG_INFO, "holder %u (pid %d) is gone; releasing its leases and blocks", dead[k],
                 (int)h->pid);
@@ -1442,7 +1496,7 @@ static bool spare_push(struct registry *r, uint32_t li)
 }
 
 /* A free chunk for holder, marked as its own, growing the table when none
- * is free; REG_NONE when full. */
+ * is free; REG_NONE when full. Lock held. */
 static uint32_t claim_chunk(struct registry *r, uint32_t holder)
 {
     uint32_t c = 0;
@@ -1451,18 +1505,45 @@ static uint32_t claim_chunk(struct registry *r, uint32_t holder)
         /* Free, or owned by a slot that is not an active holder (a corrupt
          * or hostile owner: a chunk is claimed only by an attached holder
          * and given back by its sweep): its leases name nobody. */
-        uint32_t owner = r->chunk_owner[c];
+        uint32_t owner = __atomic_load_n(&r->chunk_owner[c], __ATOMIC_ACQUIRE);
         if (owner != REG_NONE && owner < r->max_holders &&
             LOAD_STATE(r->holders[owner].state) == HOLDER_ACTIVE)
             continue;
-        for (uint32_t li = c * r->lease_chunk; li < (c + 1) * r->lease_chunk; li++) {
-            r->leases[li].intent = LEASE_FREE;
-            r->leases[li].count = 0;
-            r->leases[li].holder = holder;
-        }
-        __atomic_store_n(&r->chunk_owner[c], holder, __ATOMIC_RELEASE);
+        /* A CAS: lock-free claimers (reg_lease_claim) take REG_NONE chunks. */
+        if (!__atomic_compare_exchange_n(&r->chunk_owner[c], &owner, holder, false,
+                                         __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            continue;
+        reset_chunk(r, c, holder);
         return c;
     }
+}
+
+/* Our spare list gets chunk c's slots. */
+static void spare_chunk(struct registry *r, uint32_t c)
+{
+    for (uint32_t li = (c + 1) * r->lease_chunk; li-- > c * r->lease_chunk;)
+        if (!spare_push(r, li)) break; /* out of memory: fewer spares, nothing wrong */
+}
+
+int reg_lease_claim(struct registry *r)
+{
+    if (r->self_slot == REG_NONE) return -ENOSPC;
+    registry_refresh(r); /* another process may have grown the table */
+    for (uint32_t c = 0; c < r->nchunks; c++) {
+        uint32_t owner = REG_NONE;
+        /* Only an unowned chunk: its slots are all FREE (a sweep or an exit
+         * frees every lease of a chunk before giving it back, the lock-held
+         * claim resets it after taking it) and nobody else writes them. */
+        if (__atomic_load_n(&r->chunk_owner[c], __ATOMIC_RELAXED) != REG_NONE ||
+            !__atomic_compare_exchange_n(&r->chunk_owner[c], &owner, r->self_slot, false,
+                                         __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            continue;
+        reset_chunk(r, c, r->self_slot);
+        spare_chunk(r, c);
+        /* One of the last quarter: grow ahead while it costs nobody a wait. */
+        return c >= r->nchunks - r->nchunks / 4 && r->nchunks < r->cap_chunks ? 1 : 0;
+    }
+    return -EAGAIN;
 }
 
 int reg_lease_grow(struct registry *r)
@@ -1470,9 +1551,16 @@ int reg_lease_grow(struct registry *r)
     if (r->self_slot == REG_NONE) return -ENOSPC;
     uint32_t c = claim_chunk(r, r->self_slot);
     if (c == REG_NONE) return -ENOSPC;
-    for (uint32_t li = (c + 1) * r->lease_chunk; li-- > c * r->lease_chunk;)
-        if (!spare_push(r, li)) break; /* out of memory: fewer spares, nothing wrong */
+    spare_chunk(r, c);
     return 0;
+}
+
+void reg_lease_grow_ahead(struct registry *r)
+{
+    uint32_t unowned = 0;
+    for (uint32_t c = 0; c < r->nchunks; c++)
+        unowned += __atomic_load_n(&r->chunk_owner[c], __ATOMIC_RELAXED) == REG_NONE;
+    if (unowned < r->nchunks / 4) (void)grow_chunks(r);
 }
 
 bool reg_lease_begin(struct registry *r, uint32_t li, uint32_t block, uint64_t generation)

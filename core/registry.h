@@ -289,15 +289,23 @@ int registry_reopen_fd(struct registry *r);
  * safely); -ENOTRECOVERABLE (the registry must not be used any more). */
 int registry_lock(struct registry *r);
 void registry_unlock(struct registry *r);
+/* registry_lock without waiting: -EBUSY when another thread holds it. */
+int registry_trylock(struct registry *r);
 
 /* Rebuild every derived structure from the primary records. Lock held. */
 void registry_repair(struct registry *r);
 
 /* ---- holders ---- */
 
-/* Take a free holder slot for this process and its OFD lock byte (call
- * reg_sweep_dead first: a previous image of this process after exec may
- * still hold one). Slot index or REG_NONE. Lock held. */
+/* Take a FREE holder slot for this process and its OFD lock byte, without
+ * the lock: the byte decides between attachers (F_OFD_SETLK gives it to
+ * one), and a slot becomes FREE only when everything it held is released.
+ * Call reg_sweep_dead first (a previous image of this process after exec
+ * may still hold a slot). Slot index, or REG_NONE when no slot is FREE
+ * (then reg_holder_attach). No lock. */
+uint32_t reg_holder_claim(struct registry *r, uint64_t nonce);
+/* reg_holder_claim that also sweeps and reuses a slot in a corrupt state.
+ * Lock held. */
 uint32_t reg_holder_attach(struct registry *r, uint64_t nonce);
 
 /* Give back our own slot: drop our lock byte and mark it free. Lock held. */
@@ -416,13 +424,24 @@ bool reg_block_retire(struct registry *r, uint32_t idx);
 
 /* ---- leases ---- */
 
-/* A free lease slot in our own chunks, or REG_NONE (then reg_lease_grow
- * under the lock). No lock. */
+/* A free lease slot in our own chunks, or REG_NONE (then reg_lease_claim,
+ * or reg_lease_grow under the lock). No lock. */
 uint32_t reg_lease_take(struct registry *r);
 
-/* Claim one more chunk of lease slots for our own holder slot (the chunk
- * table grows when none is free). 0 or -ENOSPC. Lock held. */
+/* Claim a chunk no holder owns for our own holder slot, with a CAS on its
+ * owner word. 0; 1 when it was one of the last quarter of the table (grow
+ * ahead with reg_lease_grow_ahead if the lock is free); -EAGAIN when every
+ * chunk is owned (then reg_lease_grow); -ENOSPC without a slot. No lock. */
+int reg_lease_claim(struct registry *r);
+
+/* Claim one more chunk of lease slots for our own holder slot, also one a
+ * holder that is not active left (the chunk table grows when none is
+ * free). 0 or -ENOSPC. Lock held. */
 int reg_lease_grow(struct registry *r);
+
+/* Grows the chunk table when fewer than a quarter of its chunks are
+ * unowned, so that lock-free claims keep finding one. Lock held. */
+void reg_lease_grow_ahead(struct registry *r);
 
 /* Fill our lease li for block (count 1, intent OPENING, then the bit set).
  * No lock. Returns whether the bit was clear before. */

@@ -1,6 +1,7 @@
 /* registry: the shared segment's layout, creation, attach checks, robust-lock
  * repair and the derived indexes. */
 #include "helpers.h"
+#include "liveness.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -376,6 +377,97 @@ Test(registry, holders_of_a_block)
     cr_assert_not(reg_unhold(&r, 7, 69));
     cr_assert(reg_unhold(&r, 7, 129), "the last clear leaves it free");
     cr_assert_not(reg_block_held(&r, 7));
+    registry_close(&r);
+}
+
+/* Holder slots and lease chunks are claimed without the registry lock:
+ * with the lock held by the parent all along, six processes starting at
+ * once each get a slot and a chunk of their own; a FREE slot whose lock
+ * byte another description holds is passed over; when every chunk is
+ * owned the claim says so (the lock-held grow takes over). */
+Test(registry, slots_and_chunks_claimed_without_the_lock)
+{
+    struct registry r;
+    open_view(&r);
+    cr_assert_eq(registry_lock(&r), 0, "held by the parent throughout");
+    int other = open(r.path, O_RDWR | O_CLOEXEC); /* another description */
+    cr_assert_geq(other, 0);
+    cr_assert_eq(liveness_lock_byte(other, r.lock_base + 0), 0, "slot 0's byte is taken");
+    enum { KIDS = 6 };
+    int up[2], down[2];
+    cr_assert_eq(pipe(up), 0);
+    cr_assert_eq(pipe(down), 0);
+    pid_t kids[KIDS];
+    for (int k = 0; k < KIDS; k++) {
+        kids[k] = fork();
+        if (kids[k] == 0) {
+            close(down[1]);
+            struct registry mine;
+            struct reg_caps caps = {8, 64, 128};
+            uint32_t got[2] = {REG_NONE, REG_NONE};
+            if (registry_open(&mine, options_get()->domain, &caps) == 0) {
+                got[0] = reg_holder_claim(&mine, 100 + (uint64_t)k);
+                if (got[0] != REG_NONE && reg_lease_claim(&mine) >= 0) {
+                    uint32_t li = reg_lease_take(&mine);
+                    got[1] = li == REG_NONE ? REG_NONE : li / mine.lease_chunk;
+                }
+            }
+            if (write(up[1], got, sizeof got) != sizeof got) _exit(3);
+            char x;
+            (void)!read(down[0], &x, 1); /* alive until the parent has looked */
+            _exit(0);
+        }
+    }
+    close(up[1]);
+    close(down[0]);
+    bool slot_seen[8] = {0}, chunk_seen[8] = {0};
+    for (int k = 0; k < KIDS; k++) {
+        uint32_t got[2];
+        cr_assert_eq(read(up[0], got, sizeof got), (ssize_t)sizeof got);
+        cr_assert(got[0] != REG_NONE && got[0] != 0 && got[0] < 8, "a slot, not slot 0: %u",
+                  got[0]);
+        cr_assert(got[1] != REG_NONE && got[1] < r.nchunks, "a chunk");
+        cr_assert_not(slot_seen[got[0]], "slot %u taken twice", got[0]);
+        cr_assert_not(chunk_seen[got[1]], "chunk %u taken twice", got[1]);
+        slot_seen[got[0]] = chunk_seen[got[1]] = true;
+        cr_assert_eq(r.chunk_owner[got[1]], got[0]);
+        cr_assert_eq(r.holders[got[0]].state, HOLDER_ACTIVE);
+    }
+    /* The last free slot (slot 0's byte is held elsewhere) and the last chunks. */
+    uint32_t me = reg_holder_claim(&r, 7);
+    cr_assert(me != REG_NONE && me != 0 && !slot_seen[me]);
+    cr_assert_eq(reg_holder_claim(&r, 8), REG_NONE, "no FREE slot left whose byte is free");
+    int rc;
+    unsigned claimed = 0;
+    while ((rc = reg_lease_claim(&r)) >= 0)
+        claimed++;
+    cr_assert_eq(rc, -EAGAIN, "every chunk is owned");
+    cr_assert_eq(claimed, r.nchunks - KIDS);
+    close(down[1]);
+    for (int k = 0; k < KIDS; k++)
+        waitpid(kids[k], NULL, 0);
+    close(other);
+    registry_unlock(&r);
+    registry_close(&r);
+}
+
+/* A claim of one of the last quarter of the chunks asks to grow ahead,
+ * which doubles the table while a quarter is not unowned any more. */
+Test(registry, chunk_table_grows_ahead)
+{
+    struct reg_caps caps = {8, 64, 128 * REG_LEASE_CHUNK};
+    struct registry r;
+    cr_assert_eq(registry_open(&r, test_domain, &caps), 0);
+    cr_assert_neq(reg_holder_claim(&r, 1), REG_NONE);
+    cr_assert_eq(r.nchunks, 32);
+    for (unsigned c = 0; c < 24; c++)
+        cr_assert_eq(reg_lease_claim(&r), 0, "chunk %u", c);
+    cr_assert_eq(reg_lease_claim(&r), 1, "one of the last quarter");
+    cr_assert_eq(registry_lock(&r), 0);
+    reg_lease_grow_ahead(&r);
+    registry_unlock(&r);
+    cr_assert_eq(r.nchunks, 64);
+    cr_assert_eq(reg_lease_claim(&r), 0, "plenty unowned again");
     registry_close(&r);
 }
 
