@@ -876,22 +876,34 @@ static void sweep_holders_of_ours(void)
     free(cand);
 }
 
-/* Frees what can be freed from this process's limbo, after sweeping the
- * dead as `how` says (the sweep's liveness checks run before any lock is
- * taken: reg_sweep_dead). Returns the number freed. */
+static int free_limbo(void);
+
+/* Frees what can be freed from this process's limbo and sweeps the dead as
+ * `how` says (the sweep's liveness checks run before any lock is taken:
+ * reg_sweep_dead). A due sweep comes after the frees, which it would
+ * otherwise delay by a syscall or two per holder, and is followed by
+ * another round only when it released someone. Returns the number freed. */
 static int collect(enum sweep_mode how)
 {
     uint64_t now = reg_now_ns();
     uint32_t me = __atomic_load_n(&self, __ATOMIC_RELAXED);
-    if (ipc_active() && me != REG_NONE && !forked()) {
-        if (how == SWEEP_MINE) {
-            sweep_holders_of_ours();
-        } else if (how == SWEEP_ALL ||
-                   now - __atomic_load_n(&last_sweep_ns, __ATOMIC_RELAXED) > SWEEP_INTERVAL_NS) {
-            __atomic_store_n(&last_sweep_ns, now, __ATOMIC_RELAXED);
-            reg_sweep_dead(&reg, me);
-        }
+    bool can = ipc_active() && me != REG_NONE && !forked();
+    if (can && how == SWEEP_MINE) sweep_holders_of_ours();
+    if (can && how == SWEEP_ALL) reg_sweep_dead(&reg, me);
+    int n = free_limbo();
+    if (can && how == SWEEP_DUE &&
+        now - __atomic_load_n(&last_sweep_ns, __ATOMIC_RELAXED) > SWEEP_INTERVAL_NS) {
+        __atomic_store_n(&last_sweep_ns, now, __ATOMIC_RELAXED);
+        if (reg_sweep_dead(&reg, me) > 0) n += free_limbo();
     }
+    return n;
+}
+
+/* Frees what can be freed from this process's limbo now. Returns the
+ * number freed. */
+static int free_limbo(void)
+{
+    uint64_t now = reg_now_ns();
     local_lock();
     check_fork();
     if (state != S_ACTIVE || shut || self == REG_NONE) {
