@@ -454,6 +454,7 @@ static int fig_reclaim(const struct args *a, const char *self)
     door_wait(c, D_READY, ready, 0);
     double *lat = calloc((size_t)a->samples, sizeof *lat);
     long missed = 0;
+    probe_reset(); /* the exporter's own waits: the sampling window only */
     uint32_t seen = door_seq(c, D_TO_PARENT);
     uint64_t next_scratch = now_ns();
     /* --budget-s: stop taking samples after this long (a storm of importers
@@ -513,6 +514,8 @@ static int fig_reclaim(const struct args *a, const char *self)
         }
         lat[i] = (double)(t_free - t_close) / 1e3;
     }
+    struct probe_lock_stats ereg, esim;
+    bool eprobe = probe_stats(&ereg, &esim);
     atomic_store(&c->go, 1);
     door_open(c, D_TO_CHILD);
     int status = wait_child(pid);
@@ -535,6 +538,12 @@ static int fig_reclaim(const struct args *a, const char *self)
     if (reg_max >= 0) { /* the probe was preloaded */
         print_values("reclaim_reg_lock_max_wait_us", (double[]){reg_max / 1e3}, 1);
         print_values("reclaim_reg_lock_waits_over_1ms", &reg_over, 1);
+    }
+    if (eprobe) { /* the exporter's program thread and collector */
+        print_values("reclaim_exporter_reg_lock_max_wait_us",
+                     (double[]){(double)ereg.max_wait_ns / 1e3}, 1);
+        print_values("reclaim_exporter_reg_lock_waits_over_1ms", (double[]){(double)ereg.over_1ms},
+                     1);
     }
     print_values("reclaim_cut", (double[]){(double)cut}, 1);
     if (taken > 0) {
