@@ -312,7 +312,7 @@ static void let_go(uint32_t idx)
     if (!reg_block_held(&reg, idx))
         reg_block_recycle(&reg, idx);
     else
-        b->state = BLOCK_ORPHANED, b->orphaned_ns = reg_now_ns();
+        reg_block_orphan(&reg, idx);
 }
 
 enum sweep_mode {
@@ -1318,21 +1318,10 @@ void ipc_shutdown(void)
         drain_recycles();
         if (!__atomic_exchange_n(&leaks_reported, 1, __ATOMIC_ACQ_REL))
             leaks = leak_gather(&reg, self); /* what is still held, for the exit report */
-        /* Our blocks are orphaned (or recycled when nothing holds them),
-         * our leases go, waking their exporters, and the slot is freed:
-         * work for our own records only (we know them), no table scan. */
-        struct local_export *e, *et;
-        HASH_ITER(hh, local_exports(), e, et)
-        {
-            if (own_block(reg_block_at(&reg, e->block), e->generation)) let_go(e->block);
-        }
-        struct local_retiring *rt, *rtt;
-        HASH_ITER(hh, local_retirings(), rt, rtt)
-        {
-            struct reg_block *b = reg_block_at(&reg, rt->block);
-            if (own_block(b, rt->generation) && b->state == BLOCK_RETIRED)
-                reg_block_recycle(&reg, rt->block);
-        }
+        /* Our leases go, waking their exporters; our blocks are orphaned
+         * (or recycled when nothing holds them) and the slot is freed:
+         * work for our own records only (our chunks and our list of
+         * exports), no table scan. */
         reg_holder_drop_leases(&reg, self);
         reg_holder_release(&reg, self);
         registry_unlock(&reg);

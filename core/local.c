@@ -210,11 +210,6 @@ void local_lease_del(struct local_lease *l)
     free(l);
 }
 
-struct local_retiring *local_retirings(void)
-{
-    return retiring;
-}
-
 int local_retiring_add(uint64_t base, uint32_t block, uint64_t generation)
 {
     struct local_retiring *t, *old = NULL;

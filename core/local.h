@@ -115,7 +115,6 @@ void local_lease_del(struct local_lease *l);
 
 int local_retiring_add(uint64_t base, uint32_t block, uint64_t generation);
 bool local_retiring_take(uint64_t base, uint32_t *block, uint64_t *generation);
-struct local_retiring *local_retirings(void); /* to walk with HASH_ITER(hh, ...) */
 
 /* Forget everything (in a fork child, or at shutdown). With free_memory
  * false the tables are abandoned, for when they may be mid-update (a fork

@@ -851,6 +851,43 @@ static bool lease_valid(struct registry *r, uint32_t li)
            o->state == HOLDER_ACTIVE && l->holder == owner && l->count > 0;
 }
 
+/* ---- exporters' lists (derived, lock held; registry.h) ---- */
+
+/* Puts block bi at the head of holder's list. */
+static void list_push(struct registry *r, uint32_t bi, uint32_t holder)
+{
+    struct reg_holder *h = &r->holders[holder];
+    struct reg_block *b = &r->blocks[bi];
+    b->exp_on = holder + 1;
+    b->exp_prev = 0;
+    b->exp_next = h->exports <= r->max_blocks ? h->exports : 0;
+    if (b->exp_next) r->blocks[b->exp_next - 1].exp_prev = bi + 1;
+    h->exports = bi + 1;
+}
+
+/* Takes block bi off the list it is on, if any. Links out of range (a
+ * corrupt segment) are dropped, never followed. */
+static void list_unlink(struct registry *r, uint32_t bi)
+{
+    struct reg_block *b = &r->blocks[bi];
+    uint32_t on = b->exp_on, prev = b->exp_prev, next = b->exp_next;
+    b->exp_on = b->exp_prev = b->exp_next = 0;
+    if (!on || on > r->max_holders) return;
+    if (prev > r->max_blocks) prev = 0;
+    if (next > r->max_blocks) next = 0;
+    if (prev)
+        r->blocks[prev - 1].exp_next = next;
+    else if (r->holders[on - 1].exports == bi + 1)
+        r->holders[on - 1].exports = next;
+    if (next) r->blocks[next - 1].exp_prev = prev;
+}
+
+static bool listed(uint32_t state)
+{
+    return state == BLOCK_LIVE || state == BLOCK_LIMBO || state == BLOCK_RETIRING ||
+           state == BLOCK_RETIRED;
+}
+
 /* Rebuilds the free list and the hash chains from the blocks' states.
  * Lock-free readers that walk a chain meanwhile may miss their block: they
  * then ask under the lock. */
@@ -860,11 +897,15 @@ static void rebuild_index(struct registry *r)
     for (uint32_t i = 0; i < r->nbuckets; i++)
         __atomic_store_n(&r->buckets[i], REG_NONE, __ATOMIC_RELAXED);
     h->block_free = REG_NONE;
+    for (uint32_t k = 0; k < r->max_holders; k++)
+        r->holders[k].exports = 0;
     for (uint32_t i = r->max_blocks; i-- > 0;) {
         struct reg_block *b = &r->blocks[i];
         /* An exporter that died deciding: not freed, so still limbo. */
         if (b->state == BLOCK_RETIRING) b->state = BLOCK_LIMBO;
         if (b->state > BLOCK_RETIRING) b->state = BLOCK_FREE;
+        b->exp_on = b->exp_prev = b->exp_next = 0;
+        if (listed(b->state) && b->exporter < r->max_holders) list_push(r, i, b->exporter);
         if (b->state == BLOCK_FREE) {
             b->hash_next = h->block_free;
             h->block_free = i;
@@ -958,8 +999,7 @@ void registry_repair(struct registry *r)
         if (b->state == BLOCK_FREE) continue;
         struct reg_holder *o = reg_holder_at(r, b->exporter);
         bool exporter_gone = !o || o->state != HOLDER_ACTIVE || o->nonce != b->exporter_nonce;
-        if (exporter_gone && b->state != BLOCK_ORPHANED)
-            b->state = BLOCK_ORPHANED, b->orphaned_ns = reg_now_ns();
+        if (exporter_gone && b->state != BLOCK_ORPHANED) reg_block_orphan(r, i);
         if (b->state == BLOCK_ORPHANED && !reg_block_held(r, i)) reg_block_recycle(r, i);
     }
     /* Chunks of holders that are gone, and leases that name nothing (last:
@@ -1050,6 +1090,7 @@ void reg_holder_release(struct registry *r, uint32_t idx)
 {
     struct reg_holder *h = reg_holder_at(r, idx);
     if (!h) return;
+    reg_holder_let_go(r, idx);
     STORE_STATE(h->state, HOLDER_FREE);
     if (r->self_slot == idx) r->self_slot = REG_NONE;
     int fd = registry_fd(r);
@@ -1169,21 +1210,39 @@ void reg_holder_sweep(struct registry *r, uint32_t idx)
     if (!h) return;
     reg_holder_drop_leases(r, idx);
     test_delay();
-    for (uint32_t i = 0; i < r->max_blocks; i++) {
-        struct reg_block *b = &r->blocks[i];
-        /* A bit without a lease: the holder died between the two (no such
-         * order exists in this build; a corrupt segment). */
-        uint64_t *held = reg_block_held_words(r, i);
-        if (idx / 64 < r->held_words &&
-            (__atomic_load_n(&held[idx / 64], __ATOMIC_RELAXED) >> (idx % 64) & 1))
-            reg_unhold(r, i, idx);
-        if (b->state == BLOCK_FREE || b->exporter != idx) continue;
-        if (b->state == BLOCK_RETIRED || !reg_block_held(r, i))
-            reg_block_recycle(r, i);
-        else
-            b->state = BLOCK_ORPHANED, b->orphaned_ns = reg_now_ns();
-    }
+    /* Its own records only: its lease chunks above, its exports here. (A
+     * bit without a lease cannot be left by any death in this build: the
+     * lease is written before the bit and freed after it. One in a
+     * corrupt segment pins its block until a repair clears the bits of
+     * holders that are not active.) */
+    reg_holder_let_go(r, idx);
     STORE_STATE(h->state, HOLDER_FREE);
+}
+
+/* Lets go of one block of a holder that is going. */
+static void let_go_block(struct registry *r, uint32_t i)
+{
+    if (r->blocks[i].state == BLOCK_RETIRED || !reg_block_held(r, i))
+        reg_block_recycle(r, i);
+    else
+        reg_block_orphan(r, i);
+}
+
+void reg_holder_let_go(struct registry *r, uint32_t idx)
+{
+    struct reg_holder *h = reg_holder_at(r, idx);
+    if (!h) return;
+    for (uint32_t steps = 0, first; (first = h->exports) != 0; steps++) {
+        uint32_t i = first - 1;
+        if (i >= r->max_blocks || r->blocks[i].exp_on != idx + 1 || steps > r->max_blocks) {
+            /* A corrupt list: the table, as before there were lists. */
+            h->exports = 0;
+            for (uint32_t k = 0; k < r->max_blocks; k++)
+                if (r->blocks[k].exporter == idx && listed(r->blocks[k].state)) let_go_block(r, k);
+            return;
+        }
+        let_go_block(r, i); /* takes it off the list */
+    }
 }
 
 /* The dead among the candidates (flags, max_holders of them), checked
@@ -1371,6 +1430,7 @@ uint32_t reg_block_create(struct registry *r, const struct ipc_handle *hd, uint6
         __atomic_store_n(&held[w], 0, __ATOMIC_RELAXED);
     b->rules = options_get()->handoff == HANDOFF_WINDOW ? BLOCK_RULE_HANDOFF_WINDOW : 0;
     memcpy(b->exporter_comm, o->comm, sizeof b->exporter_comm);
+    list_push(r, idx, exporter);
     uint32_t bk = bucket_of(r, b->handle);
     b->hash_next = r->buckets[bk];
     __atomic_store_n(&r->buckets[bk], idx, __ATOMIC_RELEASE);
@@ -1385,6 +1445,7 @@ void reg_block_recycle(struct registry *r, uint32_t idx)
     if (!b) return;
     STORE_STATE(b->state, BLOCK_FREE);
     test_delay();
+    list_unlink(r, idx);
     uint64_t *held = reg_block_held_words(r, idx);
     for (uint32_t w = 0; w < r->held_words; w++)
         __atomic_store_n(&held[w], 0, __ATOMIC_SEQ_CST);
@@ -1406,6 +1467,15 @@ void reg_block_recycle(struct registry *r, uint32_t idx)
     __atomic_store_n(&b->pending, 0, __ATOMIC_RELAXED);
     b->hash_next = r->hdr->block_free;
     r->hdr->block_free = idx;
+}
+
+void reg_block_orphan(struct registry *r, uint32_t idx)
+{
+    struct reg_block *b = reg_block_at(r, idx);
+    if (!b) return;
+    b->orphaned_ns = reg_now_ns();
+    STORE_STATE(b->state, BLOCK_ORPHANED);
+    list_unlink(r, idx);
 }
 
 uint32_t reg_block_leases(struct registry *r, uint32_t idx)

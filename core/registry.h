@@ -39,7 +39,8 @@
 #include <time.h>
 
 #define REG_MAGIC 0x31534d4843504931ull /* "1IPCHMS1" */
-#define REG_ABI 3u /* 3: lock-free leases: holder bitmaps, lease chunks, word hashes */
+#define REG_ABI                                                                                    \
+    4u /* 3: lock-free leases: holder bitmaps, lease chunks, word hashes; 4: exporters' lists */
 #define REG_NONE UINT32_MAX
 #define REG_DOMAIN_MAX 64
 #define REG_NAME_TRIES 8 /* the name, then "~1".."~7" when another user squats it */
@@ -97,7 +98,10 @@ struct reg_holder {
     /* Its PID namespace (inode of /proc/self/ns/pid; 0 unknown). Across
      * namespaces a pid means nothing: liveness rests on the lock alone. */
     uint32_t pidns;
-    uint32_t reserved[6];
+    /* Derived, under the lock: the first block of this holder's list of
+     * exports (index + 1; 0 when none). Rebuilt by registry_repair. */
+    uint32_t exports;
+    uint32_t reserved[5];
     /* Observability (ABI 2; written by the holder itself before `state`): */
     char comm[16]; /* its command name (PR_GET_NAME), NUL-terminated */
 };
@@ -121,7 +125,12 @@ struct reg_block {
     uint32_t pending;   /* unclaimed hand-offs */
     uint32_t hash_next; /* derived: hash chain, or free list when FREE */
     uint32_t pad;
-    uint64_t reserved[2];
+    /* Derived, under the lock: the exporter's list of its blocks, so that
+     * a sweep or an exit walks its own (indices + 1; 0 = none). exp_on is
+     * the holder whose list it is on (+ 1; 0 = on none): every block LIVE,
+     * LIMBO, RETIRING or RETIRED is on its exporter's; FREE and ORPHANED
+     * ones are on none. */
+    uint32_t exp_next, exp_prev, exp_on, pad2;
     /* Observability (ABI 2), under the registry lock; nothing decides on them: */
     int32_t exporter_pid;   /* copied from the exporter's holder at creation */
     uint32_t claimed;       /* hand-offs claimed by an importer's first open */
@@ -308,7 +317,8 @@ uint32_t reg_holder_claim(struct registry *r, uint64_t nonce);
  * Lock held. */
 uint32_t reg_holder_attach(struct registry *r, uint64_t nonce);
 
-/* Give back our own slot: drop our lock byte and mark it free. Lock held. */
+/* Give back our own slot: let go of the blocks we exported
+ * (reg_holder_let_go), mark it free, drop our lock byte. Lock held. */
 void reg_holder_release(struct registry *r, uint32_t idx);
 
 /* Liveness of another holder (see liveness.h). A free slot is not alive. */
@@ -393,8 +403,18 @@ uint32_t reg_block_create(struct registry *r, const struct ipc_handle *h, uint64
                           uint64_t size, int device, uint32_t exporter, uint64_t now);
 
 /* Back to the free list; leases still naming it are left to their owners
- * (their generation no longer matches). The held bitmap is cleared. */
+ * (their generation no longer matches). The held bitmap is cleared. Off
+ * its exporter's list. Lock held. */
 void reg_block_recycle(struct registry *r, uint32_t idx);
+
+/* ORPHANED (its exporter is gone; recycled with its last lease), off its
+ * exporter's list. Lock held. */
+void reg_block_orphan(struct registry *r, uint32_t idx);
+
+/* Lets go of every block holder idx exported: recycled when nothing holds
+ * it (or it is RETIRED), else orphaned. Walks the holder's own list (a scan
+ * of the table only if that list is corrupt). Lock held. */
+void reg_holder_let_go(struct registry *r, uint32_t idx);
 
 /* Number of holders holding the block (bits set). No lock. */
 uint32_t reg_block_leases(struct registry *r, uint32_t idx);

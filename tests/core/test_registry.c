@@ -54,7 +54,8 @@ Test(registry, layout_pinned)
     cr_assert_eq(offsetof(struct reg_holder, state), 28);
     cr_assert_eq(offsetof(struct reg_holder, wake), 32);
     cr_assert_eq(offsetof(struct reg_holder, pidns), 36);
-    cr_assert_eq(offsetof(struct reg_holder, reserved), 40);
+    cr_assert_eq(offsetof(struct reg_holder, exports), 40);
+    cr_assert_eq(offsetof(struct reg_holder, reserved), 44);
 
     cr_assert_eq(sizeof(struct reg_block), 200);
     cr_assert_eq(offsetof(struct reg_block, exporter_pid), 160);
@@ -77,7 +78,10 @@ Test(registry, layout_pinned)
     cr_assert_eq(offsetof(struct reg_block, pending), 132);
     cr_assert_eq(offsetof(struct reg_block, hash_next), 136);
     cr_assert_eq(offsetof(struct reg_block, pad), 140);
-    cr_assert_eq(offsetof(struct reg_block, reserved), 144);
+    cr_assert_eq(offsetof(struct reg_block, exp_next), 144);
+    cr_assert_eq(offsetof(struct reg_block, exp_prev), 148);
+    cr_assert_eq(offsetof(struct reg_block, exp_on), 152);
+    cr_assert_eq(offsetof(struct reg_block, pad2), 156);
 
     cr_assert_eq(sizeof(struct reg_lease), 32);
     cr_assert_eq(offsetof(struct reg_lease, open_ns), 24);
@@ -468,6 +472,65 @@ Test(registry, chunk_table_grows_ahead)
     registry_unlock(&r);
     cr_assert_eq(r.nchunks, 64);
     cr_assert_eq(reg_lease_claim(&r), 0, "plenty unowned again");
+    registry_close(&r);
+}
+
+/* Length of holder k's list of exports, following exp_next (at most 100). */
+static unsigned exports_of(struct registry *r, uint32_t k)
+{
+    unsigned n = 0;
+    for (uint32_t f = r->holders[k].exports; f && n < 100; f = r->blocks[f - 1].exp_next)
+        n++;
+    return n;
+}
+
+/* Each exporter's blocks are on its own list: a recycle or an orphaning
+ * takes a block off; letting a holder go walks its list only (the other
+ * holder's blocks untouched), recycling what nothing holds and orphaning
+ * the rest; a corrupt list falls back to the table; repair rebuilds them. */
+Test(registry, exports_listed_per_holder)
+{
+    struct registry r;
+    open_view(&r);
+    cr_assert_eq(registry_lock(&r), 0);
+    uint32_t a = reg_holder_attach(&r, 1), b = reg_holder_attach(&r, 2);
+    cr_assert(a != REG_NONE && b != REG_NONE && a != b);
+    uint32_t ablk[5], bblk[3];
+    for (unsigned i = 0; i < 5; i++) {
+        struct ipc_handle h = make_handle(i + 1);
+        ablk[i] = reg_block_create(&r, &h, 0x1000 * (i + 1), 1, 0, a, 1);
+    }
+    for (unsigned i = 0; i < 3; i++) {
+        struct ipc_handle h = make_handle(i + 100);
+        bblk[i] = reg_block_create(&r, &h, 0x100000 * (i + 1), 1, 0, b, 1);
+    }
+    cr_assert_eq(exports_of(&r, a), 5);
+    cr_assert_eq(exports_of(&r, b), 3);
+    reg_block_recycle(&r, ablk[1]);
+    reg_block_orphan(&r, ablk[3]);
+    cr_assert_eq(exports_of(&r, a), 3, "recycled and orphaned blocks are off the list");
+    cr_assert(reg_hold(&r, ablk[2], b));
+    reg_holder_let_go(&r, a);
+    cr_assert_eq(exports_of(&r, a), 0);
+    cr_assert_eq(r.blocks[ablk[2]].state, BLOCK_ORPHANED, "held by b: orphaned");
+    cr_assert_eq(r.blocks[ablk[0]].state, BLOCK_FREE, "held by nobody: recycled");
+    cr_assert_eq(r.blocks[ablk[4]].state, BLOCK_FREE);
+    for (unsigned i = 0; i < 3; i++)
+        cr_assert_eq(r.blocks[bblk[i]].state, BLOCK_LIVE, "the other holder's blocks untouched");
+    cr_assert_eq(exports_of(&r, b), 3);
+    /* Scrambled links: repair rebuilds the lists from the records. */
+    for (unsigned i = 0; i < 3; i++)
+        r.blocks[bblk[i]].exp_next = 77777, r.blocks[bblk[i]].exp_on = 0;
+    r.holders[b].exports = 0;
+    registry_repair(&r);
+    cr_assert_eq(exports_of(&r, b), 3, "rebuilt");
+    /* A corrupt list head: letting go falls back to the table. */
+    r.holders[b].exports = 123456;
+    reg_holder_let_go(&r, b);
+    for (unsigned i = 0; i < 3; i++)
+        cr_assert_eq(r.blocks[bblk[i]].state, BLOCK_FREE, "found through the table");
+    cr_assert_eq(r.holders[b].exports, 0);
+    registry_unlock(&r);
     registry_close(&r);
 }
 
