@@ -100,6 +100,25 @@ static uint8_t *fix_up(uint8_t *img, size_t *n)
 /* After registry_repair the derived structures must agree with the records. */
 static void check_consistent(struct registry *r)
 {
+    /* Each holder's list of exports: in range, its own, no cycle, and
+     * every block LIVE..RETIRED of that exporter on it. */
+    uint32_t listed = 0, on_lists = 0;
+    for (uint32_t b = 0; b < r->max_blocks; b++) {
+        uint32_t st = r->blocks[b].state;
+        listed +=
+            st != BLOCK_FREE && st != BLOCK_ORPHANED && r->blocks[b].exporter < r->max_holders;
+    }
+    for (uint32_t k = 0; k < r->max_holders; k++) {
+        uint32_t prev = 0;
+        for (uint32_t f = r->holders[k].exports; f; f = r->blocks[f - 1].exp_next) {
+            if (f > r->max_blocks || r->blocks[f - 1].exp_on != k + 1 ||
+                r->blocks[f - 1].exporter != k || r->blocks[f - 1].exp_prev != prev ||
+                ++on_lists > r->max_blocks)
+                abort();
+            prev = f;
+        }
+    }
+    if (on_lists != listed) abort();
     uint32_t seen = 0;
     for (uint32_t i = r->hdr->block_free; i != REG_NONE; i = r->blocks[i].hash_next) {
         if (i >= r->max_blocks || r->blocks[i].state != BLOCK_FREE || ++seen > r->max_blocks)
