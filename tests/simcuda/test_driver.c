@@ -1265,7 +1265,7 @@ Test(simcuda, shared_layout_is_pinned)
 {
     /* The segment is shared between builds of this library: any change here
      * must bump SIM_ABI. */
-    cr_assert_eq(SIM_ABI, 3);
+    cr_assert_eq(SIM_ABI, 4);
     cr_assert_eq(sizeof(struct sim_alloc), 96);
     cr_assert_eq(offsetof(struct sim_alloc, offset), 16);
     cr_assert_eq(offsetof(struct sim_alloc, serial), 40);
