@@ -795,8 +795,8 @@ void sim_map_del(uint32_t index, uint64_t serial, uint64_t ctx_id, uint32_t row)
     uint32_t tag = g_holder + 1, hw = LOAD(&sim_m->maps_hw);
     /* Our own rows only change under our hands (or a ctx teardown of ours,
      * which the serial's CAS settles), so the hint can be checked directly. */
-    if (row < hw && row < sim_m->max_maps && LOAD(&m[row].holder) == tag &&
-        m[row].index == index && m[row].ctx_id == ctx_id && row_close(row, index, serial, 0))
+    if (row < hw && row < sim_m->max_maps && LOAD(&m[row].holder) == tag && m[row].index == index &&
+        m[row].ctx_id == ctx_id && row_close(row, index, serial, 0))
         return;
     for (uint32_t r = 0; r < hw && r < sim_m->max_maps; r++)
         if (LOAD(&m[r].holder) == tag && LOAD(&m[r].serial) == serial && m[r].index == index &&

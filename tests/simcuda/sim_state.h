@@ -191,8 +191,8 @@ struct sim_machine {
     uint32_t maps_hw;           /* rows >= maps_hw were never used (atomic, only grows) */
     uint32_t free_while_mapped; /* enum sim_free_mode, chosen by the creator */
     uint32_t map_hint;          /* ABI 4: where a claim starts looking for a free row (atomic) */
-    uint64_t kept;       /* LIVE entries with SIM_F_KEPT */
-    uint64_t kept_frees; /* owner frees that were kept */
+    uint64_t kept;              /* LIVE entries with SIM_F_KEPT */
+    uint64_t kept_frees;        /* owner frees that were kept */
 };
 
 /* Result codes of the sim_* functions; driver.c maps them to CUresult. */
