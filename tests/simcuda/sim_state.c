@@ -584,7 +584,7 @@ static int serial_mapped(uint64_t serial)
  * mutex. Returns 1 when it released. */
 static int release_if_unmapped_locked(uint32_t index, uint64_t serial)
 {
-    if (index >= sim_m->max_allocs) return 0;
+    if (index >= sim_m->max_allocs || serial == 0) return 0;
     struct sim_alloc *a = sim_entry(index);
     if (a->state != SIM_SLOT_LIVE || a->serial != serial || !(LOAD(&a->flags) & SIM_F_KEPT) ||
         serial_mapped(serial))
@@ -605,7 +605,9 @@ static int release_if_unmapped_locked(uint32_t index, uint64_t serial)
  *   open:  publish the row's serial; then re-read the entry (LIVE, serial,
  *          EXPORTED, !KEPT), and back out (close the row) if it fails
  *   close: clear the row's serial  ; then read the entry's flags, and when
- *          they say KEPT take the mutex and release if no row is left
+ *          they say KEPT take the mutex and release if no row is left; only
+ *          then give the row back (a closer killed before that leaves the
+ *          row to the sweep of its holder, which does the same)
  * In the total order, either the free's scan sees the importer's row (then
  * the block is kept, and the importer's later read sees KEPT: an open backs
  * out, a close takes the mutex), or it does not (then the importer's store
@@ -623,8 +625,8 @@ static int release_if_unmapped_locked(uint32_t index, uint64_t serial)
 static void owner_release_locked(uint32_t index)
 {
     struct sim_alloc *a = sim_entry(index);
-    if (sim_m->free_while_mapped != SIM_FREE_KEEP) {
-        release_locked(index);
+    if (sim_m->free_while_mapped != SIM_FREE_KEEP || !(a->flags & SIM_F_EXPORTED)) {
+        release_locked(index); /* never exported: no handle, so no open */
         return;
     }
     __atomic_fetch_or(&a->flags, SIM_F_KEPT, __ATOMIC_SEQ_CST);
@@ -665,20 +667,29 @@ static int row_close(uint32_t r, uint32_t index, uint64_t serial, int locked)
     if (serial == 0 ||
         !__atomic_compare_exchange_n(&m->serial, &s, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
         return 0;
+    /* The close's side of the handshake at owner_release_locked. The row is
+     * given back only after it: a closer killed in between leaves its row
+     * claimed, index intact, for the sweep (unmap_holder_locked). */
+    if (sim_m->free_while_mapped == SIM_FREE_KEEP && index < sim_m->max_allocs) {
+        struct sim_alloc *a = sim_entry(index);
+        if ((LOAD(&a->flags) & SIM_F_KEPT) && LOAD(&a->serial) == serial) {
+            if (!locked) sim_lock();
+            release_if_unmapped_locked(index, serial);
+            if (!locked) sim_unlock();
+        }
+    }
     row_free(r);
-    if (sim_m->free_while_mapped != SIM_FREE_KEEP || index >= sim_m->max_allocs) return 1;
-    struct sim_alloc *a = sim_entry(index);
-    /* The close's side of the handshake at owner_release_locked. */
-    if (!(LOAD(&a->flags) & SIM_F_KEPT) || LOAD(&a->serial) != serial) return 1;
-    if (!locked) sim_lock();
-    release_if_unmapped_locked(index, serial);
-    if (!locked) sim_unlock();
     return 1;
 }
 
 /* Drops the opens of holder k (in context ctx_id unless all). For another
- * holder (a dead one being swept) every row it claimed is freed, even one
- * it died filling in (serial still 0); for this process only published
+ * holder (a dead one being swept) every row it claimed is freed, also one
+ * it died in the middle of: claimed but not published (serial 0; its index
+ * may be a former user's), or closed but not given back (serial 0, index
+ * intact). For such a row the block its index names is released if it is
+ * kept and no row names it any more: a KEPT entry without rows is garbage
+ * in any case (no open can start on it, a closer that could still be
+ * running re-checks under the mutex). For this process only published
  * rows: a row with serial 0 is another thread's open in progress. Caller
  * holds the mutex. */
 static void unmap_holder_locked(uint32_t k, int all, uint64_t ctx_id)
@@ -689,11 +700,15 @@ static void unmap_holder_locked(uint32_t k, int all, uint64_t ctx_id)
     for (uint32_t r = 0; r < hw && r < sim_m->max_maps; r++) {
         if (LOAD(&m[r].holder) != tag) continue;
         uint64_t serial = LOAD(&m[r].serial);
+        uint32_t index = m[r].index;
         if (!all && m[r].ctx_id != ctx_id) continue;
-        if (serial != 0)
-            row_close(r, m[r].index, serial, 1);
-        else if (!mine)
+        if (serial != 0) {
+            row_close(r, index, serial, 1);
+        } else if (!mine) {
             row_free(r);
+            if (sim_m->free_while_mapped == SIM_FREE_KEEP && index < sim_m->max_allocs)
+                release_if_unmapped_locked(index, sim_entry(index)->serial);
+        }
     }
 }
 
