@@ -1477,6 +1477,7 @@ static int block_intact(CUdeviceptr p)
 static int child_racer(void *arg)
 {
     struct race *r = arg;
+    alarm(20); /* never outlive a parent that failed */
     CHILD_OK(init_on(0));
     int gone[RACE_BLOCKS] = {0}, left = RACE_BLOCKS, first = 1;
     long ok = 0, refused = 0;
@@ -1512,6 +1513,7 @@ static int child_racer(void *arg)
 static int child_holder(void *arg)
 {
     struct race *r = arg;
+    alarm(20); /* never outlive a parent that failed */
     CHILD_OK(init_on(0));
     CUdeviceptr p[RACE_BLOCKS];
     for (int j = 0; j < RACE_BLOCKS; j++)
@@ -1593,6 +1595,7 @@ Test(simcuda, keep_mode_lock_free_opens_and_closes_race_the_owners_free)
 static int child_dies_mid_protocol(void *arg)
 {
     struct ipc_args *a = arg; /* a[0], a[1]: the two blocks */
+    alarm(20); /* never outlive a parent that failed */
     CHILD_OK(init_on(0));
     CUdeviceptr p0, p1;
     CHILD_OK(cuIpcOpenMemHandle(&p0, a[0].h, 0));
@@ -1676,6 +1679,7 @@ Test(simcuda, keep_mode_sweep_of_an_importer_killed_mid_open_or_mid_close)
 static int child_fill_table(void *arg)
 {
     struct ipc_args *a = arg;
+    alarm(20); /* never outlive a parent that failed */
     CHILD_OK(init_on(0));
     CUdeviceptr p = 0, q;
     for (unsigned i = 0; i < SIM_MAX_MAPS; i++)
