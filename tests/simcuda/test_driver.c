@@ -1449,10 +1449,10 @@ static unsigned claimed_rows(struct sim_machine *m)
     return n;
 }
 
-enum { RACE_BLOCKS = 16, RACE_RACERS = 6 };
+enum { RACE_BLOCKS = 64, RACE_RACERS = 6 };
 #define RACE_WORD 0x5a5a5a5au
 
-/* Shared between the parent and the children of the race below. */
+/* Shared between the parent and the children of the races below. */
 struct race {
     CUipcMemHandle h[RACE_BLOCKS];
     int ready;     /* children that opened at least once */
@@ -1462,40 +1462,39 @@ struct race {
     long opens_refused;
 };
 
-/* Whether the 4 KiB at p still hold the pattern (not poisoned, not reused). */
+/* Whether the 4 KiB at p still hold the pattern (not poisoned, not
+ * reused): its first and last words (a release poisons every word). */
 static int block_intact(CUdeviceptr p)
 {
-    static __thread unsigned v[1024];
-    if (cuMemcpyDtoH(v, p, sizeof(v)) != CUDA_SUCCESS) return 0;
-    for (int i = 0; i < 1024; i++)
-        if (v[i] != RACE_WORD) return 0;
-    return 1;
+    unsigned first = 0, last = 0;
+    return cuMemcpyDtoH(&first, p, 4) == CUDA_SUCCESS &&
+           cuMemcpyDtoH(&last, p + 4092, 4) == CUDA_SUCCESS && first == RACE_WORD &&
+           last == RACE_WORD;
 }
 
-/* Opens and closes every block over and over until each one's open is
- * refused (its owner freed it); an open that succeeds must see the bytes. */
+/* Opens and closes the first block whose open was not refused yet, over
+ * and over, until every block's open is refused (the parent frees them in
+ * order, so all racers hammer the block being freed); an open that
+ * succeeds must see the bytes until its close. */
 static int child_racer(void *arg)
 {
     struct race *r = arg;
     alarm(20); /* never outlive a parent that failed */
     CHILD_OK(init_on(0));
-    int gone[RACE_BLOCKS] = {0}, left = RACE_BLOCKS, first = 1;
     long ok = 0, refused = 0;
-    for (long k = 0; left > 0; k++) {
-        int j = (int)(k % RACE_BLOCKS);
-        if (gone[j]) continue;
+    for (int j = 0, first = 1; j < RACE_BLOCKS;) {
         CUdeviceptr p;
         CUresult rc = cuIpcOpenMemHandle(&p, r->h[j], 0);
         if (rc == CUDA_ERROR_INVALID_VALUE) {
-            gone[j] = 1;
-            left--;
+            j++;
             refused++;
             continue;
         }
         CHILD_OK(rc);
         ok++;
         CHILD_EXPECT(block_intact(p));
-        if (k % 7 == 0) sched_yield(); /* hold it across a reschedule now and then */
+        if (ok % 7 == 0) sched_yield(); /* hold it across a reschedule now and then */
+        CHILD_EXPECT(block_intact(p));
         CHILD_OK(cuIpcCloseMemHandle(p));
         if (first) {
             first = 0;
@@ -1531,7 +1530,13 @@ static int child_holder(void *arg)
     return 0;
 }
 
-Test(simcuda, keep_mode_lock_free_opens_and_closes_race_the_owners_free)
+/* In keep mode, frees RACE_BLOCKS exported blocks one by one while
+ * RACE_RACERS children open and close the block being freed (opens in
+ * flight: publishing, re-reading, backing out; closes racing the free's
+ * scan), with (hold) or without a child that keeps every block open
+ * across the frees. Every block must be released exactly once, never
+ * while an open that succeeded still maps it, and every row given back. */
+static void race_frees(int hold, int racers)
 {
     setenv(SIMCUDA_ENV_FREE_WHILE_MAPPED, "keep", 1);
     OK(init_on(0));
@@ -1546,31 +1551,32 @@ Test(simcuda, keep_mode_lock_free_opens_and_closes_race_the_owners_free)
         OK(cuIpcGetMemHandle(&r->h[j], p[j]));
     }
     pid_t pids[RACE_RACERS + 1];
+    int n = racers + (hold != 0);
     fflush(NULL);
-    for (int i = 0; i <= RACE_RACERS; i++) {
+    for (int i = 0; i < n; i++) {
         pids[i] = fork();
         cr_assert_neq(pids[i], -1);
-        if (pids[i] == 0) _exit(i == 0 ? child_holder(r) : child_racer(r));
+        if (pids[i] == 0) _exit(i == racers ? child_holder(r) : child_racer(r));
     }
-    while (__atomic_load_n(&r->ready, __ATOMIC_SEQ_CST) < RACE_RACERS + 1)
+    while (__atomic_load_n(&r->ready, __ATOMIC_SEQ_CST) < n)
         usleep(1000);
-    /* Free while the racers open and close: each free meets opens in
-     * flight (publishing, re-reading, backing out) and closes. */
     for (int j = 0; j < RACE_BLOCKS; j++) {
+        usleep(1000);
         OK(cuMemFree(p[j]));
-        usleep(2000);
     }
     struct simcuda_stats s;
-    simcuda_stats(&s);
-    cr_assert_eq(s.machine_kept, RACE_BLOCKS, "the holder child still maps every block");
-    cr_assert_eq(s.machine_kept_frees, RACE_BLOCKS);
-    cr_assert_eq(s.machine_poisoned_frees, 0, "nothing released while mapped");
-    cr_assert_eq(start - free_bytes(), (size_t)RACE_BLOCKS * 4096, "kept blocks stay charged");
-    __atomic_store_n(&r->freed, 1, __ATOMIC_SEQ_CST);
-    while (__atomic_load_n(&r->verified, __ATOMIC_SEQ_CST) != 1)
-        usleep(1000);
-    __atomic_store_n(&r->verified, 2, __ATOMIC_SEQ_CST);
-    for (int i = 0; i <= RACE_RACERS; i++) {
+    if (hold) {
+        simcuda_stats(&s);
+        cr_assert_eq(s.machine_kept, RACE_BLOCKS, "the holder child still maps every block");
+        cr_assert_eq(s.machine_kept_frees, RACE_BLOCKS);
+        cr_assert_eq(s.machine_poisoned_frees, 0, "nothing released while mapped");
+        cr_assert_eq(start - free_bytes(), (size_t)RACE_BLOCKS * 4096, "kept blocks stay charged");
+        __atomic_store_n(&r->freed, 1, __ATOMIC_SEQ_CST);
+        while (__atomic_load_n(&r->verified, __ATOMIC_SEQ_CST) != 1)
+            usleep(1000);
+        __atomic_store_n(&r->verified, 2, __ATOMIC_SEQ_CST);
+    }
+    for (int i = 0; i < n; i++) {
         int st;
         cr_assert_eq(waitpid(pids[i], &st, 0), pids[i]);
         cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d failed", i);
@@ -1580,11 +1586,22 @@ Test(simcuda, keep_mode_lock_free_opens_and_closes_race_the_owners_free)
     cr_assert_eq(s.machine_poisoned_frees, RACE_BLOCKS, "each block released exactly once");
     cr_assert_eq(s.live_allocs, 0);
     cr_assert_eq(free_bytes(), start);
-    cr_assert_geq(r->opens_refused, RACE_RACERS * RACE_BLOCKS);
+    cr_assert_eq(r->opens_refused, racers * RACE_BLOCKS);
     struct sim_machine *m = map_segment();
     cr_assert_not_null(m);
     cr_assert_eq(claimed_rows(m), 0, "every row was given back");
-    cr_log_info("racers: %ld opens, %ld refused", r->opens_ok, r->opens_refused);
+    cr_log_info("racers: %ld opens, %ld refused; frees kept: %lu", r->opens_ok, r->opens_refused,
+                (unsigned long)s.machine_kept_frees);
+}
+
+Test(simcuda, keep_mode_lock_free_opens_and_closes_race_the_owners_free)
+{
+    race_frees(0, 2);
+}
+
+Test(simcuda, keep_mode_lock_free_race_with_a_holder_keeps_until_the_last_close)
+{
+    race_frees(1, RACE_RACERS);
 }
 
 /* Plays an importer killed at every point of the lock-free protocol: it
@@ -1595,7 +1612,7 @@ Test(simcuda, keep_mode_lock_free_opens_and_closes_race_the_owners_free)
 static int child_dies_mid_protocol(void *arg)
 {
     struct ipc_args *a = arg; /* a[0], a[1]: the two blocks */
-    alarm(20); /* never outlive a parent that failed */
+    alarm(20);                /* never outlive a parent that failed */
     CHILD_OK(init_on(0));
     CUdeviceptr p0, p1;
     CHILD_OK(cuIpcOpenMemHandle(&p0, a[0].h, 0));
