@@ -18,7 +18,9 @@
  * is gone (an open checks that owner only). A table of IPC opens in
  * force tells an owner's free whether someone still maps the block; in keep mode
  * (SIMCUDA_FREE_WHILE_MAPPED=keep, chosen by the creator) such a block outlives the free until its
- * last open goes. This file knows nothing about CUDA types.
+ * last open goes. IPC opens and closes keep that table with atomics, without the machine mutex
+ * (the real driver does them in the kernel); the handshake with the owner's free is at
+ * owner_release_locked. This file knows nothing about CUDA types.
  */
 #include "sim_state.h"
 
