@@ -43,9 +43,10 @@
  * - a row is free while its `holder` word is 0; an importer claims it with
  *   a CAS 0 -> its holder index + 1 (the intent word), fills index and
  *   ctx_id, then publishes the open with one seq-cst store of `serial`. Only
- *   the claimer writes a claimed row, except a sweep (under the mutex) of a
- *   claimer that is gone; a row is given back by clearing `serial` (CAS
- *   S -> 0, so two threads of a process never both close it), then `holder`;
+ *   the claiming process writes a claimed row, except a sweep (under the
+ *   mutex) of a claimer that is gone; a row is given back by clearing
+ *   `serial` (CAS S -> 0, so two threads of a process never both close it),
+ *   then, after the kept-block check, `holder`;
  * - readers match rows by serial alone (serials are never reused, so a row
  *   being refilled can never be mistaken for an open of another block);
  * - maps_hw only grows, and is raised before a row at or above it is claimed;
