@@ -51,9 +51,10 @@
  *   being refilled can never be mistaken for an open of another block);
  * - maps_hw only grows, and is raised before a row at or above it is claimed;
  * - allocation fields an opener reads without the mutex (state, serial,
- *   device, offset, flags, owner) are written under the mutex; the flags
- *   word with atomics. The handshake between an owner's free and an open
- *   or a close is described at owner_release_locked (sim_state.c).
+ *   device, offset, flags, owner) are written under the mutex, SIM_F_KEPT
+ *   with a seq-cst atomic OR, and a release clears the serial first. The
+ *   handshake between an owner's free and an open or a close is described
+ *   at owner_release_locked (sim_state.c).
  * Everything is fixed-width and index-based; the layout is pinned by a test.
  * These functions are internal to libcuda (hidden visibility).
  */
