@@ -126,6 +126,7 @@ struct import {
     CUdeviceptr ptr;
     uint64_t size;
     unsigned count;
+    uint32_t row; /* the latest open's row in the machine's table (a hint for the close) */
     struct sim_ctx *ctx;
     UT_hash_handle hh;
 };
@@ -2154,23 +2155,19 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
     if (fault(SIMCUDA_FAULT_IPC_OPEN)) return CUDA_ERROR_MAP_FAILED;
     uint8_t *win = sim_window(h.device);
     if (!win) return CUDA_ERROR_MAP_FAILED;
-    CUresult r = CUDA_SUCCESS;
-    sim_lock();
-    struct sim_alloc *a = sim_entry(h.index);
-    /* Only the block's owner is checked (a sweep of every holder here put
-     * one /proc read per process under the machine mutex on every open);
-     * when it is gone, the sweep releases what it left, this block too. */
-    if (a->state == SIM_SLOT_LIVE && a->serial == h.serial && !sim_owner_alive_locked(h.index))
-        sim_sweep_locked();
-    if (a->state != SIM_SLOT_LIVE || a->serial != h.serial || a->device != h.device ||
-        a->offset != h.offset || !(a->flags & SIM_F_EXPORTED) || (a->flags & SIM_F_KEPT))
-        r = CUDA_ERROR_INVALID_VALUE; /* freed (kept ones too), reused or owner gone */
-    else if (sim_is_mine(a))
-        r = CUDA_ERROR_INVALID_CONTEXT; /* the exporting process itself */
-    else if (sim_map_add_locked(h.index, h.serial, c->id) != SIM_OK)
-        r = CUDA_ERROR_OUT_OF_MEMORY; /* machine-wide table of opens full */
-    sim_unlock();
-    if (r != CUDA_SUCCESS) return r;
+    /* No machine lock here in the common case: the real driver does this in
+     * the kernel (sim_state.h, "The table of IPC opens"). */
+    uint32_t row = 0;
+    switch (sim_map_open(h.index, h.serial, h.device, h.offset, c->id, &row)) {
+    case SIM_OK:
+        break;
+    case SIM_EMINE:
+        return CUDA_ERROR_INVALID_CONTEXT; /* the exporting process itself */
+    case SIM_ENOMEM:
+        return CUDA_ERROR_OUT_OF_MEMORY; /* machine-wide table of opens full */
+    default:
+        return CUDA_ERROR_INVALID_VALUE; /* freed (kept ones too), reused or owner gone */
+    }
     struct import key, *im = NULL;
     memset(&key, 0, sizeof(key));
     key.key.dev = h.device;
@@ -2181,11 +2178,13 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
     HASH_FIND(hh, g_imports, &key.key, sizeof(key.key), im);
     if (im) {
         im->count++;
+        im->row = row;
     } else if ((im = calloc(1, sizeof(*im))) != NULL) {
         im->key = key.key;
         im->ptr = (CUdeviceptr)(uintptr_t)(win + h.offset);
         im->size = h.size;
         im->count = 1;
+        im->row = row;
         im->ctx = c;
         g_hash_oom = 0;
         HASH_ADD(hh, g_imports, key, sizeof(im->key), im);
@@ -2197,7 +2196,7 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
     if (im) *pdptr = im->ptr;
     pthread_mutex_unlock(&g_lock);
     if (!im) {
-        sim_map_del(h.index, h.serial, c->id);
+        sim_map_del(h.index, h.serial, c->id, row);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     count(&g_counts.ipc_opens);
@@ -2223,13 +2222,14 @@ CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
     }
     uint32_t index = found ? found->key.index : 0;
     uint64_t serial = found ? found->key.serial : 0, ctx_id = found ? found->key.ctx_id : 0;
+    uint32_t row = found ? found->row : 0;
     if (found && --found->count == 0) {
         HASH_DEL(g_imports, found);
         free(found);
     }
     pthread_mutex_unlock(&g_lock);
     if (!found) return CUDA_ERROR_INVALID_VALUE;
-    sim_map_del(index, serial, ctx_id); /* releases a kept block at its last open */
+    sim_map_del(index, serial, ctx_id, row); /* releases a kept block at its last open */
     count(&g_counts.ipc_closes);
     return CUDA_SUCCESS;
 }

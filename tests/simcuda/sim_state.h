@@ -23,7 +23,8 @@
  * to its ordinary allocations; a device that needs room evicts its
  * managed allocations to the host, least recently used first.
  *
- * Invariants (all under the machine mutex, a robust process-shared mutex):
+ * Invariants (under the machine mutex, a robust process-shared mutex, except
+ * where the table of IPC opens below says otherwise):
  * - a LIVE table entry owns the granules [offset, offset + rsize) of its
  *   pool: their alloc bits are set, the start bit of the first granule is
  *   set and start_entry[first granule] is the entry's index;
@@ -34,6 +35,26 @@
  * - a map row (serial != 0) is one IPC open in force by a holder that is
  *   alive or not yet swept; a SIM_F_KEPT entry has no owner and at least
  *   one map row (the last row's removal releases it).
+ *
+ * The table of IPC opens (ABI 4) is kept without the mutex, so that
+ * cuIpcOpenMemHandle and cuIpcCloseMemHandle take no machine-wide lock in
+ * the common case (the real driver does this work in the kernel; it has no
+ * user-space cross-process lock a preempted process could hold):
+ * - a row is free while its `holder` word is 0; an importer claims it with
+ *   a CAS 0 -> its holder index + 1 (the intent word), fills index and
+ *   ctx_id, then publishes the open with one seq-cst store of `serial`. Only
+ *   the claiming process writes a claimed row, except a sweep (under the
+ *   mutex) of a claimer that is gone; a row is given back by clearing
+ *   `serial` (CAS S -> 0, so two threads of a process never both close it),
+ *   then, after the kept-block check, `holder`;
+ * - readers match rows by serial alone (serials are never reused, so a row
+ *   being refilled can never be mistaken for an open of another block);
+ * - maps_hw only grows, and is raised before a row at or above it is claimed;
+ * - allocation fields an opener reads without the mutex (state, serial,
+ *   device, offset, flags, owner) are written under the mutex, SIM_F_KEPT
+ *   with a seq-cst atomic OR, and a release clears the serial first. The
+ *   handshake between an owner's free and an open or a close is described
+ *   at owner_release_locked (sim_state.c).
  * Everything is fixed-width and index-based; the layout is pinned by a test.
  * These functions are internal to libcuda (hidden visibility).
  */
@@ -50,7 +71,7 @@
 #define SIM_INTERNAL __attribute__((visibility("hidden")))
 
 #define SIM_MAGIC 0x31414455434d4953ull /* "SIMCUDA1" */
-#define SIM_ABI 3u
+#define SIM_ABI 4u
 #define SIM_MAX_DEVICES SIMCUDA_MAX_DEVICES
 #define SIM_DEFAULT_ALLOCS 2097152u /* table capacity (live allocations, machine-wide), default */
 #define SIM_MAX_ALLOCS 16777216u    /* the most SIMCUDA_MAX_ALLOCS may ask for */
@@ -82,9 +103,11 @@ enum sim_free_mode {
 };
 
 /* One IPC open in force: importer holder, allocation (index, serial) and the
- * importer's context. serial 0 = free row. 32 bytes. */
+ * importer's context. 32 bytes. holder 0 = free row; serial 0 = claimed but
+ * not (or no longer) an open in force. Written without the mutex (see the
+ * rules above). */
 struct sim_map {
-    uint32_t holder;
+    uint32_t holder; /* claimer's holder index + 1, or 0 */
     uint32_t index;
     uint64_t serial;
     uint64_t ctx_id;
@@ -167,11 +190,11 @@ struct sim_machine {
     /* ABI 3: IPC opens in force, and what a free while mapped does. */
     uint64_t off_maps;
     uint32_t max_maps;
-    uint32_t maps_hw;           /* rows >= maps_hw were never used */
+    uint32_t maps_hw;           /* rows >= maps_hw were never used (atomic, only grows) */
     uint32_t free_while_mapped; /* enum sim_free_mode, chosen by the creator */
-    uint32_t pad_abi3;
-    uint64_t kept;       /* LIVE entries with SIM_F_KEPT */
-    uint64_t kept_frees; /* owner frees that were kept */
+    uint32_t map_hint;          /* ABI 4: where a claim starts looking for a free row (atomic) */
+    uint64_t kept;              /* LIVE entries with SIM_F_KEPT */
+    uint64_t kept_frees;        /* owner frees that were kept */
 };
 
 /* Result codes of the sim_* functions; driver.c maps them to CUresult. */
@@ -180,6 +203,7 @@ enum sim_rc {
     SIM_ENOMEM = -1, /* device (or table) full */
     SIM_EINVAL = -2, /* bad argument, unknown pointer */
     SIM_EOS = -3,    /* shared memory could not be created, mapped or trusted */
+    SIM_EMINE = -4,  /* an IPC open of this process's own allocation */
 };
 
 /* Per-process counters kept by sim_state.c (read by simcuda_stats and
@@ -266,15 +290,21 @@ SIM_INTERNAL int sim_free(unsigned dev, uint64_t offset);
  * drops this process's IPC opens made in that context. */
 SIM_INTERNAL void sim_free_ctx(uint64_t ctx_id);
 
-/* Records one IPC open of LIVE entry `index` (which must carry `serial`)
- * by this process in context ctx_id. Caller holds the mutex. Returns SIM_OK
- * or SIM_ENOMEM (table of opens full). */
-SIM_INTERNAL int sim_map_add_locked(uint32_t index, uint64_t serial, uint64_t ctx_id);
+/* Records one IPC open by this process, in context ctx_id, of allocation
+ * `serial` at table entry `index`, which must be LIVE at (dev, offset),
+ * exported and not kept. Takes the mutex only when the owner looks gone
+ * (to sweep). Caller holds no lock. Sets *row (a hint for sim_map_del).
+ * Returns SIM_OK, SIM_EINVAL (freed, reused, kept, not exported or owner
+ * gone), SIM_EMINE (this process owns it) or SIM_ENOMEM (table of opens
+ * full). */
+SIM_INTERNAL int sim_map_open(uint32_t index, uint64_t serial, unsigned dev, uint64_t offset,
+                              uint64_t ctx_id, uint32_t *row);
 
-/* Drops one IPC open recorded by sim_map_add_locked; when it was the last
- * open of a kept allocation, that allocation is really released (and
- * poisoned). Caller holds no lock. */
-SIM_INTERNAL void sim_map_del(uint32_t index, uint64_t serial, uint64_t ctx_id);
+/* Drops one IPC open recorded by sim_map_open (row: its hint, any value
+ * works); when it was the last open of a kept allocation, that allocation
+ * is really released (and poisoned): only then is the mutex taken. Caller
+ * holds no lock. */
+SIM_INTERNAL void sim_map_del(uint32_t index, uint64_t serial, uint64_t ctx_id, uint32_t row);
 
 /* Bytes (rsize) of this process's LIVE SIM_F_POOL allocations on device
  * dev. Takes the mutex. */

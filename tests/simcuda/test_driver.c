@@ -14,10 +14,14 @@
 #include <criterion/criterion.h>
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1265,7 +1269,7 @@ Test(simcuda, shared_layout_is_pinned)
 {
     /* The segment is shared between builds of this library: any change here
      * must bump SIM_ABI. */
-    cr_assert_eq(SIM_ABI, 3);
+    cr_assert_eq(SIM_ABI, 4);
     cr_assert_eq(sizeof(struct sim_alloc), 96);
     cr_assert_eq(offsetof(struct sim_alloc, offset), 16);
     cr_assert_eq(offsetof(struct sim_alloc, serial), 40);
@@ -1410,6 +1414,317 @@ Test(simcuda, poison_mode_is_the_default_and_releases_at_once)
     cr_assert_eq(s.proc_poisoned_frees, 1);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
+}
+
+/* ---- IPC open and close without the machine lock ---- */
+
+/* This test's machine segment, mapped a second time (coherent with the
+ * library's own mapping), to look at the table of opens or to play a
+ * process that dies in the middle of an open or a close. */
+static struct sim_machine *map_segment(void)
+{
+    char path[200];
+    snprintf(path, sizeof(path), "/simcuda-%u-%s", (unsigned)geteuid(), g_machine);
+    int fd = shm_open(path, O_RDWR, 0);
+    if (fd < 0) return NULL;
+    struct stat st;
+    void *p = fstat(fd, &st) == 0
+                  ? mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
+    close(fd);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static struct sim_map *segment_rows(struct sim_machine *m)
+{
+    return (struct sim_map *)((uint8_t *)m + m->off_maps);
+}
+
+/* Rows of the table of opens that are claimed (holder != 0). */
+static unsigned claimed_rows(struct sim_machine *m)
+{
+    unsigned n = 0;
+    for (uint32_t r = 0; r < m->maps_hw; r++)
+        n += __atomic_load_n(&segment_rows(m)[r].holder, __ATOMIC_SEQ_CST) != 0;
+    return n;
+}
+
+enum { RACE_BLOCKS = 64, RACE_RACERS = 6 };
+#define RACE_WORD 0x5a5a5a5au
+
+/* Shared between the parent and the children of the races below. */
+struct race {
+    CUipcMemHandle h[RACE_BLOCKS];
+    int ready;     /* children that opened at least once */
+    int freed;     /* the parent freed every block */
+    int verified;  /* the holder child checked its opens after the frees */
+    long opens_ok; /* opens that succeeded in the racers */
+    long opens_refused;
+};
+
+/* Whether the 4 KiB at p still hold the pattern (not poisoned, not
+ * reused): its first and last words (a release poisons every word). */
+static int block_intact(CUdeviceptr p)
+{
+    unsigned first = 0, last = 0;
+    return cuMemcpyDtoH(&first, p, 4) == CUDA_SUCCESS &&
+           cuMemcpyDtoH(&last, p + 4092, 4) == CUDA_SUCCESS && first == RACE_WORD &&
+           last == RACE_WORD;
+}
+
+/* Opens and closes the first block whose open was not refused yet, over
+ * and over, until every block's open is refused (the parent frees them in
+ * order, so all racers hammer the block being freed); an open that
+ * succeeds must see the bytes until its close. */
+static int child_racer(void *arg)
+{
+    struct race *r = arg;
+    alarm(20); /* never outlive a parent that failed */
+    CHILD_OK(init_on(0));
+    long ok = 0, refused = 0;
+    for (int j = 0, first = 1; j < RACE_BLOCKS;) {
+        CUdeviceptr p;
+        CUresult rc = cuIpcOpenMemHandle(&p, r->h[j], 0);
+        if (rc == CUDA_ERROR_INVALID_VALUE) {
+            j++;
+            refused++;
+            continue;
+        }
+        CHILD_OK(rc);
+        ok++;
+        CHILD_EXPECT(block_intact(p));
+        if (ok % 7 == 0) sched_yield(); /* hold it across a reschedule now and then */
+        CHILD_EXPECT(block_intact(p));
+        CHILD_OK(cuIpcCloseMemHandle(p));
+        if (first) {
+            first = 0;
+            __atomic_fetch_add(&r->ready, 1, __ATOMIC_SEQ_CST);
+        }
+    }
+    __atomic_fetch_add(&r->opens_ok, ok, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&r->opens_refused, refused, __ATOMIC_SEQ_CST);
+    return 0;
+}
+
+/* Opens every block, waits for the parent's frees, checks the bytes are
+ * still there, then closes: the last close of each block is one of these
+ * or a racer's. */
+static int child_holder(void *arg)
+{
+    struct race *r = arg;
+    alarm(20); /* never outlive a parent that failed */
+    CHILD_OK(init_on(0));
+    CUdeviceptr p[RACE_BLOCKS];
+    for (int j = 0; j < RACE_BLOCKS; j++)
+        CHILD_OK(cuIpcOpenMemHandle(&p[j], r->h[j], 0));
+    __atomic_fetch_add(&r->ready, 1, __ATOMIC_SEQ_CST);
+    while (!__atomic_load_n(&r->freed, __ATOMIC_SEQ_CST))
+        usleep(1000);
+    for (int j = 0; j < RACE_BLOCKS; j++)
+        CHILD_EXPECT(block_intact(p[j]));
+    __atomic_store_n(&r->verified, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&r->verified, __ATOMIC_SEQ_CST) != 2) /* the parent looked */
+        usleep(1000);
+    for (int j = 0; j < RACE_BLOCKS; j++)
+        CHILD_OK(cuIpcCloseMemHandle(p[j]));
+    return 0;
+}
+
+/* In keep mode, frees RACE_BLOCKS exported blocks one by one while
+ * RACE_RACERS children open and close the block being freed (opens in
+ * flight: publishing, re-reading, backing out; closes racing the free's
+ * scan), with (hold) or without a child that keeps every block open
+ * across the frees. Every block must be released exactly once, never
+ * while an open that succeeded still maps it, and every row given back. */
+static void race_frees(int hold, int racers)
+{
+    setenv(SIMCUDA_ENV_FREE_WHILE_MAPPED, "keep", 1);
+    OK(init_on(0));
+    size_t start = free_bytes();
+    struct race *r =
+        mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(r, MAP_FAILED);
+    CUdeviceptr p[RACE_BLOCKS];
+    for (int j = 0; j < RACE_BLOCKS; j++) {
+        OK(cuMemAlloc(&p[j], 4096));
+        OK(cuMemsetD32(p[j], RACE_WORD, 1024));
+        OK(cuIpcGetMemHandle(&r->h[j], p[j]));
+    }
+    pid_t pids[RACE_RACERS + 1];
+    int n = racers + (hold != 0);
+    fflush(NULL);
+    for (int i = 0; i < n; i++) {
+        pids[i] = fork();
+        cr_assert_neq(pids[i], -1);
+        if (pids[i] == 0) _exit(i == racers ? child_holder(r) : child_racer(r));
+    }
+    while (__atomic_load_n(&r->ready, __ATOMIC_SEQ_CST) < n)
+        usleep(1000);
+    for (int j = 0; j < RACE_BLOCKS; j++) {
+        usleep(1000);
+        OK(cuMemFree(p[j]));
+    }
+    struct simcuda_stats s;
+    if (hold) {
+        simcuda_stats(&s);
+        cr_assert_eq(s.machine_kept, RACE_BLOCKS, "the holder child still maps every block");
+        cr_assert_eq(s.machine_kept_frees, RACE_BLOCKS);
+        cr_assert_eq(s.machine_poisoned_frees, 0, "nothing released while mapped");
+        cr_assert_eq(start - free_bytes(), (size_t)RACE_BLOCKS * 4096, "kept blocks stay charged");
+        __atomic_store_n(&r->freed, 1, __ATOMIC_SEQ_CST);
+        while (__atomic_load_n(&r->verified, __ATOMIC_SEQ_CST) != 1)
+            usleep(1000);
+        __atomic_store_n(&r->verified, 2, __ATOMIC_SEQ_CST);
+    }
+    for (int i = 0; i < n; i++) {
+        int st;
+        cr_assert_eq(waitpid(pids[i], &st, 0), pids[i]);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d failed", i);
+    }
+    simcuda_stats(&s);
+    cr_assert_eq(s.machine_kept, 0, "the last closes released every kept block");
+    cr_assert_eq(s.machine_poisoned_frees, RACE_BLOCKS, "each block released exactly once");
+    cr_assert_eq(s.live_allocs, 0);
+    cr_assert_eq(free_bytes(), start);
+    cr_assert_eq(r->opens_refused, racers * RACE_BLOCKS);
+    struct sim_machine *m = map_segment();
+    cr_assert_not_null(m);
+    cr_assert_eq(claimed_rows(m), 0, "every row was given back");
+    cr_log_info("racers: %ld opens, %ld refused; frees kept: %lu", r->opens_ok, r->opens_refused,
+                (unsigned long)s.machine_kept_frees);
+}
+
+Test(simcuda, keep_mode_lock_free_opens_and_closes_race_the_owners_free)
+{
+    race_frees(0, 2);
+}
+
+Test(simcuda, keep_mode_lock_free_race_with_a_holder_keeps_until_the_last_close)
+{
+    race_frees(1, RACE_RACERS);
+}
+
+/* Plays an importer killed at every point of the lock-free protocol: it
+ * holds block 0 open (an open in force), leaves a row claimed but never
+ * published (killed inside an open), and "closes" block 1 only half: the
+ * row's serial cleared, the row not given back and the kept block not
+ * released (killed inside a close). Then it dies without its destructor. */
+static int child_dies_mid_protocol(void *arg)
+{
+    struct ipc_args *a = arg; /* a[0], a[1]: the two blocks */
+    alarm(20);                /* never outlive a parent that failed */
+    CHILD_OK(init_on(0));
+    CUdeviceptr p0, p1;
+    CHILD_OK(cuIpcOpenMemHandle(&p0, a[0].h, 0));
+    CHILD_OK(cuIpcOpenMemHandle(&p1, a[1].h, 0));
+    char c = 'o';
+    CHILD_EXPECT(write(a[0].to_parent[1], &c, 1) == 1);
+    CHILD_EXPECT(read(a[0].to_child[0], &c, 1) == 1); /* both freed (kept) */
+    struct sim_machine *m = map_segment();
+    CHILD_EXPECT(m != NULL);
+    struct sim_holder *h = (struct sim_holder *)((uint8_t *)m + m->off_holders);
+    uint32_t k = 0;
+    while (k < m->holder_hw && h[k].pid != getpid())
+        k++;
+    CHILD_EXPECT(k < m->holder_hw);
+    struct sim_map *rows = segment_rows(m);
+    struct { /* the handle's first fields (README, "IPC") */
+        uint32_t magic;
+        uint16_t abi, device;
+        uint32_t index;
+    } h1;
+    memcpy(&h1, &a[1].h, sizeof(h1));
+    uint32_t half = UINT32_MAX, spare = UINT32_MAX;
+    for (uint32_t r = 0; r < m->max_maps && spare == UINT32_MAX; r++) {
+        if (half == UINT32_MAX && rows[r].holder == k + 1 && rows[r].index == h1.index &&
+            rows[r].serial != 0) {
+            __atomic_store_n(&rows[r].serial, 0, __ATOMIC_SEQ_CST); /* the close's CAS */
+            half = r;
+        } else if (half != UINT32_MAX && rows[r].holder == 0 && r >= m->maps_hw) {
+            m->maps_hw = r + 1; /* a claim: raise maps_hw, then the holder word */
+            __atomic_store_n(&rows[r].holder, k + 1, __ATOMIC_SEQ_CST);
+            spare = r;
+        }
+    }
+    CHILD_EXPECT(half != UINT32_MAX && spare != UINT32_MAX);
+    CHILD_EXPECT(write(a[0].to_parent[1], &c, 1) == 1);
+    for (;;)
+        pause(); /* killed */
+}
+
+Test(simcuda, keep_mode_sweep_of_an_importer_killed_mid_open_or_mid_close)
+{
+    setenv(SIMCUDA_ENV_FREE_WHILE_MAPPED, "keep", 1);
+    OK(init_on(0));
+    size_t start = free_bytes();
+    struct ipc_args a[2];
+    CUdeviceptr p[2];
+    cr_assert_eq(pipe(a[0].to_parent), 0);
+    cr_assert_eq(pipe(a[0].to_child), 0);
+    for (int j = 0; j < 2; j++) {
+        OK(cuMemAlloc(&p[j], 4096));
+        OK(cuIpcGetMemHandle(&a[j].h, p[j]));
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) _exit(child_dies_mid_protocol(a));
+    char c;
+    cr_assert_eq(read(a[0].to_parent[0], &c, 1), 1);
+    OK(cuMemFree(p[0]));
+    OK(cuMemFree(p[1]));
+    struct simcuda_stats s;
+    simcuda_stats(&s);
+    cr_assert_eq(s.machine_kept, 2);
+    write_all(a[0].to_child[1], &c, 1);
+    cr_assert_eq(read(a[0].to_parent[0], &c, 1), 1, "the child left its rows half done");
+    struct sim_machine *m = map_segment();
+    cr_assert_not_null(m);
+    cr_assert_eq(claimed_rows(m), 3, "an open in force, a half close, a claim never published");
+    simcuda_stats(&s);
+    cr_assert_eq(s.machine_kept, 2, "a half-done close released nothing");
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    cr_assert_eq(free_bytes(), start, "the sweep of the dead importer released both blocks");
+    simcuda_stats(&s);
+    cr_assert_eq(s.machine_kept, 0);
+    cr_assert_eq(s.machine_poisoned_frees, 2, "each released once");
+    cr_assert_eq(claimed_rows(m), 0, "the sweep gave every row of the dead importer back");
+}
+
+/* Opens one handle until the machine-wide table of opens is full. */
+static int child_fill_table(void *arg)
+{
+    struct ipc_args *a = arg;
+    alarm(20); /* never outlive a parent that failed */
+    CHILD_OK(init_on(0));
+    CUdeviceptr p = 0, q;
+    for (unsigned i = 0; i < SIM_MAX_MAPS; i++)
+        CHILD_OK(cuIpcOpenMemHandle(&p, a->h, 0));
+    CHILD_EXPECT(cuIpcOpenMemHandle(&q, a->h, 0) == CUDA_ERROR_OUT_OF_MEMORY);
+    CHILD_OK(cuIpcCloseMemHandle(p));
+    CHILD_OK(cuIpcOpenMemHandle(&q, a->h, 0)); /* one row free again */
+    CHILD_EXPECT(q == p);
+    CHILD_EXPECT(cuIpcOpenMemHandle(&q, a->h, 0) == CUDA_ERROR_OUT_OF_MEMORY);
+    for (unsigned i = 0; i < SIM_MAX_MAPS; i++)
+        CHILD_OK(cuIpcCloseMemHandle(p));
+    CHILD_EXPECT(cuIpcCloseMemHandle(p) == CUDA_ERROR_INVALID_VALUE);
+    return 0;
+}
+
+Test(simcuda, full_table_of_opens_gives_out_of_memory)
+{
+    OK(init_on(0));
+    struct ipc_args a;
+    CUdeviceptr p;
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuIpcGetMemHandle(&a.h, p));
+    cr_assert_eq(run_child(child_fill_table, &a), 0);
+    struct sim_machine *m = map_segment();
+    cr_assert_not_null(m);
+    cr_assert_eq(m->maps_hw, SIM_MAX_MAPS);
+    cr_assert_eq(claimed_rows(m), 0);
+    OK(cuMemFree(p));
 }
 
 /* ---- SIMCUDA_PROC_ADDRESS ---- */
