@@ -490,19 +490,14 @@ static bool claim_handoff(struct reg_block *b)
 }
 
 /* Our lease slot for a new lease: a spare one, or a new chunk of them,
- * claimed without the lock while the table has unowned chunks (and grown
- * ahead when the lock is free: nobody waits for that), under it when not.
- * REG_NONE when the table is full or the lock out of reach. Local lock
- * held. */
+ * claimed without the lock (the table grows without it too), under it only
+ * when the table is full. REG_NONE when nothing is to be had or the lock
+ * is out of reach. Local lock held. */
 static uint32_t take_lease_slot(void)
 {
     uint32_t li = reg_lease_take(&reg);
     if (li != REG_NONE) return li;
     int rc = reg_lease_claim(&reg);
-    if (rc == 1 && registry_trylock(&reg) == 0) {
-        reg_lease_grow_ahead(&reg);
-        registry_unlock(&reg);
-    }
     if (rc == -EAGAIN) {
         if (!lock_registry()) return REG_NONE;
         rc = reg_lease_grow(&reg);

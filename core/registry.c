@@ -76,6 +76,34 @@ static size_t round_up(size_t n, size_t to)
     return (n + to - 1) / to * to;
 }
 
+/* A chunk's owner word holds the holder index + 1, 0 when no holder owns
+ * it: the zero pages a growth adds are unowned chunks from the start, so
+ * the chunk table grows without the lock (grow_chunks). */
+static uint32_t owner_of(const struct registry *r, uint32_t c)
+{
+    return __atomic_load_n(&r->chunk_owner[c], __ATOMIC_ACQUIRE) - 1; /* 0 - 1 = REG_NONE */
+}
+
+/* Gives chunk c back (after its leases are freed). */
+static void disown(struct registry *r, uint32_t c)
+{
+    __atomic_store_n(&r->chunk_owner[c], 0, __ATOMIC_RELEASE);
+}
+
+/* Takes chunk c for holder if its owner is still `seen` (REG_NONE or a
+ * holder that is not active). */
+static bool own_chunk(struct registry *r, uint32_t c, uint32_t seen, uint32_t holder)
+{
+    uint32_t expect = seen + 1;
+    return __atomic_compare_exchange_n(&r->chunk_owner[c], &expect, holder + 1, false,
+                                       __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+}
+
+uint32_t reg_chunk_owner(const struct registry *r, uint32_t c)
+{
+    return c < r->nchunks ? owner_of(r, c) : REG_NONE;
+}
+
 int registry_name(const char *domain, char *buf, size_t len)
 {
     size_t n = domain ? strlen(domain) : 0;
@@ -238,7 +266,7 @@ static int create(struct registry *r, int fd, const struct reg_caps *caps)
     h->nbuckets_now = nb0;
     registry_refresh(r);
     for (uint32_t c = 0; c < c0; c++)
-        r->chunk_owner[c] = REG_NONE;
+        disown(r, c);
     h->creator_pid = (int32_t)getpid();
     h->created_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
     int rc = init_mutex(&h->lock.mutex);
@@ -786,7 +814,7 @@ static int lock_slow(struct registry *r)
     }
 }
 
-/* What registry_lock and registry_trylock do with the mutex's answer rc. */
+/* What registry_lock does with the mutex's answer rc. */
 static int locked(struct registry *r, int rc)
 {
     if (rc == 0 || rc == EOWNERDEAD) {
@@ -819,12 +847,6 @@ int registry_lock(struct registry *r)
     return locked(r, rc);
 }
 
-int registry_trylock(struct registry *r)
-{
-    int rc = pthread_mutex_trylock(&r->hdr->lock.mutex);
-    return rc == EBUSY ? -EBUSY : locked(r, rc);
-}
-
 void registry_unlock(struct registry *r)
 {
     pthread_mutex_unlock(&r->hdr->lock.mutex);
@@ -843,7 +865,7 @@ static uint32_t bucket_of(const struct registry *r, const uint8_t *handle)
 static bool lease_valid(struct registry *r, uint32_t li)
 {
     struct reg_lease *l = &r->leases[li];
-    uint32_t owner = r->chunk_owner[li / r->lease_chunk];
+    uint32_t owner = owner_of(r, li / r->lease_chunk);
     struct reg_block *b = reg_block_at(r, l->block);
     struct reg_holder *o = reg_holder_at(r, owner);
     return l->intent >= LEASE_OPENING && l->intent <= LEASE_CLOSING && b &&
@@ -944,9 +966,14 @@ static bool grow_blocks(struct registry *r)
     return true;
 }
 
-/* Doubles the lease chunk table (up to its capacity), as grow_blocks. */
+/* Doubles the lease chunk table (up to its capacity), without the lock:
+ * the new records and owner words are reserved (zero pages: unowned, FREE
+ * leases; reserving what another grower reserved changes nothing), then
+ * published with a CAS, which a concurrent grower may have done first.
+ * False when it cannot grow (at capacity, or no space: logged once). */
 static bool grow_chunks(struct registry *r)
 {
+    registry_refresh(r);
     uint32_t old = r->nchunks, cap = r->cap_chunks;
     if (old >= cap) return false;
     uint32_t want = old > cap / 2 ? cap : old * 2;
@@ -961,11 +988,11 @@ static bool grow_chunks(struct registry *r)
                  old * r->lease_chunk, strerror(err));
         return false;
     }
-    for (uint32_t c = old; c < want; c++)
-        r->chunk_owner[c] = REG_NONE;
-    __atomic_store_n(&r->hdr->chunks_now, want, __ATOMIC_RELEASE);
+    uint32_t seen = old;
+    __atomic_compare_exchange_n(&r->hdr->chunks_now, &seen, want, false, __ATOMIC_ACQ_REL,
+                                __ATOMIC_ACQUIRE);
     registry_refresh(r);
-    return true;
+    return r->nchunks > old;
 }
 
 /* Frees every slot of chunk c and names holder in them (its new owner, or
@@ -1005,11 +1032,11 @@ void registry_repair(struct registry *r)
     /* Chunks of holders that are gone, and leases that name nothing (last:
      * recycling above may have freed their block). */
     for (uint32_t c = 0; c < r->nchunks; c++) {
-        struct reg_holder *o = reg_holder_at(r, r->chunk_owner[c]);
+        struct reg_holder *o = reg_holder_at(r, owner_of(r, c));
         if (o && o->state == HOLDER_ACTIVE) continue;
         /* Emptied before it is given back: lock-free claimers take it then. */
         reset_chunk(r, c, REG_NONE);
-        __atomic_store_n(&r->chunk_owner[c], REG_NONE, __ATOMIC_RELEASE);
+        disown(r, c);
     }
     for (uint32_t i = 0; i < r->max_leases; i++)
         if (r->leases[i].intent != LEASE_FREE && !lease_valid(r, i)) {
@@ -1186,7 +1213,7 @@ uint32_t reg_holder_drop_leases(struct registry *r, uint32_t idx)
 {
     uint32_t n = 0;
     for (uint32_t c = 0; c < r->nchunks; c++) {
-        if (r->chunk_owner[c] != idx) continue;
+        if (owner_of(r, c) != idx) continue;
         for (uint32_t li = c * r->lease_chunk; li < (c + 1) * r->lease_chunk; li++) {
             struct reg_lease *l = &r->leases[li];
             if (LOAD_STATE(l->intent) == LEASE_FREE) continue;
@@ -1198,7 +1225,7 @@ uint32_t reg_holder_drop_leases(struct registry *r, uint32_t idx)
             uint32_t wake = reg_block_unheld(r, bi, gen);
             if (wake != REG_NONE && wake != idx) registry_wake(r, wake);
         }
-        __atomic_store_n(&r->chunk_owner[c], REG_NONE, __ATOMIC_RELEASE); /* after its leases */
+        disown(r, c); /* after its leases */
     }
     if (r->self_slot == idx) r->nspare = 0;
     return n;
@@ -1565,25 +1592,28 @@ static bool spare_push(struct registry *r, uint32_t li)
     return true;
 }
 
-/* A free chunk for holder, marked as its own, growing the table when none
- * is free; REG_NONE when full. Lock held. */
-static uint32_t claim_chunk(struct registry *r, uint32_t holder)
+/* A chunk for holder, marked as its own: an unowned one, or (locked) one
+ * whose owner is not an active holder -- a corrupt or hostile owner: a
+ * chunk is claimed only by an attached holder and given back by its sweep,
+ * so its leases name nobody. The table grows when none is found. REG_NONE
+ * when full. */
+static uint32_t claim_chunk(struct registry *r, uint32_t holder, bool locked)
 {
-    uint32_t c = 0;
-    for (;; c++) {
+    registry_refresh(r); /* another process may have grown the table */
+    for (uint32_t c = 0;; c++) {
         if (c == r->nchunks && !grow_chunks(r)) return REG_NONE;
-        /* Free, or owned by a slot that is not an active holder (a corrupt
-         * or hostile owner: a chunk is claimed only by an attached holder
-         * and given back by its sweep): its leases name nobody. */
-        uint32_t owner = __atomic_load_n(&r->chunk_owner[c], __ATOMIC_ACQUIRE);
-        if (owner != REG_NONE && owner < r->max_holders &&
-            LOAD_STATE(r->holders[owner].state) == HOLDER_ACTIVE)
+        uint32_t owner = owner_of(r, c);
+        if (owner != REG_NONE &&
+            (!locked ||
+             (owner < r->max_holders && LOAD_STATE(r->holders[owner].state) == HOLDER_ACTIVE)))
             continue;
-        /* A CAS: lock-free claimers (reg_lease_claim) take REG_NONE chunks. */
-        if (!__atomic_compare_exchange_n(&r->chunk_owner[c], &owner, holder, false,
-                                         __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-            continue;
+        /* Only ours once the CAS says so. An unowned chunk's slots are all
+         * FREE (a sweep or an exit frees every lease of a chunk before
+         * giving it back) and nobody else writes them. */
+        if (!own_chunk(r, c, owner, holder)) continue;
         reset_chunk(r, c, holder);
+        /* One of the last quarter: grow now, before anyone finds none. */
+        if (c >= r->nchunks - r->nchunks / 4) (void)grow_chunks(r);
         return c;
     }
 }
@@ -1595,42 +1625,24 @@ static void spare_chunk(struct registry *r, uint32_t c)
         if (!spare_push(r, li)) break; /* out of memory: fewer spares, nothing wrong */
 }
 
-int reg_lease_claim(struct registry *r)
+/* reg_lease_claim and reg_lease_grow. */
+static int claim_for_self(struct registry *r, bool locked)
 {
     if (r->self_slot == REG_NONE) return -ENOSPC;
-    registry_refresh(r); /* another process may have grown the table */
-    for (uint32_t c = 0; c < r->nchunks; c++) {
-        uint32_t owner = REG_NONE;
-        /* Only an unowned chunk: its slots are all FREE (a sweep or an exit
-         * frees every lease of a chunk before giving it back, the lock-held
-         * claim resets it after taking it) and nobody else writes them. */
-        if (__atomic_load_n(&r->chunk_owner[c], __ATOMIC_RELAXED) != REG_NONE ||
-            !__atomic_compare_exchange_n(&r->chunk_owner[c], &owner, r->self_slot, false,
-                                         __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-            continue;
-        reset_chunk(r, c, r->self_slot);
-        spare_chunk(r, c);
-        /* One of the last quarter: grow ahead while it costs nobody a wait. */
-        return c >= r->nchunks - r->nchunks / 4 && r->nchunks < r->cap_chunks ? 1 : 0;
-    }
-    return -EAGAIN;
-}
-
-int reg_lease_grow(struct registry *r)
-{
-    if (r->self_slot == REG_NONE) return -ENOSPC;
-    uint32_t c = claim_chunk(r, r->self_slot);
-    if (c == REG_NONE) return -ENOSPC;
+    uint32_t c = claim_chunk(r, r->self_slot, locked);
+    if (c == REG_NONE) return locked ? -ENOSPC : -EAGAIN;
     spare_chunk(r, c);
     return 0;
 }
 
-void reg_lease_grow_ahead(struct registry *r)
+int reg_lease_claim(struct registry *r)
 {
-    uint32_t unowned = 0;
-    for (uint32_t c = 0; c < r->nchunks; c++)
-        unowned += __atomic_load_n(&r->chunk_owner[c], __ATOMIC_RELAXED) == REG_NONE;
-    if (unowned < r->nchunks / 4) (void)grow_chunks(r);
+    return claim_for_self(r, false);
+}
+
+int reg_lease_grow(struct registry *r)
+{
+    return claim_for_self(r, true);
 }
 
 bool reg_lease_begin(struct registry *r, uint32_t li, uint32_t block, uint64_t generation)
@@ -1638,7 +1650,7 @@ bool reg_lease_begin(struct registry *r, uint32_t li, uint32_t block, uint64_t g
     struct reg_lease *l = &r->leases[li];
     l->block = block;
     l->block_gen = generation;
-    l->holder = r->chunk_owner[li / r->lease_chunk];
+    l->holder = owner_of(r, li / r->lease_chunk);
     l->count = 1;
     l->open_ns = reg_now_ns();
     STORE_STATE(l->intent, LEASE_OPENING); /* before the bit: a sweep finds it */
@@ -1671,7 +1683,7 @@ uint32_t reg_lease_find(struct registry *r, uint32_t block, uint32_t holder)
     struct reg_block *b = reg_block_at(r, block);
     if (!b) return REG_NONE;
     for (uint32_t c = 0; c < r->nchunks; c++) {
-        if (r->chunk_owner[c] != holder) continue;
+        if (owner_of(r, c) != holder) continue;
         for (uint32_t li = c * r->lease_chunk; li < (c + 1) * r->lease_chunk; li++) {
             struct reg_lease *l = &r->leases[li];
             if (LOAD_STATE(l->intent) != LEASE_FREE && l->block == block &&
@@ -1688,7 +1700,7 @@ uint32_t reg_lease_create(struct registry *r, uint32_t block, uint32_t holder)
     if (!b || !reg_holder_at(r, holder)) return REG_NONE;
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t c = 0; c < r->nchunks; c++) {
-            if (r->chunk_owner[c] != holder) continue;
+            if (owner_of(r, c) != holder) continue;
             for (uint32_t li = c * r->lease_chunk; li < (c + 1) * r->lease_chunk; li++) {
                 if (LOAD_STATE(r->leases[li].intent) != LEASE_FREE) continue;
                 if (holder == r->self_slot) /* not handed out twice by reg_lease_take */
@@ -1698,7 +1710,7 @@ uint32_t reg_lease_create(struct registry *r, uint32_t block, uint32_t holder)
                 return li;
             }
         }
-        if (pass == 0 && claim_chunk(r, holder) == REG_NONE) return REG_NONE;
+        if (pass == 0 && claim_chunk(r, holder, true) == REG_NONE) return REG_NONE;
     }
     return REG_NONE;
 }
@@ -1710,7 +1722,7 @@ uint32_t reg_lease_drop(struct registry *r, uint32_t idx)
     uint32_t bi = l->block;
     uint64_t gen = l->block_gen;
     free_lease(r, idx);
-    if (r->chunk_owner[idx / r->lease_chunk] == r->self_slot && r->self_slot != REG_NONE)
+    if (owner_of(r, idx / r->lease_chunk) == r->self_slot && r->self_slot != REG_NONE)
         (void)spare_push(r, idx);
     return reg_block_unheld(r, bi, gen);
 }

@@ -173,7 +173,7 @@ struct registry {
     struct reg_block *blocks;
     uint64_t *held; /* max_blocks bitmaps of held_words words */
     struct reg_lease *leases;
-    uint32_t *chunk_owner; /* nchunks: the holder owning each chunk of leases, or REG_NONE */
+    uint32_t *chunk_owner; /* nchunks: each chunk's owner + 1, 0 when unowned (reg_chunk_owner) */
     uint32_t *buckets;
     /* In use now (registry_refresh; they only grow), and the capacities. */
     uint32_t max_holders, max_blocks, max_leases, nbuckets, held_words, nchunks;
@@ -298,8 +298,6 @@ int registry_reopen_fd(struct registry *r);
  * safely); -ENOTRECOVERABLE (the registry must not be used any more). */
 int registry_lock(struct registry *r);
 void registry_unlock(struct registry *r);
-/* registry_lock without waiting: -EBUSY when another thread holds it. */
-int registry_trylock(struct registry *r);
 
 /* Rebuild every derived structure from the primary records. Lock held. */
 void registry_repair(struct registry *r);
@@ -449,19 +447,18 @@ bool reg_block_retire(struct registry *r, uint32_t idx);
 uint32_t reg_lease_take(struct registry *r);
 
 /* Claim a chunk no holder owns for our own holder slot, with a CAS on its
- * owner word. 0; 1 when it was one of the last quarter of the table (grow
- * ahead with reg_lease_grow_ahead if the lock is free); -EAGAIN when every
- * chunk is owned (then reg_lease_grow); -ENOSPC without a slot. No lock. */
+ * owner word; the chunk table grows (without the lock) when none is
+ * unowned, and ahead of need when the claim took one of its last quarter.
+ * 0; -EAGAIN when the table is full (then reg_lease_grow); -ENOSPC without
+ * a slot. No lock. */
 int reg_lease_claim(struct registry *r);
 
-/* Claim one more chunk of lease slots for our own holder slot, also one a
- * holder that is not active left (the chunk table grows when none is
- * free). 0 or -ENOSPC. Lock held. */
+/* reg_lease_claim that may also take a chunk whose owner is not an active
+ * holder. 0 or -ENOSPC. Lock held. */
 int reg_lease_grow(struct registry *r);
 
-/* Grows the chunk table when fewer than a quarter of its chunks are
- * unowned, so that lock-free claims keep finding one. Lock held. */
-void reg_lease_grow_ahead(struct registry *r);
+/* The holder owning chunk c, or REG_NONE. */
+uint32_t reg_chunk_owner(const struct registry *r, uint32_t c);
 
 /* Fill our lease li for block (count 1, intent OPENING, then the bit set).
  * No lock. Returns whether the bit was clear before. */

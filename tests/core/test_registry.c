@@ -434,7 +434,7 @@ Test(registry, slots_and_chunks_claimed_without_the_lock)
         cr_assert_not(slot_seen[got[0]], "slot %u taken twice", got[0]);
         cr_assert_not(chunk_seen[got[1]], "chunk %u taken twice", got[1]);
         slot_seen[got[0]] = chunk_seen[got[1]] = true;
-        cr_assert_eq(r.chunk_owner[got[1]], got[0]);
+        cr_assert_eq(reg_chunk_owner(&r, got[1]), got[0]);
         cr_assert_eq(r.holders[got[0]].state, HOLDER_ACTIVE);
     }
     /* The last free slot (slot 0's byte is held elsewhere) and the last chunks. */
@@ -455,23 +455,37 @@ Test(registry, slots_and_chunks_claimed_without_the_lock)
     registry_close(&r);
 }
 
-/* A claim of one of the last quarter of the chunks asks to grow ahead,
- * which doubles the table while a quarter is not unowned any more. */
-Test(registry, chunk_table_grows_ahead)
+/* The chunk table grows without the lock: a claim of one of the last
+ * quarter of the chunks doubles it ahead of need, and two growers at once
+ * (another view) change nothing; the new chunks are unowned. */
+Test(registry, chunk_table_grows_without_the_lock)
 {
     struct reg_caps caps = {8, 64, 128 * REG_LEASE_CHUNK};
-    struct registry r;
+    struct registry r, v;
     cr_assert_eq(registry_open(&r, test_domain, &caps), 0);
+    cr_assert_eq(registry_open(&v, test_domain, &caps), 0);
+    cr_assert_eq(registry_lock(&r), 0, "held throughout: nothing below takes it");
     cr_assert_neq(reg_holder_claim(&r, 1), REG_NONE);
+    cr_assert_neq(reg_holder_claim(&v, 2), REG_NONE);
     cr_assert_eq(r.nchunks, 32);
     for (unsigned c = 0; c < 24; c++)
         cr_assert_eq(reg_lease_claim(&r), 0, "chunk %u", c);
-    cr_assert_eq(reg_lease_claim(&r), 1, "one of the last quarter");
-    cr_assert_eq(registry_lock(&r), 0);
-    reg_lease_grow_ahead(&r);
+    cr_assert_eq(r.nchunks, 32, "not yet");
+    cr_assert_eq(reg_lease_claim(&v), 0);
+    cr_assert_eq(v.nchunks, 64, "one of the last quarter: doubled ahead");
+    cr_assert_eq(reg_lease_claim(&r), 0);
+    cr_assert_eq(r.nchunks, 64, "the other view sees it at its next claim");
+    for (uint32_t c = 26; c < 64; c++)
+        cr_assert_eq(reg_chunk_owner(&r, c), REG_NONE, "chunk %u unowned", c);
+    while (r.nchunks < 128)
+        cr_assert_eq(reg_lease_claim(&r), 0);
+    unsigned n = 0;
+    while (reg_lease_claim(&r) == 0)
+        n++;
+    cr_assert_eq(reg_lease_claim(&v), -EAGAIN, "at capacity, every chunk owned");
+    cr_assert_eq(r.nchunks, 128);
     registry_unlock(&r);
-    cr_assert_eq(r.nchunks, 64);
-    cr_assert_eq(reg_lease_claim(&r), 0, "plenty unowned again");
+    registry_close(&v);
     registry_close(&r);
 }
 

@@ -129,7 +129,7 @@ static void check_consistent(struct registry *r)
     for (uint32_t li = 0; li < r->max_leases; li++) {
         struct reg_lease *l = &r->leases[li];
         if (l->intent == LEASE_FREE) continue;
-        uint32_t owner = r->chunk_owner[li / r->lease_chunk];
+        uint32_t owner = reg_chunk_owner(r, li / r->lease_chunk);
         if (l->intent > LEASE_CLOSING || l->block >= r->max_blocks ||
             r->blocks[l->block].state == BLOCK_FREE ||
             r->blocks[l->block].generation != l->block_gen || owner >= r->max_holders ||
