@@ -873,6 +873,9 @@ static void sweep_holders_of_ours(void)
 
 static int free_limbo(void);
 
+/* free_limbo calls between taking their victims and the real frees. */
+static int frees_in_flight;
+
 /* Frees what can be freed from this process's limbo and sweeps the dead as
  * `how` says (the sweep's liveness checks run before any lock is taken:
  * reg_sweep_dead). A due sweep comes after the frees, which it would
@@ -944,6 +947,9 @@ static int free_limbo(void)
                                  b->limbo_since_ns, e->block, e->device};
         local_export_del(e);
     }
+    /* Counted before the locks go: whoever collects next and finds
+     * nothing knows frees are on their way (ipc_collect_pressure). */
+    if (n) __atomic_add_fetch(&frees_in_flight, 1, __ATOMIC_SEQ_CST);
     registry_unlock(&reg);
     local_unlock();
     if (!n) {
@@ -972,6 +978,7 @@ static int free_limbo(void)
                                             __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
         }
     }
+    __atomic_sub_fetch(&frees_in_flight, 1, __ATOMIC_SEQ_CST); /* done and counted */
     free(v);
     return (int)n;
 }
@@ -1003,12 +1010,20 @@ static void expire_limbo_older_than(uint64_t before)
 int ipc_collect_pressure(void)
 {
     if (!ipc_active()) return 0;
+    uint64_t before = __atomic_load_n(&st.frees_reclaimed, __ATOMIC_RELAXED);
     uint64_t now = reg_now_ns();
     expire_limbo_older_than(now > PRESSURE_AGE_NS ? now - PRESSURE_AGE_NS : 0);
     int n = collect(SWEEP_ALL);
-    if (n > 0) return n;
-    expire_limbo_older_than(UINT64_MAX);
-    return collect(SWEEP_ALL);
+    if (n <= 0) {
+        expire_limbo_older_than(UINT64_MAX);
+        n = collect(SWEEP_ALL);
+    }
+    /* Trap: the collector thread may have taken what we came for (a
+     * hand-off we just expired) and be freeing it right now; our collect
+     * then finds nothing. Its frees count as ours once they are done. */
+    thread_wait_stopped(&frees_in_flight, 1000);
+    uint64_t others = __atomic_load_n(&st.frees_reclaimed, __ATOMIC_RELAXED) - before;
+    return n > 0 ? n : (int)(others > INT32_MAX ? INT32_MAX : others);
 }
 
 /* ---- fair share ---- */
