@@ -319,19 +319,25 @@ enum sweep_mode {
 /* ---- export ---- */
 
 static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, int device,
-                      uint64_t ctx, bool retry, uint32_t cs);
+                      uint64_t ctx, uint64_t identity, bool retry, uint32_t cs);
 static int collect(enum sweep_mode how);
 static size_t shed_unclaimed_n(bool all);
 
 int ipc_export(const struct ipc_handle *h, uint64_t base, uint64_t size, int device, uint64_t ctx)
 {
-    return export_try(h, base, size, device, ctx, true, callsite_capture());
+    return export_try(h, base, size, device, ctx, 0, true, callsite_capture());
+}
+
+int ipc_export_identity(const struct ipc_handle *h, uint64_t base, uint64_t size, int device,
+                        uint64_t ctx, uint64_t identity)
+{
+    return export_try(h, base, size, device, ctx, identity, true, callsite_capture());
 }
 
 /* ipc_export, with one retry after shedding this process's own unclaimed
  * hand-offs when the table is full; cs: the export's call site. */
 static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, int device,
-                      uint64_t ctx, bool retry, uint32_t cs)
+                      uint64_t ctx, uint64_t identity, bool retry, uint32_t cs)
 {
     local_lock();
     int rc = ready_locked();
@@ -352,6 +358,7 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
             if (__atomic_fetch_add(&b->pending, 1, __ATOMIC_SEQ_CST) == 0) b->first_export_ns = now;
             b->last_export_ns = now;
             again = true;
+            if (identity) e->identity = identity;
             leak_note_reexport(e);
         } else if (own_block(b, e->generation)) {
             let_go(e->block); /* a new allocation at a base we never saw freed */
@@ -383,7 +390,7 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
         free(ne);
         local_unlock();
         if (shed && collect(SWEEP_ALL) > 0)
-            return export_try(h, base, size, device, ctx, false, cs);
+            return export_try(h, base, size, device, ctx, identity, false, cs);
         LOG_ONCE(LOG_WARN,
                  "registry %s is full (IPCSHIM_MAX_BLOCKS=%u): new exports are not "
                  "tracked",
@@ -394,6 +401,7 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
     ne->size = size;
     ne->ctx = ctx;
     ne->device = device;
+    ne->identity = identity;
     ne->block = idx;
     ne->generation = gen;
     ne->handle = *h;
@@ -834,7 +842,7 @@ void ipc_close_finish(struct ipc_close *t)
 /* ---- collect ---- */
 
 struct victim {
-    uint64_t base, size, ctx, generation, limbo_since;
+    uint64_t base, size, ctx, generation, limbo_since, identity;
     uint32_t block;
     int device;
 };
@@ -919,8 +927,14 @@ static int collect(enum sweep_mode how)
             reg_block_held(&reg, e->block) || !reg_block_retire(&reg, e->block))
             continue;
         /* RETIRED: from here on no open can succeed. */
-        v[n++] = (struct victim){e->base,           e->size,  e->ctx,   e->generation,
-                                 b->limbo_since_ns, e->block, e->device};
+        v[n++] = (struct victim){.base = e->base,
+                                 .size = e->size,
+                                 .ctx = e->ctx,
+                                 .generation = e->generation,
+                                 .limbo_since = b->limbo_since_ns,
+                                 .identity = e->identity,
+                                 .block = e->block,
+                                 .device = e->device};
         local_export_del(e);
     }
     registry_unlock(&reg);
@@ -930,7 +944,7 @@ static int collect(enum sweep_mode how)
         return 0;
     }
     for (size_t i = 0; i < n; i++) {
-        int rc = ops->free_block(v[i].base, v[i].device, v[i].ctx);
+        int rc = ops->free_block(v[i].base, v[i].device, v[i].ctx, v[i].identity);
         if (rc)
             LOG_RATE(LOG_WARN, "deferred free of 0x%llx failed (%d)", (unsigned long long)v[i].base,
                      rc);

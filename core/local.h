@@ -24,6 +24,7 @@
 struct local_export {
     uint64_t base; /* key */
     uint64_t size, ctx, generation;
+    uint64_t identity; /* the driver's identity of the allocation (ipc_export_identity) */
     uint32_t block;
     int device;
     uint32_t own_opens; /* opens of our own export, answered with base */
