@@ -118,8 +118,14 @@ static unsigned memo_set(void *ra, void *const *slot)
     return (unsigned)((k * 0x9E3779B97F4A7C15ull) >> 32) & (MEMO_SETS - 1);
 }
 
+/* The memo reads words of the program's frames that AddressSanitizer may
+ * have poisoned (the redzones between their locals): plain reads of mapped
+ * stack, never of an object. */
+#define READS_FOREIGN_STACK __attribute__((no_sanitize_address))
+
 /* Does the memoised stack still lie under the mark? */
-static bool memo_holds(const struct memo_entry *e, void *ra, void *const *slot, unsigned d)
+READS_FOREIGN_STACK static bool memo_holds(const struct memo_entry *e, void *ra, void *const *slot,
+                                           unsigned d)
 {
     if (e->ra != ra || e->slot != slot || e->depth != d) return false;
     for (unsigned i = 0; i < e->nchecks; i++)
@@ -131,8 +137,9 @@ static bool memo_holds(const struct memo_entry *e, void *ra, void *const *slot, 
  * innermost after callsite_capture): the mark's return address is one of
  * them; each frame outside it is looked for upwards on the stack, from the
  * marked word to the top of the thread's stack. */
-static void memo_fill(struct memo *m, struct memo_entry *e, void *ra, void *const *slot, unsigned d,
-                      void *const *pcs, int n, uint32_t id)
+READS_FOREIGN_STACK static void memo_fill(struct memo *m, struct memo_entry *e, void *ra,
+                                          void *const *slot, unsigned d, void *const *pcs, int n,
+                                          uint32_t id)
 {
     e->ra = NULL; /* invalid until complete */
     uintptr_t s = (uintptr_t)slot;
