@@ -371,14 +371,14 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
         }
         local_export_del(e);
     }
-    struct local_export *ne = calloc(1, sizeof *ne);
+    struct local_export *ne = local_export_new();
     if (!ne) {
         local_unlock();
         LOG_ONCE(LOG_WARN, "out of memory: an export is not tracked");
         return -ENOMEM;
     }
     if (!lock_registry()) {
-        free(ne);
+        local_export_free(ne);
         goto off;
     }
     drain_recycles();
@@ -387,7 +387,7 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
     size_t shed = idx == REG_NONE && retry ? shed_unclaimed_n(true) : 0;
     registry_unlock(&reg);
     if (idx == REG_NONE) {
-        free(ne);
+        local_export_free(ne);
         local_unlock();
         if (shed && collect(SWEEP_ALL) > 0)
             return export_try(h, base, size, device, ctx, identity, false, cs);
@@ -407,7 +407,7 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
     ne->handle = *h;
     leak_note_export(ne, now, cs);
     if (local_export_add(ne) != 0) {
-        free(ne);
+        local_export_free(ne);
         if (lock_registry()) {
             reg_block_recycle(&reg, idx);
             registry_unlock(&reg);

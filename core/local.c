@@ -16,9 +16,32 @@ static uint64_t limbo_bytes;
 static struct local_map *maps, *maps_by_ptr;
 static struct local_retiring *retiring;
 static struct local_lease *leases;
-enum { MAP_CACHE = 64 };
+enum { MAP_CACHE = 64, RECORD_CACHE = 16 };
 static struct local_map *map_cache[MAP_CACHE]; /* freed records, reused without calloc */
 static unsigned map_cached;
+/* The same for the records an export, an open and a free make and drop
+ * once each per IPC cycle. */
+static struct local_export *export_cache[RECORD_CACHE];
+static unsigned exports_cached;
+static struct local_lease *lease_cache[RECORD_CACHE];
+static unsigned leases_cached;
+static struct local_retiring *retiring_cache[RECORD_CACHE];
+static unsigned retirings_cached;
+
+#define CACHE_TAKE(cache, n)                                                                       \
+    ((n) ? memset((cache)[--(n)], 0, sizeof *(cache)[0]) : calloc(1, sizeof *(cache)[0]))
+#define CACHE_GIVE(cache, n, p)                                                                    \
+    do {                                                                                           \
+        if ((n) < RECORD_CACHE)                                                                    \
+            (cache)[(n)++] = (p);                                                                  \
+        else                                                                                       \
+            free(p);                                                                               \
+    } while (0)
+#define CACHE_EMPTY(cache, n)                                                                      \
+    do {                                                                                           \
+        while (n)                                                                                  \
+            free((cache)[--(n)]);                                                                  \
+    } while (0)
 
 void local_lock(void)
 {
@@ -88,6 +111,16 @@ struct local_export *local_export_find(uint64_t base)
     return e;
 }
 
+struct local_export *local_export_new(void)
+{
+    return CACHE_TAKE(export_cache, exports_cached);
+}
+
+void local_export_free(struct local_export *e)
+{
+    CACHE_GIVE(export_cache, exports_cached, e);
+}
+
 int local_export_add(struct local_export *e)
 {
     HASH_ADD(hh, exports, base, sizeof e->base, e);
@@ -106,7 +139,7 @@ void local_export_del(struct local_export *e)
     }
     filter_change(e->base, -1);
     HASH_DELETE(hh, exports, e);
-    free(e);
+    local_export_free(e);
 }
 
 void local_limbo_add(struct local_export *e)
@@ -189,25 +222,24 @@ struct local_lease *local_lease_find(uint32_t block)
 
 int local_lease_add(uint32_t block, uint64_t generation, uint32_t lease)
 {
-    struct local_lease *l = malloc(sizeof *l), *old = NULL;
+    struct local_lease *l = CACHE_TAKE(lease_cache, leases_cached), *old = NULL;
     if (!l) return -ENOMEM;
-    memset(l, 0, sizeof *l);
     l->block = block;
     l->lease = lease;
     l->generation = generation;
     HASH_REPLACE(hh, leases, block, sizeof l->block, l, old);
     if (!UTH_ADDED(l, hh)) {
-        free(l);
+        CACHE_GIVE(lease_cache, leases_cached, l);
         return -ENOMEM;
     }
-    free(old);
+    if (old) CACHE_GIVE(lease_cache, leases_cached, old);
     return 0;
 }
 
 void local_lease_del(struct local_lease *l)
 {
     HASH_DELETE(hh, leases, l);
-    free(l);
+    CACHE_GIVE(lease_cache, leases_cached, l);
 }
 
 struct local_retiring *local_retirings(void)
@@ -218,16 +250,16 @@ struct local_retiring *local_retirings(void)
 int local_retiring_add(uint64_t base, uint32_t block, uint64_t generation)
 {
     struct local_retiring *t, *old = NULL;
-    if (!(t = calloc(1, sizeof *t))) return -ENOMEM;
+    if (!(t = CACHE_TAKE(retiring_cache, retirings_cached))) return -ENOMEM;
     t->base = base;
     t->block = block;
     t->generation = generation;
     HASH_REPLACE(hh, retiring, base, sizeof t->base, t, old);
     if (!UTH_ADDED(t, hh)) {
-        free(t);
+        CACHE_GIVE(retiring_cache, retirings_cached, t);
         return -ENOMEM;
     }
-    free(old);
+    if (old) CACHE_GIVE(retiring_cache, retirings_cached, old);
     return 0;
 }
 
@@ -239,7 +271,7 @@ bool local_retiring_take(uint64_t base, uint32_t *block, uint64_t *generation)
     *block = t->block;
     *generation = t->generation;
     HASH_DELETE(hh, retiring, t);
-    free(t);
+    CACHE_GIVE(retiring_cache, retirings_cached, t);
     return true;
 }
 
@@ -273,8 +305,12 @@ void local_reset(bool free_memory)
         }
         while (map_cached)
             free(map_cache[--map_cached]);
+        CACHE_EMPTY(export_cache, exports_cached);
+        CACHE_EMPTY(lease_cache, leases_cached);
+        CACHE_EMPTY(retiring_cache, retirings_cached);
     }
     map_cached = 0;
+    exports_cached = leases_cached = retirings_cached = 0;
     exports = limbo = NULL;
     maps = maps_by_ptr = NULL;
     retiring = NULL;

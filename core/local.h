@@ -91,6 +91,10 @@ bool local_maybe_export(uint64_t base);
 bool local_limbo_pending(void);
 
 struct local_export *local_export_find(uint64_t base);
+/* A zeroed record (from a small cache of freed ones), or NULL; one never
+ * added goes back with local_export_free. */
+struct local_export *local_export_new(void);
+void local_export_free(struct local_export *e);
 int local_export_add(struct local_export *e);  /* 0 or -ENOMEM; sets has_exports */
 void local_export_del(struct local_export *e); /* also leaves limbo; frees e */
 void local_limbo_add(struct local_export *e);
