@@ -339,6 +339,7 @@ int ipc_export_identity(const struct ipc_handle *h, uint64_t base, uint64_t size
 static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, int device,
                       uint64_t ctx, uint64_t identity, bool retry, uint32_t cs)
 {
+    local_export_prefetch(base);
     local_lock();
     int rc = ready_locked();
     if (rc) {

@@ -1,11 +1,22 @@
 /* local: the per-process uthash indexes of local.h and their mutex. Plain
  * data structure code: every function but local_lock/unlock/has_exports
  * requires the local mutex. */
-#include "local.h"
-
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* uthash makes a table (a header and its first buckets) when a hash gets
+ * its first item and frees it with the last one; an export, open, close and
+ * free cycle empties every table here each time. Those two allocations are
+ * kept for reuse instead (only uthash's calls in this file come here, all
+ * under the local mutex). */
+static void *uth_alloc(size_t size);
+static void uth_free(void *p, size_t size);
+#define uthash_malloc(size) uth_alloc(size)
+#define uthash_free(p, size) uth_free((p), (size))
+
+#include "local.h"
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
@@ -27,6 +38,38 @@ static struct local_lease *lease_cache[RECORD_CACHE];
 static unsigned leases_cached;
 static struct local_retiring *retiring_cache[RECORD_CACHE];
 static unsigned retirings_cached;
+
+enum { UTH_CACHE = 8 };
+static struct {
+    size_t size; /* 0: this class is not used yet */
+    void *p[UTH_CACHE];
+    unsigned n;
+} uth_cache[2]; /* the two sizes of a new table: header, first buckets */
+
+static void *uth_alloc(size_t size)
+{
+    for (int c = 0; c < 2; c++)
+        if (uth_cache[c].size == size) {
+            if (uth_cache[c].n) return uth_cache[c].p[--uth_cache[c].n];
+            return malloc(size);
+        }
+    for (int c = 0; c < 2; c++)
+        if (!uth_cache[c].size) {
+            uth_cache[c].size = size; /* uthash's first two allocations */
+            break;
+        }
+    return malloc(size);
+}
+
+static void uth_free(void *p, size_t size)
+{
+    for (int c = 0; p && c < 2; c++)
+        if (uth_cache[c].size == size && uth_cache[c].n < UTH_CACHE) {
+            uth_cache[c].p[uth_cache[c].n++] = p;
+            return;
+        }
+    free(p);
+}
 
 #define CACHE_TAKE(cache, n)                                                                       \
     ((n) ? memset((cache)[--(n)], 0, sizeof *(cache)[0]) : calloc(1, sizeof *(cache)[0]))
@@ -82,6 +125,11 @@ static void filter_change(uint64_t base, int delta)
     uint16_t *c = filter_slot(base), v = __atomic_load_n(c, __ATOMIC_RELAXED);
     if (v == UINT16_MAX || (delta < 0 && v == 0)) return;
     __atomic_store_n(c, (uint16_t)(v + delta), __ATOMIC_RELAXED);
+}
+
+void local_export_prefetch(uint64_t base)
+{
+    __builtin_prefetch(filter_slot(base), 1);
 }
 
 bool local_maybe_export(uint64_t base)
@@ -308,7 +356,11 @@ void local_reset(bool free_memory)
         CACHE_EMPTY(export_cache, exports_cached);
         CACHE_EMPTY(lease_cache, leases_cached);
         CACHE_EMPTY(retiring_cache, retirings_cached);
+        for (int c = 0; c < 2; c++)
+            CACHE_EMPTY(uth_cache[c].p, uth_cache[c].n);
     }
+    for (int c = 0; c < 2; c++)
+        uth_cache[c].n = 0;
     map_cached = 0;
     exports_cached = leases_cached = retirings_cached = 0;
     exports = limbo = NULL;

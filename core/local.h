@@ -87,6 +87,10 @@ bool local_has_exports(void);
  * filter read without the lock (false positives only). */
 bool local_maybe_export(uint64_t base);
 
+/* Starts loading what local_export_add(base) will write (the filter's
+ * counter: a cold line of a large table), without the lock. */
+void local_export_prefetch(uint64_t base);
+
 /* True when limbo is not empty; a relaxed load, no lock. */
 bool local_limbo_pending(void);
 
