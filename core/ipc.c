@@ -73,6 +73,7 @@ static bool shut;
 static uint32_t self = REG_NONE;
 static uint64_t self_nonce;
 static uint64_t last_sweep_ns, last_collect_ns;
+static bool collector_asked; /* collector_start called (local lock) */
 static volatile uint8_t *fork_canary;
 static pid_t canary_pid;
 
@@ -127,6 +128,7 @@ static void after_fork(bool consistent)
 {
     local_reset(consistent);
     collector_after_fork();
+    collector_asked = false;
     leak_after_fork();
     memset(&st, 0, sizeof st);
     self = REG_NONE;
@@ -418,7 +420,10 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
         return -ENOMEM;
     }
     STAT_ADD(exports, 1);
-    if (options_get()->collector) collector_start();
+    if (!collector_asked && options_get()->collector) {
+        collector_asked = true; /* once, not a locked exchange per export */
+        collector_start();
+    }
     local_unlock();
     leak_watch_start();
     return 0;

@@ -20,6 +20,7 @@ static void uth_free(void *p, size_t size);
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static unsigned waiters; /* threads in local_wait (the mutex guards it) */
 static int has_exports;
 static struct local_export *exports, *limbo;
 static size_t limbo_count;
@@ -96,11 +97,13 @@ void local_unlock(void)
 }
 void local_wait(void)
 {
+    waiters++;
     pthread_cond_wait(&cv, &mu);
+    waiters--;
 }
 void local_broadcast(void)
 {
-    pthread_cond_broadcast(&cv);
+    if (waiters) pthread_cond_broadcast(&cv);
 }
 
 bool local_has_exports(void)
@@ -379,4 +382,5 @@ void local_reinit_locks(void)
     pthread_cond_t fresh_cv = PTHREAD_COND_INITIALIZER;
     mu = fresh;
     cv = fresh_cv;
+    waiters = 0; /* the other threads are not in the child */
 }

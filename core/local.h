@@ -78,6 +78,7 @@ void local_lock(void);
 void local_unlock(void);
 /* Wait for a pending mapping to settle (local lock held). */
 void local_wait(void);
+/* Wakes the threads in local_wait, if any (local lock held). */
 void local_broadcast(void);
 
 /* True once this process has exported anything: one relaxed load. */
