@@ -1,10 +1,23 @@
 /* callsite: see callsite.h. One static-sized table, mapped on first use:
  * slots of raw return addresses keyed by a hash of them. The hash word is
  * the publication point: 0 free, 1 being written, else the hash (always
- * >= 2), stored with release after the frames are written. */
+ * >= 2), stored with release after the frames are written.
+ *
+ * A per-thread memo spares the unwinding when the shim's entry point marked
+ * where the program's call returns to (callsite_mark): keyed by that return
+ * address and the stack word holding it, it keeps the id of the stack
+ * captured there and, for each outer frame of the program, the stack word
+ * that held its return address. When every one of those words still holds
+ * the same return address, the program reached the entry point through the
+ * same calls, so the capture would give the same frames: its id is the
+ * answer. The words read lie between the marked one and the top of this
+ * thread's own stack (pthread_getattr_np), mapped while the thread runs on
+ * it; a mark outside that stack (a signal stack, a coroutine's) is never
+ * memoised. */
 #include "callsite.h"
 
 #include <execinfo.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +39,130 @@ struct slot {
 static unsigned depth;
 static struct slot *table;
 static int (*unwinder)(void **, int);
+
+/* The memo (see the top of this file). */
+#define MEMO_SETS 8 /* a power of two; two entries each */
+struct memo_entry {
+    void *ra;          /* key: the program's return address ... */
+    void *const *slot; /* ... and the stack word that held it */
+    uint32_t id;       /* the interned stack captured there */
+    unsigned depth, nchecks;
+    void *const *at[RAW_MAX]; /* stack words that held the outer frames' return addresses */
+    void *pc[RAW_MAX];        /* those return addresses */
+};
+struct memo {
+    uintptr_t stack_lo, stack_hi; /* this thread's stack; 0, 0 when unknown */
+    uint64_t hits;
+    struct memo_entry e[MEMO_SETS][2];
+    uint8_t next[MEMO_SETS]; /* the entry of the set to fill next */
+};
+static __thread struct {
+    void *ra;
+    void *const *slot;
+} mark __attribute__((tls_model("initial-exec")));
+static __thread struct memo *memo __attribute__((tls_model("initial-exec")));
+static pthread_key_t memo_key;
+static pthread_once_t memo_once = PTHREAD_ONCE_INIT;
+static bool memo_key_ok;
+
+static void memo_free(void *m)
+{
+    memo = NULL;
+    free(m);
+}
+
+static void memo_key_create(void)
+{
+    memo_key_ok = pthread_key_create(&memo_key, memo_free) == 0;
+}
+
+void callsite_mark(void *ra, void *const *slot)
+{
+    mark.ra = ra && slot && *slot == ra ? ra : NULL;
+    mark.slot = slot;
+}
+
+uint64_t callsite_memo_hits(void)
+{
+    return memo ? memo->hits : 0;
+}
+
+/* This thread's memo, made on first use (NULL when it cannot be). */
+static struct memo *memo_get(void)
+{
+    if (__builtin_expect(memo != NULL, 1)) return memo;
+    pthread_once(&memo_once, memo_key_create);
+    struct memo *m;
+    if (!memo_key_ok || !(m = calloc(1, sizeof *m))) return NULL;
+    if (pthread_setspecific(memo_key, m) != 0) {
+        free(m);
+        return NULL;
+    }
+    pthread_attr_t attr;
+    void *lo;
+    size_t size;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        if (pthread_attr_getstack(&attr, &lo, &size) == 0)
+            m->stack_lo = (uintptr_t)lo, m->stack_hi = (uintptr_t)lo + size;
+        pthread_attr_destroy(&attr);
+    }
+    return memo = m;
+}
+
+/* The set of the mark: its two entries (one helper called from two places
+ * in turn keeps both). */
+static unsigned memo_set(void *ra, void *const *slot)
+{
+    uintptr_t k = (uintptr_t)ra ^ ((uintptr_t)slot >> 3);
+    k ^= k >> 17;
+    return (unsigned)((k * 0x9E3779B97F4A7C15ull) >> 32) & (MEMO_SETS - 1);
+}
+
+/* The memo reads words of the program's frames that AddressSanitizer may
+ * have poisoned (the redzones between their locals): plain reads of mapped
+ * stack, never of an object. */
+#define READS_FOREIGN_STACK __attribute__((no_sanitize_address))
+
+/* Does the memoised stack still lie under the mark? */
+READS_FOREIGN_STACK static bool memo_holds(const struct memo_entry *e, void *ra, void *const *slot,
+                                           unsigned d)
+{
+    if (e->ra != ra || e->slot != slot || e->depth != d) return false;
+    for (unsigned i = 0; i < e->nchecks; i++)
+        if (*(void *const volatile *)e->at[i] != e->pc[i]) return false;
+    return true;
+}
+
+/* Memoise id for the mark, from the frames the unwinder gave (pcs[0] the
+ * innermost after callsite_capture): the mark's return address is one of
+ * them; each frame outside it is looked for upwards on the stack, from the
+ * marked word to the top of the thread's stack. */
+READS_FOREIGN_STACK static void memo_fill(struct memo *m, struct memo_entry *e, void *ra,
+                                          void *const *slot, unsigned d, void *const *pcs, int n,
+                                          uint32_t id)
+{
+    e->ra = NULL; /* invalid until complete */
+    uintptr_t s = (uintptr_t)slot;
+    if (!m->stack_hi || s < m->stack_lo || s >= m->stack_hi) return;
+    int k = 0;
+    while (k < n && pcs[k] != ra)
+        k++;
+    if (k == n) return;
+    void *const *p = slot + 1, *const *end = (void *const *)(m->stack_hi & ~(uintptr_t)7);
+    unsigned c = 0;
+    for (int i = k + 1; i < n; i++, p++) {
+        while (p < end && *p != pcs[i])
+            p++;
+        if (p == end) return;
+        e->at[c] = p;
+        e->pc[c++] = pcs[i];
+    }
+    e->nchecks = c;
+    e->depth = d;
+    e->id = id;
+    e->slot = slot;
+    e->ra = ra;
+}
 
 void callsite_set_unwinder(int (*fn)(void **, int))
 {
@@ -58,17 +195,40 @@ static uint64_t hash_pcs(void *const *pc, int n)
     return h < 2 ? h + 2 : h;
 }
 
+static uint32_t intern(struct slot *t, void *const *pcs, int n);
+
 uint32_t callsite_capture(void)
 {
     unsigned d = __atomic_load_n(&depth, __ATOMIC_ACQUIRE);
     struct slot *t = __atomic_load_n(&table, __ATOMIC_ACQUIRE);
     if (!d || !t) return 0;
+    void *ra = mark.ra, *const *at = mark.slot;
+    struct memo *m = ra ? memo_get() : NULL;
+    struct memo_entry *e = NULL;
+    if (m) {
+        unsigned set = memo_set(ra, at);
+        for (int w = 0; w < 2; w++)
+            if (memo_holds(&m->e[set][w], ra, at, d)) {
+                m->hits++;
+                return m->e[set][w].id;
+            }
+        e = &m->e[set][m->next[set]];
+        m->next[set] ^= 1;
+    }
     void *pc[RAW_MAX];
     int (*fast)(void **, int) = __atomic_load_n(&unwinder, __ATOMIC_ACQUIRE);
     int n = fast ? fast(pc, (int)(d + EXTRA_FRAMES)) : backtrace(pc, (int)(d + EXTRA_FRAMES));
     if (n <= 1) return 0;
     /* pc[0] is this function: not part of the call site. */
-    uint64_t h = hash_pcs(pc + 1, n - 1);
+    uint32_t id = intern(t, pc + 1, n - 1);
+    if (e && id) memo_fill(m, e, ra, at, d, pc + 1, n - 1, id);
+    return id;
+}
+
+/* The id of the stack pcs[0..n), interned; 0 when the table is crowded. */
+static uint32_t intern(struct slot *t, void *const *pcs, int n)
+{
+    uint64_t h = hash_pcs(pcs, n);
     for (uint32_t k = 0; k < PROBES; k++) {
         uint32_t i = (uint32_t)(h + k) & (TABLE_SLOTS - 1);
         struct slot *s = &t[i];
@@ -77,15 +237,14 @@ uint32_t callsite_capture(void)
             uint64_t zero = 0;
             if (__atomic_compare_exchange_n(&s->hash, &zero, 1, false, __ATOMIC_ACQUIRE,
                                             __ATOMIC_RELAXED)) {
-                s->n = (uint32_t)(n - 1);
-                memcpy(s->pc, pc + 1, (size_t)(n - 1) * sizeof(void *));
+                s->n = (uint32_t)n;
+                memcpy(s->pc, pcs, (size_t)n * sizeof(void *));
                 __atomic_store_n(&s->hash, h, __ATOMIC_RELEASE);
                 return i + 1;
             }
             cur = __atomic_load_n(&s->hash, __ATOMIC_ACQUIRE);
         }
-        if (cur == h && s->n == (uint32_t)(n - 1) &&
-            !memcmp(s->pc, pc + 1, (size_t)(n - 1) * sizeof(void *)))
+        if (cur == h && s->n == (uint32_t)n && !memcmp(s->pc, pcs, (size_t)n * sizeof(void *)))
             return i + 1;
     }
     return 0; /* table crowded: no call site rather than a wait */

@@ -33,6 +33,17 @@ void callsite_set_unwinder(int (*fn)(void **pcs, int max));
 /* The current stack as an interned id; 0 when off, full or unknown. */
 uint32_t callsite_capture(void);
 
+/* From an entry point of the shim, before the operation that captures: ra,
+ * where the program's call returns to, and slot, the stack word holding it
+ * (ignored unless *slot == ra). Until callsite_mark(NULL, NULL), this
+ * thread's captures under it are memoised per (ra, slot) and answered
+ * without unwinding while the outer frames' return addresses are still in
+ * their stack words (the same calls led here): ids as a capture gives. */
+void callsite_mark(void *ra, void *const *slot);
+
+/* Captures this thread answered from its memo (for tests). */
+uint64_t callsite_memo_hits(void);
+
 /* Writes the program's frames of call site id into buf, innermost first,
  * separated by " < ", leaving out this library's and the CUDA libraries'
  * frames: "open_block+0x1f (leaky) < main+0x8c (leaky)". Returns buf.

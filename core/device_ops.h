@@ -12,8 +12,10 @@
 
 struct device_ops {
     /* Really free the allocation at base, which lives in context ctx on
-     * device. -EINVAL if the driver refused. */
-    int (*free_block)(uint64_t base, int device, uint64_t ctx);
+     * device, if it is still the allocation of that identity (the driver's
+     * BUFFER_ID noted at export, never reused in a process; 0: unknown, not
+     * checked). -EINVAL if the driver refused. */
+    int (*free_block)(uint64_t base, int device, uint64_t ctx, uint64_t identity);
 };
 
 #endif

@@ -52,6 +52,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { S_IDLE, S_ACTIVE, S_OFF };
@@ -73,6 +74,7 @@ static bool shut;
 static uint32_t self = REG_NONE;
 static uint64_t self_nonce;
 static uint64_t last_sweep_ns, last_collect_ns;
+static bool collector_asked; /* collector_start called (local lock) */
 static volatile uint8_t *fork_canary;
 static pid_t canary_pid;
 
@@ -116,6 +118,17 @@ static void drain_recycles(void)
     nrecycles = 0;
 }
 
+/* reg_now_ns's clock as of its last tick (CLOCK_MONOTONIC_COARSE): never
+ * ahead of it, at most a tick behind, and read in a few nanoseconds where
+ * the precise clock takes tens in a VM. For stamps that only reports and
+ * stats read (a limbo that seems to start a tick early). */
+static uint64_t now_coarse_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0) return reg_now_ns();
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static uint64_t timeout_ns(void)
 {
     return options_get()->handoff_timeout * 1000000ull;
@@ -127,6 +140,7 @@ static void after_fork(bool consistent)
 {
     local_reset(consistent);
     collector_after_fork();
+    collector_asked = false;
     leak_after_fork();
     memset(&st, 0, sizeof st);
     self = REG_NONE;
@@ -324,20 +338,27 @@ enum sweep_mode {
 /* ---- export ---- */
 
 static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, int device,
-                      uint64_t ctx, bool retry, uint32_t cs);
+                      uint64_t ctx, uint64_t identity, bool retry, uint32_t cs);
 static int collect(enum sweep_mode how);
 static size_t shed_unclaimed_n(bool all);
 
 int ipc_export(const struct ipc_handle *h, uint64_t base, uint64_t size, int device, uint64_t ctx)
 {
-    return export_try(h, base, size, device, ctx, true, callsite_capture());
+    return export_try(h, base, size, device, ctx, 0, true, callsite_capture());
+}
+
+int ipc_export_identity(const struct ipc_handle *h, uint64_t base, uint64_t size, int device,
+                        uint64_t ctx, uint64_t identity)
+{
+    return export_try(h, base, size, device, ctx, identity, true, callsite_capture());
 }
 
 /* ipc_export, with one retry after shedding this process's own unclaimed
  * hand-offs when the table is full; cs: the export's call site. */
 static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, int device,
-                      uint64_t ctx, bool retry, uint32_t cs)
+                      uint64_t ctx, uint64_t identity, bool retry, uint32_t cs)
 {
+    local_export_prefetch(base);
     local_lock();
     int rc = ready_locked();
     if (rc) {
@@ -357,6 +378,7 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
             if (__atomic_fetch_add(&b->pending, 1, __ATOMIC_SEQ_CST) == 0) b->first_export_ns = now;
             b->last_export_ns = now;
             again = true;
+            if (identity) e->identity = identity;
             leak_note_reexport(e);
         } else if (own_block(b, e->generation)) {
             let_go(e->block); /* a new allocation at a base we never saw freed */
@@ -369,14 +391,14 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
         }
         local_export_del(e);
     }
-    struct local_export *ne = calloc(1, sizeof *ne);
+    struct local_export *ne = local_export_new();
     if (!ne) {
         local_unlock();
         LOG_ONCE(LOG_WARN, "out of memory: an export is not tracked");
         return -ENOMEM;
     }
     if (!lock_registry()) {
-        free(ne);
+        local_export_free(ne);
         goto off;
     }
     drain_recycles();
@@ -385,10 +407,10 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
     size_t shed = idx == REG_NONE && retry ? shed_unclaimed_n(true) : 0;
     registry_unlock(&reg);
     if (idx == REG_NONE) {
-        free(ne);
+        local_export_free(ne);
         local_unlock();
         if (shed && collect(SWEEP_ALL) > 0)
-            return export_try(h, base, size, device, ctx, false, cs);
+            return export_try(h, base, size, device, ctx, identity, false, cs);
         LOG_ONCE(LOG_WARN,
                  "registry %s is full (IPCSHIM_MAX_BLOCKS=%u): new exports are not "
                  "tracked",
@@ -399,12 +421,13 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
     ne->size = size;
     ne->ctx = ctx;
     ne->device = device;
+    ne->identity = identity;
     ne->block = idx;
     ne->generation = gen;
     ne->handle = *h;
     leak_note_export(ne, now, cs);
     if (local_export_add(ne) != 0) {
-        free(ne);
+        local_export_free(ne);
         if (lock_registry()) {
             reg_block_recycle(&reg, idx);
             registry_unlock(&reg);
@@ -414,7 +437,10 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
         return -ENOMEM;
     }
     STAT_ADD(exports, 1);
-    if (options_get()->collector) collector_start();
+    if (!collector_asked && options_get()->collector) {
+        collector_asked = true; /* once, not a locked exchange per export */
+        collector_start();
+    }
     local_unlock();
     leak_watch_start();
     return 0;
@@ -843,7 +869,7 @@ void ipc_close_finish(struct ipc_close *t)
 /* ---- collect ---- */
 
 struct victim {
-    uint64_t base, size, ctx, generation, limbo_since;
+    uint64_t base, size, ctx, generation, limbo_since, identity;
     uint32_t block;
     int device;
 };
@@ -943,8 +969,14 @@ static int free_limbo(void)
             reg_block_held(&reg, e->block) || !reg_block_retire(&reg, e->block))
             continue;
         /* RETIRED: from here on no open can succeed. */
-        v[n++] = (struct victim){e->base,           e->size,  e->ctx,   e->generation,
-                                 b->limbo_since_ns, e->block, e->device};
+        v[n++] = (struct victim){.base = e->base,
+                                 .size = e->size,
+                                 .ctx = e->ctx,
+                                 .generation = e->generation,
+                                 .limbo_since = b->limbo_since_ns,
+                                 .identity = e->identity,
+                                 .block = e->block,
+                                 .device = e->device};
         local_export_del(e);
     }
     /* Counted before the locks go: whoever collects next and finds
@@ -957,7 +989,7 @@ static int free_limbo(void)
         return 0;
     }
     for (size_t i = 0; i < n; i++) {
-        int rc = ops->free_block(v[i].base, v[i].device, v[i].ctx);
+        int rc = ops->free_block(v[i].base, v[i].device, v[i].ctx, v[i].identity);
         if (rc)
             LOG_RATE(LOG_WARN, "deferred free of 0x%llx failed (%d)", (unsigned long long)v[i].base,
                      rc);
@@ -1118,12 +1150,16 @@ int ipc_free_begin(uint64_t ptr)
         result = IPC_DONE;
     } else if (e) {
         struct reg_block *b = reg_block_at(&reg, e->block);
-        uint64_t now = reg_now_ns();
         if (!own_block(b, e->generation) || b->state != BLOCK_LIVE) {
             local_export_del(e);
         } else {
             drain_recycles();
-            expire_handoffs(e, b, now, false);
+            /* The precise clock only for a hand-off that may expire now; the
+             * limbo stamp is for reports and stats. */
+            if (__atomic_load_n(&b->pending, __ATOMIC_RELAXED))
+                expire_handoffs(e, b, reg_now_ns(), false);
+            uint64_t now = now_coarse_ns(), exported = b->last_export_ns;
+            if (now < exported) now = exported; /* limbo never starts before the export */
             /* Into limbo, then out of it at once if nobody holds it and no
              * hand-off is pending (importers see LIMBO as LIVE). */
             b->limbo_since_ns = now;

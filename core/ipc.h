@@ -51,6 +51,14 @@ bool ipc_active(void);
  * works as without the shim; logged once). */
 int ipc_export(const struct ipc_handle *h, uint64_t base, uint64_t size, int device, uint64_t ctx);
 
+/* ipc_export with the allocation's identity (the driver's BUFFER_ID, never
+ * reused in a process; 0 when unknown): kept with the export's local
+ * record and handed to device_ops.free_block with a deferred free, which
+ * checks it so that it never frees another allocation that took the same
+ * address after a context reset freed this one. */
+int ipc_export_identity(const struct ipc_handle *h, uint64_t base, uint64_t size, int device,
+                        uint64_t ctx, uint64_t identity);
+
 /* A pending import, between ipc_open_begin and commit/abort. */
 struct ipc_open {
     uint32_t block, lease;

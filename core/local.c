@@ -1,14 +1,26 @@
 /* local: the per-process uthash indexes of local.h and their mutex. Plain
  * data structure code: every function but local_lock/unlock/has_exports
  * requires the local mutex. */
-#include "local.h"
-
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* uthash makes a table (a header and its first buckets) when a hash gets
+ * its first item and frees it with the last one; an export, open, close and
+ * free cycle empties every table here each time. Those two allocations are
+ * kept for reuse instead (only uthash's calls in this file come here, all
+ * under the local mutex). */
+static void *uth_alloc(size_t size);
+static void uth_free(void *p, size_t size);
+#define uthash_malloc(size) uth_alloc(size)
+#define uthash_free(p, size) uth_free((p), (size))
+
+#include "local.h"
+
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static unsigned waiters; /* threads in local_wait (the mutex guards it) */
 static int has_exports;
 static struct local_export *exports, *limbo;
 static size_t limbo_count;
@@ -16,9 +28,64 @@ static uint64_t limbo_bytes;
 static struct local_map *maps, *maps_by_ptr;
 static struct local_retiring *retiring;
 static struct local_lease *leases;
-enum { MAP_CACHE = 64 };
+enum { MAP_CACHE = 64, RECORD_CACHE = 16 };
 static struct local_map *map_cache[MAP_CACHE]; /* freed records, reused without calloc */
 static unsigned map_cached;
+/* The same for the records an export, an open and a free make and drop
+ * once each per IPC cycle. */
+static struct local_export *export_cache[RECORD_CACHE];
+static unsigned exports_cached;
+static struct local_lease *lease_cache[RECORD_CACHE];
+static unsigned leases_cached;
+static struct local_retiring *retiring_cache[RECORD_CACHE];
+static unsigned retirings_cached;
+
+enum { UTH_CACHE = 8 };
+static struct {
+    size_t size; /* 0: this class is not used yet */
+    void *p[UTH_CACHE];
+    unsigned n;
+} uth_cache[2]; /* the two sizes of a new table: header, first buckets */
+
+static void *uth_alloc(size_t size)
+{
+    for (int c = 0; c < 2; c++)
+        if (uth_cache[c].size == size) {
+            if (uth_cache[c].n) return uth_cache[c].p[--uth_cache[c].n];
+            return malloc(size);
+        }
+    for (int c = 0; c < 2; c++)
+        if (!uth_cache[c].size) {
+            uth_cache[c].size = size; /* uthash's first two allocations */
+            break;
+        }
+    return malloc(size);
+}
+
+static void uth_free(void *p, size_t size)
+{
+    for (int c = 0; p && c < 2; c++)
+        if (uth_cache[c].size == size && uth_cache[c].n < UTH_CACHE) {
+            uth_cache[c].p[uth_cache[c].n++] = p;
+            return;
+        }
+    free(p);
+}
+
+#define CACHE_TAKE(cache, n)                                                                       \
+    ((n) ? memset((cache)[--(n)], 0, sizeof *(cache)[0]) : calloc(1, sizeof *(cache)[0]))
+#define CACHE_GIVE(cache, n, p)                                                                    \
+    do {                                                                                           \
+        if ((n) < RECORD_CACHE)                                                                    \
+            (cache)[(n)++] = (p);                                                                  \
+        else                                                                                       \
+            free(p);                                                                               \
+    } while (0)
+#define CACHE_EMPTY(cache, n)                                                                      \
+    do {                                                                                           \
+        while (n)                                                                                  \
+            free((cache)[--(n)]);                                                                  \
+    } while (0)
 
 void local_lock(void)
 {
@@ -30,11 +97,13 @@ void local_unlock(void)
 }
 void local_wait(void)
 {
+    waiters++;
     pthread_cond_wait(&cv, &mu);
+    waiters--;
 }
 void local_broadcast(void)
 {
-    pthread_cond_broadcast(&cv);
+    if (waiters) pthread_cond_broadcast(&cv);
 }
 
 bool local_has_exports(void)
@@ -59,6 +128,11 @@ static void filter_change(uint64_t base, int delta)
     uint16_t *c = filter_slot(base), v = __atomic_load_n(c, __ATOMIC_RELAXED);
     if (v == UINT16_MAX || (delta < 0 && v == 0)) return;
     __atomic_store_n(c, (uint16_t)(v + delta), __ATOMIC_RELAXED);
+}
+
+void local_export_prefetch(uint64_t base)
+{
+    __builtin_prefetch(filter_slot(base), 1);
 }
 
 bool local_maybe_export(uint64_t base)
@@ -88,6 +162,16 @@ struct local_export *local_export_find(uint64_t base)
     return e;
 }
 
+struct local_export *local_export_new(void)
+{
+    return CACHE_TAKE(export_cache, exports_cached);
+}
+
+void local_export_free(struct local_export *e)
+{
+    CACHE_GIVE(export_cache, exports_cached, e);
+}
+
 int local_export_add(struct local_export *e)
 {
     HASH_ADD(hh, exports, base, sizeof e->base, e);
@@ -106,7 +190,7 @@ void local_export_del(struct local_export *e)
     }
     filter_change(e->base, -1);
     HASH_DELETE(hh, exports, e);
-    free(e);
+    local_export_free(e);
 }
 
 void local_limbo_add(struct local_export *e)
@@ -189,40 +273,39 @@ struct local_lease *local_lease_find(uint32_t block)
 
 int local_lease_add(uint32_t block, uint64_t generation, uint32_t lease)
 {
-    struct local_lease *l = malloc(sizeof *l), *old = NULL;
+    struct local_lease *l = CACHE_TAKE(lease_cache, leases_cached), *old = NULL;
     if (!l) return -ENOMEM;
-    memset(l, 0, sizeof *l);
     l->block = block;
     l->lease = lease;
     l->generation = generation;
     HASH_REPLACE(hh, leases, block, sizeof l->block, l, old);
     if (!UTH_ADDED(l, hh)) {
-        free(l);
+        CACHE_GIVE(lease_cache, leases_cached, l);
         return -ENOMEM;
     }
-    free(old);
+    if (old) CACHE_GIVE(lease_cache, leases_cached, old);
     return 0;
 }
 
 void local_lease_del(struct local_lease *l)
 {
     HASH_DELETE(hh, leases, l);
-    free(l);
+    CACHE_GIVE(lease_cache, leases_cached, l);
 }
 
 int local_retiring_add(uint64_t base, uint32_t block, uint64_t generation)
 {
     struct local_retiring *t, *old = NULL;
-    if (!(t = calloc(1, sizeof *t))) return -ENOMEM;
+    if (!(t = CACHE_TAKE(retiring_cache, retirings_cached))) return -ENOMEM;
     t->base = base;
     t->block = block;
     t->generation = generation;
     HASH_REPLACE(hh, retiring, base, sizeof t->base, t, old);
     if (!UTH_ADDED(t, hh)) {
-        free(t);
+        CACHE_GIVE(retiring_cache, retirings_cached, t);
         return -ENOMEM;
     }
-    free(old);
+    if (old) CACHE_GIVE(retiring_cache, retirings_cached, old);
     return 0;
 }
 
@@ -234,7 +317,7 @@ bool local_retiring_take(uint64_t base, uint32_t *block, uint64_t *generation)
     *block = t->block;
     *generation = t->generation;
     HASH_DELETE(hh, retiring, t);
-    free(t);
+    CACHE_GIVE(retiring_cache, retirings_cached, t);
     return true;
 }
 
@@ -268,8 +351,16 @@ void local_reset(bool free_memory)
         }
         while (map_cached)
             free(map_cache[--map_cached]);
+        CACHE_EMPTY(export_cache, exports_cached);
+        CACHE_EMPTY(lease_cache, leases_cached);
+        CACHE_EMPTY(retiring_cache, retirings_cached);
+        for (int c = 0; c < 2; c++)
+            CACHE_EMPTY(uth_cache[c].p, uth_cache[c].n);
     }
+    for (int c = 0; c < 2; c++)
+        uth_cache[c].n = 0;
     map_cached = 0;
+    exports_cached = leases_cached = retirings_cached = 0;
     exports = limbo = NULL;
     maps = maps_by_ptr = NULL;
     retiring = NULL;
@@ -286,4 +377,5 @@ void local_reinit_locks(void)
     pthread_cond_t fresh_cv = PTHREAD_COND_INITIALIZER;
     mu = fresh;
     cv = fresh_cv;
+    waiters = 0; /* the other threads are not in the child */
 }

@@ -24,6 +24,7 @@
 struct local_export {
     uint64_t base; /* key */
     uint64_t size, ctx, generation;
+    uint64_t identity; /* the driver's identity of the allocation (ipc_export_identity) */
     uint32_t block;
     int device;
     uint32_t own_opens; /* opens of our own export, answered with base */
@@ -77,6 +78,7 @@ void local_lock(void);
 void local_unlock(void);
 /* Wait for a pending mapping to settle (local lock held). */
 void local_wait(void);
+/* Wakes the threads in local_wait, if any (local lock held). */
 void local_broadcast(void);
 
 /* True once this process has exported anything: one relaxed load. */
@@ -86,10 +88,18 @@ bool local_has_exports(void);
  * filter read without the lock (false positives only). */
 bool local_maybe_export(uint64_t base);
 
+/* Starts loading what local_export_add(base) will write (the filter's
+ * counter: a cold line of a large table), without the lock. */
+void local_export_prefetch(uint64_t base);
+
 /* True when limbo is not empty; a relaxed load, no lock. */
 bool local_limbo_pending(void);
 
 struct local_export *local_export_find(uint64_t base);
+/* A zeroed record (from a small cache of freed ones), or NULL; one never
+ * added goes back with local_export_free. */
+struct local_export *local_export_new(void);
+void local_export_free(struct local_export *e);
 int local_export_add(struct local_export *e);  /* 0 or -ENOMEM; sets has_exports */
 void local_export_del(struct local_export *e); /* also leaves limbo; frees e */
 void local_limbo_add(struct local_export *e);

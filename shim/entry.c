@@ -8,6 +8,7 @@
  * operation, or core's own CUDA calls) goes straight to the real function
  * uncounted, so one operation counts once, at the door it entered. */
 #include "shim.h"
+#include "callsite.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -88,6 +89,15 @@ static const char *const names[SYM_COUNT] = {
 #define RUNS_NESTED(name)                                                                          \
     (SYM_##name == SYM_cuGetProcAddress || SYM_##name == SYM_cuGetProcAddress_v2)
 
+/* The entry points that capture a call site (exports and opens) mark where
+ * the program's call returns to, and the stack word holding it (this
+ * function's frame record: __builtin_frame_address gives it one), so that a
+ * call site seen before is known again without unwinding (callsite.h). */
+#define MARKS_CALLSITE(name)                                                                       \
+    (SYM_##name == SYM_cudaIpcGetMemHandle || SYM_##name == SYM_cudaIpcOpenMemHandle ||            \
+     SYM_##name == SYM_cuIpcGetMemHandle || SYM_##name == SYM_cuIpcOpenMemHandle ||                \
+     SYM_##name == SYM_cuIpcOpenMemHandle_v2)
+
 /* One entry point: fname, reached through door, running do_##name. */
 #define ENTRY(kind, linkage, ret, name, fname, door, params, args)                                 \
     linkage ret fname params                                                                       \
@@ -96,7 +106,11 @@ static const char *const names[SYM_COUNT] = {
         resolve_all();                                                                             \
         if (shim_depth == 0) count_call(SYM_##name, door);                                         \
         shim_depth++;                                                                              \
+        if (MARKS_CALLSITE(name))                                                                  \
+            callsite_mark(__builtin_return_address(0),                                             \
+                          (void *const *)__builtin_frame_address(0) + 1);                          \
         ret result = do_##name args;                                                               \
+        if (MARKS_CALLSITE(name)) callsite_mark(NULL, NULL);                                       \
         shim_depth--;                                                                              \
         return result;                                                                             \
     }

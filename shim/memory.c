@@ -8,10 +8,8 @@
 #include "log.h"
 #include "options.h"
 #include "swap.h"
-#include "uthash_wrap.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,56 +26,18 @@ static const struct door_codes driver_codes = {
 
 static uint64_t pointer_attribute(uint64_t ptr, CUpointer_attribute what);
 
-/* The driver's identity (BUFFER_ID, never reused in a process) of each
- * exported allocation, by base. Trap: cudaDeviceReset,
- * cuDevicePrimaryCtxReset and cuCtxDestroy free every allocation of a
- * context, limbo included, without a free call; the next allocation may get
- * the same address (and the context the same handle value). A deferred free
- * checks the identity first, so that it never frees that new allocation. */
-struct export_identity {
-    uint64_t base, buffer_id;
-    UT_hash_handle hh;
-};
-static struct export_identity *identities;
-static pthread_mutex_t identities_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void identity_note(uint64_t base, uint64_t buffer_id)
-{
-    struct export_identity *e;
-    pthread_mutex_lock(&identities_lock);
-    HASH_FIND(hh, identities, &base, sizeof base, e);
-    if (!e && (e = calloc(1, sizeof *e))) {
-        e->base = base;
-        HASH_ADD(hh, identities, base, sizeof e->base, e);
-        if (!UTH_ADDED(e, hh)) free(e), e = NULL;
-    }
-    if (e) e->buffer_id = buffer_id;
-    pthread_mutex_unlock(&identities_lock);
-}
-
-/* The identity noted for base (0 when none), forgotten. */
-static uint64_t identity_take(uint64_t base)
-{
-    struct export_identity *e;
-    uint64_t id = 0;
-    pthread_mutex_lock(&identities_lock);
-    HASH_FIND(hh, identities, &base, sizeof base, e);
-    if (e) {
-        id = e->buffer_id;
-        HASH_DEL(identities, e);
-        free(e);
-    }
-    pthread_mutex_unlock(&identities_lock);
-    return id;
-}
-
 /* device_ops.free_block: a deferred free, in the block's own context, of
- * the allocation exported from base if it still exists. */
-static int free_block(uint64_t base, int device, uint64_t ctx)
+ * the allocation exported from base if it still exists. Trap:
+ * cudaDeviceReset, cuDevicePrimaryCtxReset and cuCtxDestroy free every
+ * allocation of a context, limbo included, without a free call; the next
+ * allocation may get the same address (and the context the same handle
+ * value). So the driver's identity of the allocation (BUFFER_ID, never
+ * reused in a process), noted at export (note_export), is checked first,
+ * so that a deferred free never frees that new allocation. */
+static int free_block(uint64_t base, int device, uint64_t ctx, uint64_t identity)
 {
     (void)device;
     if (!REAL(cuMemFree_v2)) return -ENOSYS;
-    uint64_t identity = identity_take(base);
     bool pushed =
         ctx && real_cuCtxPushCurrent_v2 && real_cuCtxPushCurrent_v2((CUcontext)ctx) == CUDA_SUCCESS;
     CUresult r = CUDA_SUCCESS;
@@ -170,10 +130,7 @@ static int op_free(uint64_t ptr, void *stream, int (*real_free)(uint64_t, void *
     if (decision == IPC_DONE) return codes->ok;
     if (decision < 0) return codes->invalid;
     int result = real_free(ptr, stream);
-    if (decision == IPC_REAL) {
-        ipc_free_finish(ptr);
-        identity_take(ptr);
-    }
+    if (decision == IPC_REAL) ipc_free_finish(ptr);
     return result;
 }
 
@@ -243,10 +200,8 @@ static void note_export(const void *handle, uint64_t ptr)
     }
     struct ipc_handle h;
     memcpy(h.bytes, handle, sizeof h.bytes);
-    if (ipc_export(&h, base, size, device, (uint64_t)ctx) == 0) {
-        if (buffer_id) identity_note(base, buffer_id);
+    if (ipc_export_identity(&h, base, size, device, (uint64_t)ctx, buffer_id) == 0)
         api_at_first_use();
-    }
 }
 
 /* Open: cached, own export, a new lease around the real open, or untracked. */

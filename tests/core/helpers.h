@@ -50,6 +50,7 @@ static inline void test_option(const char *name, const char *value)
 /* Fake device: records deferred frees, visible across threads. */
 #define FAKE_MAX_FREES 64
 static uint64_t fake_freed[FAKE_MAX_FREES];
+static uint64_t fake_freed_identity[FAKE_MAX_FREES];
 static int fake_frees;
 static uint64_t fake_last_free_ns;
 
@@ -60,11 +61,11 @@ static inline uint64_t test_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static int fake_free_block(uint64_t base, int device, uint64_t ctx)
+static int fake_free_block(uint64_t base, int device, uint64_t ctx, uint64_t identity)
 {
     (void)device, (void)ctx;
     int i = __atomic_fetch_add(&fake_frees, 1, __ATOMIC_SEQ_CST);
-    if (i < FAKE_MAX_FREES) fake_freed[i] = base;
+    if (i < FAKE_MAX_FREES) fake_freed[i] = base, fake_freed_identity[i] = identity;
     __atomic_store_n(&fake_last_free_ns, test_now_ns(), __ATOMIC_SEQ_CST);
     return 0;
 }

@@ -71,3 +71,66 @@ Test(callsite, depth_limits_the_frames_shown)
     cr_assert(strstr(text, "callsite_test_capture_here+"), "%s", text);
     cr_assert_null(strstr(text, " < "), "one frame at depth 1: %s", text);
 }
+
+/* An entry point as the shim's are (shim/entry.c): it marks where the
+ * program's call returns to before capturing. */
+__attribute__((noinline, visibility("default"))) uint32_t callsite_test_entry(void)
+{
+    callsite_mark(__builtin_return_address(0), (void *const *)__builtin_frame_address(0) + 1);
+    uint32_t id = callsite_capture();
+    callsite_mark(NULL, NULL);
+    __asm__ volatile("" ::: "memory");
+    return id;
+}
+
+/* One helper calling the entry, reached from two callers with frames alike:
+ * the entry's return address and its stack word are the same for both, only
+ * an outer frame tells them apart. */
+__attribute__((noinline, visibility("default"))) uint32_t callsite_test_helper(void)
+{
+    uint32_t id = callsite_test_entry();
+    __asm__ volatile("" ::: "memory");
+    return id;
+}
+__attribute__((noinline, visibility("default"))) uint32_t callsite_test_caller_a(void)
+{
+    uint32_t id = callsite_test_helper();
+    __asm__ volatile("" ::: "memory");
+    return id;
+}
+__attribute__((noinline, visibility("default"))) uint32_t callsite_test_caller_b(void)
+{
+    uint32_t id = callsite_test_helper();
+    __asm__ volatile("" ::: "memory");
+    return id;
+}
+
+Test(callsite, marked_captures_are_memoised_and_never_mixed_up)
+{
+    SKIP_UNDER_ASAN();
+    callsite_init(4);
+    uint32_t a[4], b[4];
+    uint64_t hits0 = callsite_memo_hits();
+    volatile int n = 4;
+    for (int i = 0; i < n; i++) {
+        a[i] = callsite_test_caller_a();
+        b[i] = callsite_test_caller_b();
+    }
+    char text[1024];
+    callsite_format(a[0], text, sizeof text);
+    cr_assert(strstr(text, "callsite_test_caller_a+"), "%s", text);
+    cr_assert_null(strstr(text, "callsite_test_caller_b"), "%s", text);
+    callsite_format(b[0], text, sizeof text);
+    cr_assert(strstr(text, "callsite_test_caller_b+"), "%s", text);
+    cr_assert_null(strstr(text, "callsite_test_caller_a"), "%s", text);
+    for (int i = 1; i < 4; i++) {
+        cr_assert_eq(a[i], a[0], "the same calls, the same id");
+        cr_assert_eq(b[i], b[0], "the same calls, the same id");
+    }
+    cr_assert_neq(a[0], b[0], "another outer caller, another id");
+    cr_assert_gt(callsite_memo_hits(), hits0, "answered without unwinding");
+    /* Another depth: the memo's ids are not reused for it. */
+    callsite_init(1);
+    callsite_format(callsite_test_caller_a(), text, sizeof text);
+    cr_assert_null(strstr(text, " < "), "one frame at depth 1: %s", text);
+}

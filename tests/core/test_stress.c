@@ -32,9 +32,9 @@ static void check_free(uint64_t base)
     __atomic_fetch_add(&board->freed[b], 1, __ATOMIC_SEQ_CST);
 }
 
-static int stress_free_block(uint64_t base, int device, uint64_t ctx)
+static int stress_free_block(uint64_t base, int device, uint64_t ctx, uint64_t identity)
 {
-    (void)device, (void)ctx;
+    (void)device, (void)ctx, (void)identity;
     check_free(base);
     return 0;
 }

@@ -29,9 +29,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int fake_free(uint64_t base, int device, uint64_t ctx)
+static int fake_free(uint64_t base, int device, uint64_t ctx, uint64_t identity)
 {
-    (void)base, (void)device, (void)ctx;
+    (void)base, (void)device, (void)ctx, (void)identity;
     return 0;
 }
 static const struct device_ops fake_ops = {.free_block = fake_free};
