@@ -140,7 +140,9 @@ int registry_layout(const struct reg_caps *caps, struct reg_layout *out)
     out->locks = off;
     off += round_up(caps->max_holders, 64);
     out->holders = off;
-    off += (size_t)caps->max_holders * sizeof(struct reg_holder);
+    off += round_up((size_t)caps->max_holders * sizeof(struct reg_holder), 64);
+    out->heads = off;
+    off += round_up((size_t)caps->max_holders * sizeof(uint32_t), 64);
     out->blocks = off;
     off += round_up((size_t)caps->max_blocks * sizeof(struct reg_block), 64);
     out->held = off;
@@ -160,6 +162,7 @@ void registry_set_views(struct registry *r, const struct reg_caps *caps, const s
 {
     r->hdr = (struct reg_header *)r->base;
     r->holders = (struct reg_holder *)(r->base + l->holders);
+    r->export_heads = (uint32_t *)(r->base + l->heads);
     r->blocks = (struct reg_block *)(r->base + l->blocks);
     r->held = (uint64_t *)(r->base + l->held);
     r->leases = (struct reg_lease *)(r->base + l->leases);
@@ -878,13 +881,13 @@ static bool lease_valid(struct registry *r, uint32_t li)
 /* Puts block bi at the head of holder's list. */
 static void list_push(struct registry *r, uint32_t bi, uint32_t holder)
 {
-    struct reg_holder *h = &r->holders[holder];
+    uint32_t *head = &r->export_heads[holder];
     struct reg_block *b = &r->blocks[bi];
     b->exp_on = holder + 1;
     b->exp_prev = 0;
-    b->exp_next = h->exports <= r->max_blocks ? h->exports : 0;
+    b->exp_next = *head <= r->max_blocks ? *head : 0;
     if (b->exp_next) r->blocks[b->exp_next - 1].exp_prev = bi + 1;
-    h->exports = bi + 1;
+    *head = bi + 1;
 }
 
 /* Takes block bi off the list it is on, if any. Links out of range (a
@@ -899,8 +902,8 @@ static void list_unlink(struct registry *r, uint32_t bi)
     if (next > r->max_blocks) next = 0;
     if (prev)
         r->blocks[prev - 1].exp_next = next;
-    else if (r->holders[on - 1].exports == bi + 1)
-        r->holders[on - 1].exports = next;
+    else if (r->export_heads[on - 1] == bi + 1)
+        r->export_heads[on - 1] = next;
     if (next) r->blocks[next - 1].exp_prev = prev;
 }
 
@@ -920,7 +923,7 @@ static void rebuild_index(struct registry *r)
         __atomic_store_n(&r->buckets[i], REG_NONE, __ATOMIC_RELAXED);
     h->block_free = REG_NONE;
     for (uint32_t k = 0; k < r->max_holders; k++)
-        r->holders[k].exports = 0;
+        r->export_heads[k] = 0;
     for (uint32_t i = r->max_blocks; i-- > 0;) {
         struct reg_block *b = &r->blocks[i];
         /* An exporter that died deciding: not freed, so still limbo. */
@@ -1257,13 +1260,13 @@ static void let_go_block(struct registry *r, uint32_t i)
 
 void reg_holder_let_go(struct registry *r, uint32_t idx)
 {
-    struct reg_holder *h = reg_holder_at(r, idx);
-    if (!h) return;
-    for (uint32_t steps = 0, first; (first = h->exports) != 0; steps++) {
+    if (idx >= r->max_holders) return;
+    uint32_t *head = &r->export_heads[idx];
+    for (uint32_t steps = 0, first; (first = *head) != 0; steps++) {
         uint32_t i = first - 1;
         if (i >= r->max_blocks || r->blocks[i].exp_on != idx + 1 || steps > r->max_blocks) {
             /* A corrupt list: the table, as before there were lists. */
-            h->exports = 0;
+            *head = 0;
             for (uint32_t k = 0; k < r->max_blocks; k++)
                 if (r->blocks[k].exporter == idx && listed(r->blocks[k].state)) let_go_block(r, k);
             return;

@@ -98,10 +98,7 @@ struct reg_holder {
     /* Its PID namespace (inode of /proc/self/ns/pid; 0 unknown). Across
      * namespaces a pid means nothing: liveness rests on the lock alone. */
     uint32_t pidns;
-    /* Derived, under the lock: the first block of this holder's list of
-     * exports (index + 1; 0 when none). Rebuilt by registry_repair. */
-    uint32_t exports;
-    uint32_t reserved[5];
+    uint32_t reserved[6];
     /* Observability (ABI 2; written by the holder itself before `state`): */
     char comm[16]; /* its command name (PR_GET_NAME), NUL-terminated */
 };
@@ -126,7 +123,8 @@ struct reg_block {
     uint32_t hash_next; /* derived: hash chain, or free list when FREE */
     uint32_t pad;
     /* Derived, under the lock: the exporter's list of its blocks, so that
-     * a sweep or an exit walks its own (indices + 1; 0 = none). exp_on is
+     * a sweep or an exit walks its own (indices + 1; 0 = none; the heads
+     * are registry.export_heads). exp_on is
      * the holder whose list it is on (+ 1; 0 = on none): every block LIVE,
      * LIMBO, RETIRING or RETIRED is on its exporter's; FREE and ORPHANED
      * ones are on none. */
@@ -159,7 +157,7 @@ struct reg_caps {
 
 /* Byte offsets of each area; size is the whole segment. */
 struct reg_layout {
-    size_t locks, holders, blocks, held, leases, chunks, buckets, size;
+    size_t locks, holders, heads, blocks, held, leases, chunks, buckets, size;
     uint32_t nbuckets, held_words, nchunks, lease_chunk;
 };
 
@@ -170,6 +168,11 @@ struct registry {
     size_t size;
     struct reg_header *hdr;
     struct reg_holder *holders;
+    /* max_holders: the first block of each holder's list of exports (index
+     * + 1; 0 when none). Derived, under the lock, rebuilt by a repair. Not
+     * in the holder record, which every open reads: the exporter writes
+     * its head on every export and recycle. */
+    uint32_t *export_heads;
     struct reg_block *blocks;
     uint64_t *held; /* max_blocks bitmaps of held_words words */
     struct reg_lease *leases;

@@ -54,8 +54,7 @@ Test(registry, layout_pinned)
     cr_assert_eq(offsetof(struct reg_holder, state), 28);
     cr_assert_eq(offsetof(struct reg_holder, wake), 32);
     cr_assert_eq(offsetof(struct reg_holder, pidns), 36);
-    cr_assert_eq(offsetof(struct reg_holder, exports), 40);
-    cr_assert_eq(offsetof(struct reg_holder, reserved), 44);
+    cr_assert_eq(offsetof(struct reg_holder, reserved), 40);
 
     cr_assert_eq(sizeof(struct reg_block), 200);
     cr_assert_eq(offsetof(struct reg_block, exporter_pid), 160);
@@ -97,7 +96,8 @@ Test(registry, layout_pinned)
     cr_assert_eq(registry_layout(&caps, &l), 0);
     cr_assert_eq(l.locks, 256);
     cr_assert_eq(l.holders, 256 + 512);
-    cr_assert_eq(l.blocks, 256 + 512 + 512 * 80);
+    cr_assert_eq(l.heads, 256 + 512 + 512 * 80);
+    cr_assert_eq(l.blocks, l.heads + 512 * 4);
     cr_assert_eq(l.held_words, 8, "one bit per holder slot");
     cr_assert_eq(l.held, l.blocks + 16384 * 200);
     cr_assert_eq(l.leases, l.held + 16384 * 64);
@@ -106,7 +106,7 @@ Test(registry, layout_pinned)
     cr_assert_eq(l.buckets, l.chunks + 2048 * 4);
     cr_assert_eq(l.nbuckets, 16384);
     cr_assert_eq(l.size, l.buckets + 16384 * 4);
-    cr_assert_eq(l.size, 6537984); /* about 6.2 MiB */
+    cr_assert_eq(l.size, 6540032); /* about 6.2 MiB */
     cr_assert_eq(l.lease_chunk, REG_LEASE_CHUNK);
     /* A small lease table for its holders gets smaller chunks, so that
      * every holder that opens something can own one. */
@@ -493,7 +493,7 @@ Test(registry, chunk_table_grows_without_the_lock)
 static unsigned exports_of(struct registry *r, uint32_t k)
 {
     unsigned n = 0;
-    for (uint32_t f = r->holders[k].exports; f && n < 100; f = r->blocks[f - 1].exp_next)
+    for (uint32_t f = r->export_heads[k]; f && n < 100; f = r->blocks[f - 1].exp_next)
         n++;
     return n;
 }
@@ -535,15 +535,15 @@ Test(registry, exports_listed_per_holder)
     /* Scrambled links: repair rebuilds the lists from the records. */
     for (unsigned i = 0; i < 3; i++)
         r.blocks[bblk[i]].exp_next = 77777, r.blocks[bblk[i]].exp_on = 0;
-    r.holders[b].exports = 0;
+    r.export_heads[b] = 0;
     registry_repair(&r);
     cr_assert_eq(exports_of(&r, b), 3, "rebuilt");
     /* A corrupt list head: letting go falls back to the table. */
-    r.holders[b].exports = 123456;
+    r.export_heads[b] = 123456;
     reg_holder_let_go(&r, b);
     for (unsigned i = 0; i < 3; i++)
         cr_assert_eq(r.blocks[bblk[i]].state, BLOCK_FREE, "found through the table");
-    cr_assert_eq(r.holders[b].exports, 0);
+    cr_assert_eq(r.export_heads[b], 0);
     registry_unlock(&r);
     registry_close(&r);
 }

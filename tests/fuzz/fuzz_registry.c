@@ -110,7 +110,7 @@ static void check_consistent(struct registry *r)
     }
     for (uint32_t k = 0; k < r->max_holders; k++) {
         uint32_t prev = 0;
-        for (uint32_t f = r->holders[k].exports; f; f = r->blocks[f - 1].exp_next) {
+        for (uint32_t f = r->export_heads[k]; f; f = r->blocks[f - 1].exp_next) {
             if (f > r->max_blocks || r->blocks[f - 1].exp_on != k + 1 ||
                 r->blocks[f - 1].exporter != k || r->blocks[f - 1].exp_prev != prev ||
                 ++on_lists > r->max_blocks)

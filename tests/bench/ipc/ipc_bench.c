@@ -4,7 +4,7 @@
  *
  *   ipc-bench alloc   [--pairs N] [--reps R] [--size B] [--export] [--once]
  *                     [--limbo K]
- *   ipc-bench cycle   [--cycles N] [--reps R] [--size B]
+ *   ipc-bench cycle   [--cycles N] [--reps R] [--size B] [--pin]
  *   ipc-bench scale   [--blocks N] [--sample K] [--rounds R] [--size B]
  *   ipc-bench reclaim [--samples N] [--size B] [--scratch-us U] [--timeout-ms T]
  *                     [--procs P] [--budget-s S] [--pace-us U]
@@ -33,7 +33,7 @@ struct args {
     long pairs, reps, size, cycles, blocks, sample, rounds, samples, scratch_us, timeout_ms, procs;
     long limbo, budget_s, pace_us, domain_blocks;
     double seconds;
-    bool export_one, once;
+    bool export_one, once, pin;
 };
 
 static void parse(int argc, char **argv, struct args *a)
@@ -62,6 +62,8 @@ static void parse(int argc, char **argv, struct args *a)
             a->export_one = true;
         } else if (!strcmp(k, "--once")) {
             a->once = true;
+        } else if (!strcmp(k, "--pin")) {
+            a->pin = true;
         } else {
             fprintf(stderr, "ipc-bench: unknown option %s\n", k);
             exit(2);
@@ -206,6 +208,25 @@ static int cycle_child(struct chan *c, size_t size)
     return 0;
 }
 
+/* --pin: this process on the first CPU it may use, the child on the second
+ * (when there are two), so that every run places the pair alike. Unpinned,
+ * a run lands the two on one CPU or on two, and the cycle's time differs by
+ * microseconds between the two placements, which swamps what the shim adds. */
+static void pin_pair(int child)
+{
+    cpu_set_t may, one;
+    if (sched_getaffinity(0, sizeof may, &may) != 0 || CPU_COUNT(&may) < 2) return;
+    int cpus[2], n = 0;
+    for (int k = 0; k < CPU_SETSIZE && n < 2; k++)
+        if (CPU_ISSET(k, &may)) cpus[n++] = k;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[0], &one);
+    (void)sched_setaffinity(0, sizeof one, &one);
+    CPU_ZERO(&one);
+    CPU_SET(cpus[1], &one);
+    (void)sched_setaffinity(child, sizeof one, &one);
+}
+
 static int fig_cycle(const struct args *a, const char *self)
 {
     cuda_ready();
@@ -215,6 +236,7 @@ static int fig_cycle(const struct args *a, const char *self)
     char *argv[] = {(char *)self, "cycle-child", fmt_long(fds, fd), fmt_long(sz, a->size), NULL};
     uint32_t ready = door_seq(c, D_READY);
     int pid = spawn_self(argv);
+    if (a->pin) pin_pair(pid);
     door_wait(c, D_READY, ready, 0);
 
     long warm = a->cycles / 10 + 10, total = warm + a->cycles;
