@@ -1035,9 +1035,12 @@ void registry_repair(struct registry *r)
     /* Chunks of holders that are gone, and leases that name nothing (last:
      * recycling above may have freed their block). */
     for (uint32_t c = 0; c < r->nchunks; c++) {
-        struct reg_holder *o = reg_holder_at(r, owner_of(r, c));
-        if (o && o->state == HOLDER_ACTIVE) continue;
-        /* Emptied before it is given back: lock-free claimers take it then. */
+        uint32_t owner = owner_of(r, c);
+        struct reg_holder *o = reg_holder_at(r, owner);
+        /* An unowned chunk is left alone: a lock-free claimer may be taking
+         * it right now (and its slots are FREE already). One of a holder
+         * that is not active is emptied before it is given back. */
+        if (owner == REG_NONE || (o && o->state == HOLDER_ACTIVE)) continue;
         reset_chunk(r, c, REG_NONE);
         disown(r, c);
     }
