@@ -2564,6 +2564,7 @@ SIMCUDA_API void simcuda_stats(struct simcuda_stats *out)
     out->proc_frees = sim_counters.frees;
     out->proc_poisoned_frees = sim_counters.poisoned_frees;
     out->proc_swept = sim_counters.swept;
+    out->proc_last_free_ns = sim_counters.last_free_ns;
     sim_unlock();
     sim_machine_stats(out);
 }

@@ -1001,6 +1001,9 @@ int sim_free(unsigned dev, uint64_t offset)
     if (i != SIM_NO_INDEX && sim_entry(i)->offset == offset && sim_is_mine(sim_entry(i))) {
         owner_release_locked(i);
         rc = SIM_OK;
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        sim_counters.last_free_ns = (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
     }
     sim_unlock();
     return rc;

@@ -221,6 +221,7 @@ struct sim_proc_counters {
     uint64_t refused;                            /* moves to a device that could not make room */
     uint64_t fetches;                            /* moves host -> device (prefetch or fault) */
     uint64_t peak_resident[SIMCUDA_MAX_DEVICES]; /* highest managed bytes resident, per device */
+    uint64_t last_free_ns; /* CLOCK_MONOTONIC of this process's last cuMemFree that released */
 };
 
 /* The attached machine, or NULL before sim_attach succeeds. */

@@ -79,6 +79,7 @@ struct simcuda_stats {
     uint64_t
         machine_kept_frees; /* owner frees that were kept (keep mode), since the machine began */
     uint64_t max_allocs;    /* allocation-table capacity (SIMCUDA_MAX_ALLOCS of the creator) */
+    uint64_t proc_last_free_ns; /* CLOCK_MONOTONIC when this process's last free returned */
 };
 
 /* A recorded kernel launch (kernels are never executed). */

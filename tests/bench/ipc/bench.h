@@ -92,6 +92,9 @@ void cuda_ready(void);
 
 /* 1 when the shim is loaded in this process (ipcshim_active resolves). */
 bool shim_loaded(void);
+/* On the simulator: CLOCK_MONOTONIC when this process's last cuMemFree that
+ * released memory returned (simcuda_stats); 0 on a real driver. */
+uint64_t sim_last_free_ns(void);
 /* frees_reclaimed from ipcshim_stats, or 0 without the shim. */
 uint64_t shim_frees_reclaimed(void);
 /* limbo_blocks from ipcshim_stats (blocks in limbo now), or 0 without the shim. */

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "ipcshim.h"
+#include "simcuda.h"
 
 extern char **environ;
 
@@ -142,6 +143,21 @@ static bool shim_stats(struct ipcshim_stats *s)
         looked = true;
     }
     return stats && stats(s, sizeof *s) == 0;
+}
+
+uint64_t sim_last_free_ns(void)
+{
+    static void (*stats)(struct simcuda_stats *);
+    static bool looked;
+    if (!looked) {
+        void *cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        if (cuda) stats = (void (*)(struct simcuda_stats *))dlsym(cuda, "simcuda_stats");
+        looked = true;
+    }
+    if (!stats) return 0;
+    struct simcuda_stats s;
+    stats(&s);
+    return s.proc_last_free_ns;
 }
 
 uint64_t shim_frees_reclaimed(void)
