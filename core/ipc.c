@@ -1261,10 +1261,11 @@ void ipc_stats(struct ipcshim_stats *out)
     out->bytes_reclaimed = __atomic_load_n(&st.bytes_reclaimed, __ATOMIC_RELAXED);
     out->handoffs_expired = __atomic_load_n(&st.handoffs_expired, __ATOMIC_RELAXED);
     out->longest_limbo_ns = __atomic_load_n(&st.longest_limbo_ns, __ATOMIC_RELAXED);
-    local_lock();
-    out->limbo_blocks = shut ? st.limbo_left : local_limbo_count();
-    out->limbo_bytes = shut ? st.limbo_left_bytes : local_limbo_bytes();
-    local_unlock();
+    /* Without the local lock: a program (or its metrics thread) polling
+     * its stats must not hold up the collector, which takes that lock. */
+    bool done = __atomic_load_n(&shut, __ATOMIC_ACQUIRE);
+    out->limbo_blocks = done ? st.limbo_left : local_limbo_count();
+    out->limbo_bytes = done ? st.limbo_left_bytes : local_limbo_bytes();
 }
 
 void ipc_leak_check(void)
@@ -1374,7 +1375,8 @@ void ipc_shutdown(void)
     }
     st.limbo_left = local_limbo_count(); /* IPCSHIM_STATS, printed after this, agrees */
     st.limbo_left_bytes = local_limbo_bytes();
-    shut = true;
+    __atomic_store_n(&shut, true,
+                     __ATOMIC_RELEASE); /* after limbo_left: ipc_stats reads them unlocked */
     local_reset(true);
     local_broadcast(); /* opens waiting on a pending mapping give up */
     local_unlock();

@@ -186,7 +186,7 @@ void local_export_del(struct local_export *e)
     if (e->in_limbo) {
         DL_DELETE(limbo, e);
         __atomic_store_n(&limbo_count, limbo_count - 1, __ATOMIC_RELAXED);
-        limbo_bytes -= e->size;
+        __atomic_store_n(&limbo_bytes, limbo_bytes - e->size, __ATOMIC_RELAXED);
     }
     filter_change(e->base, -1);
     HASH_DELETE(hh, exports, e);
@@ -199,7 +199,7 @@ void local_limbo_add(struct local_export *e)
     e->in_limbo = true;
     DL_APPEND(limbo, e);
     __atomic_store_n(&limbo_count, limbo_count + 1, __ATOMIC_RELAXED);
-    limbo_bytes += e->size;
+    __atomic_store_n(&limbo_bytes, limbo_bytes + e->size, __ATOMIC_RELAXED);
 }
 
 struct local_export *local_limbo_head(void)
@@ -208,11 +208,11 @@ struct local_export *local_limbo_head(void)
 }
 size_t local_limbo_count(void)
 {
-    return limbo_count;
+    return __atomic_load_n(&limbo_count, __ATOMIC_RELAXED);
 }
 uint64_t local_limbo_bytes(void)
 {
-    return limbo_bytes;
+    return __atomic_load_n(&limbo_bytes, __ATOMIC_RELAXED);
 }
 
 struct local_map *local_map_find(const struct ipc_handle *h, uint64_t ctx)
@@ -366,7 +366,7 @@ void local_reset(bool free_memory)
     retiring = NULL;
     leases = NULL;
     __atomic_store_n(&limbo_count, 0, __ATOMIC_RELAXED);
-    limbo_bytes = 0;
+    __atomic_store_n(&limbo_bytes, 0, __ATOMIC_RELAXED);
     memset(filter, 0, sizeof filter);
     __atomic_store_n(&has_exports, 0, __ATOMIC_RELAXED);
 }

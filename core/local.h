@@ -104,6 +104,8 @@ int local_export_add(struct local_export *e);  /* 0 or -ENOMEM; sets has_exports
 void local_export_del(struct local_export *e); /* also leaves limbo; frees e */
 void local_limbo_add(struct local_export *e);
 struct local_export *local_limbo_head(void);
+/* Written under the local lock, readable without it (each on its own: a
+ * count and a byte total read apart may be one free apart). */
 size_t local_limbo_count(void);
 uint64_t local_limbo_bytes(void);
 
