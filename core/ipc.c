@@ -317,18 +317,6 @@ static void expire_handoffs(const struct local_export *e, struct reg_block *b, u
              (unsigned long long)b->size);
 }
 
-/* A record of ours that is stale or unwanted: orphan it, or recycle it if
- * nothing holds it. Registry lock held. */
-static void let_go(uint32_t idx)
-{
-    struct reg_block *b = reg_block_at(&reg, idx);
-    if (!b) return;
-    if (!reg_block_held(&reg, idx))
-        reg_block_recycle(&reg, idx);
-    else
-        reg_block_orphan(&reg, idx);
-}
-
 enum sweep_mode {
     SWEEP_DUE,  /* every holder, at most once a second (SWEEP_INTERVAL_NS) */
     SWEEP_ALL,  /* every holder, now */
@@ -381,7 +369,7 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
             if (identity) e->identity = identity;
             leak_note_reexport(e);
         } else if (own_block(b, e->generation)) {
-            let_go(e->block); /* a new allocation at a base we never saw freed */
+            reg_block_let_go(&reg, e->block); /* a new allocation at a base we never saw freed */
         }
         registry_unlock(&reg);
         if (again) {
@@ -635,7 +623,7 @@ static int open_locked(const struct ipc_handle *h, uint64_t ctx, struct ipc_open
     struct reg_holder *ex = reg_holder_at(&reg, b->exporter);
     result = -EOWNERDEAD;
     if (!ex || ex->nonce != b->exporter_nonce || ex->state != HOLDER_ACTIVE) {
-        let_go(bi); /* its exporter's slot moved on: a stale record */
+        reg_block_let_go(&reg, bi); /* its exporter's slot moved on: a stale record */
         goto unlock;
     }
     /* Found here although the lock-free lookup missed it (a concurrent

@@ -1252,13 +1252,14 @@ void reg_holder_sweep(struct registry *r, uint32_t idx)
     STORE_STATE(h->state, HOLDER_FREE);
 }
 
-/* Lets go of one block of a holder that is going. */
-static void let_go_block(struct registry *r, uint32_t i)
+void reg_block_let_go(struct registry *r, uint32_t idx)
 {
-    if (r->blocks[i].state == BLOCK_RETIRED || !reg_block_held(r, i))
-        reg_block_recycle(r, i);
+    struct reg_block *b = reg_block_at(r, idx);
+    if (!b) return;
+    if (b->state == BLOCK_RETIRED || !reg_block_held(r, idx))
+        reg_block_recycle(r, idx);
     else
-        reg_block_orphan(r, i);
+        reg_block_orphan(r, idx);
 }
 
 void reg_holder_let_go(struct registry *r, uint32_t idx)
@@ -1271,10 +1272,11 @@ void reg_holder_let_go(struct registry *r, uint32_t idx)
             /* A corrupt list: the table, as before there were lists. */
             *head = 0;
             for (uint32_t k = 0; k < r->max_blocks; k++)
-                if (r->blocks[k].exporter == idx && listed(r->blocks[k].state)) let_go_block(r, k);
+                if (r->blocks[k].exporter == idx && listed(r->blocks[k].state))
+                    reg_block_let_go(r, k);
             return;
         }
-        let_go_block(r, i); /* takes it off the list */
+        reg_block_let_go(r, i); /* takes it off the list */
     }
 }
 

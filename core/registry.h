@@ -412,9 +412,13 @@ void reg_block_recycle(struct registry *r, uint32_t idx);
  * exporter's list. Lock held. */
 void reg_block_orphan(struct registry *r, uint32_t idx);
 
-/* Lets go of every block holder idx exported: recycled when nothing holds
- * it (or it is RETIRED), else orphaned. Walks the holder's own list (a scan
- * of the table only if that list is corrupt). Lock held. */
+/* Lets go of a block whose exporter is going or whose record is stale:
+ * recycled when nothing holds it (or it is RETIRED), else orphaned. Lock
+ * held. */
+void reg_block_let_go(struct registry *r, uint32_t idx);
+
+/* Lets go of every block holder idx exported (reg_block_let_go). Walks the holder's own list (a
+ * scan of the table only if that list is corrupt). Lock held. */
 void reg_holder_let_go(struct registry *r, uint32_t idx);
 
 /* Number of holders holding the block (bits set). No lock. */
