@@ -118,17 +118,6 @@ static void drain_recycles(void)
     nrecycles = 0;
 }
 
-/* reg_now_ns's clock as of its last tick (CLOCK_MONOTONIC_COARSE): never
- * ahead of it, at most a tick behind, and read in a few nanoseconds where
- * the precise clock takes tens in a VM. For stamps that only reports and
- * stats read (a limbo that seems to start a tick early). */
-static uint64_t now_coarse_ns(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0) return reg_now_ns();
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t timeout_ns(void)
 {
     return options_get()->handoff_timeout * 1000000ull;
@@ -1146,7 +1135,7 @@ int ipc_free_begin(uint64_t ptr)
              * limbo stamp is for reports and stats. */
             if (__atomic_load_n(&b->pending, __ATOMIC_RELAXED))
                 expire_handoffs(e, b, reg_now_ns(), false);
-            uint64_t now = now_coarse_ns(), exported = b->last_export_ns;
+            uint64_t now = reg_coarse_ns(), exported = b->last_export_ns;
             if (now < exported) now = exported; /* limbo never starts before the export */
             /* Into limbo, then out of it at once if nobody holds it and no
              * hand-off is pending (importers see LIMBO as LIVE). */

@@ -821,7 +821,8 @@ static int lock_slow(struct registry *r)
 static int locked(struct registry *r, int rc)
 {
     if (rc == 0 || rc == EOWNERDEAD) {
-        __atomic_store_n(&r->hdr->lock_since_ns, reg_now_ns(), __ATOMIC_RELAXED);
+        /* Reports and a hold's identity (lock_slow): a tick is enough. */
+        __atomic_store_n(&r->hdr->lock_since_ns, reg_coarse_ns(), __ATOMIC_RELAXED);
         registry_refresh(r); /* another process may have grown it */
     }
     if (rc == 0) {
@@ -1660,7 +1661,7 @@ bool reg_lease_begin(struct registry *r, uint32_t li, uint32_t block, uint64_t g
     l->block_gen = generation;
     l->holder = owner_of(r, li / r->lease_chunk);
     l->count = 1;
-    l->open_ns = reg_now_ns();
+    l->open_ns = reg_coarse_ns();          /* for reports: how long it is held */
     STORE_STATE(l->intent, LEASE_OPENING); /* before the bit: a sweep finds it */
     test_delay();
     return reg_hold(r, block, l->holder);

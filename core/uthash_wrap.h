@@ -35,6 +35,16 @@ static inline unsigned uth_hash_words(const void *key, size_t len)
 #include <uthash.h>
 #include <utlist.h>
 
+/* A table starts with 4 buckets, not 32, and doubles as it fills. The
+ * process-local tables of an IPC cycle go from empty to one record and back
+ * every cycle, and uthash makes (and zeroes) a fresh table each time: 64
+ * bytes of buckets instead of 512 take that off every export, open and free.
+ * (uthash.h defines them unconditionally: read where HASH_ADD expands.) */
+#undef HASH_INITIAL_NUM_BUCKETS
+#undef HASH_INITIAL_NUM_BUCKETS_LOG2
+#define HASH_INITIAL_NUM_BUCKETS 4U
+#define HASH_INITIAL_NUM_BUCKETS_LOG2 2U
+
 /* True when the last HASH_ADD of item through handle hh succeeded. */
 #define UTH_ADDED(item, hh) ((item)->hh.tbl != NULL)
 
