@@ -59,11 +59,6 @@ static inline void test_delay(void)
     if (us) usleep((useconds_t)(us > 1000000 ? 1000000 : us));
 }
 
-void reg_test_delay(void)
-{
-    test_delay();
-}
-
 /* The state/intent fields are the commit points of a record (registry.h):
  * a release store keeps the compiler and CPU from moving the field writes
  * that precede it after it, so a writer that dies mid-update never leaves a

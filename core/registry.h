@@ -502,8 +502,4 @@ uint32_t reg_lease_create(struct registry *r, uint32_t block, uint32_t holder);
  * after unlocking). Else REG_NONE. Lock held. */
 uint32_t reg_lease_drop(struct registry *r, uint32_t idx);
 
-/* IPCSHIM_TEST_DELAY_US: a pause inside critical sections (lock-free ones
- * included), so that crash tests can kill a process there. */
-void reg_test_delay(void);
-
 #endif
