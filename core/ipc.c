@@ -47,6 +47,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,12 +88,15 @@ static struct {
 #define STAT_ADD(field, n) __atomic_fetch_add(&st.field, (n), __ATOMIC_RELAXED)
 
 /* Blocks retired and really freed (ipc_free_finish), recycled at this
- * process's next registry round trip: one round trip per free. Local lock. */
+ * process's next registry round trip (an export's, a collect's) or once
+ * RECYCLE_BATCH of them wait. Local lock. */
 static struct recycle {
     uint32_t block;
     uint64_t generation;
 } * recycles;
 static size_t nrecycles, recycles_cap;
+
+#define RECYCLE_BATCH 64
 
 static void recycle_later(uint32_t block, uint64_t generation)
 {
@@ -462,22 +466,27 @@ static inline void cpu_relax(void)
 #define SETTLE_SPINS 4096
 
 /* The block's state once no exporter is deciding about it (RETIRING), or
- * BLOCK_FREE if it is no longer generation `gen`. The exporter decides
- * while holding the registry lock: past a short spin, waiting for the lock
- * waits for its answer. Local lock held. */
+ * BLOCK_FREE if it is no longer generation `gen`. The exporter decides in a
+ * few instructions and without the registry lock: a short spin, then the
+ * CPU is yielded (it may be waiting for ours), for at most
+ * IPCSHIM_LOCK_WAIT, as for a lock a stopped process holds; then RETIRING
+ * (undecided: the caller passes). An exporter that dies deciding is swept
+ * (the state changes). Local lock held. */
 static uint32_t settle_state(struct reg_block *b, uint64_t gen)
 {
+    uint64_t deadline = 0;
     for (int spin = 0;; spin++) {
         uint32_t s = __atomic_load_n(&b->state, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&b->generation, __ATOMIC_ACQUIRE) != gen) return BLOCK_FREE;
         if (s != BLOCK_RETIRING) return s;
-        if (spin == SETTLE_SPINS) {
-            if (!lock_registry()) return BLOCK_RETIRING; /* undecided: the caller passes */
-            registry_unlock(&reg);
-        } else if (spin > SETTLE_SPINS) {
-            return BLOCK_RETIRING;
+        if (spin < SETTLE_SPINS) {
+            cpu_relax();
+            continue;
         }
-        cpu_relax();
+        uint64_t now = reg_now_ns();
+        if (!deadline) deadline = now + options_get()->lock_wait * 1000000ull;
+        if (now >= deadline) return BLOCK_RETIRING;
+        sched_yield();
     }
 }
 
@@ -1092,6 +1101,44 @@ static void collect_on_untracked_free(void)
     if (reg_now_ns() - last > FREE_COLLECT_INTERVAL_NS) collect(SWEEP_DUE);
 }
 
+/* The common free, without the registry lock: a live block of ours with
+ * no hand-off pending. Nothing here needs the lock: only this process moves
+ * its block LIVE -> LIMBO -> RETIRING -> RETIRED or back to LIMBO (importers
+ * add and drop their bits and hand-offs with atomics, as they do against
+ * the locked path; a repair turns RETIRING back into LIMBO with a CAS, and
+ * then the retire answers "held"). A pending hand-off may be due to expire,
+ * which needs the lock: false, and the caller takes the locked path. Sets
+ * *result otherwise. Local lock held. */
+static bool free_lockfree(struct local_export *e, uint64_t ptr, int *result)
+{
+    struct reg_block *b = reg_block_at(&reg, e->block);
+    if (!own_block(b, e->generation) ||
+        __atomic_load_n(&b->state, __ATOMIC_ACQUIRE) != BLOCK_LIVE ||
+        __atomic_load_n(&b->pending, __ATOMIC_RELAXED))
+        return false;
+    uint64_t now = reg_coarse_ns(), exported = b->last_export_ns;
+    b->limbo_since_ns = now < exported ? exported : now; /* never before the export */
+    __atomic_store_n(&b->state, BLOCK_LIMBO, __ATOMIC_SEQ_CST);
+    if (reg_block_retire(&reg, e->block)) {
+        /* Recycled in a batch (ipc_free_finish), under one lock round trip. */
+        if (local_retiring_add(ptr, e->block, e->generation) != 0 && lock_registry()) {
+            reg_block_recycle(&reg, e->block); /* out of memory: recycle now */
+            registry_unlock(&reg);
+        }
+        local_export_del(e);
+        *result = IPC_REAL;
+        return true;
+    }
+    local_limbo_add(e);
+    STAT_ADD(frees_deferred, 1);
+    if (local_limbo_count() > unclaimed_share() && lock_registry()) {
+        shed_unclaimed();
+        registry_unlock(&reg);
+    }
+    *result = IPC_DONE;
+    return true;
+}
+
 int ipc_free_begin(uint64_t ptr)
 {
     /* The hot path: a process that never exported, or a pointer that was
@@ -1110,6 +1157,8 @@ int ipc_free_begin(uint64_t ptr)
         LOG_RATE(LOG_WARN, "0x%llx freed twice; the second free fails as the driver's would",
                  (unsigned long long)ptr);
         result = -EINVAL;
+    } else if (e && state == S_ACTIVE && free_lockfree(e, ptr, &result)) {
+        /* decided without the registry lock */
     } else if (e && (state != S_ACTIVE || !lock_registry())) {
         if (state == S_ACTIVE) {
             /* The lock is held past IPCSHIM_LOCK_WAIT (a stopped process):
@@ -1174,8 +1223,15 @@ void ipc_free_finish(uint64_t ptr)
     uint64_t gen;
     if (!local_has_exports()) return;
     local_lock();
-    /* Recycled at our next registry round trip (drain_recycles). */
-    if (local_retiring_take(ptr, &bi, &gen) && ipc_active()) recycle_later(bi, gen);
+    /* Recycled at our next registry round trip (drain_recycles), or here
+     * once a batch has gathered: frees alone take the lock once a batch. */
+    if (local_retiring_take(ptr, &bi, &gen) && ipc_active()) {
+        recycle_later(bi, gen);
+        if (nrecycles >= RECYCLE_BATCH && lock_registry()) {
+            drain_recycles();
+            registry_unlock(&reg);
+        }
+    }
     local_unlock();
 }
 

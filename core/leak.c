@@ -69,7 +69,12 @@ void leak_note_open(struct local_map *m, const struct registry *r, const struct 
     m->opens = 1;
     m->callsite = cs;
     m->exporter_pid = b->exporter_pid;
-    memcpy(m->exporter_comm, b->exporter_comm, sizeof m->exporter_comm);
+    /* The name from the exporter's holder record (the open proved it
+     * current a moment ago, and it is read-mostly), not the block's copy:
+     * that sits on a line the exporter rewrites every export. */
+    const struct reg_holder *x = reg_holder_at((struct registry *)r, b->exporter);
+    const char *comm = x ? x->comm : b->exporter_comm;
+    memcpy(m->exporter_comm, comm, sizeof m->exporter_comm);
     m->exporter_comm[sizeof m->exporter_comm - 1] = 0;
 }
 

@@ -29,7 +29,10 @@
 _Static_assert(sizeof(pthread_mutex_t) <= 64, "the header reserves 64 bytes for the mutex");
 _Static_assert(sizeof(struct reg_header) == 256, "header layout");
 _Static_assert(sizeof(struct reg_holder) == 80, "holder layout");
-_Static_assert(sizeof(struct reg_block) == 200, "block layout");
+_Static_assert(sizeof(struct reg_block) == 192, "block layout: three cache lines");
+_Static_assert(offsetof(struct reg_block, generation) == 64 &&
+                   offsetof(struct reg_block, first_export_ns) == 128,
+               "block layout: the open's fields on one line");
 _Static_assert(sizeof(struct reg_lease) == 32, "lease layout");
 
 enum {
@@ -922,8 +925,12 @@ static void rebuild_index(struct registry *r)
         r->export_heads[k] = 0;
     for (uint32_t i = r->max_blocks; i-- > 0;) {
         struct reg_block *b = &r->blocks[i];
-        /* An exporter that died deciding: not freed, so still limbo. */
-        if (b->state == BLOCK_RETIRING) b->state = BLOCK_LIMBO;
+        /* An exporter deciding (it retires without the lock), or one that
+         * died deciding: limbo until it says otherwise. A CAS: its own
+         * answer may land first. */
+        uint32_t retiring = BLOCK_RETIRING;
+        __atomic_compare_exchange_n(&b->state, &retiring, BLOCK_LIMBO, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_RELAXED);
         if (b->state > BLOCK_RETIRING) b->state = BLOCK_FREE;
         b->exp_on = b->exp_prev = b->exp_next = 0;
         if (listed(b->state) && b->exporter < r->max_holders) list_push(r, i, b->exporter);
@@ -1478,8 +1485,9 @@ void reg_block_recycle(struct registry *r, uint32_t idx)
     test_delay();
     list_unlink(r, idx);
     uint64_t *held = reg_block_held_words(r, idx);
-    for (uint32_t w = 0; w < r->held_words; w++)
-        __atomic_store_n(&held[w], 0, __ATOMIC_SEQ_CST);
+    for (uint32_t w = 0; w < r->held_words; w++) /* a store only where needed: it moves the line */
+        if (__atomic_load_n(&held[w], __ATOMIC_SEQ_CST))
+            __atomic_store_n(&held[w], 0, __ATOMIC_SEQ_CST);
     uint32_t *link = &r->buckets[bucket_of(r, b->handle)];
     for (uint32_t steps = 0; *link != REG_NONE && steps < r->max_blocks; steps++) {
         struct reg_block *c = reg_block_at(r, *link);
@@ -1571,9 +1579,14 @@ bool reg_block_retire(struct registry *r, uint32_t idx)
      * seq-cst): one of the two sees the other's store, so either we see its
      * bit or it sees RETIRING and waits for our answer. */
     bool free_now = !reg_block_held(r, idx) && __atomic_load_n(&b->pending, __ATOMIC_SEQ_CST) == 0;
-    if (free_now) test_delay(); /* a death here leaves RETIRING: repair reads it as LIMBO */
-    __atomic_store_n(&b->state, free_now ? BLOCK_RETIRED : BLOCK_LIMBO, __ATOMIC_SEQ_CST);
-    return free_now;
+    if (free_now) test_delay(); /* a death here leaves RETIRING: swept like all the dead's blocks */
+    /* A CAS, not a store: a repair (rebuild_index) may have turned RETIRING
+     * into LIMBO meanwhile, and an importer may have taken LIMBO for LIVE
+     * and its bit come too late for us: then it stays in limbo. */
+    uint32_t retiring = BLOCK_RETIRING;
+    return __atomic_compare_exchange_n(&b->state, &retiring, free_now ? BLOCK_RETIRED : BLOCK_LIMBO,
+                                       false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED) &&
+           free_now;
 }
 
 /* ---- leases ---- */

@@ -40,7 +40,8 @@
 
 #define REG_MAGIC 0x31534d4843504931ull /* "1IPCHMS1" */
 #define REG_ABI                                                                                    \
-    4u /* 3: lock-free leases: holder bitmaps, lease chunks, word hashes; 4: exporters' lists */
+    5u /* 3: lock-free leases: holder bitmaps, lease chunks, word hashes; 4: exporters' lists;     \
+          5: block records by cache line */
 #define REG_NONE UINT32_MAX
 #define REG_DOMAIN_MAX 64
 #define REG_NAME_TRIES 8 /* the name, then "~1".."~7" when another user squats it */
@@ -107,35 +108,40 @@ struct reg_holder {
  * whichever process drops the last lease applies it (not its own options). */
 enum { BLOCK_RULE_HANDOFF_WINDOW = 1u << 0 }; /* IPCSHIM_HANDOFF=window */
 
+/* Three cache lines, laid out by who touches them on the IPC cycle (every
+ * line the exporter writes and an importer reads moves between their CPUs,
+ * at up to ~200 ns a move on a shared VM): the handle, then what an open
+ * reads and the exporter decides on, then what only the exporter and the
+ * reports touch. */
 struct reg_block {
     uint8_t handle[IPC_HANDLE_BYTES];
-    uint64_t base;
-    uint64_t size;
+    /* -- what an open reads (and claims: pending, claimed) -- */
     uint64_t generation; /* bumped every time the record is reused */
     uint64_t exporter_nonce;
-    uint64_t first_export_ns; /* oldest pending hand-off */
-    uint64_t last_export_ns;  /* newest pending hand-off; they expire after it */
-    uint64_t limbo_since_ns;
-    int32_t device;
+    uint64_t base;
+    uint64_t size;
     uint32_t exporter;  /* holder index */
     uint32_t state;     /* BLOCK_* */
     uint32_t pending;   /* unclaimed hand-offs */
+    uint32_t claimed;   /* hand-offs claimed by an importer's first open (observability) */
     uint32_t hash_next; /* derived: hash chain, or free list when FREE */
-    uint32_t pad;
+    uint32_t rules;     /* BLOCK_RULE_*: the exporter's options, obeyed by every process */
+    int32_t device;
+    int32_t exporter_pid; /* copied from the exporter's holder at creation */
+    /* -- the exporter's and the reports' -- */
+    uint64_t first_export_ns; /* oldest pending hand-off */
+    uint64_t last_export_ns;  /* newest pending hand-off; they expire after it */
+    uint64_t limbo_since_ns;
+    uint64_t orphaned_ns; /* CLOCK_MONOTONIC when it became ORPHANED, else 0 */
     /* Derived, under the lock: the exporter's list of its blocks, so that
      * a sweep or an exit walks its own (indices + 1; 0 = none; the heads
      * are registry.export_heads). exp_on is
      * the holder whose list it is on (+ 1; 0 = on none): every block LIVE,
      * LIMBO, RETIRING or RETIRED is on its exporter's; FREE and ORPHANED
      * ones are on none. */
-    uint32_t exp_next, exp_prev, exp_on, pad2;
-    /* Observability (ABI 2), under the registry lock; nothing decides on them: */
-    int32_t exporter_pid;   /* copied from the exporter's holder at creation */
-    uint32_t claimed;       /* hand-offs claimed by an importer's first open */
-    uint32_t expired;       /* hand-offs that expired unclaimed */
-    uint32_t rules;         /* BLOCK_RULE_*: the exporter's options, obeyed by every process */
-    uint64_t orphaned_ns;   /* CLOCK_MONOTONIC when it became ORPHANED, else 0 */
-    char exporter_comm[16]; /* the exporter's command name */
+    uint32_t exp_next, exp_prev, exp_on;
+    uint32_t expired;       /* hand-offs that expired unclaimed (observability) */
+    char exporter_comm[16]; /* the exporter's command name (observability) */
 };
 
 /* Written only by its holder (the owner of its chunk), or by a sweeper
@@ -456,7 +462,8 @@ bool reg_unhold(struct registry *r, uint32_t block, uint32_t holder);
 uint32_t reg_block_unheld(struct registry *r, uint32_t bi, uint64_t generation);
 
 /* Try to retire a LIMBO block: RETIRING, then RETIRED if no holder and no
- * pending hand-off, else back to LIMBO. True when retired. Lock held. */
+ * pending hand-off, else back to LIMBO. True when retired. No lock needed
+ * (its exporter, under its local lock). */
 bool reg_block_retire(struct registry *r, uint32_t idx);
 
 /* ---- leases ---- */

@@ -257,6 +257,70 @@ Test(ipc, free_with_nothing_holding_is_real)
     importer_stop(&im);
 }
 
+/* What an importer's open and close leave: the hand-off claimed, no bit. */
+static void claim_handoff_as_an_importer_would(struct registry *v, const struct ipc_handle *h)
+{
+    uint32_t bi = reg_block_find(v, h);
+    cr_assert_neq(bi, REG_NONE);
+    __atomic_store_n(&v->blocks[bi].pending, 0, __ATOMIC_SEQ_CST);
+}
+
+static int lock_is_held;
+
+static void *hold_registry_lock(void *arg)
+{
+    struct registry *v = arg;
+    cr_assert_eq(registry_lock(v), 0);
+    __atomic_store_n(&lock_is_held, 1, __ATOMIC_RELEASE);
+    usleep(300 * 1000);
+    registry_unlock(v);
+    return NULL;
+}
+
+/* The common free (a block opened and closed, nothing pending) is decided
+ * without the registry lock: another process holding it delays nothing. */
+Test(ipc, common_free_takes_no_registry_lock)
+{
+    struct ipc_handle h = make_handle(41);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    struct registry v;
+    open_view(&v);
+    claim_handoff_as_an_importer_would(&v, &h);
+    pthread_t holder;
+    cr_assert_eq(pthread_create(&holder, NULL, hold_registry_lock, &v), 0);
+    while (!__atomic_load_n(&lock_is_held, __ATOMIC_ACQUIRE))
+        usleep(1000);
+    uint64_t t0 = reg_now_ns();
+    cr_assert_eq(ipc_free_begin(BASE), IPC_REAL);
+    uint64_t took = reg_now_ns() - t0;
+    cr_assert_lt(took, 100 * 1000000ull, "no wait for the lock (%llu ns)", (unsigned long long)took);
+    cr_assert_eq(v.blocks[reg_block_find(&v, &h)].state, BLOCK_RETIRED);
+    cr_assert_eq(stats().frees_deferred, 0);
+    ipc_free_finish(BASE);
+    pthread_join(holder, NULL);
+}
+
+/* Retired records go back to the table in batches when nothing else takes
+ * the lock: a process that only frees leaves at most a batch behind. */
+Test(ipc, retired_records_are_recycled_in_batches)
+{
+    struct registry v;
+    struct ipc_handle h[64];
+    for (unsigned i = 0; i < 64; i++) {
+        h[i] = make_handle(100 + i);
+        cr_assert_eq(ipc_export(&h[i], BASE + i * 0x1000, 100, 0, CTX), 0);
+        if (i == 0) open_view(&v);
+        claim_handoff_as_an_importer_would(&v, &h[i]);
+    }
+    for (unsigned i = 0; i < 64; i++) {
+        cr_assert_eq(ipc_free_begin(BASE + i * 0x1000), IPC_REAL);
+        ipc_free_finish(BASE + i * 0x1000);
+        if (i < 63) cr_assert_neq(reg_block_find(&v, &h[0]), REG_NONE, "kept until the batch");
+    }
+    for (unsigned i = 0; i < 64; i++)
+        cr_assert_eq(reg_block_find(&v, &h[i]), REG_NONE, "the batch recycled them all");
+}
+
 Test(ipc, same_allocation_exported_twice_is_one_record)
 {
     struct ipc_handle h = make_handle(3);

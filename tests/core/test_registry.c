@@ -56,31 +56,29 @@ Test(registry, layout_pinned)
     cr_assert_eq(offsetof(struct reg_holder, pidns), 36);
     cr_assert_eq(offsetof(struct reg_holder, reserved), 40);
 
-    cr_assert_eq(sizeof(struct reg_block), 200);
-    cr_assert_eq(offsetof(struct reg_block, exporter_pid), 160);
-    cr_assert_eq(offsetof(struct reg_block, claimed), 164);
-    cr_assert_eq(offsetof(struct reg_block, expired), 168);
-    cr_assert_eq(offsetof(struct reg_block, rules), 172);
-    cr_assert_eq(offsetof(struct reg_block, orphaned_ns), 176);
-    cr_assert_eq(offsetof(struct reg_block, exporter_comm), 184);
+    cr_assert_eq(sizeof(struct reg_block), 192);
     cr_assert_eq(offsetof(struct reg_block, handle), 0);
-    cr_assert_eq(offsetof(struct reg_block, base), 64);
-    cr_assert_eq(offsetof(struct reg_block, size), 72);
-    cr_assert_eq(offsetof(struct reg_block, generation), 80);
-    cr_assert_eq(offsetof(struct reg_block, exporter_nonce), 88);
-    cr_assert_eq(offsetof(struct reg_block, first_export_ns), 96);
-    cr_assert_eq(offsetof(struct reg_block, last_export_ns), 104);
-    cr_assert_eq(offsetof(struct reg_block, limbo_since_ns), 112);
+    cr_assert_eq(offsetof(struct reg_block, generation), 64);
+    cr_assert_eq(offsetof(struct reg_block, exporter_nonce), 72);
+    cr_assert_eq(offsetof(struct reg_block, base), 80);
+    cr_assert_eq(offsetof(struct reg_block, size), 88);
+    cr_assert_eq(offsetof(struct reg_block, exporter), 96);
+    cr_assert_eq(offsetof(struct reg_block, state), 100);
+    cr_assert_eq(offsetof(struct reg_block, pending), 104);
+    cr_assert_eq(offsetof(struct reg_block, claimed), 108);
+    cr_assert_eq(offsetof(struct reg_block, hash_next), 112);
+    cr_assert_eq(offsetof(struct reg_block, rules), 116);
     cr_assert_eq(offsetof(struct reg_block, device), 120);
-    cr_assert_eq(offsetof(struct reg_block, exporter), 124);
-    cr_assert_eq(offsetof(struct reg_block, state), 128);
-    cr_assert_eq(offsetof(struct reg_block, pending), 132);
-    cr_assert_eq(offsetof(struct reg_block, hash_next), 136);
-    cr_assert_eq(offsetof(struct reg_block, pad), 140);
-    cr_assert_eq(offsetof(struct reg_block, exp_next), 144);
-    cr_assert_eq(offsetof(struct reg_block, exp_prev), 148);
-    cr_assert_eq(offsetof(struct reg_block, exp_on), 152);
-    cr_assert_eq(offsetof(struct reg_block, pad2), 156);
+    cr_assert_eq(offsetof(struct reg_block, exporter_pid), 124);
+    cr_assert_eq(offsetof(struct reg_block, first_export_ns), 128);
+    cr_assert_eq(offsetof(struct reg_block, last_export_ns), 136);
+    cr_assert_eq(offsetof(struct reg_block, limbo_since_ns), 144);
+    cr_assert_eq(offsetof(struct reg_block, orphaned_ns), 152);
+    cr_assert_eq(offsetof(struct reg_block, exp_next), 160);
+    cr_assert_eq(offsetof(struct reg_block, exp_prev), 164);
+    cr_assert_eq(offsetof(struct reg_block, exp_on), 168);
+    cr_assert_eq(offsetof(struct reg_block, expired), 172);
+    cr_assert_eq(offsetof(struct reg_block, exporter_comm), 176);
 
     cr_assert_eq(sizeof(struct reg_lease), 32);
     cr_assert_eq(offsetof(struct reg_lease, open_ns), 24);
@@ -99,14 +97,14 @@ Test(registry, layout_pinned)
     cr_assert_eq(l.heads, 256 + 512 + 512 * 80);
     cr_assert_eq(l.blocks, l.heads + 512 * 4);
     cr_assert_eq(l.held_words, 8, "one bit per holder slot");
-    cr_assert_eq(l.held, l.blocks + 16384 * 200);
+    cr_assert_eq(l.held, l.blocks + 16384 * 192);
     cr_assert_eq(l.leases, l.held + 16384 * 64);
     cr_assert_eq(l.nchunks, 65536 / REG_LEASE_CHUNK);
     cr_assert_eq(l.chunks, l.leases + 65536 * 32);
     cr_assert_eq(l.buckets, l.chunks + 2048 * 4);
     cr_assert_eq(l.nbuckets, 16384);
     cr_assert_eq(l.size, l.buckets + 16384 * 4);
-    cr_assert_eq(l.size, 6540032); /* about 6.2 MiB */
+    cr_assert_eq(l.size, 6408960); /* about 6.1 MiB */
     cr_assert_eq(l.lease_chunk, REG_LEASE_CHUNK);
     /* A small lease table for its holders gets smaller chunks, so that
      * every holder that opens something can own one. */

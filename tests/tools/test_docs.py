@@ -93,7 +93,7 @@ COMMANDS = {
     "ipcshim-stat --json --watch 5 --count 12 >> /tmp/ipcshim-stat.jsonl":
         Run("ipcshim-stat --json --watch 0.05 --count 3 >> stat.jsonl && test $(wc -l < stat.jsonl) = 3"),
     "ipcshim-stat --leaks": Run(None, "leaks in domain"),
-    "ipcshim-stat --all": Run(None, f"(domain {DOMAIN}, ABI 4)"),
+    "ipcshim-stat --all": Run(None, f"(domain {DOMAIN}, ABI 5)"),
     "ipcshim-stat --all --prometheus > /var/lib/node_exporter/ipcshim.prom.tmp && mv /var/lib/node_exporter/ipcshim.prom.tmp /var/lib/node_exporter/ipcshim.prom":
         Run("ipcshim-stat --all --prometheus > ipcshim.prom.tmp && mv ipcshim.prom.tmp ipcshim.prom && tail -1 ipcshim.prom",
             "# EOF", "into the scratch folder instead of node_exporter's"),
