@@ -293,7 +293,8 @@ Test(ipc, common_free_takes_no_registry_lock)
     uint64_t t0 = reg_now_ns();
     cr_assert_eq(ipc_free_begin(BASE), IPC_REAL);
     uint64_t took = reg_now_ns() - t0;
-    cr_assert_lt(took, 100 * 1000000ull, "no wait for the lock (%llu ns)", (unsigned long long)took);
+    cr_assert_lt(took, 100 * 1000000ull, "no wait for the lock (%llu ns)",
+                 (unsigned long long)took);
     cr_assert_eq(v.blocks[reg_block_find(&v, &h)].state, BLOCK_RETIRED);
     cr_assert_eq(stats().frees_deferred, 0);
     ipc_free_finish(BASE);
