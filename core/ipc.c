@@ -1109,7 +1109,7 @@ static void collect_on_untracked_free(void)
  * then the retire answers "held"). A pending hand-off may be due to expire,
  * which needs the lock: false, and the caller takes the locked path. Sets
  * *result otherwise. Local lock held. */
-static bool free_lockfree(struct local_export *e, uint64_t ptr, int *result)
+static bool free_lockfree(struct local_export *e, struct ipc_free *t, int *result)
 {
     struct reg_block *b = reg_block_at(&reg, e->block);
     if (!own_block(b, e->generation) ||
@@ -1121,10 +1121,7 @@ static bool free_lockfree(struct local_export *e, uint64_t ptr, int *result)
     __atomic_store_n(&b->state, BLOCK_LIMBO, __ATOMIC_SEQ_CST);
     if (reg_block_retire(&reg, e->block)) {
         /* Recycled in a batch (ipc_free_finish), under one lock round trip. */
-        if (local_retiring_add(ptr, e->block, e->generation) != 0 && lock_registry()) {
-            reg_block_recycle(&reg, e->block); /* out of memory: recycle now */
-            registry_unlock(&reg);
-        }
+        *t = (struct ipc_free){e->block, e->generation};
         local_export_del(e);
         *result = IPC_REAL;
         return true;
@@ -1139,7 +1136,7 @@ static bool free_lockfree(struct local_export *e, uint64_t ptr, int *result)
     return true;
 }
 
-int ipc_free_begin(uint64_t ptr)
+int ipc_free_begin(uint64_t ptr, struct ipc_free *t)
 {
     /* The hot path: a process that never exported, or a pointer that was
      * never an export base, passes without a lock (two or three relaxed
@@ -1157,7 +1154,7 @@ int ipc_free_begin(uint64_t ptr)
         LOG_RATE(LOG_WARN, "0x%llx freed twice; the second free fails as the driver's would",
                  (unsigned long long)ptr);
         result = -EINVAL;
-    } else if (e && state == S_ACTIVE && free_lockfree(e, ptr, &result)) {
+    } else if (e && state == S_ACTIVE && free_lockfree(e, t, &result)) {
         /* decided without the registry lock */
     } else if (e && (state != S_ACTIVE || !lock_registry())) {
         if (state == S_ACTIVE) {
@@ -1196,8 +1193,7 @@ int ipc_free_begin(uint64_t ptr)
                 shed_unclaimed();
                 result = IPC_DONE;
             } else {
-                if (local_retiring_add(ptr, e->block, e->generation) != 0)
-                    reg_block_recycle(&reg, e->block); /* out of memory: recycle early */
+                *t = (struct ipc_free){e->block, e->generation};
                 local_export_del(e);
                 result = IPC_REAL;
             }
@@ -1217,16 +1213,15 @@ int ipc_free_begin(uint64_t ptr)
     return result;
 }
 
-void ipc_free_finish(uint64_t ptr)
+void ipc_free_finish(const struct ipc_free *t)
 {
-    uint32_t bi;
-    uint64_t gen;
-    if (!local_has_exports()) return;
     local_lock();
     /* Recycled at our next registry round trip (drain_recycles), or here
-     * once a batch has gathered: frees alone take the lock once a batch. */
-    if (local_retiring_take(ptr, &bi, &gen) && ipc_active()) {
-        recycle_later(bi, gen);
+     * once a batch has gathered: frees alone take the lock once a batch.
+     * Not after a fork or a shutdown meanwhile: the record is the parent's,
+     * or let go already (drain_recycles checks it is still ours). */
+    if (ipc_active() && !forked()) {
+        recycle_later(t->block, t->generation);
         if (nrecycles >= RECYCLE_BATCH && lock_registry()) {
             drain_recycles();
             registry_unlock(&reg);

@@ -105,18 +105,25 @@ void ipc_close_finish(struct ipc_close *t);
  * open here too (its count and lease are kept). */
 void ipc_close_abort(struct ipc_close *t);
 
+/* A retired block, between ipc_free_begin (IPC_REAL) and ipc_free_finish. */
+struct ipc_free {
+    uint32_t block;
+    uint64_t generation;
+};
+
 /* Before the real free of ptr.
  *   IPC_PASS: not an exported allocation base: free it for real. This is
  *     the hot path: a few nanoseconds when the process exports nothing.
  *   IPC_DONE: a block with live leases or unclaimed hand-offs: it is now in
  *     limbo and will be freed through device_ops; report success.
  *   IPC_REAL: an exported block nothing holds: its record is retired (no
- *     open can succeed any more); free it for real, then ipc_free_finish.
+ *     open can succeed any more; *t says which); free it for real, then
+ *     ipc_free_finish(t), which gives the record back to the table.
  *   -EINVAL: a second free of a block already in limbo: fail it as the
  *     driver fails a double free; nothing is freed.
  * Also collects this process's limbo when it is not empty. */
-int ipc_free_begin(uint64_t ptr);
-void ipc_free_finish(uint64_t ptr);
+int ipc_free_begin(uint64_t ptr, struct ipc_free *t);
+void ipc_free_finish(const struct ipc_free *t);
 
 /* True when this process has blocks in limbo (a relaxed load, no lock). */
 bool ipc_limbo_pending(void);

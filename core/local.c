@@ -26,7 +26,6 @@ static struct local_export *exports, *limbo;
 static size_t limbo_count;
 static uint64_t limbo_bytes;
 static struct local_map *maps, *maps_by_ptr;
-static struct local_retiring *retiring;
 static struct local_lease *leases;
 enum { MAP_CACHE = 64, RECORD_CACHE = 16 };
 static struct local_map *map_cache[MAP_CACHE]; /* freed records, reused without calloc */
@@ -37,8 +36,6 @@ static struct local_export *export_cache[RECORD_CACHE];
 static unsigned exports_cached;
 static struct local_lease *lease_cache[RECORD_CACHE];
 static unsigned leases_cached;
-static struct local_retiring *retiring_cache[RECORD_CACHE];
-static unsigned retirings_cached;
 
 enum { UTH_CACHE = 8 };
 static struct {
@@ -293,40 +290,11 @@ void local_lease_del(struct local_lease *l)
     CACHE_GIVE(lease_cache, leases_cached, l);
 }
 
-int local_retiring_add(uint64_t base, uint32_t block, uint64_t generation)
-{
-    struct local_retiring *t, *old = NULL;
-    if (!(t = CACHE_TAKE(retiring_cache, retirings_cached))) return -ENOMEM;
-    t->base = base;
-    t->block = block;
-    t->generation = generation;
-    HASH_REPLACE(hh, retiring, base, sizeof t->base, t, old);
-    if (!UTH_ADDED(t, hh)) {
-        CACHE_GIVE(retiring_cache, retirings_cached, t);
-        return -ENOMEM;
-    }
-    if (old) CACHE_GIVE(retiring_cache, retirings_cached, old);
-    return 0;
-}
-
-bool local_retiring_take(uint64_t base, uint32_t *block, uint64_t *generation)
-{
-    struct local_retiring *t;
-    HASH_FIND(hh, retiring, &base, sizeof base, t);
-    if (!t) return false;
-    *block = t->block;
-    *generation = t->generation;
-    HASH_DELETE(hh, retiring, t);
-    CACHE_GIVE(retiring_cache, retirings_cached, t);
-    return true;
-}
-
 void local_reset(bool free_memory)
 {
     if (free_memory) {
         struct local_export *e, *et;
         struct local_map *m, *mt;
-        struct local_retiring *r, *rt;
         struct local_lease *l, *lt;
         HASH_ITER(hh, exports, e, et)
         {
@@ -339,11 +307,6 @@ void local_reset(bool free_memory)
             HASH_DELETE(hh, maps, m);
             free(m);
         }
-        HASH_ITER(hh, retiring, r, rt)
-        {
-            HASH_DELETE(hh, retiring, r);
-            free(r);
-        }
         HASH_ITER(hh, leases, l, lt)
         {
             HASH_DELETE(hh, leases, l);
@@ -353,17 +316,15 @@ void local_reset(bool free_memory)
             free(map_cache[--map_cached]);
         CACHE_EMPTY(export_cache, exports_cached);
         CACHE_EMPTY(lease_cache, leases_cached);
-        CACHE_EMPTY(retiring_cache, retirings_cached);
         for (int c = 0; c < 2; c++)
             CACHE_EMPTY(uth_cache[c].p, uth_cache[c].n);
     }
     for (int c = 0; c < 2; c++)
         uth_cache[c].n = 0;
     map_cached = 0;
-    exports_cached = leases_cached = retirings_cached = 0;
+    exports_cached = leases_cached = 0;
     exports = limbo = NULL;
     maps = maps_by_ptr = NULL;
-    retiring = NULL;
     leases = NULL;
     __atomic_store_n(&limbo_count, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&limbo_bytes, 0, __ATOMIC_RELAXED);

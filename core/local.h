@@ -5,8 +5,7 @@
  *   limbo     the exports freed by the program but not yet really freed;
  *   maps      (handle, ctx) -> an opened mapping, and pointer -> mapping;
  *   leases    block -> this process's lease slot on it (one per block, all
- *             contexts);
- *   retiring  base -> block between ipc_free_begin (REAL) and ipc_free_finish.
+ *             contexts).
  *
  * One process mutex (local_lock) guards all of it. Lock order: the local
  * mutex before the registry lock, never the reverse; neither is held across
@@ -58,13 +57,6 @@ struct local_map {
     int32_t exporter_pid;
     char exporter_comm[16];
     uint64_t dead_ns; /* when the watch first saw its exporter dead, 0 if not */
-};
-
-struct local_retiring {
-    uint64_t base; /* key */
-    uint64_t generation;
-    uint32_t block;
-    UT_hash_handle hh;
 };
 
 struct local_lease {
@@ -124,9 +116,6 @@ void local_map_del(struct local_map *m);                  /* frees m (into the c
 struct local_lease *local_lease_find(uint32_t block);
 int local_lease_add(uint32_t block, uint64_t generation, uint32_t lease); /* 0 or -ENOMEM */
 void local_lease_del(struct local_lease *l);
-
-int local_retiring_add(uint64_t base, uint32_t block, uint64_t generation);
-bool local_retiring_take(uint64_t base, uint32_t *block, uint64_t *generation);
 
 /* Forget everything (in a fork child, or at shutdown). With free_memory
  * false the tables are abandoned, for when they may be mid-update (a fork

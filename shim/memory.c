@@ -126,11 +126,12 @@ static int op_free(uint64_t ptr, void *stream, int (*real_free)(uint64_t, void *
 {
     swap_on_free(ptr);
     if (!tracking || !ptr) return real_free(ptr, stream);
-    int decision = ipc_free_begin(ptr);
+    struct ipc_free ticket;
+    int decision = ipc_free_begin(ptr, &ticket);
     if (decision == IPC_DONE) return codes->ok;
     if (decision < 0) return codes->invalid;
     int result = real_free(ptr, stream);
-    if (decision == IPC_REAL) ipc_free_finish(ptr);
+    if (decision == IPC_REAL) ipc_free_finish(&ticket);
     return result;
 }
 

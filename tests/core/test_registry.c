@@ -186,7 +186,7 @@ static void refuse_after(void (*how)(struct registry *r), int want)
     struct ipc_open t;
     uint64_t p;
     cr_assert_eq(ipc_open_begin(&h, 1, &t, &p), IPC_PASS);
-    cr_assert_eq(ipc_free_begin(0x1000), IPC_PASS);
+    cr_assert_eq(free_begin(0x1000), IPC_PASS);
     cr_assert_not(ipc_active());
 }
 
