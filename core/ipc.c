@@ -11,13 +11,15 @@
  * - A block is really freed only by its exporter: by the program's own free
  *   when nothing holds it (IPC_REAL), or from limbo through device_ops once
  *   it has no holder and no unclaimed unexpired hand-off. It is marked
- *   RETIRED under the registry lock before that free (reg_block_retire: a
- *   RETIRING step that an importer setting its bit at the same moment waits
- *   out), so no open can succeed on it afterwards, and recycled (generation
- *   bumped) after, lazily: at this process's next registry round trip.
+ *   RETIRED before that free, without the registry lock (reg_block_retire:
+ *   a RETIRING step that an importer setting its bit at the same moment
+ *   waits out), so no open can succeed on it afterwards, and recycled
+ *   (generation bumped) after, lazily: at this process's next registry
+ *   round trip, or once RECYCLE_BATCH records wait.
  * - Locks: the local mutex, then the registry lock; device_ops is called with
- *   neither held. Opens and closes take only the local mutex; the registry
- *   lock is for creating and recycling records and for recovery.
+ *   neither held. Opens, closes and the common free (nothing pending) take
+ *   only the local mutex; the registry lock is for creating and recycling
+ *   records, for expiring hand-offs and for recovery.
  * - An open proves the exporter alive from shared memory alone (its holder
  *   slot still active with the nonce the block recorded). The sweeps (at
  *   most a second apart in any process that collects) invalidate a dead

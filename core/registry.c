@@ -4,8 +4,8 @@
  * call what. Nothing here calls device_ops or waits on another process while
  * holding the lock, and the sweeps' liveness syscalls run before it is
  * taken (reg_find_dead). The segment grows under the lock (grow_blocks,
- * grow_chunks); the lock-free paths (lookup, hold, unhold, lease begin/end)
- * only read what registry_refresh said is in use. */
+ * grow_chunks); the lock-free paths (lookup, hold, unhold, lease begin/end,
+ * retire) only read what registry_refresh said is in use. */
 #include "registry.h"
 #include "liveness.h"
 #include "log.h"

@@ -49,7 +49,7 @@
 enum { HOLDER_FREE = 0, HOLDER_ACTIVE = 1 };
 #define REG_LEASE_CHUNK 32u /* lease slots a holder claims at a time (at most) */
 
-/* RETIRING: the exporter, holding the registry lock, is deciding whether a
+/* RETIRING: the exporter (without the registry lock) is deciding whether a
  * LIMBO block is free of holders (then RETIRED, else back to LIMBO); an
  * importer that sets its bit meanwhile waits for the outcome. */
 enum { BLOCK_FREE = 0, BLOCK_LIVE, BLOCK_LIMBO, BLOCK_ORPHANED, BLOCK_RETIRED, BLOCK_RETIRING };
