@@ -1464,8 +1464,9 @@ uint32_t reg_block_create(struct registry *r, const struct ipc_handle *hd, uint6
     b->limbo_since_ns = 0;
     b->exporter_pid = o->pid, b->claimed = b->expired = 0, b->orphaned_ns = 0; /* observability */
     uint64_t *held = reg_block_held_words(r, idx); /* nobody yet (a free record may hold garbage) */
-    for (uint32_t w = 0; w < r->held_words; w++)
-        __atomic_store_n(&held[w], 0, __ATOMIC_RELAXED);
+    for (uint32_t w = 0; w < r->held_words; w++) /* a store only where needed: it moves the line */
+        if (__atomic_load_n(&held[w], __ATOMIC_RELAXED))
+            __atomic_store_n(&held[w], 0, __ATOMIC_RELAXED);
     b->rules = options_get()->handoff == HANDOFF_WINDOW ? BLOCK_RULE_HANDOFF_WINDOW : 0;
     memcpy(b->exporter_comm, o->comm, sizeof b->exporter_comm);
     list_push(r, idx, exporter);
