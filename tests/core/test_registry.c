@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stddef.h>
 #include <sys/mount.h>
@@ -580,6 +581,45 @@ Test(registry, repair_rebuilds_derived)
     cr_assert(b3 != REG_NONE && b3 != b1 && b3 != b2);
     cr_assert_neq(reg_lease_create(&r, b2, me), l1);
     registry_unlock(&r);
+    registry_close(&r);
+}
+
+static void *retire_block(void *arg)
+{
+    struct registry *r = arg;
+    return (void *)(uintptr_t)reg_block_retire(r, 0);
+}
+
+/* The exporter retires without the lock, so a repair under it may meet a
+ * block mid-decision (RETIRING): it makes it LIMBO again, and the
+ * exporter's answer, a CAS from RETIRING, then fails: the block stays in
+ * limbo rather than being freed after the repair said it was not. */
+Test(registry, repair_during_a_lockfree_retire_keeps_the_block)
+{
+    struct registry r;
+    open_view(&r);
+    cr_assert_eq(registry_lock(&r), 0);
+    uint32_t me = reg_holder_attach(&r, 7);
+    struct ipc_handle h = make_handle(1);
+    uint32_t bi = reg_block_create(&r, &h, 0x1000, 10, 0, me, 5);
+    registry_unlock(&r);
+    cr_assert_eq(bi, 0);
+    struct reg_block *b = &r.blocks[bi];
+    __atomic_store_n(&b->pending, 0, __ATOMIC_SEQ_CST);         /* claimed */
+    __atomic_store_n(&b->state, BLOCK_LIMBO, __ATOMIC_SEQ_CST); /* freed by its program */
+    test_option("TEST_DELAY_US", "300000"); /* the pause between RETIRING and the answer */
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, retire_block, &r), 0);
+    while (__atomic_load_n(&b->state, __ATOMIC_SEQ_CST) != BLOCK_RETIRING)
+        usleep(100);
+    registry_repair(&r);
+    cr_assert_eq(b->state, BLOCK_LIMBO, "the repair reads a decision in flight as limbo");
+    void *retired;
+    pthread_join(t, &retired);
+    test_option("TEST_DELAY_US", "0");
+    cr_assert_not((uintptr_t)retired, "the exporter's answer lost to the repair's");
+    cr_assert_eq(b->state, BLOCK_LIMBO, "still in limbo: freed later, by the collector");
+    cr_assert_eq(reg_block_find(&r, &h), bi, "and still found");
     registry_close(&r);
 }
 
