@@ -1103,39 +1103,44 @@ static void collect_on_untracked_free(void)
     if (reg_now_ns() - last > FREE_COLLECT_INTERVAL_NS) collect(SWEEP_DUE);
 }
 
-/* The common free, without the registry lock: a live block of ours with
- * no hand-off pending. Nothing here needs the lock: only this process moves
- * its block LIVE -> LIMBO -> RETIRING -> RETIRED or back to LIMBO (importers
- * add and drop their bits and hand-offs with atomics, as they do against
- * the locked path; a repair turns RETIRING back into LIMBO with a CAS, and
- * then the retire answers "held"). A pending hand-off may be due to expire,
- * which needs the lock: false, and the caller takes the locked path. Sets
- * *result otherwise. Local lock held. */
-static bool free_lockfree(struct local_export *e, struct ipc_free *t, int *result)
+/* The common free needs no registry lock: a live block of ours with no
+ * hand-off pending. Only this process moves its block LIVE -> LIMBO ->
+ * RETIRING -> RETIRED or back to LIMBO (importers add and drop their bits
+ * and hand-offs with atomics either way; a repair turns RETIRING back into
+ * LIMBO with a CAS, and then the retire answers "held"). A pending
+ * hand-off may be due to expire, which needs the lock. Local lock held. */
+static bool free_needs_no_lock(const struct local_export *e)
+{
+    const struct reg_block *b = reg_block_at(&reg, e->block);
+    return own_block(b, e->generation) &&
+           __atomic_load_n(&b->state, __ATOMIC_ACQUIRE) == BLOCK_LIVE &&
+           !__atomic_load_n(&b->pending, __ATOMIC_RELAXED);
+}
+
+/* The program freed e's live block: into limbo, then out of it at once if
+ * nobody holds it and no hand-off is pending (importers see LIMBO as LIVE).
+ * IPC_REAL (retired: *t names it for ipc_free_finish) or IPC_DONE (in
+ * limbo). locked: whether the registry lock is held, for shedding. Local
+ * lock held. */
+static int free_into_limbo(struct local_export *e, struct ipc_free *t, bool locked)
 {
     struct reg_block *b = reg_block_at(&reg, e->block);
-    if (!own_block(b, e->generation) ||
-        __atomic_load_n(&b->state, __ATOMIC_ACQUIRE) != BLOCK_LIVE ||
-        __atomic_load_n(&b->pending, __ATOMIC_RELAXED))
-        return false;
     uint64_t now = reg_coarse_ns(), exported = b->last_export_ns;
     b->limbo_since_ns = now < exported ? exported : now; /* never before the export */
     __atomic_store_n(&b->state, BLOCK_LIMBO, __ATOMIC_SEQ_CST);
     if (reg_block_retire(&reg, e->block)) {
-        /* Recycled in a batch (ipc_free_finish), under one lock round trip. */
+        /* Recycled lazily, in a batch (ipc_free_finish). */
         *t = (struct ipc_free){e->block, e->generation};
         local_export_del(e);
-        *result = IPC_REAL;
-        return true;
+        return IPC_REAL;
     }
     local_limbo_add(e);
     STAT_ADD(frees_deferred, 1);
-    if (local_limbo_count() > unclaimed_share() && lock_registry()) {
+    if (local_limbo_count() > unclaimed_share() && (locked || lock_registry())) {
         shed_unclaimed();
-        registry_unlock(&reg);
+        if (!locked) registry_unlock(&reg);
     }
-    *result = IPC_DONE;
-    return true;
+    return IPC_DONE;
 }
 
 int ipc_free_begin(uint64_t ptr, struct ipc_free *t)
@@ -1156,8 +1161,8 @@ int ipc_free_begin(uint64_t ptr, struct ipc_free *t)
         LOG_RATE(LOG_WARN, "0x%llx freed twice; the second free fails as the driver's would",
                  (unsigned long long)ptr);
         result = -EINVAL;
-    } else if (e && state == S_ACTIVE && free_lockfree(e, t, &result)) {
-        /* decided without the registry lock */
+    } else if (e && state == S_ACTIVE && free_needs_no_lock(e)) {
+        result = free_into_limbo(e, t, false);
     } else if (e && (state != S_ACTIVE || !lock_registry())) {
         if (state == S_ACTIVE) {
             /* The lock is held past IPCSHIM_LOCK_WAIT (a stopped process):
@@ -1183,22 +1188,7 @@ int ipc_free_begin(uint64_t ptr, struct ipc_free *t)
              * limbo stamp is for reports and stats. */
             if (__atomic_load_n(&b->pending, __ATOMIC_RELAXED))
                 expire_handoffs(e, b, reg_now_ns(), false);
-            uint64_t now = reg_coarse_ns(), exported = b->last_export_ns;
-            if (now < exported) now = exported; /* limbo never starts before the export */
-            /* Into limbo, then out of it at once if nobody holds it and no
-             * hand-off is pending (importers see LIMBO as LIVE). */
-            b->limbo_since_ns = now;
-            __atomic_store_n(&b->state, BLOCK_LIMBO, __ATOMIC_SEQ_CST);
-            if (!reg_block_retire(&reg, e->block)) {
-                local_limbo_add(e);
-                STAT_ADD(frees_deferred, 1);
-                shed_unclaimed();
-                result = IPC_DONE;
-            } else {
-                *t = (struct ipc_free){e->block, e->generation};
-                local_export_del(e);
-                result = IPC_REAL;
-            }
+            result = free_into_limbo(e, t, true);
         }
         registry_unlock(&reg);
     }

@@ -69,11 +69,13 @@ static void uth_free(void *p, size_t size)
     free(p);
 }
 
+/* A zeroed record from cache (n of them kept), or a new one; one given back
+ * is kept while the cache has room. */
 #define CACHE_TAKE(cache, n)                                                                       \
     ((n) ? memset((cache)[--(n)], 0, sizeof *(cache)[0]) : calloc(1, sizeof *(cache)[0]))
 #define CACHE_GIVE(cache, n, p)                                                                    \
     do {                                                                                           \
-        if ((n) < RECORD_CACHE)                                                                    \
+        if ((n) < sizeof(cache) / sizeof(cache)[0])                                                \
             (cache)[(n)++] = (p);                                                                  \
         else                                                                                       \
             free(p);                                                                               \
@@ -232,10 +234,7 @@ struct local_map *local_map_find_ptr(uint64_t ptr)
 
 struct local_map *local_map_new(void)
 {
-    if (!map_cached) return calloc(1, sizeof(struct local_map));
-    struct local_map *m = map_cache[--map_cached];
-    memset(m, 0, sizeof *m);
-    return m;
+    return CACHE_TAKE(map_cache, map_cached);
 }
 
 int local_map_add(struct local_map *m)
@@ -255,10 +254,7 @@ void local_map_del(struct local_map *m)
 {
     if (m->hh_ptr.tbl) HASH_DELETE(hh_ptr, maps_by_ptr, m); /* set once opened, closing or not */
     HASH_DELETE(hh, maps, m);
-    if (map_cached < MAP_CACHE)
-        map_cache[map_cached++] = m;
-    else
-        free(m);
+    CACHE_GIVE(map_cache, map_cached, m);
 }
 
 struct local_lease *local_lease_find(uint32_t block)
@@ -312,8 +308,7 @@ void local_reset(bool free_memory)
             HASH_DELETE(hh, leases, l);
             free(l);
         }
-        while (map_cached)
-            free(map_cache[--map_cached]);
+        CACHE_EMPTY(map_cache, map_cached);
         CACHE_EMPTY(export_cache, exports_cached);
         CACHE_EMPTY(lease_cache, leases_cached);
         for (int c = 0; c < 2; c++)
