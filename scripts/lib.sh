@@ -55,7 +55,7 @@ optional_test_deps() {
     /usr/bin/python3 -c 'import numba' >/dev/null 2>&1 || want+=(python3-numba)
     /usr/bin/python3 -c 'import prometheus_client' >/dev/null 2>&1 || want+=(python3-prometheus-client)
     /usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1 || want+=(python3-matplotlib)
-    ldconfig -p 2>/dev/null | grep -q 'libunwind\.so\.8 ' || want+=(libunwind8)
+    grep -q 'libunwind\.so\.8 ' < <(ldconfig -p 2>/dev/null) || want+=(libunwind8) # no pipe: grep -q ends it early
     echo "${want[*]}"
 }
 
