@@ -31,6 +31,9 @@ static inline void test_domain_setup(const char *suite)
     setenv("IPCSHIM_REGISTRY_DIR", "/dev/shm", 1);
     setenv("IPCSHIM_LOG", "error", 0);
     options_reload();
+    /* A segment some earlier run left under a pid this process now has
+     * (of another ABI, say) would be refused, and the test run untracked. */
+    registry_unlink(test_domain);
 }
 
 static inline void test_domain_teardown(void)
