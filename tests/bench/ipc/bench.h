@@ -57,6 +57,7 @@ struct chan {
     struct door doors[CHAN_DOORS];
     _Atomic uint32_t ready;      /* children that are ready */
     _Atomic uint32_t go;         /* 1: start (storm) */
+    _Atomic uint32_t warm;       /* storm children past their first round */
     _Atomic uint64_t t_start_ns; /* storm window */
     _Atomic uint64_t t_stop_ns;
     uint64_t stamp[16];          /* timestamps passed between processes */
