@@ -1395,8 +1395,8 @@ void ipc_shutdown(void)
     }
     st.limbo_left = local_limbo_count(); /* IPCSHIM_STATS, printed after this, agrees */
     st.limbo_left_bytes = local_limbo_bytes();
-    __atomic_store_n(&shut, true,
-                     __ATOMIC_RELEASE); /* after limbo_left: ipc_stats reads them unlocked */
+    /* Published after limbo_left: ipc_stats reads them without the lock. */
+    __atomic_store_n(&shut, true, __ATOMIC_RELEASE);
     local_reset(true);
     local_broadcast(); /* opens waiting on a pending mapping give up */
     local_unlock();

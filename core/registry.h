@@ -435,8 +435,9 @@ void reg_block_orphan(struct registry *r, uint32_t idx);
  * held. */
 void reg_block_let_go(struct registry *r, uint32_t idx);
 
-/* Lets go of every block holder idx exported (reg_block_let_go). Walks the holder's own list (a
- * scan of the table only if that list is corrupt). Lock held. */
+/* Lets go of every block holder idx exported (reg_block_let_go). Walks the
+ * holder's own list (a scan of the table only if that list is corrupt).
+ * Lock held. */
 void reg_holder_let_go(struct registry *r, uint32_t idx);
 
 /* Number of holders holding the block (bits set). No lock. */
