@@ -348,6 +348,10 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
         local_unlock();
         return rc == -ENOSPC ? -ENOSPC : -ENODEV;
     }
+    /* The record it will take: the last one recycled before it, else the
+     * free list's head. */
+    reg_prefetch_create(&reg, nrecycles ? recycles[nrecycles - 1].block : reg_block_next_free(&reg),
+                        h);
     uint64_t now = reg_now_ns();
     struct local_export *e = local_export_find(base);
     if (e) {
@@ -1157,6 +1161,7 @@ int ipc_free_begin(uint64_t ptr, struct ipc_free *t)
     local_lock();
     check_fork();
     struct local_export *e = local_export_find(ptr);
+    if (e && state == S_ACTIVE) reg_prefetch_free(&reg, e->block);
     if (e && e->in_limbo) {
         LOG_RATE(LOG_WARN, "0x%llx freed twice; the second free fails as the driver's would",
                  (unsigned long long)ptr);

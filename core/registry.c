@@ -1426,6 +1426,33 @@ uint32_t reg_block_lookup(struct registry *r, const struct ipc_handle *hd, uint6
     return REG_NONE;
 }
 
+#define PREFETCH_READ(p) __builtin_prefetch((p), 0)
+#define PREFETCH_WRITE(p) __builtin_prefetch((p), 1)
+
+void reg_prefetch_free(struct registry *r, uint32_t idx)
+{
+    if (idx >= r->max_blocks) return;
+    PREFETCH_WRITE(&r->blocks[idx].generation); /* the state's CASes */
+    PREFETCH_READ(reg_block_held_words(r, idx));
+}
+
+void reg_prefetch_create(struct registry *r, uint32_t idx, const struct ipc_handle *hd)
+{
+    PREFETCH_WRITE(&r->buckets[bucket_of(r, hd->bytes)]);
+    if (idx >= r->max_blocks) return;
+    struct reg_block *b = &r->blocks[idx];
+    if (LOAD_STATE(b->state) != BLOCK_FREE) /* recycled first: unlinked from its bucket */
+        PREFETCH_WRITE(&r->buckets[bucket_of(r, b->handle)]);
+    PREFETCH_WRITE(b->handle);
+    PREFETCH_WRITE(&b->generation);
+    PREFETCH_READ(reg_block_held_words(r, idx));
+}
+
+uint32_t reg_block_next_free(struct registry *r)
+{
+    return __atomic_load_n(&r->hdr->block_free, __ATOMIC_RELAXED);
+}
+
 /* Pops the free-list head, growing the table when it is empty, repairing
  * once if it does not point at a free record. */
 static uint32_t pop_free_block(struct registry *r)

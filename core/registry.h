@@ -415,6 +415,20 @@ uint32_t reg_block_find(struct registry *r, const struct ipc_handle *h);
  * concurrent change hid it: the caller then asks again under the lock. */
 uint32_t reg_block_lookup(struct registry *r, const struct ipc_handle *h, uint64_t *gen);
 
+/* Hints, no lock, no effect on the segment (an index read is bounds-checked,
+ * a prefetch never faults): start moving to this CPU the lines the
+ * exporter's next step writes or decides on, so that their transfers from
+ * an importer's CPU overlap the local work before it instead of stalling,
+ * one after the other, the atomics and the unlock that need them
+ * (docs/performance.md, "Prefetching the exporter's lines"). For the free
+ * of our block idx; for an export of handle h into record idx (the free
+ * list's head, or the record recycled just before it). */
+void reg_prefetch_free(struct registry *r, uint32_t idx);
+void reg_prefetch_create(struct registry *r, uint32_t idx, const struct ipc_handle *h);
+/* The record the next reg_block_create takes when nothing is recycled
+ * before it (the free list's head), or REG_NONE. No lock: a hint. */
+uint32_t reg_block_next_free(struct registry *r);
+
 /* A fresh LIVE block (generation bumped, one pending hand-off), in the hash
  * index; the table grows (doubling, up to its capacity) when no record is
  * free. REG_NONE when it is full. */

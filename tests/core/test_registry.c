@@ -287,6 +287,37 @@ Test(registry, records_and_hash)
     registry_close(&r);
 }
 
+/* The exporter's prefetch hints (registry.h) name the record the next
+ * create takes and write nothing: the segment is byte for byte the same
+ * after them, whatever index they are given (out of range, a live record,
+ * a free one). */
+Test(registry, prefetch_hints_change_nothing)
+{
+    struct registry r;
+    open_view(&r);
+    cr_assert_eq(registry_lock(&r), 0);
+    uint32_t me = reg_holder_attach(&r, 7);
+    struct ipc_handle h1 = make_handle(1), h2 = make_handle(2);
+    uint32_t b1 = reg_block_create(&r, &h1, 0x1000, 10, 0, me, 5);
+    uint32_t next = reg_block_next_free(&r);
+    cr_assert_neq(next, REG_NONE);
+    cr_assert_eq(r.blocks[next].state, BLOCK_FREE, "the hint names a free record");
+    uint8_t *before = malloc(r.size);
+    cr_assert_not_null(before);
+    memcpy(before, r.base, r.size);
+    uint32_t idxs[] = {b1, next, REG_NONE, r.max_blocks, r.max_blocks + 12345u};
+    for (size_t i = 0; i < sizeof idxs / sizeof idxs[0]; i++) {
+        reg_prefetch_free(&r, idxs[i]);
+        reg_prefetch_create(&r, idxs[i], &h2);
+    }
+    cr_assert_eq(memcmp(before, r.base, r.size), 0, "a hint wrote to the segment");
+    free(before);
+    cr_assert_eq(reg_block_create(&r, &h2, 0x2000, 20, 0, me, 5), next,
+                 "the create takes the record the hint named");
+    registry_unlock(&r);
+    registry_close(&r);
+}
+
 Test(registry, full_tables)
 {
     struct registry r;
