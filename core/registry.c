@@ -1453,6 +1453,16 @@ uint32_t reg_block_next_free(struct registry *r)
     return __atomic_load_n(&r->hdr->block_free, __ATOMIC_RELAXED);
 }
 
+/* Empties block idx's held bitmap, storing only into words that are not
+ * zero already: a store moves the line from the last importer's CPU. */
+static void clear_held(struct registry *r, uint32_t idx)
+{
+    uint64_t *held = reg_block_held_words(r, idx);
+    for (uint32_t w = 0; w < r->held_words; w++)
+        if (__atomic_load_n(&held[w], __ATOMIC_SEQ_CST))
+            __atomic_store_n(&held[w], 0, __ATOMIC_SEQ_CST);
+}
+
 /* Pops the free-list head, growing the table when it is empty, repairing
  * once if it does not point at a free record. */
 static uint32_t pop_free_block(struct registry *r)
@@ -1490,10 +1500,7 @@ uint32_t reg_block_create(struct registry *r, const struct ipc_handle *hd, uint6
     b->first_export_ns = b->last_export_ns = now;
     b->limbo_since_ns = 0;
     b->exporter_pid = o->pid, b->claimed = b->expired = 0, b->orphaned_ns = 0; /* observability */
-    uint64_t *held = reg_block_held_words(r, idx); /* nobody yet (a free record may hold garbage) */
-    for (uint32_t w = 0; w < r->held_words; w++) /* a store only where needed: it moves the line */
-        if (__atomic_load_n(&held[w], __ATOMIC_RELAXED))
-            __atomic_store_n(&held[w], 0, __ATOMIC_RELAXED);
+    clear_held(r, idx); /* nobody yet (a free record may hold garbage) */
     b->rules = options_get()->handoff == HANDOFF_WINDOW ? BLOCK_RULE_HANDOFF_WINDOW : 0;
     memcpy(b->exporter_comm, o->comm, sizeof b->exporter_comm);
     list_push(r, idx, exporter);
@@ -1512,10 +1519,7 @@ void reg_block_recycle(struct registry *r, uint32_t idx)
     STORE_STATE(b->state, BLOCK_FREE);
     test_delay();
     list_unlink(r, idx);
-    uint64_t *held = reg_block_held_words(r, idx);
-    for (uint32_t w = 0; w < r->held_words; w++) /* a store only where needed: it moves the line */
-        if (__atomic_load_n(&held[w], __ATOMIC_SEQ_CST))
-            __atomic_store_n(&held[w], 0, __ATOMIC_SEQ_CST);
+    clear_held(r, idx);
     uint32_t *link = &r->buckets[bucket_of(r, b->handle)];
     for (uint32_t steps = 0; *link != REG_NONE && steps < r->max_blocks; steps++) {
         struct reg_block *c = reg_block_at(r, *link);
