@@ -77,7 +77,8 @@ static bool shut;
 static uint32_t self = REG_NONE;
 static uint64_t self_nonce;
 static uint64_t last_sweep_ns, last_collect_ns;
-static bool collector_asked; /* collector_start called (local lock) */
+static bool collector_asked;           /* collector_start called (local lock) */
+static uint32_t open_guess = REG_NONE; /* the record our last open took (local lock) */
 static volatile uint8_t *fork_canary;
 static pid_t canary_pid;
 
@@ -590,6 +591,7 @@ static int open_lockfree(const struct ipc_handle *h, uint64_t ctx, struct ipc_op
     }
     open_ticket(t, nm, h, ctx, bi, li, gen, flags);
     leak_note_open(nm, &reg, b, cs);
+    open_guess = bi;
     return IPC_REAL;
 }
 
@@ -650,6 +652,8 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
         local_unlock();
         return IPC_PASS;
     }
+    /* Hints, whose lines move while the local tables are searched. */
+    reg_prefetch_open(&reg, open_guess, h);
     struct local_map *m;
     while ((m = local_map_find(h, ctx)) && m->pending) {
         local_wait();

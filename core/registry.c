@@ -25,6 +25,9 @@
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h> /* prefetch_write */
+#endif
 
 _Static_assert(sizeof(pthread_mutex_t) <= 64, "the header reserves 64 bytes for the mutex");
 _Static_assert(sizeof(struct reg_header) == 256, "header layout");
@@ -1426,26 +1429,64 @@ uint32_t reg_block_lookup(struct registry *r, const struct ipc_handle *hd, uint6
     return REG_NONE;
 }
 
-#define PREFETCH_READ(p) __builtin_prefetch((p), 0)
-#define PREFETCH_WRITE(p) __builtin_prefetch((p), 1)
+#define prefetch_read(p) __builtin_prefetch((p), 0)
+
+/* A prefetch for writing: the line comes exclusive, so that the atomic
+ * that needs it does not wait a second time for the other CPU to drop its
+ * copy. Trap: on x86-64, GCC compiles __builtin_prefetch(p, 1) to a read
+ * prefetch unless built for a CPU with PREFETCHW, so the instruction is
+ * issued here when CPUID reports it (checked once; a read prefetch
+ * otherwise). */
+#if defined(__x86_64__)
+static int has_prefetchw = -1; /* unknown; racy first checks agree */
+static inline void prefetch_write(const volatile void *p)
+{
+    int has = __atomic_load_n(&has_prefetchw, __ATOMIC_RELAXED);
+    if (__builtin_expect(has < 0, 0)) {
+        unsigned a, b, c = 0, d;
+        has = __get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & bit_PRFCHW);
+        __atomic_store_n(&has_prefetchw, has, __ATOMIC_RELAXED);
+    }
+    if (has)
+        __asm__ volatile("prefetchw %0" : : "m"(*(const volatile char *)p));
+    else
+        __builtin_prefetch((const void *)p, 0);
+}
+#else
+#define prefetch_write(p) __builtin_prefetch((p), 1)
+#endif
 
 void reg_prefetch_free(struct registry *r, uint32_t idx)
 {
     if (idx >= r->max_blocks) return;
-    PREFETCH_WRITE(&r->blocks[idx].generation); /* the state's CASes */
-    PREFETCH_READ(reg_block_held_words(r, idx));
+    /* For reading, though the state's CASes write it: prefetching it for
+     * writing measured 40 ns slower here, in both of the VM's states. */
+    prefetch_read(&r->blocks[idx].generation);
+    prefetch_read(reg_block_held_words(r, idx));
 }
 
 void reg_prefetch_create(struct registry *r, uint32_t idx, const struct ipc_handle *hd)
 {
-    PREFETCH_WRITE(&r->buckets[bucket_of(r, hd->bytes)]);
+    prefetch_write(&r->buckets[bucket_of(r, hd->bytes)]);
     if (idx >= r->max_blocks) return;
     struct reg_block *b = &r->blocks[idx];
     if (LOAD_STATE(b->state) != BLOCK_FREE) /* recycled first: unlinked from its bucket */
-        PREFETCH_WRITE(&r->buckets[bucket_of(r, b->handle)]);
-    PREFETCH_WRITE(b->handle);
-    PREFETCH_WRITE(&b->generation);
-    PREFETCH_READ(reg_block_held_words(r, idx));
+        prefetch_write(&r->buckets[bucket_of(r, b->handle)]);
+    prefetch_write(b->handle);
+    prefetch_write(&b->generation);
+    prefetch_read(reg_block_held_words(r, idx));
+}
+
+void reg_prefetch_open(struct registry *r, uint32_t guess, const struct ipc_handle *hd)
+{
+    if (!r->base) return;
+    prefetch_read(&r->buckets[bucket_of(r, hd->bytes)]);
+    if (guess >= r->max_blocks) return;
+    struct reg_block *b = &r->blocks[guess];
+    prefetch_read(b->handle);
+    prefetch_write(&b->generation); /* the hand-off's claim */
+    if (r->self_slot < r->max_holders)
+        prefetch_write(reg_block_held_words(r, guess) + r->self_slot / 64); /* our bit */
 }
 
 uint32_t reg_block_next_free(struct registry *r)

@@ -425,6 +425,13 @@ uint32_t reg_block_lookup(struct registry *r, const struct ipc_handle *h, uint64
  * list's head, or the record recycled just before it). */
 void reg_prefetch_free(struct registry *r, uint32_t idx);
 void reg_prefetch_create(struct registry *r, uint32_t idx, const struct ipc_handle *h);
+/* The same for an importer's open of handle h: its bucket, and the lines
+ * of record `guess` that the open reads, claims and sets its bit in. The
+ * guess breaks the chain of misses (the bucket names the record): it is
+ * the record this process opened last, which an exporter that frees and
+ * exports again in turn recycles for its next handle. A wrong guess costs
+ * one wasted line. */
+void reg_prefetch_open(struct registry *r, uint32_t guess, const struct ipc_handle *h);
 /* The record the next reg_block_create takes when nothing is recycled
  * before it (the free list's head), or REG_NONE. No lock: a hint. */
 uint32_t reg_block_next_free(struct registry *r);

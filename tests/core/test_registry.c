@@ -309,7 +309,10 @@ Test(registry, prefetch_hints_change_nothing)
     for (size_t i = 0; i < sizeof idxs / sizeof idxs[0]; i++) {
         reg_prefetch_free(&r, idxs[i]);
         reg_prefetch_create(&r, idxs[i], &h2);
+        reg_prefetch_open(&r, idxs[i], &h1);
     }
+    struct registry unmapped = {.self_slot = REG_NONE};
+    reg_prefetch_open(&unmapped, 0, &h1); /* before the first attach: nothing */
     cr_assert_eq(memcmp(before, r.base, r.size), 0, "a hint wrote to the segment");
     free(before);
     cr_assert_eq(reg_block_create(&r, &h2, 0x2000, 20, 0, me, 5), next,
