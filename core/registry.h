@@ -420,7 +420,7 @@ uint32_t reg_block_lookup(struct registry *r, const struct ipc_handle *h, uint64
  * exporter's next step writes or decides on, so that their transfers from
  * an importer's CPU overlap the local work before it instead of stalling,
  * one after the other, the atomics and the unlock that need them
- * (docs/performance.md, "Prefetching the exporter's lines"). For the free
+ * (docs/performance.md, "Prefetching the cycle's lines"). For the free
  * of our block idx; for an export of handle h into record idx (the free
  * list's head, or the record recycled just before it). */
 void reg_prefetch_free(struct registry *r, uint32_t idx);
