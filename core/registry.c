@@ -1460,7 +1460,8 @@ void reg_prefetch_free(struct registry *r, uint32_t idx)
 {
     if (idx >= r->max_blocks) return;
     /* For reading, though the state's CASes write it: prefetching it for
-     * writing measured 40 ns slower here, in both of the VM's states. */
+     * writing made the free slower (+140 against +96 ns while lines moved
+     * slowly, 10-20 ns in the fast state; docs/performance.md). */
     prefetch_read(&r->blocks[idx].generation);
     prefetch_read(reg_block_held_words(r, idx));
 }
