@@ -1105,7 +1105,8 @@ static void shed_unclaimed(void)
  * the others cost a thread-local increment. */
 static void collect_on_untracked_free(void)
 {
-    static __thread unsigned frees;
+    static __thread unsigned frees
+        __attribute__((tls_model("initial-exec"))); /* no __tls_get_addr */
     if ((++frees & 1023) != 0) return;
     uint64_t last = __atomic_load_n(&last_collect_ns, __ATOMIC_RELAXED);
     if (reg_now_ns() - last > FREE_COLLECT_INTERVAL_NS) collect(SWEEP_DUE);

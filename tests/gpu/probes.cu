@@ -10,8 +10,11 @@
  * Probes: free-while-mapped, exporter-exit-while-mapped,
  * exporter-kill-while-mapped, open-freed-handle, reopen-same-context,
  * close-waits-for-kernel, small-allocs-share-handle, importer-killed (the
- * exporter's view of a SIGKILLed importer, with the shim when preloaded). */
+ * exporter's view of a SIGKILLed importer, with the shim when preloaded),
+ * driver-threads (the threads the driver starts in a process: the
+ * simulator starts one, see tests/simcuda/README.md). */
 #include <cuda_runtime_api.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -248,6 +251,31 @@ static void probe(const char *name, const char *fmt, ...)
     va_end(ap);
 }
 
+/* This process's threads: their count, and their names into names. */
+static int threads(char *names, size_t len)
+{
+    int n = 0;
+    size_t used = 0;
+    names[0] = 0;
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    for (struct dirent *t; (t = readdir(d));) {
+        if (t->d_name[0] == '.') continue;
+        char path[64], comm[32] = "?";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", t->d_name);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
+            fclose(f);
+        }
+        if (used < len)
+            used += (size_t)snprintf(names + used, len - used, "%s%s", n ? ", " : "", comm);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "exporter")) return exporter();
@@ -255,6 +283,15 @@ int main(int argc, char **argv)
     struct child e, i;
     char a[512], b[512];
     signal(SIGPIPE, SIG_IGN); /* a child that died answers "no answer" */
+
+    {
+        char before[256], after[256];
+        int n0 = threads(before, sizeof before);
+        cudaError_t r = cudaFree(0); /* initialises the driver and the primary context */
+        int n1 = threads(after, sizeof after);
+        probe("driver-threads", "%d before any CUDA call (%s); %d after cudaFree(0) -> %d (%s)", n0,
+              before, n1, (int)r, after);
+    }
 
     if (pair(&e, &i) == 0) {
         snprintf(a, sizeof a, "%s", ask(&i, "open"));

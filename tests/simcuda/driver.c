@@ -35,6 +35,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,6 +178,7 @@ static struct host_alloc *g_host;
 static uint64_t g_next_id = 1; /* context ids, event serials, host ids */
 static unsigned g_gen = 1;     /* bumped in a fork child: stale TLS stacks */
 static int g_deinit;           /* set by the destructor */
+static int g_driver_thread;    /* started (start_driver_thread) */
 
 static __thread CUcontext t_stack[CTX_STACK_MAX];
 static __thread int t_depth;
@@ -222,6 +224,7 @@ static void driver_fork_child(void)
     memset(g_faults, 0, sizeof(g_faults));
     memset(&g_counts, 0, sizeof(g_counts));
     g_launch_count = 0;
+    g_driver_thread = 0; /* not in the child: its cuInit starts one */
     g_gen++;
 }
 
@@ -319,6 +322,38 @@ static unsigned env_uint(const char *name, unsigned dflt, unsigned lo, unsigned 
     return (unsigned)v;
 }
 
+/* NVIDIA's driver starts helper threads of its own once initialised (they
+ * show in `ps -T`, e.g. "cuda-EvtHandlr"), so a CUDA program is never
+ * single-threaded. That matters to timings: glibc takes its locks without
+ * atomics while a process has one thread, and the first pthread_create
+ * ends that for good. This one sleeps with every signal blocked.
+ * SIMCUDA_DRIVER_THREAD=0 leaves the process single-threaded. */
+static void *driver_thread(void *arg)
+{
+    (void)arg;
+    for (;;)
+        pause();
+    return NULL;
+}
+
+static void start_driver_thread(void)
+{
+    if (g_driver_thread || !env_uint(SIMCUDA_ENV_DRIVER_THREAD, 1, 0, 1)) return;
+    g_driver_thread = 1;
+    pthread_attr_t attr;
+    pthread_t t;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* inherited: no host signal lands there */
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    if (pthread_create(&t, &attr, driver_thread, NULL) == 0)
+        pthread_setname_np(t, "cuda-EvtHandlr");
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 CUresult CUDAAPI cuInit(unsigned int Flags)
 {
     if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -367,7 +402,10 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
             g_faults[k] = env_uint(fail_env[k], 0, 0, UINT_MAX);
     }
     pthread_mutex_unlock(&g_lock);
-    if (rc == SIM_OK) return CUDA_SUCCESS;
+    if (rc == SIM_OK) {
+        start_driver_thread();
+        return CUDA_SUCCESS;
+    }
     return rc == SIM_EINVAL ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OPERATING_SYSTEM;
 }
 

@@ -45,6 +45,10 @@ extern "C" {
 /* What cuGetProcAddress hands out: "internal" (default), "alias", "global"
  * (resolver.c). Read at every call. */
 #define SIMCUDA_ENV_PROC_ADDRESS "SIMCUDA_PROC_ADDRESS"
+/* 1 (default): the first cuInit starts a sleeping helper thread, as
+ * NVIDIA's driver starts its own; 0: none (the process stays
+ * single-threaded unless it starts threads itself). */
+#define SIMCUDA_ENV_DRIVER_THREAD "SIMCUDA_DRIVER_THREAD"
 
 #define SIMCUDA_MAX_DEVICES 8
 

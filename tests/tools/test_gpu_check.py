@@ -46,7 +46,8 @@ def test_whole_run_on_the_simulator_prints_the_validation_block():
         text = open(md).read()
         check(text.startswith("\n## ") and "| check | result | detail |" in text, text)
         for probe in ("free-while-mapped", "exporter-kill-while-mapped", "open-freed-handle", "reopen-same-context",
-                      "close-waits-for-kernel", "small-allocs-share-handle", "importer-killed"):
+                      "close-waits-for-kernel", "small-allocs-share-handle", "importer-killed",
+                      "driver-threads"):
             check(f"- **{probe}**:" in text, f"probe {probe} in:\n{text}")
         check("| consumer SIGKILLed: shim reclaims its lease | pass |" in text, text)
 
