@@ -13,6 +13,7 @@
 #include <cuda.h>
 #include <criterion/criterion.h>
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -45,6 +46,7 @@ static void setup(void)
     unsetenv(SIMCUDA_ENV_FREE_WHILE_MAPPED);
     unsetenv(SIMCUDA_ENV_PROC_ADDRESS);
     unsetenv(SIMCUDA_ENV_MAX_ALLOCS);
+    unsetenv(SIMCUDA_ENV_DRIVER_THREAD);
 }
 
 static void teardown(void)
@@ -177,6 +179,52 @@ Test(simcuda, bad_env_values_fall_back)
     OK(cuDeviceTotalMem(&total, 0));
     cr_assert_eq(n, 1);
     cr_assert_eq(total, 1u << 30);
+}
+
+/* This process's threads named `name` (/proc/self/task/<tid>/comm). */
+static int threads_named(const char *name)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    cr_assert(d != NULL);
+    for (struct dirent *t; (t = readdir(d));) {
+        char path[300], comm[32] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", t->d_name);
+        FILE *f = t->d_name[0] != '.' ? fopen(path, "r") : NULL;
+        if (!f) continue;
+        if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
+        fclose(f);
+        n += strcmp(comm, name) == 0;
+    }
+    closedir(d);
+    return n;
+}
+
+static int child_init_starts_one(void *arg)
+{
+    (void)arg;
+    if (threads_named("cuda-EvtHandlr") != 0) return 1; /* threads do not survive fork */
+    if (cuInit(0) != CUDA_SUCCESS) return 2;
+    return threads_named("cuda-EvtHandlr") == 1 ? 0 : 3;
+}
+
+/* Like NVIDIA's driver, the simulator makes an initialised process
+ * multi-threaded (README.md, "Threads"): one sleeping helper per process. */
+Test(simcuda, init_starts_one_driver_thread)
+{
+    cr_assert_eq(threads_named("cuda-EvtHandlr"), 0);
+    OK(cuInit(0));
+    OK(cuInit(0));
+    cr_assert_eq(threads_named("cuda-EvtHandlr"), 1);
+    cr_assert_eq(run_child(child_init_starts_one, NULL), 0);
+    cr_assert_eq(threads_named("cuda-EvtHandlr"), 1);
+}
+
+Test(simcuda, driver_thread_off_leaves_one_thread)
+{
+    setenv(SIMCUDA_ENV_DRIVER_THREAD, "0", 1);
+    OK(cuInit(0));
+    cr_assert_eq(threads_named("cuda-EvtHandlr"), 0);
 }
 
 /* ---- contexts ---- */
