@@ -336,6 +336,7 @@ static void *driver_thread(void *arg)
     return NULL;
 }
 
+/* Once per process (a fork child's own); caller holds g_lock. */
 static void start_driver_thread(void)
 {
     if (g_driver_thread || !env_uint(SIMCUDA_ENV_DRIVER_THREAD, 1, 0, 1)) return;
@@ -400,12 +401,10 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
             SIMCUDA_ENV_FAIL_IPC_CLOSE, SIMCUDA_ENV_FAIL_LAUNCH};
         for (int k = 0; k < SIMCUDA_FAULT_COUNT; k++)
             g_faults[k] = env_uint(fail_env[k], 0, 0, UINT_MAX);
+        start_driver_thread();
     }
     pthread_mutex_unlock(&g_lock);
-    if (rc == SIM_OK) {
-        start_driver_thread();
-        return CUDA_SUCCESS;
-    }
+    if (rc == SIM_OK) return CUDA_SUCCESS;
     return rc == SIM_EINVAL ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OPERATING_SYSTEM;
 }
 
