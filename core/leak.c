@@ -21,6 +21,12 @@
 
 enum { ITEM_OPEN, ITEM_LIMBO, ITEM_UNOPENED, ITEM_EXPIRED };
 
+/* Why an export nobody opened may still have been opened: a consumer that
+ * lost the preload maps it unseen (docs/limitations.md, "Consumers started
+ * without the shim"). */
+#define LEAK_UNSEEN_CAUSE                                                                          \
+    "or by a consumer started without it: sudo, env -i or a setuid helper drop LD_PRELOAD"
+
 struct leak_item {
     int kind;
     uint64_t base, bytes, since_ns; /* since: first open or export, or limbo entry */
@@ -487,21 +493,20 @@ static void print_item(const struct leak_report *lr, const struct leak_item *it)
         break;
     case ITEM_EXPIRED:
         snprintf(what, sizeof what, "%u times", it->handoffs);
-        log_msg(
-            LOG_WARN,
-            "leak:   exported %s at 0x%llx %s, first %s ago, never opened: its hand-off expired "
-            "and the block was freed; exported at %s",
-            b, (unsigned long long)it->base, times(it->handoffs) ? times(it->handoffs) : what,
-            age_str(age, a, sizeof a), cs);
+        log_msg(LOG_WARN,
+                "leak:   exported %s at 0x%llx %s, first %s ago, opened by no process under the "
+                "shim (%s): its hand-off expired and the block was freed; exported at %s",
+                b, (unsigned long long)it->base, times(it->handoffs) ? times(it->handoffs) : what,
+                age_str(age, a, sizeof a), LEAK_UNSEEN_CAUSE, cs);
         break;
     default:
         snprintf(what, sizeof what, "%u times", it->handoffs);
         log_msg(LOG_WARN,
-                "leak:   exported %s at 0x%llx %s, first %s ago, never opened (%u hand-off%s "
-                "expired, %u unclaimed); exported at %s",
+                "leak:   exported %s at 0x%llx %s, first %s ago, opened by no process under "
+                "the shim (%u hand-off%s expired, %u unclaimed; %s); exported at %s",
                 b, (unsigned long long)it->base, times(it->handoffs) ? times(it->handoffs) : what,
                 age_str(age, a, sizeof a), it->expired, it->expired == 1 ? "" : "s", it->pending,
-                cs);
+                LEAK_UNSEEN_CAUSE, cs);
         break;
     }
 }
@@ -556,11 +561,11 @@ void leak_print(struct leak_report *lr)
         ADD("%s%u block%s left in limbo or never freed, still held by others (%s)",
             used ? "; " : "", limbo, limbo == 1 ? "" : "s", bytes_str(limbo_b, b, sizeof b));
     if (unopened)
-        ADD("%s%u export%s nobody opened (%s)", used ? "; " : "", unopened,
+        ADD("%s%u export%s no process under the shim opened (%s)", used ? "; " : "", unopened,
             unopened == 1 ? "" : "s", bytes_str(unopened_b, b, sizeof b));
     if (expired_during_run)
-        ADD("%s%llu export%s nobody ever opened, hand-off%s expired (IPCSHIM_HANDOFF_TIMEOUT, "
-            "or at exit)",
+        ADD("%s%llu export%s no process under the shim opened, hand-off%s expired "
+            "(IPCSHIM_HANDOFF_TIMEOUT, or at exit)",
             used ? "; " : "", (unsigned long long)expired_during_run,
             expired_during_run == 1 ? "" : "s", expired_during_run == 1 ? "" : "s");
 #undef ADD

@@ -1,30 +1,34 @@
 /* log: prefixed, leveled, rate-limited lines; see log.h. Safe before options
- * are read (the default level is warn) and from any thread. */
+ * are read (the default level is warn) and from any thread. A log file is an
+ * owned_file (checked by identity before each line); no control character
+ * of a message reaches the log (a value from the environment may hold a
+ * newline that would forge a line of its own). */
 #include "log.h"
 #include "options.h"
+#include "owned_file.h"
 
-#include <fcntl.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 enum { RATE_WINDOW_S = 60, RATE_PER_WINDOW = 5 };
 
 static int level = LOG_WARN;
-static int fd = STDERR_FILENO;
+static struct owned_file file = {.fd = -1}; /* IPCSHIM_LOG_FILE; stderr while closed */
 static const char *names[] = {"error", "warn", "info", "debug"};
 
-void log_configure(int new_level, const char *file)
+void log_configure(int new_level, const char *path)
 {
     level = new_level;
-    if (file && *file) {
-        int f = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-        if (f >= 0)
-            fd = f;
-        else
-            log_msg(LOG_WARN, "cannot open IPCSHIM_LOG_FILE=%s; logging to stderr", file);
+    if (path && *path && file.fd < 0) {
+        int rc = owned_file_open(&file, path);
+        if (rc)
+            log_msg(LOG_WARN, "cannot open IPCSHIM_LOG_FILE=%s (%s); logging to stderr", path,
+                    rc == -EINVAL ? "not a regular file" : strerror(-rc));
     }
 }
 
@@ -33,14 +37,30 @@ bool log_enabled(int l)
     return l <= level;
 }
 
+/* Copies text into out (room for len bytes), each control byte written as
+ * \xNN; returns the bytes written. */
+static size_t escape(char *out, size_t len, const char *text)
+{
+    size_t n = 0;
+    for (const unsigned char *c = (const unsigned char *)text; *c && n + 4 < len; c++) {
+        if (*c < 0x20 || *c == 0x7f)
+            n += (size_t)snprintf(out + n, len - n, "\\x%02x", *c);
+        else
+            out[n++] = (char)*c;
+    }
+    return n;
+}
+
 static void vlog_named(const char *name, const char *fmt, va_list ap)
 {
-    char line[1024];
+    char text[1024], line[1024 + 64];
+    vsnprintf(text, sizeof text, fmt, ap);
     int n = snprintf(line, sizeof line, "ipcshim[%d]: %s: ", (int)getpid(), name);
-    n += vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
-    if (n > (int)sizeof line - 2) n = (int)sizeof line - 2;
+    n += (int)escape(line + n, sizeof line - (size_t)n - 1, text);
     line[n++] = '\n';
-    ssize_t ignored = write(fd, line, (size_t)n);
+    ssize_t ignored = file.fd >= 0 && owned_file_write(&file, line, (size_t)n) >= 0
+                          ? 0
+                          : write(STDERR_FILENO, line, (size_t)n);
     (void)ignored;
 }
 

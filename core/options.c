@@ -1,5 +1,10 @@
 /* options: parse the IPCSHIM_* environment into the one options table.
- * The table itself is options.def; this file only knows the value types. */
+ * The table itself is options.def; this file only knows the value types.
+ *
+ * Secure execution (setuid/setgid programs, file capabilities: AT_SECURE)
+ * obeys no variable: secure_getenv answers NULL there, so such a process
+ * runs on the defaults, with its registry in the default place, no log or
+ * trace file, and nothing the invoking user wrote reaching its output. */
 #include "options.h"
 #include "log.h"
 
@@ -10,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/auxv.h>
 
 static struct options current;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -157,7 +163,7 @@ static void load(void)
     /* The log level first: warnings about other options must obey it. */
 #define OPT(field, type, def, choices, help)                                                       \
     env_name(#field, name, sizeof name);                                                           \
-    if ((value = getenv(name)) && *value && parse_##type(value, &current.field, choices)) {        \
+    if ((value = secure_getenv(name)) && *value && parse_##type(value, &current.field, choices)) { \
         log_msg(LOG_WARN, "%s=%s is not a valid value; using the default %s", name, value, def);   \
         parse_##type(def, &current.field, choices); /* a parser may have stored a partial value */ \
     }
@@ -168,8 +174,15 @@ static void load(void)
 static void load_once(void)
 {
     load();
+    if (options_secure())
+        log_msg(LOG_DEBUG, "secure execution: IPCSHIM_* variables ignored, defaults in effect");
     log_configure(current.log, current.log_file);
     if (current.log >= LOG_INFO) options_log();
+}
+
+bool options_secure(void)
+{
+    return getauxval(AT_SECURE) != 0;
 }
 
 const struct options *options_get(void)

@@ -2,7 +2,8 @@
  *
  * options_get() parses the environment on first use (thread-safe) and never
  * fails: a bad value logs one warning and keeps the default. Nothing else in
- * the library calls getenv() for IPCSHIM_* names. */
+ * the library reads IPCSHIM_* names, and in secure execution (a setuid
+ * program) none is obeyed: options_secure(). */
 #ifndef OPTIONS_H
 #define OPTIONS_H
 
@@ -28,6 +29,10 @@ enum { SWAP_OPT_HISTORY, SWAP_OPT_LRU };           /* indices of "swap_policy" *
 
 /* The options in effect. Parsed once; the pointer stays valid forever. */
 const struct options *options_get(void);
+
+/* True in secure execution (AT_SECURE: setuid/setgid, capabilities): the
+ * environment is the invoking user's, so no IPCSHIM_* variable is obeyed. */
+bool options_secure(void);
 
 /* Re-read the environment (tests only; not thread-safe against readers). */
 void options_reload(void);

@@ -473,7 +473,8 @@ static void print_leaks(const struct inspect_snapshot *s, const char *domain)
             if (b->state != BLOCK_LIVE && b->state != BLOCK_LIMBO) continue;
             if (!b->claimed && !b->nleases && (b->pending || b->expired)) {
                 HEADER();
-                printf("  exported %s %s ago, never opened (%u hand-off(s) unclaimed, %u "
+                printf("  exported %s %s ago, opened by no process under the shim (%u hand-off(s) "
+                       "unclaimed, %u "
                        "expired)%s; call site: only in the process's own exit report\n",
                        fmt_bytes(b->size, a, sizeof a),
                        fmt_age(age_ms(s, b->first_export_ns), c, sizeof c), b->pending, b->expired,

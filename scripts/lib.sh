@@ -55,6 +55,8 @@ optional_test_deps() {
     /usr/bin/python3 -c 'import numba' >/dev/null 2>&1 || want+=(python3-numba)
     /usr/bin/python3 -c 'import prometheus_client' >/dev/null 2>&1 || want+=(python3-prometheus-client)
     /usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1 || want+=(python3-matplotlib)
+    command -v spin >/dev/null 2>&1 || want+=(spin) # tests/model: the lease protocol's model check
+    command -v valgrind >/dev/null 2>&1 || want+=(valgrind) # tests/e2e/test_valgrind.c: memcheck over an e2e pair
     grep -q 'libunwind\.so\.8 ' < <(ldconfig -p 2>/dev/null) || want+=(libunwind8) # no pipe: grep -q ends it early
     echo "${want[*]}"
 }

@@ -30,6 +30,7 @@
 #include "swap.h" /* shim/swap.h; core/swap.h comes with swap_trace.h */
 #include "log.h"
 #include "options.h"
+#include "owned_file.h"
 #include "swap_engine.h"
 #include "swap_index.h"
 #include "swap_trace.h"
@@ -227,9 +228,14 @@ void swap_init(void)
     }
     swap_min_bytes = o->swap_min_bytes;
     if (o->trace && *o->trace) {
-        trace = fopen(o->trace, "a");
+        /* An owned file (0600, close-on-exec, no symlink, checked before
+         * each flush): the trace says which blocks the program touches. */
+        static struct owned_file trace_file = {.fd = -1};
+        int rc = owned_file_open(&trace_file, o->trace);
+        trace = rc ? NULL : owned_file_stream(&trace_file);
         if (!trace)
-            LOG_ONCE(LOG_WARN, "swap: cannot open IPCSHIM_TRACE=%s; no trace", o->trace);
+            LOG_ONCE(LOG_WARN, "swap: cannot open IPCSHIM_TRACE=%s (%s); no trace", o->trace,
+                     rc == -EINVAL ? "not a regular file" : strerror(rc ? -rc : ENOMEM));
         else {
             fprintf(trace, "# ipcshim swap trace v1\n");
             atexit(flush_trace);

@@ -6,8 +6,9 @@ skipped cases of every TAP dialect (scripts/test-tally); scripts/format
 skips with its reason without clang-format; the build works without
 Criterion (hidden from pkg-config: the Criterion suites are dropped, the
 library, commands, simulator and other tests stay) and -Dtests=enabled then
-fails naming it; and ipcshim-run in a checkout builds only what the command
-needs."""
+fails naming it; ipcshim-run in a checkout builds only what the command
+needs, and warns when the command it starts drops LD_PRELOAD (sudo, env -i,
+a setuid program) but not for a command that keeps it."""
 import atexit
 import json
 import os
@@ -161,6 +162,31 @@ def test_launcher_in_a_checkout_builds_only_what_it_needs():
     eq(status, 0, f"{out}{err}")
     check(os.path.exists(os.path.join(build, "tests", "simcuda", "libcuda.so.1")), "--sim builds the simulator")
     check(not os.path.exists(os.path.join(build, "tests", "e2e", "pair-runtime")), "but not the demo program")
+
+
+def test_launcher_warns_about_commands_that_drop_the_preload():
+    bin_dir = os.path.join(WORK, "wrappers")
+    os.makedirs(bin_dir, exist_ok=True)
+    fake_sudo = os.path.join(bin_dir, "sudo")  # the name is what counts
+    with open(fake_sudo, "w") as f:
+        f.write("#!/bin/sh\nexit 0\n")
+    os.chmod(fake_sudo, 0o755)
+    suid = os.path.join(bin_dir, "suid-true")
+    shutil.copy("/bin/true", suid)
+    os.chmod(suid, 0o4755)
+    env = {"IPCSHIM_BUILD_DIR": BUILD, "PATH": bin_dir + ":" + os.environ["PATH"]}
+    warned = "so what it runs is not under the shim; put ipcshim-run after it"
+    for cmd, why in ((["sudo", "true"], "sudo starts its command without LD_PRELOAD"),
+                     (["env", "-i", "true"], "env -i starts its command with an empty environment"),
+                     (["env", "-u", "LD_PRELOAD", "A=1", "true"], "env -u LD_PRELOAD removes the shim"),
+                     ([suid], "suid-true is setuid/setgid")):
+        status, out, err = run([script("ipcshim-run"), "--"] + cmd, env=env, timeout=300)
+        eq(status, 0, f"{cmd}: {out}{err}")
+        check(why in err and warned in err, f"{cmd} warns: {err!r}")
+    for cmd in (["env", "A=1", "true"], ["env", "-u", "HOME", "true"], ["true"]):
+        status, out, err = run([script("ipcshim-run"), "--"] + cmd, env=env, timeout=300)
+        eq(status, 0, f"{cmd}: {out}{err}")
+        check("warning" not in err, f"{cmd} keeps the preload, no warning: {err!r}")
 
 
 if __name__ == "__main__":

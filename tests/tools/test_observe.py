@@ -111,7 +111,7 @@ def test_leaks_view_of_live_processes():
               in out, out)
         check("2 open(s); call site: only in the process's own exit report" in out, out)
         check(f"\npid {e} (stat-scenario)\n" in out, out)
-        check("  exported 4.0KiB " in out and "never opened (1 hand-off(s) unclaimed, 0 expired)" in out, out)
+        check("  exported 4.0KiB " in out and "opened by no process under the shim (1 hand-off(s) unclaimed, 0 expired)" in out, out)
         check(f"  left 1.0MiB in limbo for " in out and f"still held by pid {i} (stat-scenario)" in out, out)
         # A lease is stale once open longer than --stale.
         status, out, _ = run([STAT, "--domain", sc.domain, "--leaks", "--stale", "0"])
