@@ -30,8 +30,8 @@ static char top[64], user_dir[128], root_log[128], probe[128];
 
 /* What one run left: collected inside its mount namespace. */
 struct outcome {
-    int status;    /* the probe's wait status */
-    int setup;     /* 0, or the step of the namespace set-up that failed */
+    int status;     /* the probe's wait status */
+    int setup;      /* 0, or the step of the namespace set-up that failed */
     int registries; /* ipcshim-* names in the private /dev/shm */
     char reg_name[64];
     uid_t reg_uid;
@@ -169,7 +169,7 @@ static char **attack_env(char store[][512])
     PUT("IPCSHIM_MAX_BLOCKS=1");
     PUT("IPCSHIM_MAX_HOLDERS=1");
     PUT("IPCSHIM_MAX_LEASES=1");
-    PUT("IPCSHIM_DEVICE_BUDGET=1M"); /* swap on: the trace opens... */
+    PUT("IPCSHIM_DEVICE_BUDGET=1M");  /* swap on: the trace opens... */
     PUT("IPCSHIM_SWAP_MIN_BYTES=1G"); /* ...but the probe's block stays exportable */
     PUT("IPCSHIM_STATS=1");
     PUT("IPCSHIM_LEAK_REPORT=full");
@@ -224,8 +224,8 @@ Test(setuid, the_same_program_without_setuid_obeys_them)
     char store[32][512];
     struct outcome o;
     run_probe(false, attack_env(store), &o);
-    cr_assert(WIFEXITED(o.status) && WEXITSTATUS(o.status) == 0, "the probe failed (status %#x): %s",
-              o.status, o.err);
+    cr_assert(WIFEXITED(o.status) && WEXITSTATUS(o.status) == 0,
+              "the probe failed (status %#x): %s", o.status, o.err);
     /* The attack is real where the options are obeyed: the log goes to the
      * chosen file, the registry to the chosen folder... */
     cr_expect_gt(file_size(root_log), 0, "the log file was not written");
@@ -244,7 +244,6 @@ Test(setuid, the_same_program_without_setuid_obeys_them)
     cr_assert(f);
     char line[2048];
     while (fgets(line, sizeof line, f))
-        cr_expect_neq(strncmp(line, "ipcshim[1]: error: forged", 25), 0, "a forged line: %s",
-                      line);
+        cr_expect_neq(strncmp(line, "ipcshim[1]: error: forged", 25), 0, "a forged line: %s", line);
     fclose(f);
 }
