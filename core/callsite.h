@@ -26,6 +26,23 @@
  * warms backtrace() up (its first call loads libgcc_s) when depth > 0. */
 void callsite_init(unsigned depth);
 
+/* Under valgrind, a capture reads words of the program's stack that were
+ * never written (the memo's scan for return addresses, libunwind's check of
+ * each address it reads, which passes it to write(2)); memcheck would
+ * report both at every export and open. So callsite_valgrind() says:
+ * - CALLSITE_NATIVE: not under valgrind;
+ * - CALLSITE_VALGRIND_QUIET: under valgrind, found with its client request
+ *   (built with valgrind/memcheck.h): each capture turns this thread's error
+ *   reports off while it runs and marks what it keeps defined, so call
+ *   sites and the memo work as natively and the program's memory stays as
+ *   memcheck sees it;
+ * - CALLSITE_VALGRIND_BLIND: under valgrind, found from its preload in
+ *   LD_PRELOAD (built without the header): the memo is off (every capture
+ *   unwinds), and the caller must not install libunwind (shim/unwind.c).
+ * Decided once, at the first call. */
+enum callsite_valgrind { CALLSITE_NATIVE, CALLSITE_VALGRIND_QUIET, CALLSITE_VALGRIND_BLIND };
+enum callsite_valgrind callsite_valgrind(void);
+
 /* A faster unwinder with backtrace()'s contract (libunwind's unw_backtrace,
  * which the shim may load: shim/unwind.c). NULL goes back to glibc's. */
 void callsite_set_unwinder(int (*fn)(void **pcs, int max));
