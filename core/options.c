@@ -144,6 +144,27 @@ PARSER parse_COUNT(const char *s, opt_COUNT *v, const char *ch)
     return 0;
 }
 
+/* Each option's choices by name (choices_of_log, ...), from options.def. */
+#define OPT(field, type, def, choices, help)                                                       \
+    static const char *const choices_of_##field __attribute__((unused)) = choices;
+#include "options.def"
+#undef OPT
+
+/* What a value of each type looks like, for the line about a bad one. */
+static const char *expected(const char *type, const char *choices, char *buf, size_t len)
+{
+    if (!strcmp(type, "BOOL")) return "1, yes, on, true or 0, no, off, false";
+    if (!strcmp(type, "SIZE")) return "bytes, or a number with a K, M, G or T suffix";
+    if (!strcmp(type, "MS"))
+        return "a duration such as 500ms, 30s or 2m (a bare number is seconds)";
+    if (!strcmp(type, "COUNT")) return "a whole number";
+    if (!strcmp(type, "CHOICE")) {
+        snprintf(buf, len, "one of %s", choices);
+        return buf;
+    }
+    return "text";
+}
+
 /* Upper-cases a field name and prefixes it: "max_blocks" -> "IPCSHIM_MAX_BLOCKS". */
 static void env_name(const char *field, char *buf, size_t len)
 {
@@ -154,17 +175,24 @@ static void env_name(const char *field, char *buf, size_t len)
 
 static void load(void)
 {
-    char name[64];
+    char name[64], want[96];
     const char *value;
     /* Defaults first, so a warning about one option never leaves another unset. */
 #define OPT(field, type, def, choices, help) parse_##type(def, &current.field, choices);
 #include "options.def"
 #undef OPT
-    /* The log level first: warnings about other options must obey it. */
+    /* The log's own settings first (quietly: the pass below warns about
+     * them), so that warnings about the others obey them. */
+    if ((value = secure_getenv("IPCSHIM_LOG")) && *value)
+        parse_CHOICE(value, &current.log, choices_of_log);
+    if ((value = secure_getenv("IPCSHIM_LOG_FILE")) && *value) current.log_file = value;
+    log_configure(current.log, current.log_file);
 #define OPT(field, type, def, choices, help)                                                       \
     env_name(#field, name, sizeof name);                                                           \
     if ((value = secure_getenv(name)) && *value && parse_##type(value, &current.field, choices)) { \
-        log_msg(LOG_WARN, "%s=%s is not a valid value; using the default %s", name, value, def);   \
+        log_msg(LOG_ERROR, "%s=%s is not valid: expected %s; using the default %s%s (%s)", name,   \
+                value, expected(#type, choices, want, sizeof want), def, *def ? "" : "\"\"",       \
+                help);                                                                             \
         parse_##type(def, &current.field, choices); /* a parser may have stored a partial value */ \
     }
 #include "options.def"

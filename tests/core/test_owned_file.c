@@ -1,7 +1,8 @@
 /* Tests for owned_file (the log and trace files) and the log's escaping:
  * mode 0600 on creation, close-on-exec, no symlink or FIFO, appending to an
  * existing file, and never a line in a descriptor the program took over
- * (closed and reopened, or dup2'ed onto). */
+ * (closed and reopened, or dup2'ed onto); and the line about a bad option
+ * value, which names what the variable takes. */
 #include "log.h"
 #include "options.h"
 #include "owned_file.h"
@@ -160,4 +161,21 @@ Test(owned_file, log_lines_carry_no_control_character)
     const char *c = contents(path);
     cr_expect(strstr(c, "value=1s\\x0aipcshim[1]: error: forged\\x0d\\x1b[2J\n"), "%s", c);
     cr_expect_eq(strchr(c, '\n'), c + strlen(c) - 1, "more than one line: %s", c);
+}
+
+Test(owned_file, a_bad_value_names_what_is_valid_and_what_the_default_means)
+{
+    setenv("IPCSHIM_LOG_FILE", path, 1);
+    setenv("IPCSHIM_LOG", "verbose", 1);
+    setenv("IPCSHIM_DEVICE_BUDGET", "12QB", 1);
+    options_reload();
+    const char *c = contents(path);
+    cr_expect(strstr(c, "error: IPCSHIM_LOG=verbose is not valid: expected one of "
+                        "error|warn|info|debug; using the default warn (log level)\n"),
+              "%s", c);
+    cr_expect(strstr(c, "error: IPCSHIM_DEVICE_BUDGET=12QB is not valid: expected bytes, or a "
+                        "number with a K, M, G or T suffix; using the default 0 (host swap: "),
+              "%s", c);
+    cr_expect(strstr(c, "0 = off)\n"), "%s", c);
+    cr_expect_eq(options_get()->device_budget, 0);
 }
