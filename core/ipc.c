@@ -231,11 +231,6 @@ static bool lock_registry(void)
 
 static struct reg_lease *ticket_lease(uint32_t lease, uint32_t block, uint64_t generation);
 
-static uint32_t cap32(uint64_t v)
-{
-    return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
-}
-
 static uint64_t new_nonce(void)
 {
     uint64_t n = 0;
@@ -253,8 +248,8 @@ static int ready_locked(void)
     check_fork();
     if (state == S_OFF) return -ENODEV;
     if (state == S_IDLE) {
-        struct reg_caps caps = {cap32(opt->max_holders), cap32(opt->max_blocks),
-                                cap32(opt->max_leases)};
+        struct reg_caps caps;
+        registry_caps_from_options(opt, &caps);
         if (registry_open(&reg, opt->domain, &caps) != 0) {
             turn_off();
             return -ENODEV;
@@ -729,7 +724,9 @@ static uint32_t release_lease(uint32_t lease, uint32_t block, uint64_t generatio
     struct reg_block *b = reg_block_at(&reg, block);
     if (give_back && b && __atomic_load_n(&b->generation, __ATOMIC_ACQUIRE) == generation) {
         uint32_t s = __atomic_load_n(&b->state, __ATOMIC_ACQUIRE);
-        if (s == BLOCK_LIVE || s == BLOCK_LIMBO)
+        /* RETIRING too: our bit is set, so that retire goes back to LIMBO
+         * and must find the hand-off there (tests/model/lease.pml). */
+        if (s == BLOCK_LIVE || s == BLOCK_LIMBO || s == BLOCK_RETIRING)
             __atomic_fetch_add(&b->pending, 1, __ATOMIC_SEQ_CST);
     }
     struct local_lease *ll = local_lease_find(block);

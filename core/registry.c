@@ -159,6 +159,39 @@ int registry_layout(const struct reg_caps *caps, struct reg_layout *out)
     return 0;
 }
 
+/* The options' defaults, from the one table (options.def). */
+#define OPT(field, type, def, choices, help)                                                       \
+    static const char __attribute__((unused)) default_##field[] = def;
+#include "options.def"
+#undef OPT
+
+/* One bound: `v` asked by `var`, within [1, limit]. */
+static uint32_t bound(const char *var, uint64_t v, uint32_t limit, const char *def, int *warned)
+{
+    if (v == 0) {
+        uint64_t d = strtoull(def, NULL, 10);
+        log_once(warned, LOG_WARN, "%s=0 is not a valid bound; using the default %s", var, def);
+        v = d;
+    }
+    if (v > limit) {
+        log_once(warned, LOG_WARN, "%s=%llu is more than a registry can hold; using %u", var,
+                 (unsigned long long)v, (unsigned)limit);
+        v = limit;
+    }
+    return (uint32_t)v;
+}
+
+void registry_caps_from_options(const struct options *opt, struct reg_caps *out)
+{
+    static int warned_holders, warned_blocks, warned_leases;
+    out->max_holders = bound("IPCSHIM_MAX_HOLDERS", opt->max_holders, MAX_HOLDERS_LIMIT,
+                             default_max_holders, &warned_holders);
+    out->max_blocks = bound("IPCSHIM_MAX_BLOCKS", opt->max_blocks, MAX_BLOCKS_LIMIT,
+                            default_max_blocks, &warned_blocks);
+    out->max_leases = bound("IPCSHIM_MAX_LEASES", opt->max_leases, MAX_LEASES_LIMIT,
+                            default_max_leases, &warned_leases);
+}
+
 void registry_set_views(struct registry *r, const struct reg_caps *caps, const struct reg_layout *l)
 {
     r->hdr = (struct reg_header *)r->base;
@@ -194,22 +227,31 @@ void registry_refresh(struct registry *r)
     r->nbuckets = nb >= 64 && !(nb & (nb - 1)) && nb <= r->cap_buckets ? nb : 64;
 }
 
-/* Buckets for n blocks: a power of two >= n, at least 64, within the cap. */
-static uint32_t buckets_for(const struct registry *r, uint32_t n)
-{
-    uint32_t nb = 64;
-    while (nb < n && nb < r->cap_buckets)
-        nb <<= 1;
-    return nb;
-}
-
 /* Reserves the bytes of records [from, to) of an array at offset `at`
- * whose records are `each` bytes. 0 or an errno. */
-static int reserve_records(int fd, size_t at, size_t each, uint32_t from, uint32_t to)
+ * whose records are `each` bytes, with `reserve`. 0 or an errno. */
+static int reserve_with(int (*reserve)(int, off_t, off_t), int fd, size_t at, size_t each,
+                        uint32_t from, uint32_t to)
 {
     if (to <= from) return 0;
-    return registry_reserve(fd, (off_t)(at + (size_t)from * each),
-                            (off_t)((size_t)(to - from) * each));
+    return reserve(fd, (off_t)(at + (size_t)from * each), (off_t)((size_t)(to - from) * each));
+}
+
+/* The same with registry_reserve. */
+static int reserve_records(int fd, size_t at, size_t each, uint32_t from, uint32_t to)
+{
+    return reserve_with(registry_reserve, fd, at, each, from, to);
+}
+
+/* registry_reserve for bytes others may be using: fallocate(2) only.
+ * posix_fallocate()'s fallback, where the file system has no fallocate,
+ * writes a zero byte into every block that reads zero -- over whatever
+ * another process stores there meanwhile. Such a file system is no tmpfs:
+ * nothing is reserved there, as before. */
+static int reserve_live(int fd, off_t offset, off_t len)
+{
+    if (registry_reserve != reserve_space) return registry_reserve(fd, offset, len); /* tests */
+    if (fallocate(fd, 0, offset, len) == 0) return 0;
+    return errno == EOPNOTSUPP || errno == ENOSYS ? 0 : errno;
 }
 
 /* Offsets of the arrays in r's segment (from its views). */
@@ -229,29 +271,55 @@ static int init_mutex(pthread_mutex_t *m)
     return -rc;
 }
 
+/* Buckets for n blocks in a table of at most cap buckets: a power of two
+ * >= n, at least 64. */
+static uint32_t buckets_within(uint32_t cap, uint32_t n)
+{
+    uint32_t nb = 64;
+    while (nb < n && nb < cap)
+        nb <<= 1;
+    return nb;
+}
+
+/* Reserves, with `reserve`, what a creator or an attacher touches of a
+ * segment laid out by l: the header, lock bytes, holders and export heads
+ * whole, and the first `blocks` block records and bitmaps, `chunks` lease
+ * chunks and owner words, `buckets` hash buckets. 0 or an errno (ENOSPC).
+ * Reserving bytes already reserved allocates nothing, so it succeeds on a
+ * full file system too. */
+static int reserve_in_use(int (*reserve)(int, off_t, off_t), int fd, const struct reg_layout *l,
+                          uint32_t blocks, uint32_t chunks, uint32_t buckets)
+{
+    const size_t chunk = l->lease_chunk * sizeof(struct reg_lease);
+    int err = reserve(fd, 0, (off_t)l->blocks);
+    if (!err) err = reserve_with(reserve, fd, l->blocks, sizeof(struct reg_block), 0, blocks);
+    if (!err) err = reserve_with(reserve, fd, l->held, l->held_words * sizeof(uint64_t), 0, blocks);
+    if (!err) err = reserve_with(reserve, fd, l->leases, chunk, 0, chunks);
+    if (!err) err = reserve_with(reserve, fd, l->chunks, sizeof(uint32_t), 0, chunks);
+    if (!err) err = reserve_with(reserve, fd, l->buckets, sizeof(uint32_t), 0, buckets);
+    return err;
+}
+
 static int create(struct registry *r, int fd, const struct reg_caps *caps)
 {
     struct reg_layout l;
     registry_layout(caps, &l);
     /* As large as it may grow, but sparse: creation costs what is in use. */
     if (ftruncate(fd, (off_t)l.size) != 0) return -errno;
+    uint32_t b0 = caps->max_blocks < INITIAL_BLOCKS ? caps->max_blocks : INITIAL_BLOCKS;
+    uint32_t c0 = l.nchunks < INITIAL_CHUNKS ? l.nchunks : INITIAL_CHUNKS;
+    uint32_t nb0 = buckets_within(l.nbuckets, b0);
+    /* Reserve the pages in use now, before the first touch of any of them
+     * (registry_set_views already reads the header): a sparse file on a
+     * full tmpfs maps fine and then kills the host with SIGBUS at the first
+     * touch of a missing page, a read as much as a write. Growth reserves
+     * before it touches, the same way. */
+    int err = reserve_in_use(registry_reserve, fd, &l, b0, c0, nb0);
+    if (err) return -err;
     void *p = mmap(NULL, l.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
     if (p == MAP_FAILED) return -errno;
     r->base = p;
     registry_set_views(r, caps, &l);
-    uint32_t b0 = caps->max_blocks < INITIAL_BLOCKS ? caps->max_blocks : INITIAL_BLOCKS;
-    uint32_t c0 = l.nchunks < INITIAL_CHUNKS ? l.nchunks : INITIAL_CHUNKS;
-    uint32_t nb0 = buckets_for(r, b0);
-    /* Reserve the pages in use now: a sparse file on a full tmpfs maps fine
-     * and then kills the host with SIGBUS at the first touch of a missing
-     * page. Growth reserves before it touches, the same way. */
-    int err = registry_reserve(fd, 0, (off_t)l.blocks);
-    if (!err) err = reserve_records(fd, l.blocks, sizeof(struct reg_block), 0, b0);
-    if (!err) err = reserve_records(fd, l.held, l.held_words * sizeof(uint64_t), 0, b0);
-    if (!err) err = reserve_records(fd, l.leases, l.lease_chunk * sizeof(struct reg_lease), 0, c0);
-    if (!err) err = reserve_records(fd, l.chunks, sizeof(uint32_t), 0, c0);
-    if (!err) err = reserve_records(fd, l.buckets, sizeof(uint32_t), 0, nb0);
-    if (err) return -err;
     struct reg_header *h = r->hdr;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -302,12 +370,32 @@ static bool lock_kind_ok(const pthread_mutex_t *m)
 #endif
 }
 
-int registry_validate(int fd, struct reg_caps *caps, struct reg_layout *l, char *why, size_t len)
+/* Reads the header with pread(): a mapping of a page the creator has not
+ * reserved yet (it is between creating the file and reserving it, or a
+ * hostile sparse file) would allocate it at the first touch, and kill us
+ * with SIGBUS on a full tmpfs; a read of a hole allocates nothing. Works on
+ * a read-only descriptor too (ipcshim-stat). 0 or an errno; a short file
+ * reads as zeros past its end. */
+static int read_header(int fd, struct reg_header *h)
+{
+    memset(h, 0, sizeof *h);
+    for (size_t got = 0; got < sizeof *h;) {
+        ssize_t n = pread(fd, (uint8_t *)h + got, sizeof *h - got, (off_t)got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return errno;
+        if (n == 0) break;
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+/* registry_validate, leaving the header it read (and judged) in *h. */
+static int validate(int fd, struct reg_caps *caps, struct reg_layout *l, struct reg_header *h,
+                    char *why, size_t len)
 {
     struct stat st;
-    struct reg_header *h = MAP_FAILED;
     uint64_t deadline = reg_now_ns() + registry_attach_wait_ms * 1000000ull;
-    int rc = 0;
+    int rc = 0, err;
 #define REFUSE(code, ...)                                                                          \
     do {                                                                                           \
         rc = (code); /* before the message: errno is read first */                                 \
@@ -323,16 +411,19 @@ int registry_validate(int fd, struct reg_caps *caps, struct reg_layout *l, char 
         if (st.st_mode & 077)
             REFUSE(-EPERM, "has mode %o (group/other access)", (unsigned)(st.st_mode & 0777));
         if ((size_t)st.st_size >= sizeof *h) {
-            if (h == MAP_FAILED) h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, fd, 0);
-            if (h == MAP_FAILED) REFUSE(-errno, "cannot be mapped (%s)", strerror(errno));
-            if (__atomic_load_n(&h->ready, __ATOMIC_ACQUIRE) == 1) break;
+            if ((err = read_header(fd, h)) != 0) REFUSE(-err, "cannot be read (%s)", strerror(err));
+            if (h->ready == 1) {
+                /* Published (a release store, after every header field):
+                 * read it again, after having seen ready, for the fields. */
+                __atomic_thread_fence(__ATOMIC_ACQUIRE);
+                if ((err = read_header(fd, h)) != 0)
+                    REFUSE(-err, "cannot be read (%s)", strerror(err));
+                break;
+            }
             /* Magic and ABI sit at offsets every version keeps: a segment
              * that is neither blank nor ours is refused now, not waited on
              * (another version's `ready` may live elsewhere). */
-            uint64_t magic = __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE);
-            if (magic != 0 &&
-                (magic != REG_MAGIC || __atomic_load_n(&h->abi, __ATOMIC_ACQUIRE) != REG_ABI))
-                break;
+            if (h->magic != 0 && (h->magic != REG_MAGIC || h->abi != REG_ABI)) break;
         }
         if (reg_now_ns() > deadline)
             REFUSE(-ETIMEDOUT, "was never initialised (its creator died?)");
@@ -354,8 +445,13 @@ int registry_validate(int fd, struct reg_caps *caps, struct reg_layout *l, char 
         REFUSE(-EPROTO, "has a lock that is not a robust process-shared mutex");
 #undef REFUSE
 out:
-    if (h != MAP_FAILED) munmap(h, sizeof *h);
     return rc;
+}
+
+int registry_validate(int fd, struct reg_caps *caps, struct reg_layout *l, char *why, size_t len)
+{
+    struct reg_header h;
+    return validate(fd, caps, l, &h, why, len);
 }
 
 /* Checks an existing segment and maps it. Logs why on refusal, except for
@@ -364,13 +460,29 @@ static int attach(struct registry *r, int fd, struct reg_caps caps_wanted)
 {
     struct reg_caps caps;
     struct reg_layout l;
+    struct reg_header h;
     char why[160];
-    int rc = registry_validate(fd, &caps, &l, why, sizeof why);
+    int rc = validate(fd, &caps, &l, &h, why, sizeof why);
     if (rc == -EUSERS) return rc;
     if (rc) {
         LOG_ONCE(LOG_ERROR, "registry %s %s; not using it (remove %s to reset it)", r->name, why,
                  r->path);
         return rc == -EPROTO || rc == -ETIMEDOUT ? rc : -EPERM;
+    }
+    /* What is in use was reserved by whoever put it in use, before its
+     * first touch -- unless the file is not what it claims (made by a build
+     * that did not reserve, or by hand): reserve it again before the
+     * mapping is touched. That allocates nothing for bytes already
+     * reserved, so a full file system refuses only a file with holes where
+     * it claims records, and refusing beats SIGBUS. What grows later is
+     * reserved by its grower before it is published. */
+    int err = reserve_in_use(reserve_live, fd, &l, h.blocks_now, h.chunks_now, h.nbuckets_now);
+    if (err) {
+        LOG_ONCE(LOG_WARN,
+                 "registry %s: cannot reserve the pages it has in use (%s); not tracking (calls "
+                 "pass through as without the shim)",
+                 r->name, strerror(err));
+        return err == ENOSPC ? -ENOSPC : -EPERM;
     }
     void *p = mmap(NULL, l.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
     if (p == MAP_FAILED) return -errno;
@@ -603,7 +715,8 @@ static int open_same(const struct registry *r)
 
 /* Maps one page from fd so that fd's description -- and the OFD lock byte
  * taken through it -- lives as long as the mapping, whatever the program
- * does to its descriptors. */
+ * does to its descriptors. The page (the header's, reserved by the creator
+ * and again at attach) is never touched through this mapping. */
 static void pin_description(struct registry *r, int fd)
 {
     void *p = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
@@ -955,7 +1068,7 @@ static bool grow_blocks(struct registry *r)
 {
     uint32_t old = r->max_blocks, cap = r->cap_blocks;
     if (old >= cap) return false;
-    uint32_t want = old > cap / 2 ? cap : old * 2, nb = buckets_for(r, want);
+    uint32_t want = old > cap / 2 ? cap : old * 2, nb = buckets_within(r->cap_buckets, want);
     int fd = registry_fd(r);
     int err = fd < 0 ? EBADF : 0;
     if (!err) err = reserve_records(fd, off_of(r, r->blocks), sizeof(struct reg_block), old, want);
@@ -1192,6 +1305,18 @@ static bool free_lease(struct registry *r, uint32_t li)
     return empty;
 }
 
+/* Does the exporter of a block in this state wait for its holders to go?
+ * RETIRING counts: an exporter whose retire saw our bit goes back to LIMBO
+ * and sleeps, so the holder that clears the last bit meanwhile must wake it
+ * (pairs with the CAS back to LIMBO in reg_block_retire; without it the free
+ * waited for the collector's next poll: tests/model/lease.pml,
+ * WAKE_RETIRING). A wake of an exporter that retired it anyway is spurious
+ * and harmless. */
+static bool waits_on_holders(uint32_t state)
+{
+    return state == BLOCK_LIMBO || state == BLOCK_RETIRING;
+}
+
 /* A LIMBO block that lost its last holder: under the window rule (ipc.c),
  * the exporter's, one hand-off is re-armed (its times are advisory: the
  * exporter reads them under its lock). Returns the exporter, to wake. No
@@ -1218,7 +1343,7 @@ uint32_t reg_block_unheld(struct registry *r, uint32_t bi, uint64_t generation)
         reg_block_recycle(r, bi);
         return REG_NONE;
     }
-    return state == BLOCK_LIMBO ? limbo_unheld(b) : REG_NONE;
+    return waits_on_holders(state) ? limbo_unheld(b) : REG_NONE;
 }
 
 uint32_t reg_holder_drop_leases(struct registry *r, uint32_t idx)
@@ -1764,7 +1889,7 @@ uint32_t reg_lease_end(struct registry *r, uint32_t li)
     if (!empty) return REG_NONE;
     struct reg_block *b = reg_block_at(r, bi);
     if (!b || __atomic_load_n(&b->generation, __ATOMIC_ACQUIRE) != gen ||
-        LOAD_STATE(b->state) != BLOCK_LIMBO)
+        !waits_on_holders(LOAD_STATE(b->state)))
         return REG_NONE;
     return limbo_unheld(b);
 }

@@ -266,6 +266,14 @@ void registry_unlink(const char *domain);
  * -1 when the registry cannot be re-opened: callers count unknown as alive. */
 int registry_fd(struct registry *r);
 
+/* The capacities a process asks for (IPCSHIM_MAX_HOLDERS, _BLOCKS,
+ * _LEASES), each within what a registry can hold: a bound above the
+ * largest allowed (65536 holders, 2^24 blocks, 2^24 leases) is that
+ * largest, a bound of 0 the default, each with one warning line naming the
+ * variable and the value used. */
+struct options;
+void registry_caps_from_options(const struct options *opt, struct reg_caps *out);
+
 /* Offsets for these capacities. -EINVAL if a capacity is 0 or too large. */
 int registry_layout(const struct reg_caps *caps, struct reg_layout *out);
 

@@ -724,6 +724,59 @@ Test(registry, malformed_capacity_keeps_the_default)
     cr_assert_eq(options_get()->max_blocks, 4096);
 }
 
+/* Issue 27: a bound beyond what a registry can hold is clamped to the
+ * largest allowed, and 0 is the default, each with one line naming the
+ * variable and the value used (above 2^32 it used to be clamped to a value
+ * the registry refused: the whole job ran untracked). */
+Test(registry, out_of_range_bounds_fall_back_with_one_line)
+{
+    char log_path[64];
+    snprintf(log_path, sizeof log_path, "/tmp/reg-bounds-%d.log", (int)getpid());
+    unlink(log_path);
+    test_option("LOG_FILE", log_path);
+    test_option("LOG", "warn");
+    test_option("MAX_BLOCKS", "8589934592"); /* 2^33 */
+    test_option("MAX_LEASES", "16777217");   /* 2^24 + 1 */
+    test_option("MAX_HOLDERS", "0");
+    struct reg_caps caps;
+    registry_caps_from_options(options_get(), &caps);
+    cr_expect_eq(caps.max_blocks, 1u << 24);
+    cr_expect_eq(caps.max_leases, 1u << 24);
+    cr_expect_eq(caps.max_holders, 512);
+    registry_caps_from_options(options_get(), &caps); /* once per variable, not per call */
+    struct reg_layout l;
+    cr_expect_eq(registry_layout(&caps, &l), 0, "the registry refuses the clamped bounds");
+    /* And the ipc core tracks under them. */
+    ipc_init(&fake_ops);
+    struct ipc_handle h = make_handle(27);
+    cr_expect_eq(ipc_export(&h, 0x1000, 4096, 0, 0xc0), 0, "not tracked");
+    struct registry v;
+    cr_assert_eq(registry_open(&v, options_get()->domain, &caps), 0);
+    cr_expect_eq(v.cap_blocks, 1u << 24);
+    cr_expect_eq(v.max_holders, 512);
+    registry_close(&v);
+    ipc_shutdown();
+    FILE *f = fopen(log_path, "r");
+    char text[4096] = "";
+    if (f) {
+        text[fread(text, 1, sizeof text - 1, f)] = 0;
+        fclose(f);
+    }
+    unlink(log_path);
+    cr_expect(strstr(text, "IPCSHIM_MAX_BLOCKS=8589934592 is more than a registry can hold; "
+                           "using 16777216"),
+              "log:\n%s", text);
+    cr_expect(strstr(text, "IPCSHIM_MAX_LEASES=16777217 is more than a registry can hold; "
+                           "using 16777216"),
+              "log:\n%s", text);
+    cr_expect(strstr(text, "IPCSHIM_MAX_HOLDERS=0 is not a valid bound; using the default 512"),
+              "log:\n%s", text);
+    int lines = 0;
+    for (const char *p = text; (p = strstr(p, ": warn: IPCSHIM_MAX_")); p++)
+        lines++;
+    cr_expect_eq(lines, 3, "one line for each variable:\n%s", text);
+}
+
 /* Containers: a holder in another PID namespace (a pod sharing /dev/shm)
  * has a pid that means something else here; its lock byte alone says it is
  * alive, and its exit (the kernel drops the lock) says it is not. */

@@ -4,7 +4,8 @@
  *     a live importer must not be judged dead, and our own lock byte must
  *     survive;
  *   - another user squats the registry's name; the registry directory;
- *   - the registry's file system is full (no SIGBUS, a clean refusal);
+ *   - the registry's file system is full, to its last byte, at creation,
+ *     growth and attach (no SIGBUS, a clean refusal: issue 27);
  *   - a process stopped inside the registry lock, and a lock word naming a
  *     live thread that is no holder (bounded waits, repair);
  *   - a program exporting handles nobody opens (fair share of the table);
@@ -27,6 +28,7 @@
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #define BASE 0x20000000ull
 #define CTX 0xc0ull
@@ -372,6 +374,285 @@ Test(reliability, full_tmpfs_refuses_cleanly_without_sigbus)
     cr_expect_eq(status, 0, "status %d", status);
     char *log = log_text();
     cr_expect_eq(count_in(log, "no space for it"), 1, "log:\n%s", log);
+    free(log);
+}
+
+/* ---- issue 27: a tmpfs full to its last byte ---- */
+
+/* Fills dir's file system to its last byte: a filler file written in large
+ * pieces until ENOSPC, then a byte at a time until ENOSPC (the rest of its
+ * last page), then a byte in a new file (a page of its own). 0 when
+ * nothing is left, else -1. */
+static int fill_to_last_byte(const char *dir)
+{
+    static char buf[1 << 16];
+    static int files;
+    char path[160];
+    snprintf(path, sizeof path, "%s/filler-%d", dir, files++);
+    int fd = open(path, O_CREAT | O_WRONLY | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0) return -1;
+    ssize_t n;
+    while ((n = write(fd, buf, sizeof buf)) > 0) {
+    }
+    int e1 = errno;
+    while ((n = write(fd, buf, 1)) > 0) {
+    }
+    int e2 = errno;
+    close(fd);
+    snprintf(path, sizeof path, "%s/filler-%d", dir, files++);
+    fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd < 0) return -1;
+    n = write(fd, buf, 1);
+    int e3 = errno;
+    close(fd);
+    struct statvfs vs;
+    if (e1 != ENOSPC || e2 != ENOSPC || n != -1 || e3 != ENOSPC || statvfs(dir, &vs) != 0 ||
+        vs.f_bavail != 0)
+        return -1;
+    return 0;
+}
+
+enum { TMPFS_UNSHARE = 70, TMPFS_PRIVATE, TMPFS_MOUNT, TMPFS_NOT_FULL };
+
+/* Runs body(dir) in a child, in a private mount namespace where dir is a
+ * fresh tmpfs of `size` that holds the registry (root only: skips the test
+ * otherwise). The child's exit status (128 + signal when killed). */
+static int in_private_tmpfs(const char *size, int (*body)(const char *dir))
+{
+    char dir[64], opts[64];
+    snprintf(dir, sizeof dir, "/tmp/rel-full-%d", (int)getpid());
+    snprintf(opts, sizeof opts, "size=%s,mode=0700", size);
+    cr_assert_eq(mkdir(dir, 0700), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (unshare(CLONE_NEWNS) != 0) _exit(TMPFS_UNSHARE);
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) _exit(TMPFS_PRIVATE);
+        if (mount("tmpfs", dir, "tmpfs", 0, opts) != 0) _exit(TMPFS_MOUNT);
+        test_option("REGISTRY_DIR", dir);
+        _exit(body(dir));
+    }
+    int status = child_wait(pid);
+    rmdir(dir);
+    if (status >= TMPFS_UNSHARE && status <= TMPFS_MOUNT)
+        cr_skip_test("cannot mount a private tmpfs here (step %d: needs root and mount namespaces)",
+                     status - TMPFS_UNSHARE);
+    cr_expect_neq(status, TMPFS_NOT_FULL, "could not fill the tmpfs to its last byte");
+    return status;
+}
+
+/* A process forked before the registry exists, to attach to it later: it
+ * waits for a byte on a pipe, opens handle `seed` through the ipc core and
+ * exits 0 when the open's result is `expect`. */
+struct attacher {
+    pid_t pid;
+    int go;
+};
+
+static void attacher_start(struct attacher *a, unsigned seed, int expect)
+{
+    int p[2];
+    if (pipe(p) != 0) _exit(90);
+    a->pid = fork();
+    if (a->pid == 0) {
+        close(p[1]);
+        char c;
+        if (read(p[0], &c, 1) != 1) _exit(91);
+        struct ipc_handle h = make_handle(seed);
+        struct ipc_open t;
+        uint64_t ptr = 0;
+        int rc = ipc_open_begin(&h, CTX, &t, &ptr);
+        if (rc == IPC_REAL) ipc_open_commit(&t, 0x7000000000ull);
+        _exit(rc == expect ? 0 : 92);
+    }
+    close(p[0]);
+    a->go = p[1];
+}
+
+/* Lets it attach; its exit status (128 + signal when killed). */
+static int attacher_run(struct attacher *a)
+{
+    if (write(a->go, "g", 1) != 1) return 93;
+    close(a->go);
+    return child_wait(a->pid);
+}
+
+/* (1) Not one free byte before the first export: create() must reserve
+ * every page before its first touch, the header's included (it used to
+ * read the header through a mapping first, and died of SIGBUS). */
+static int first_export_on_a_full_tmpfs(const char *dir)
+{
+    test_option("MAX_BLOCKS", "16384");
+    if (fill_to_last_byte(dir) != 0) return TMPFS_NOT_FULL;
+    struct ipc_handle h = make_handle(20);
+    if (ipc_export(&h, BASE, 4096, 0, CTX) != -ENODEV) return 1;
+    if (free_begin(BASE) != IPC_PASS) return 2; /* untracked: freed for real */
+    char path[256], name[256];
+    if (registry_locate(test_domain, path, sizeof path, name, sizeof name) != -ENOENT) return 3;
+    return 0;
+}
+
+Test(reliability, tmpfs_full_to_the_last_byte_refuses_the_first_export_cleanly)
+{
+    int status = in_private_tmpfs("1m", first_export_on_a_full_tmpfs);
+    cr_expect_neq(status, 128 + SIGBUS, "killed by SIGBUS: a page was touched before reserving");
+    cr_expect_eq(status, 0, "status %d", status);
+    char *log = log_text();
+    cr_expect_eq(count_in(log, "no space for it"), 1, "log:\n%s", log);
+    free(log);
+}
+
+/* (2) Created with room, then not one byte left: the block table and the
+ * lease chunks cannot grow, and say so; exports beyond the table are not
+ * tracked, opens beyond the leases pass through; nothing dies. */
+static int growth_on_a_full_tmpfs(const char *dir)
+{
+    test_option("MAX_BLOCKS", "4096");  /* starts at 1024 in use */
+    test_option("MAX_LEASES", "65536"); /* 32 chunks of 32 in use */
+    struct ipc_handle h = make_handle(100);
+    if (ipc_export(&h, BASE, 4096, 0, CTX) != 0) return 1;
+    if (fill_to_last_byte(dir) != 0) return TMPFS_NOT_FULL;
+    unsigned tracked = 1, untracked = 0;
+    for (unsigned i = 1; i < 1100; i++) {
+        h = make_handle(100 + i);
+        int rc = ipc_export(&h, BASE + i * 0x10000ull, 4096, 0, CTX);
+        if (rc == 0)
+            tracked++;
+        else if (rc == -ENOSPC)
+            untracked++;
+        else
+            return 2;
+    }
+    if (tracked != 1024 || untracked != 1100 - 1024) return 3;
+    if (fill_to_last_byte(dir) != 0) return TMPFS_NOT_FULL;
+    /* An importer opens every tracked block: all 32 chunks in use, the
+     * growth tried on the way (one of the last quarter) is refused. */
+    int done[2], hold[2];
+    if (pipe(done) != 0 || pipe(hold) != 0) return 4;
+    pid_t a = fork();
+    if (a == 0) {
+        close(done[0]), close(hold[1]);
+        unsigned real = 0;
+        for (unsigned i = 0; i < 1024; i++) {
+            struct ipc_handle hi = make_handle(100 + i);
+            struct ipc_open t;
+            uint64_t ptr;
+            if (ipc_open_begin(&hi, CTX, &t, &ptr) == IPC_REAL) {
+                ipc_open_commit(&t, 0x7000000000ull + ((uint64_t)i << 20));
+                real++;
+            }
+        }
+        char verdict = real == 1024 ? 0 : 1;
+        if (write(done[1], &verdict, 1) != 1) _exit(1);
+        char c;
+        (void)!read(hold[0], &c, 1); /* alive, holding, until told */
+        _exit(0);
+    }
+    close(done[1]), close(hold[0]);
+    char verdict = 9;
+    if (read(done[0], &verdict, 1) != 1) verdict = 8;
+    /* A second importer finds no lease slot and no room to grow. */
+    pid_t b = fork();
+    if (b == 0) {
+        struct ipc_open t;
+        uint64_t ptr;
+        h = make_handle(100);
+        _exit(ipc_open_begin(&h, CTX, &t, &ptr) == IPC_PASS ? 0 : 1);
+    }
+    int sb = child_wait(b);
+    close(hold[1]);
+    int sa = child_wait(a);
+    if (sa >= 128) return sa; /* the signal that killed it */
+    if (sb >= 128) return sb;
+    if (sa || verdict) return 5;
+    if (sb) return 6;
+    return 0;
+}
+
+Test(reliability, tmpfs_full_to_the_last_byte_refuses_growth_cleanly, .timeout = 60)
+{
+    int status = in_private_tmpfs("1m", growth_on_a_full_tmpfs);
+    cr_expect_neq(status, 128 + SIGBUS, "killed by SIGBUS: a page was touched before reserving");
+    cr_expect_eq(status, 0, "status %d", status);
+    char *log = log_text();
+    cr_expect_eq(count_in(log, "cannot grow past 1024 blocks"), 1, "log:\n%s", log);
+    /* Once in each importer: the first at its claim of a chunk of the
+     * last quarter, the second when none is left. */
+    cr_expect_eq(count_in(log, "cannot grow past 1024 leases"), 2, "log:\n%s", log);
+    cr_expect_eq(count_in(log, "has no free lease"), 1, "log:\n%s", log);
+    free(log);
+}
+
+/* (3) Another process attaches while not one byte is left: what is in use
+ * was reserved by its creator, so the attach works. A file with holes
+ * where it claims records (not made by us) is refused by the attacher
+ * (it cannot reserve them), not mapped and touched. */
+static int attach_on_a_full_tmpfs(const char *dir)
+{
+    struct attacher works, refused;
+    attacher_start(&works, 30, IPC_REAL);
+    attacher_start(&refused, 30, IPC_PASS);
+    struct ipc_handle h = make_handle(30);
+    if (ipc_export(&h, BASE, 4096, 0, CTX) != 0) return 1;
+    if (fill_to_last_byte(dir) != 0) return TMPFS_NOT_FULL;
+    int s = attacher_run(&works);
+    if (s) return s >= 128 ? s : 10 + s % 10;
+    /* Holes from the block records on (the pages go back to the tmpfs,
+     * which is filled again): no process of ours may touch them now. */
+    char path[256], name[256];
+    if (registry_locate(test_domain, path, sizeof path, name, sizeof name) != 0) return 2;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    struct reg_caps caps;
+    struct reg_layout l;
+    char why[160];
+    if (fd < 0 || registry_validate(fd, &caps, &l, why, sizeof why) != 0) return 3;
+    if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)l.blocks,
+                  (off_t)(l.size - l.blocks)) != 0)
+        return 4;
+    close(fd);
+    if (fill_to_last_byte(dir) != 0) return TMPFS_NOT_FULL;
+    s = attacher_run(&refused);
+    if (s) return s >= 128 ? s : 20 + s % 10;
+    return 0; /* _exit: this process must not touch the holes either */
+}
+
+Test(reliability, tmpfs_full_to_the_last_byte_lets_others_attach)
+{
+    int status = in_private_tmpfs("1m", attach_on_a_full_tmpfs);
+    cr_expect_neq(status, 128 + SIGBUS, "killed by SIGBUS: a page was touched before reserving");
+    cr_expect_eq(status, 0, "status %d", status);
+    char *log = log_text();
+    cr_expect_eq(count_in(log, "cannot reserve the pages it has in use"), 1, "log:\n%s", log);
+    free(log);
+}
+
+/* A registry file still all holes (its creator between creating and
+ * reserving it, or dead there) on a full tmpfs: the attacher and
+ * ipcshim-stat read its header without mapping it, wait for it, and give
+ * up on it; a mapping's first read would have been a SIGBUS. */
+static int blank_registry_on_a_full_tmpfs(const char *dir)
+{
+    char path[256], name[256];
+    if (registry_candidate(test_domain, 0, path, sizeof path, name, sizeof name) != 0) return 1;
+    int fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 || ftruncate(fd, 1 << 20) != 0) return 2;
+    close(fd);
+    if (fill_to_last_byte(dir) != 0) return TMPFS_NOT_FULL;
+    registry_attach_wait_ms = 100;
+    struct ipc_handle h = make_handle(40);
+    if (ipc_export(&h, BASE, 4096, 0, CTX) != -ENODEV) return 3;
+    struct inspect_snapshot s;
+    char why[256];
+    if (inspect_snapshot(test_domain, &s, why, sizeof why) != -ETIMEDOUT) return 4;
+    return 0;
+}
+
+Test(reliability, tmpfs_full_to_the_last_byte_blank_registry_is_read_not_mapped)
+{
+    int status = in_private_tmpfs("1m", blank_registry_on_a_full_tmpfs);
+    cr_expect_neq(status, 128 + SIGBUS, "killed by SIGBUS: the header was mapped and read");
+    cr_expect_eq(status, 0, "status %d", status);
+    char *log = log_text();
+    cr_expect_eq(count_in(log, "was never initialised"), 1, "log:\n%s", log);
     free(log);
 }
 

@@ -45,15 +45,17 @@
  *  BROKEN_BIT_FIRST the importer sets its bit before its lease record says
  *                  OPENING: a death between the two leaves a bit no sweep
  *                  clears: leak;
- *  NO_POLL (with NODEATH) the collector waits for wakes only, no 1 s poll:
+ *  BROKEN_RETIRING_WAKE (with NO_POLL NODEATH: the collector waits for
+ *                  wakes only, no 1 s poll) the code before waits_on_holders:
  *                  a last close that lands while the exporter is RETIRING
  *                  sees RETIRING, not LIMBO, and wakes nobody, while the
- *                  exporter saw the bit and went back to LIMBO: leak
- *                  (in the code, a wait of up to LIMBO_POLL_NS);
- *  and which it expects to pass: NO_POLL NODEATH WAKE_RETIRING (a close or
- *  sweep that leaves a RETIRING block unheld wakes the exporter too), the
- *  fix of that missed wake; WINDOW (IPCSHIM_HANDOFF=window: a LIMBO block
- *  that loses its last holder re-arms a hand-off). */
+ *                  exporter saw the bit and went back to LIMBO: leak (in
+ *                  that code, a wait of up to LIMBO_POLL_NS; this model
+ *                  found it);
+ *  and which it expects to pass: NO_POLL NODEATH (wakes alone free every
+ *  block, now that a RETIRING block's last close wakes too); WINDOW
+ *  (IPCSHIM_HANDOFF=window: a LIMBO block that loses its last holder
+ *  re-arms a hand-off). */
 
 #define B_FREE     0 /* BLOCK_FREE: recycled (or another generation) */
 #define B_LIVE     1 /* BLOCK_LIVE */
@@ -222,8 +224,8 @@ close_lease:
     :: none ->
         if
         :: state == B_LIMBO -> LIMBO_UNHELD; DIE; wake++
-#ifdef WAKE_RETIRING
-        :: state == B_RETIRING -> DIE; wake++
+#ifndef BROKEN_RETIRING_WAKE
+        :: state == B_RETIRING -> LIMBO_UNHELD; DIE; wake++ /* waits_on_holders */
 #endif
         :: else
         fi
@@ -258,8 +260,8 @@ proctype Sweeper(byte j)
             :: held == 0 ->
                 if
                 :: state == B_LIMBO -> LIMBO_UNHELD; wake++ /* registry_wake */
-#ifdef WAKE_RETIRING
-                :: state == B_RETIRING -> wake++
+#ifndef BROKEN_RETIRING_WAKE
+                :: state == B_RETIRING -> LIMBO_UNHELD; wake++ /* waits_on_holders */
 #endif
                 :: else
                 fi
