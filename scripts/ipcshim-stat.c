@@ -429,6 +429,32 @@ static void print_json(const struct inspect_snapshot *s, const char *domain)
     printf(",\"skipped\":%u,\"swap\":null}\n", s->skipped);
 }
 
+/* --json when there is no snapshot to show: an object all the same, so that
+ * a reader always gets JSON, with "error" (the reason also printed on
+ * stderr) as its last key. A domain without a registry holds nothing: its
+ * lists are empty and its totals zero. A registry that cannot be read, or
+ * --all with no registry at all (domain and registry null), has only the
+ * keys known without reading one. */
+static void print_json_error(const char *domain, const char *registry, const char *why, bool empty)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    printf("{\"format\":\"ipcshim-stat\",\"version\":%d,\"domain\":", JSON_VERSION);
+    json_str(domain);
+    printf(",\"registry\":");
+    json_str(registry);
+    printf(",\"time_unix_ms\":%llu",
+           (unsigned long long)now.tv_sec * 1000ull + (unsigned long long)now.tv_nsec / 1000000ull);
+    if (empty)
+        printf(",\"holders\":[],\"blocks\":[],\"limbo\":[],\"totals\":{\"holders\":0,"
+               "\"dead_holders\":0,\"blocks\":0,\"bytes\":0,\"live_blocks\":0,\"limbo_blocks\":0,"
+               "\"limbo_bytes\":0,\"orphaned_blocks\":0,\"orphaned_bytes\":0,\"retired_blocks\":0,"
+               "\"leases\":0,\"opens\":0},\"skipped\":0,\"swap\":null");
+    printf(",\"error\":");
+    json_str(why);
+    printf("}\n");
+}
+
 /* ---- leaks (live, read-only) ------------------------------------------ */
 
 /* What each live process holds, the exit report's items seen from outside.
@@ -754,6 +780,10 @@ static int show(const char *domain, int mode)
     int rc = inspect_snapshot(domain, &s, why, sizeof why);
     if (rc) {
         fprintf(stderr, "ipcshim-stat: %s\n", why);
+        if (mode == MODE_JSON) {
+            print_json_error(domain, s.name[0] ? s.name : NULL, why, rc == -ENOENT);
+            fflush(stdout);
+        }
         if (rc == -ENOENT) {
             fprintf(stderr, "ipcshim-stat: registries of this user: ");
             if (!list_domains(stderr, true)) fprintf(stderr, "none");
@@ -803,7 +833,10 @@ static int show_all(int mode)
     /* A registry that cannot be read (another release's, one being created)
      * is named on stderr; the status is 1 only when none could be read. */
     int shown = 0;
-    if (!n && mode != MODE_JSON) printf("no registry for this user\n");
+    if (!n && mode == MODE_JSON)
+        print_json_error(NULL, NULL, "no registry for this user", false);
+    else if (!n)
+        printf("no registry for this user\n");
     for (int i = 0; i < n; i++) {
         if (shown && mode != MODE_JSON) printf("\n");
         if (show(names[i], mode) == 0) shown++;

@@ -73,9 +73,17 @@ check_build_deps() {
     return 1
 }
 
+# apt-get as install_test_deps runs it: no questions, and waiting (up to
+# IPCSHIM_APT_LOCK_WAIT seconds, default 300) for the package lock that
+# another apt-get or an unattended upgrade holds, instead of failing at once.
+apt_get() {
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout="${IPCSHIM_APT_LOCK_WAIT:-300}" "$@"
+}
+
 # For scripts/test: install_test_deps INSTALL. With INSTALL=1 (root and
 # apt-get needed) installs what is missing, then the optional packages (whose
-# failure stops nothing); otherwise as check_build_deps --tests.
+# failure stops nothing); otherwise as check_build_deps --tests. Returns 1,
+# naming the packages, when a required one is still missing afterwards.
 install_test_deps() {
     local missing optional
     missing=$(missing_build_deps --tests)
@@ -90,33 +98,82 @@ install_test_deps() {
     fi
     optional=$(optional_test_deps)
     [ -z "$missing$optional" ] && return 0
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    # A failed update (offline, a broken source) is not the end: the lists
+    # already there may hold everything.
+    apt_get update -qq >&2 ||
+        echo "apt-get update failed (see above); installing from the package lists already here" >&2
     if [ -n "$missing" ]; then
         echo "installing: $missing" >&2
         # shellcheck disable=SC2086
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >&2
+        apt_get install -y -qq $missing >&2 || true
+        missing=$(missing_build_deps --tests)
+        if [ -n "$missing" ]; then
+            echo "could not install what the build and the tests need: $missing" >&2
+            echo "  (apt-get's reason is above; after fixing it, run this again or install them: apt-get install $missing)" >&2
+            return 1
+        fi
     fi
     if [ -n "$optional" ]; then
         echo "installing (optional): $optional" >&2
         # shellcheck disable=SC2086
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $optional >&2 || {
+        apt_get install -y -qq --no-install-recommends $optional >&2 || {
             local p # one by one, so that one missing from the registry stops no other
             for p in $optional; do
-                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >&2 ||
+                apt_get install -y -qq --no-install-recommends "$p" >&2 ||
                     echo "optional package $p could not be installed; the tests that need it skip" >&2
             done
         }
     fi
 }
 
+# For the commands that build (ipcshim-run, scripts/test):
+# when the build folder is not configured yet and no -Dtoolkit is given in
+# MESON_SETUP_ARGS, fail unless scripts/find-cuda finds the CUDA headers,
+# saying so (no Debian package of the list above has them).
+check_cuda() {
+    local build err
+    build=$(build_dir)
+    [ ! -f "$build/build.ninja" ] || return 0
+    case " ${MESON_SETUP_ARGS:-} " in *" -Dtoolkit="*) return 0 ;; esac
+    err=$(scripts/find-cuda 2>&1 >/dev/null) && return 0
+    echo "$err" >&2
+    echo "the build needs the CUDA Toolkit's headers (include/cuda.h): install the toolkit (NVIDIA's" >&2
+    echo "  cuda-toolkit package, or Debian's nvidia-cuda-toolkit from non-free), then set CUDA_HOME if it" >&2
+    echo "  is in none of those places; scripts/test --install-deps does not install it" >&2
+    return 1
+}
+
+# check_build_folder [TARGET...]: for a build folder configured before, after
+# meson has caught up with any change of the meson.build files: fail, naming
+# the option, when TARGETs include the simulator or the demo's program and the
+# folder builds neither (-Dtests=disabled -Dsim=false).
+check_build_folder() {
+    local build t sim_targets=0
+    build=$(build_dir)
+    [ -f "$build/build.ninja" ] || return 0
+    ninja -C "$build" build.ninja >/dev/null || return 1 # meson's own reconfigure, if due
+    for t in "$@"; do case $t in tests/*) sim_targets=1 ;; esac; done
+    [ $sim_targets = 1 ] || return 0
+    if meson introspect --buildoptions "$build" | python3 -c '
+import json, sys
+opts = {o["name"]: o["value"] for o in json.load(sys.stdin)}
+sys.exit(1 if opts.get("tests") == "disabled" and opts.get("sim") is False else 0)'; then
+        return 0
+    fi
+    echo "$build is configured with -Dtests=disabled -Dsim=false: it builds no simulator;" >&2
+    echo "  run: meson configure $build -Dsim=true   (or set IPCSHIM_BUILD_DIR to another folder)" >&2
+    return 1
+}
+
 # build_project [TARGET...]: configure (once; MESON_SETUP_ARGS adds options)
 # and build TARGETs (meson's [DIR/]NAME, e.g. shim/ipcshim), or everything.
+# Stops at the first step that fails (callers run it where set -e is off).
 build_project() {
     local build
     build=$(build_dir)
     if [ ! -f "$build/build.ninja" ]; then
         # shellcheck disable=SC2086
-        meson setup "$build" ${MESON_SETUP_ARGS:-} >&2
+        meson setup "$build" ${MESON_SETUP_ARGS:-} >&2 || return 1
     fi
     if [ $# -gt 0 ]; then
         meson compile -C "$build" "$@" >&2

@@ -8,7 +8,13 @@ Criterion (hidden from pkg-config: the Criterion suites are dropped, the
 library, commands, simulator and other tests stay) and -Dtests=enabled then
 fails naming it; ipcshim-run in a checkout builds only what the command
 needs, and warns when the command it starts drops LD_PRELOAD (sudo, env -i,
-a setuid program) but not for a command that keeps it."""
+a setuid program) but not for a command that keeps it. What fails says what
+is missing: `scripts/test --install-deps` waits for the package lock and
+stops, naming the packages, when a required one cannot be installed; the
+launcher's build stops at a failed configure (no CUDA headers) without
+claiming --install-deps would help, and a build folder configured with
+-Dtests=disabled builds the simulator and the demo (-Dsim), or, with
+-Dsim=false too, is named with the option to change."""
 import atexit
 import json
 import os
@@ -42,7 +48,7 @@ def plain(text):
 
 
 def test_help_texts_are_plain():
-    for name in ("ipcshim-run", "bench", "gpu-check", "format", "find-cuda", "test", "test-tally"):
+    for name in ("ipcshim-run", "ipcshim-plot", "bench", "gpu-check", "format", "find-cuda", "test", "test-tally"):
         status, out, err = run([script(name), "--help"])
         eq(status, 0, f"{name} --help: {err}")
         check(out.strip() and plain(out), f"{name} --help is plain text:\n{out}")
@@ -56,6 +62,11 @@ def test_versions():
     status, out, err = run([os.path.join(BUILD, "scripts", "ipcshim-stat"), "--version"])
     eq(status, 0, err)
     check(out.startswith(f"ipcshim-stat {version} "), out)
+    # ipcshim-plot: in the checkout (from meson.build) and as meson installs it
+    for plot in (script("ipcshim-plot"), os.path.join(BUILD, "scripts", "ipcshim-plot")):
+        status, out, err = run([plot, "--version"])
+        eq(status, 0, err)
+        eq(out.strip(), f"ipcshim-plot {version}", f"{plot} --version")
 
 
 def no_internals(err):
@@ -76,6 +87,9 @@ def test_argument_errors_are_usage_errors():
         status, out, err = run(argv, env={"IPCSHIM_BUILD_DIR": BUILD})
         eq(status, 2, f"{argv[1:]} of {os.path.basename(argv[0])}: {out}{err}")
         check(err.startswith(msg) and no_internals(err), f"{argv}: {err}")
+    status, out, err = run([script("ipcshim-plot"), "--bogus"])
+    eq(status, 2, f"--bogus of ipcshim-plot: {out}{err}")
+    check("ipcshim-plot: error: " in err and no_internals(err), err)
     status, out, err = run([script("ipcshim-run"), "--", "no-such-command-here"], env={"IPCSHIM_BUILD_DIR": BUILD})
     eq(status, 127, f"a missing command: {err}")
     check(err.strip() == "ipcshim-run: no-such-command-here: command not found", err)
@@ -101,7 +115,16 @@ def test_tally_counts_skipped_cases():
             f.write(json.dumps(dict(name="t", **e)) + "\n")
     status, out, err = run([script("test-tally"), log])
     eq(status, 0, err)
-    eq(out.strip(), "5 passed, 3 failed, 5 skipped", "the closing line")
+    lines = out.strip().split("\n")
+    eq(lines[-1], "5 passed, 3 failed, 5 skipped", "the closing line")
+    # meson's own summary counts programs: the line above the closing one
+    # says so, with its numbers, and the skipped cases come with their reasons.
+    eq(lines[-2], "meson counted 7 test programs (3 ok, 3 failed, 1 skipped); the cases in them:", out)
+    for why in ("t: s::one: no gpu here", "t: b: no lintian", "t: c: lower case", "t: skipped as a whole"):
+        check(any(line.strip().startswith(why) for line in lines), f"{why!r} in {out}")
+    status, out, err = run([script("test-tally"), log, log])
+    check(out.strip().endswith("(6 ok, 6 failed, 2 skipped); the cases in them:\n10 passed, 6 failed, 10 skipped")
+          and "14 test programs in 2 runs" in out, out)
 
 
 def test_format_check_skips_without_clang_format():
@@ -187,6 +210,71 @@ def test_launcher_warns_about_commands_that_drop_the_preload():
         status, out, err = run([script("ipcshim-run"), "--"] + cmd, env=env, timeout=300)
         eq(status, 0, f"{cmd}: {out}{err}")
         check("warning" not in err, f"{cmd} keeps the preload, no warning: {err!r}")
+
+
+def test_install_deps_waits_for_the_lock_and_stops_when_a_package_fails():
+    if os.geteuid() != 0:
+        return "--install-deps needs root"
+    fake = os.path.join(WORK, "fake-apt")
+    os.makedirs(fake, exist_ok=True)
+    calls = os.path.join(WORK, "apt-calls")
+    with open(os.path.join(fake, "apt-get"), "w") as f:  # update works, install fails (a held lock, a bad mirror)
+        f.write(f'#!/bin/sh\necho "$*" >> {calls}\n'
+                'case " $* " in *" install "*) echo "E: no way" >&2; exit 100 ;; esac\n')
+    os.chmod(os.path.join(fake, "apt-get"), 0o755)
+    empty = os.path.join(WORK, "no-pkgconfig-deps")  # Criterion hidden: a required package to install
+    os.makedirs(empty, exist_ok=True)
+    build = os.path.join(WORK, "build-deps")
+    env = {"PATH": fake + os.pathsep + os.environ["PATH"], "PKG_CONFIG_LIBDIR": empty, "PKG_CONFIG_PATH": "",
+           "IPCSHIM_BUILD_DIR": build, "CI": ""}
+    status, out, err = run([script("test"), "--install-deps", "--suite", "none"], env=env, timeout=120)
+    eq(status, 1, f"a required package that does not install stops the run: {out}{err}")
+    check("could not install what the build and the tests need: libcriterion-dev" in err, err)
+    check("E: no way" in err and not os.path.exists(build), f"apt-get's reason shown, nothing built: {err}")
+    log = open(calls).read()
+    check(all("-o DPkg::Lock::Timeout=300" in line for line in log.splitlines()) and " install " in f" {log} ",
+          f"every apt-get waits for the lock: {log}")
+
+
+def test_launcher_build_errors_name_what_is_missing():
+    # No usable CUDA headers (-Dtoolkit to a folder without them): the
+    # configure fails, and nothing is compiled after it.
+    build = os.path.join(WORK, "build-nocuda")
+    env = {"IPCSHIM_BUILD_DIR": build, "MESON_SETUP_ARGS": "-Dtoolkit=" + os.path.join(WORK, "no-cuda")}
+    status, out, err = run([script("ipcshim-run"), "--", "true"], env=env, timeout=180)
+    eq(status, 1, f"{out}{err}")
+    check("CUDA Toolkit not usable at" in err and f"ipcshim-run: could not build in {build}" in err, err)
+    check("target not found" not in err and "ninja: error" not in err and "install-deps installs" not in err, err)
+    # find-cuda finding nothing (a stand-in for it in a copy of lib.sh's folder).
+    fake = os.path.join(WORK, "nocuda-top")
+    os.makedirs(os.path.join(fake, "scripts"), exist_ok=True)
+    shutil.copy(script("lib.sh"), os.path.join(fake, "scripts"))
+    with open(os.path.join(fake, "scripts", "find-cuda"), "w") as f:
+        f.write("#!/bin/sh\necho 'CUDA Toolkit not found (no include/cuda.h) in any of: ...' >&2\nexit 1\n")
+    os.chmod(os.path.join(fake, "scripts", "find-cuda"), 0o755)
+    status, out, err = run(["bash", "-c", ". scripts/lib.sh && check_cuda"], cwd=fake,
+                           env={"IPCSHIM_BUILD_DIR": os.path.join(fake, "build"), "MESON_SETUP_ARGS": ""})
+    eq(status, 1, err)
+    check("CUDA Toolkit not found" in err and "needs the CUDA Toolkit's headers" in err and
+          "--install-deps does not install it" in err, err)
+    # A folder configured without tests still builds the simulator and the
+    # demo's program (-Dsim, the default)...
+    build = os.path.join(WORK, "build-notests")
+    status, out, err = run(["meson", "setup", build, SRC, "-Dtests=disabled"], cwd=WORK, timeout=180)
+    eq(status, 0, f"{out[-2000:]}{err[-2000:]}")
+    env = {"IPCSHIM_BUILD_DIR": build, "LD_PRELOAD": ""}
+    status, out, err = run([script("ipcshim-run"), "--demo"], env=env, cwd=WORK, timeout=400)
+    eq(status, 0, f"--demo with a -Dtests=disabled folder: {out}{err}")
+    check("the producer's cudaFree was deferred" in out, out)
+    # ... and one without the simulator either is named, with the option.
+    status, out, err = run(["meson", "configure", build, "-Dsim=false"], timeout=120)
+    eq(status, 0, err)
+    for f in ("tests/simcuda/libcuda.so.1", "tests/e2e/pair-runtime"):
+        os.unlink(os.path.join(build, f))
+    status, out, err = run([script("ipcshim-run"), "--sim", "--", "true"], env=env, cwd=WORK, timeout=180)
+    eq(status, 1, f"{out}{err}")
+    check(f"{build} is configured with -Dtests=disabled -Dsim=false: it builds no simulator" in err and
+          f"meson configure {build} -Dsim=true" in err and "target not found" not in err, err)
 
 
 if __name__ == "__main__":

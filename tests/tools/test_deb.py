@@ -1,16 +1,19 @@
 """The Debian package: `dpkg-buildpackage -us -uc -b` on a copy of the tree
 builds libipcshim0 (the library, soname libipcshim.so.0, in the multiarch
-libdir), libipcshim-dev (header, pkg-config file, the .so link) and ipcshim
-(ipcshim-run, ipcshim-stat, man pages); lintian reports no error (its
-warnings are printed as TAP comments); the packages unpacked with `dpkg -x`
-into a temporary root give a launcher that preloads the unpacked soname and
-protects a program on the simulator. A real `dpkg -i` into the system (and
+libdir), libipcshim-dev (header, pkg-config file, the .so link), ipcshim
+(ipcshim-run, ipcshim-stat, man pages) and ipcshim-sim (the simulated GPU
+and the demo's program in a private folder, no shlibs, no ldconfig
+trigger); lintian reports no error (its warnings are printed as TAP
+comments); the packages unpacked with `dpkg -x` into a temporary root give
+a launcher that preloads the unpacked soname, protects a program on the
+simulator, and runs `--demo` and `--sim` with the unpacked simulator. A real `dpkg -i` into the system (and
 `dpkg -r` afterwards) runs only as root with CI set: a CI machine is
 disposable, a developer's is not changed by a test. Skips, saying why,
 without debhelper / dpkg-dev / fakeroot."""
 import atexit
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,7 +29,7 @@ WORK = tempfile.mkdtemp(prefix="ipcshim-deb-")
 atexit.register(shutil.rmtree, WORK, True)
 ROOT = os.path.join(WORK, "root")
 PAIR = [os.path.join(os.environ["E2E_BIN_DIR"], "pair-runtime"), "--free", "while-reading"]
-PACKAGES = ("libipcshim0", "libipcshim-dev", "ipcshim")
+PACKAGES = ("libipcshim0", "libipcshim-dev", "ipcshim", "ipcshim-sim")
 state = {}
 
 
@@ -51,7 +54,7 @@ def debs():
     return {p: os.path.join(WORK, f"{p}_{state['version']}_{state['arch']}.deb") for p in PACKAGES}
 
 
-def test_dpkg_buildpackage_builds_three_packages():
+def test_dpkg_buildpackage_builds_four_packages():
     missing = [tool for tool, pkg in (("dpkg-buildpackage", "dpkg-dev"), ("dh", "debhelper"),
                                       ("fakeroot", "fakeroot")) if not shutil.which(tool)]
     if missing:
@@ -91,7 +94,9 @@ def test_packages_hold_the_library_header_pc_commands_and_man_pages():
             "libipcshim-dev": ["./usr/include/ipcshim.h", f"./usr/lib/{ma}/libipcshim.so ",
                                f"./usr/lib/{ma}/pkgconfig/ipcshim.pc"],
             "ipcshim": ["./usr/bin/ipcshim-run", "./usr/bin/ipcshim-stat", "./usr/share/man/man1/ipcshim-run.1",
-                        "./usr/share/man/man1/ipcshim-stat.1"]}
+                        "./usr/share/man/man1/ipcshim-stat.1"],
+            "ipcshim-sim": [f"./usr/lib/{ma}/ipcshim/sim/{name}"
+                            for name in ("libcuda.so.1", "libcudart.so.13", "pair-runtime")]}
     for pkg, path in debs().items():
         status, out, err = run(["dpkg-deb", "-c", path])
         eq(status, 0, err)
@@ -99,6 +104,15 @@ def test_packages_hold_the_library_header_pc_commands_and_man_pages():
             check(name in out, f"{pkg} has {name}: {out}")
     status, out, _ = run(["dpkg-deb", "-f", debs()["ipcshim"], "Depends"])
     check("libipcshim0 (= " in out, f"ipcshim depends on its library: {out}")
+    status, out, _ = run(["dpkg-deb", "-f", debs()["ipcshim"], "Recommends"])
+    check("ipcshim-sim" in out, f"ipcshim recommends the simulator: {out}")
+    status, out, err = run(["dpkg-deb", "-c", debs()["ipcshim-sim"]])
+    check(not re.search(r"\./usr/lib/[^/]+/lib", out), f"nothing of the simulator on the library path: {out}")
+    control = os.path.join(WORK, "sim-control")
+    status, out, err = run(["dpkg-deb", "-e", debs()["ipcshim-sim"], control])
+    eq(status, 0, err)
+    check(not {"shlibs", "triggers", "symbols"} & set(os.listdir(control)),
+          f"the simulator's libraries are private (no shlibs, no ldconfig trigger): {os.listdir(control)}")
 
 
 def test_lintian_reports_no_error():
@@ -143,6 +157,23 @@ def test_unpacked_launcher_protects_a_program():
         eq(status, 0, f"unpacked ipcshim-stat: {err}")
     finally:
         cleanup(domain)
+    demo_and_sim(launcher, os.path.join(ROOT, "usr", "lib", ma, "ipcshim", "sim"), "xsim")
+
+
+def demo_and_sim(launcher, simdir, tag):
+    """The launcher's --demo, and --sim with the demo's program, on the
+    packaged simulator (nothing of the build folder on LD_LIBRARY_PATH)."""
+    status, out, err = run([launcher, "--demo"], env={"LD_PRELOAD": "", "LD_LIBRARY_PATH": ""}, cwd=WORK, timeout=120)
+    eq(status, 0, f"{launcher} --demo: {out}{err}")
+    check("ipcshim demo on " in out and "the producer's cudaFree was deferred" in out, out)
+    domain, env = sim_env(tag)
+    try:
+        status, out, err = run([launcher, "--sim", "--", os.path.join(simdir, "pair-runtime"), "--free",
+                                "while-reading"], env=dict(env, LD_LIBRARY_PATH=""))
+        eq(status, 0, f"{launcher} --sim: {out}{err}")
+        check("consumer 0: ok" in out and "reclaimed: yes" in out, out)
+    finally:
+        cleanup(domain)
 
 
 def test_installed_package_runs_a_program():
@@ -165,6 +196,7 @@ def test_installed_package_runs_a_program():
             eq(out.strip(), f"/usr/lib/{multiarch()}/libipcshim.so.0", "preloads the installed soname")
         finally:
             cleanup(domain)
+        demo_and_sim("/usr/bin/ipcshim-run", f"/usr/lib/{multiarch()}/ipcshim/sim", "isim")
     finally:
         run(["dpkg", "-r", *reversed(PACKAGES)], timeout=120)
 

@@ -1,11 +1,20 @@
 """The documentation is checked, not trusted:
 
 - every entry of core/options.def is in docs/environment.md with its default;
-- every shell command in a ```sh block of README.md or docs/*.md is listed
-  in COMMANDS below, and is either run here (verbatim, or rewritten where it
-  names a placeholder program or a GPU-only setting; the rewrite is shown),
-  or named with the test that runs it; a listed command that no page shows
-  any more is an error too;
+- every shell command in a ```sh block of README.md or docs/*.md (and in a
+  ```text block: crash-safety.md writes its commands so) is listed in
+  COMMANDS below, and is either run here (verbatim, or rewritten where it
+  names a placeholder program, a GPU-only setting or hours of running; the
+  rewrite is shown), or named with the test that runs it, or marked NotRun
+  with the reason (a container runtime, root, a change to the whole
+  machine); a listed command that no page shows any more is an error too. A
+  Run that needs what this machine may lack (matplotlib, valgrind, a
+  libFuzzer build) says so and is skipped, with the reason printed, without
+  it;
+- a plain ``` block right after a ```sh block shows what that block's last
+  command prints: it is run and each line shown must match a line it
+  printed (whole numbers exactly; decimals, pids and "…" stand for any),
+  and every line the shim printed (`ipcshim[PID]: `) must be shown;
 - the ```c blocks of docs/usage.md are compiled and run (the C/C++ example),
   and every ```python block parses.
 
@@ -44,21 +53,46 @@ def toolkit():
 CUDA = toolkit()
 
 
-def Run(command=None, expect=None, why=None):
+def Run(command=None, expect=None, why=None, needs=None):
     """Run here: the documented command (None) or this rewrite; status 0 and
-    `expect` in the output."""
-    return ("run", command, expect, why)
+    `expect` in the output. `needs`: a function that returns why it cannot
+    run on this machine (then it is skipped, and the reason printed), or
+    None."""
+    return ("run", command, expect, why, needs)
 
 
 def Covered(path, needle, why=None):
     """Run by another test: `needle` (its name) must occur in `path`."""
-    return ("covered", path, needle, why)
+    return ("covered", path, needle, why, None)
 
 
 def NotRun(why):
     """Shown but run by no test, for the reason given (printed with the
     results): a container runtime, or a change to the whole machine."""
-    return ("notrun", None, None, why)
+    return ("notrun", None, None, why, None)
+
+
+def python_with(name):
+    """The python3 on PATH, else Debian's, if it imports name; or None."""
+    for exe in ("python3", "/usr/bin/python3"):
+        if shutil.which(exe) and subprocess.run([exe, "-c", f"import {name}"], capture_output=True).returncode == 0:
+            return shutil.which(exe)
+    return None
+
+
+def module(name):
+    """needs: a python3 that imports name ({name_python} in the command)."""
+    return lambda: None if python_with(name) else f"neither python3 on PATH nor /usr/bin/python3 imports {name}"
+
+
+def program(name):
+    """needs: name is on PATH."""
+    return lambda: None if shutil.which(name) else f"{name} is not installed"
+
+
+def built(path):
+    """needs: the build folder has path (a target built only with some tools)."""
+    return lambda: None if os.path.exists(os.path.join(BUILD, path)) else f"{path} is not built here"
 
 
 GPU_ONLY = "needs a GPU and the library; scripts/gpu-check runs it, here its Python is parsed"
@@ -102,17 +136,46 @@ COMMANDS = {
             "removed /dev/shm/ipcshim-"),
     "ipcshim-stat --json --watch 0.5 > run.jsonl":
         Run("ipcshim-stat --json --watch 0.1 --count 3 > run.jsonl && test $(wc -l < run.jsonl) = 3"),
-    "ipcshim-plot run.jsonl -o run.png": Covered("tests/tools/test_observe.py", "test_plot_of_a_recorded_run",
-                                                 "needs matplotlib; that test records a run and checks the PNG"),
+    "ipcshim-plot run.jsonl -o run.png":
+        Run("{matplotlib_python} $(command -v ipcshim-plot) run.jsonl -o run.png && test -s run.png", "-> run.png",
+            "the log the line before recorded, with a python3 that has matplotlib; tools-observe draws a run with "
+            "a death and checks the marks", needs=module("matplotlib")),
+    "ipcshim-plot --help": Run(None, "--output"),
     "IPCSHIM_LEAK_REPORT=full ipcshim-run -- ./program":
         Covered("tests/e2e/test_leaks.c", "consumer_that_never_closes", "programs that leak, each kind"),
     "IPCSHIM_LOG=info ipcshim-run -- ./program": Run("IPCSHIM_LOG=info ipcshim-run -- {pair}", "options in effect"),
     "IPCSHIM_LOG=debug IPCSHIM_LOG_FILE=/tmp/ipcshim.log ipcshim-run -- ./program":
         Run("IPCSHIM_LOG=debug IPCSHIM_LOG_FILE=$PWD/ipcshim.log ipcshim-run -- {pair}", "consumer 0: ok"),
     "grep -h 'ipcshim\\[' /tmp/ipcshim.log": Run("grep -h 'ipcshim\\[' ipcshim.log", "debug: attached to"),
-    "IPCSHIM_STATS=1 ipcshim-run -- ./producer":
-        Run("IPCSHIM_STATS=1 ipcshim-run -- ./producer | ipcshim-run -- ./consumer", ": exports 1, ",
-            "with a consumer, so that the producer's exit does not wait for one"),
+    "IPCSHIM_STATS=1 ipcshim-run -- ./producer | ipcshim-run -- ./consumer": Run(None, ": exports 1, "),
+    "IPCSHIM_LOG=info ipcshim-run -- valgrind --trace-children=yes --error-exitcode=99 "
+    "--suppressions=/usr/share/ipcshim/ipcshim.supp ./program":
+        Run("IPCSHIM_LOG=info ipcshim-run -- valgrind --trace-children=yes --error-exitcode=99 "
+            "--suppressions={src}/scripts/ipcshim.supp ./producer | ipcshim-run -- ./consumer; "
+            "s=(${{PIPESTATUS[@]}}); test ${{s[0]}} = 0 -a ${{s[1]}} = 0",
+            "consumer read 0x1010101", "the producer of docs/usage.md under memcheck, with its consumer; the "
+            "suppressions of the source tree", needs=program("valgrind")),
+    # docs/crash-safety.md (its commands are ```text blocks)
+    "cd build": Run("true", None, "with the next line, which names the build folder"),
+    "IPCSHIM_SOAK_ROUNDS=1200 CRASH_BIN_DIR=$PWD/tests/crash E2E_BIN_DIR=$PWD/tests/e2e "
+    "IPCSHIM_LIB=$PWD/shim/libipcshim.so SIMCUDA_DIR=$PWD/tests/simcuda "
+    "tests/crash/test-crash-soak --filter '*random*'":
+        Run("cd {build} && IPCSHIM_SOAK_ROUNDS=2 CRASH_BIN_DIR=$PWD/tests/crash E2E_BIN_DIR=$PWD/tests/e2e "
+            "IPCSHIM_LIB=$PWD/shim/libipcshim.so SIMCUDA_DIR=$PWD/tests/simcuda tests/crash/test-crash-soak "
+            "--filter '*random*'", "soak summary: rounds 2", "2 rounds instead of 1200 (crash-soak runs 60)",
+            needs=built("tests/crash/test-crash-soak")),
+    "ninja -C build && scripts/soak --minutes 30 --seed 20261123":
+        Run("{src}/scripts/soak --minutes 0.02 --build {build} --seed 20261123 > soak.out 2>&1; s=$?; cat soak.out; "
+            "rm -f $(sed -n 's/^soak: .*, log \\(\\S*\\)$/\\1/p' soak.out); exit $s", "bytes lost 0",
+            "one round instead of 30 minutes, on the build meson test made", needs=built("tests/crash/soak")),
+    "mkdir -p /tmp/fuzz && cd /tmp/fuzz": Run("mkdir -p fuzz && cd fuzz", None, "in the scratch folder"),
+    "/path/to/build/tests/fuzz/fuzz-registry -max_total_time=3600 -timeout=10 -create_missing_dirs=1 work "
+    "/path/to/ipcshim/tests/fuzz/corpus":
+        Run("mkdir -p fuzz && cd fuzz && {build}/tests/fuzz/fuzz-registry -max_total_time=2 -timeout=10 "
+            "-create_missing_dirs=1 work {src}/tests/fuzz/corpus", "Done ",
+            "2 s instead of an hour (fuzz-registry runs 20 s)", needs=built("tests/fuzz/fuzz-registry")),
+    "tests/model/check": Covered("tests/model/meson.build", "lease-model",
+                                 "spin's model check of the lease protocol, minutes of it"),
     "rm -f /dev/shm/ipcshim-$(id -u)-job42":
         Run("IPCSHIM_DOMAIN={domain}-rm ipcshim-run -- {pair} >/dev/null && test -e /dev/shm/ipcshim-$(id -u)-{domain}-rm"
             " && rm -f /dev/shm/ipcshim-$(id -u)-{domain}-rm && ! ipcshim-stat --domain {domain}-rm"),
@@ -120,14 +183,19 @@ COMMANDS = {
     "meson setup build": Covered("scripts/lib.sh", "meson setup", "how every test's build folder is made"),
     "ninja -C build": Covered("scripts/lib.sh", "ninja -C", "how every test's build folder is built"),
     "meson install -C build": Covered("tests/tools/test_install.py", "test_meson_install_destdir"),
-    "python3 -m venv --system-site-packages venv && . venv/bin/activate":
+    "python3 -m venv venv && . venv/bin/activate": Covered("tests/tools/test_wheel.py", '"-m", "venv", PLAIN'),
+    "pip install .": Covered("tests/tools/test_wheel.py", "test_pip_install_in_a_plain_venv",
+                             "in a plain venv, pip fetching the backend; skips when the package index is unreachable"),
+    "ipcshim-run --demo": Covered("tests/tools/test_wheel.py", "demo_and_sim(",
+                                  "the venv's ipcshim-run --demo on the simulator inside the wheel"),
+    "/usr/bin/python3 -m venv --system-site-packages venv && . venv/bin/activate":
         Covered("tests/tools/test_wheel.py", '"venv", "--system-site-packages"'),
     "pip install --no-build-isolation .": Covered("tests/tools/test_wheel.py", '"--no-build-isolation"',
                                                   "pip wheel of a copy of the tree, then pip install of the wheel"),
     "python -m ipcshim -- ./program":
         Covered("tests/tools/test_wheel.py", "test_python_m_ipcshim_protects_a_program_on_the_simulator"),
     "dpkg-buildpackage -us -uc -b": Covered("tests/tools/test_deb.py", '"dpkg-buildpackage", "-us", "-uc", "-b"'),
-    "sudo apt-get install ../ipcshim_0.1.0_amd64.deb ../libipcshim0_0.1.0_amd64.deb":
+    "sudo apt-get install ../ipcshim_0.1.0_amd64.deb ../libipcshim0_0.1.0_amd64.deb ../ipcshim-sim_0.1.0_amd64.deb":
         Covered("tests/tools/test_deb.py", "test_installed_package_runs_a_program",
                 "dpkg -i as root with CI set; otherwise the packages are unpacked (dpkg -x) and run"),
     # docs/deploy.md
@@ -202,21 +270,82 @@ def pages():
     return ["README.md"] + sorted(os.path.relpath(p, SRC) for p in glob.glob(os.path.join(SRC, "docs", "*.md")))
 
 
-def blocks(page, lang):
+def fenced(page):
+    """[(lang, body, start, end)]: the fenced blocks of page, in order."""
     text = open(os.path.join(SRC, page)).read()
-    return [m.group(1) for m in re.finditer(r"^```" + lang + r"\n(.*?)^```", text, re.S | re.M)]
+    return [(m.group(1), m.group(2), m.start(), m.end())
+            for m in re.finditer(r"^```(\w*)\n(.*?)^```[ \t]*$", text, re.S | re.M)]
+
+
+def blocks(page, lang):
+    return [body for kind, body, _, _ in fenced(page) if kind == lang]
+
+
+COMMAND_LANGS = ("sh", "text")
+
+
+def block_commands(block):
+    """The commands of a block: continuation lines joined, comments and blank
+    lines dropped, runs of blanks made one."""
+    found = []
+    for line in block.replace("\\\n", " ").splitlines():
+        line = " ".join(re.sub(r"\s+#\s.*$", "", line).split())
+        if line and not line.startswith("#"):
+            found.append(line)
+    return found
 
 
 def commands():
-    """[(page, command)] in page order: comments and blank lines dropped."""
-    found = []
+    """[(page, command)] in page order."""
+    return [(page, cmd) for page in pages() for kind, body, _, _ in fenced(page) if kind in COMMAND_LANGS
+            for cmd in block_commands(body)]
+
+
+def shown_outputs():
+    """{command: [(page, lines)]}: a plain ``` block with nothing but blank
+    lines between it and the ```sh block before it shows what that block's
+    last command prints."""
+    shown = {}
     for page in pages():
-        for block in blocks(page, "sh"):
-            for line in block.replace("\\\n", " ").splitlines():
-                line = re.sub(r"\s+#\s.*$", "", line).strip()
-                if line and not line.startswith("#"):
-                    found.append((page, line))
-    return found
+        text = open(os.path.join(SRC, page)).read()
+        found = fenced(page)
+        for (kind, body, _, end), (nkind, nbody, nstart, _) in zip(found, found[1:]):
+            if kind == "sh" and nkind == "" and not text[end:nstart].strip() and block_commands(body):
+                shown.setdefault(block_commands(body)[-1], []).append((page, nbody.splitlines()))
+    return shown
+
+
+def line_pattern(line):
+    """A line shown in the docs as a pattern: whole numbers exact; a decimal,
+    the pid of "ipcshim[PID]" and "…" stand for any."""
+    out = []
+    for tok in re.split(r"(…|\d+\.\d+|ipcshim\[\d+\])", line):
+        if tok == "…":
+            out.append(".*?")
+        elif re.fullmatch(r"\d+\.\d+", tok):
+            out.append(r"\d+\.\d+")
+        elif tok.startswith("ipcshim["):
+            out.append(r"ipcshim\[\d+\]")
+        else:
+            out.append(re.escape(tok))
+    return re.compile("".join(out) + "$")
+
+
+def output_mismatch(shown, printed):
+    """Why the lines shown differ from those printed, or None: each shown
+    line matches a line printed (a different one each), and each line of the
+    shim's (ipcshim[PID]: ...) is shown."""
+    left = list(printed)
+    problems = []
+    for line in shown:
+        pat = line_pattern(line)
+        hit = next((p for p in left if pat.match(p)), None)
+        if hit is None:
+            problems.append(f"shown, not printed: {line}")
+        else:
+            left.remove(hit)
+    problems += [f"printed, not shown: {p}" for p in left if re.match(r"ipcshim\[\d+\]: ", p)]
+    return "\n    ".join(problems) or None
 
 
 def test_every_option_is_documented_with_its_default():
@@ -242,7 +371,7 @@ def test_every_command_is_listed():
 
 
 def test_covering_tests_exist():
-    for cmd, (kind, path, needle, _) in COMMANDS.items():
+    for cmd, (kind, path, needle, _, _) in COMMANDS.items():
         if kind != "covered":
             continue
         full = os.path.join(SRC, path)
@@ -251,7 +380,7 @@ def test_covering_tests_exist():
 
 
 def test_commands_not_run_say_why():
-    for cmd, (kind, _, _, why) in COMMANDS.items():
+    for cmd, (kind, _, _, why, _) in COMMANDS.items():
         if kind == "notrun":
             check(why, f"{cmd}: NotRun without a reason")
             print(f"# not run: {cmd}: {why}", flush=True)
@@ -325,6 +454,7 @@ def test_documented_commands_run():
     os.mkdir(bindir)
     os.symlink(os.path.join(SRC, "scripts", "ipcshim-run"), os.path.join(bindir, "ipcshim-run"))
     os.symlink(os.path.join(BUILD, "scripts", "ipcshim-stat"), os.path.join(bindir, "ipcshim-stat"))
+    os.symlink(os.path.join(SRC, "scripts", "ipcshim-plot"), os.path.join(bindir, "ipcshim-plot"))
     for block in blocks("docs/usage.md", "c"):
         name = re.match(r"/\* (\w+\.c)", block)
         check(name, f"a C block of docs/usage.md does not start with /* NAME.c: {block[:40]}")
@@ -335,7 +465,8 @@ def test_documented_commands_run():
     env = {"PATH": bindir + os.pathsep + os.environ["PATH"], "LD_LIBRARY_PATH": os.environ["SIMCUDA_DIR"],
            "SIMCUDA_MACHINE": DOMAIN, "IPCSHIM_DOMAIN": DOMAIN, "IPCSHIM_BUILD_DIR": BUILD, "LD_PRELOAD": "",
            "IPCSHIM_EXIT_WAIT": "5s"}
-    subst = {"src": SRC, "build": BUILD, "cuda": CUDA, "domain": DOMAIN, "pair": PAIR}
+    subst = {"src": SRC, "build": BUILD, "cuda": CUDA, "domain": DOMAIN, "pair": PAIR,
+             "matplotlib_python": python_with("matplotlib")}
     failures = []
     try:
         # The C examples are built first (README runs them before usage.md
@@ -348,21 +479,36 @@ def test_documented_commands_run():
             eq(status, 0, f"cc {c}: {err}")
         status, out, err = run(["ipcshim-run", "--", *PAIR.split()], env=env, cwd=work, timeout=120)
         eq(status, 0, f"setup run: {out}{err}")
-        done = set()
+        done, shown, ran = set(), shown_outputs(), 0
         for page, cmd in commands():
-            kind, how, expect, _ = COMMANDS.get(cmd, ("unknown", None, None, None))
+            kind, how, expect, _, needs = COMMANDS.get(cmd, ("unknown", None, None, None, None))
             if kind != "run" or cmd in done:
                 continue
             done.add(cmd)
+            missing = needs() if needs else None
+            if missing:
+                print(f"# skipped here: {cmd}: {missing}", flush=True)
+                continue
             line = (how or cmd).format(**subst) if how else cmd
             try:
                 status, out, err = run(["bash", "-c", line], env=env, cwd=work, timeout=120)
             except subprocess.TimeoutExpired:
                 failures.append(f"{page}: {cmd}\n  ran: {line}\n  timed out")
                 continue
+            ran += 1
             if status != 0 or (expect and expect not in out + err):
                 failures.append(f"{page}: {cmd}\n  ran: {line}\n  status {status}, expected "
                                 f"'{expect}'\n  output: {(out + err)[-1500:]}")
+                continue
+            for where, lines in shown.get(cmd, []):
+                why = output_mismatch(lines, (out + err).splitlines())
+                if why:
+                    failures.append(f"{where}: the output shown after `{cmd}` is not what it prints:\n    {why}\n"
+                                    f"  output: {(out + err)[-1500:]}")
+        print(f"# {ran} documented command(s) run", flush=True)
+        unshown = [f"{page}: {cmd}" for cmd, where in shown.items() for page, _ in where
+                   if COMMANDS.get(cmd, ("",))[0] != "run"]
+        check(not unshown, "an output shown after a command that is not run here:\n" + "\n".join(unshown))
     finally:
         shutil.rmtree(work, ignore_errors=True)
         for name in os.listdir("/dev/shm"):

@@ -1,9 +1,10 @@
 """Finding the CUDA Toolkit (scripts/find-cuda, which meson.build runs): a
 wrapper script named nvcc earlier on PATH that execs the real nvcc does not
 send the build to the wrapper's folder (nvcc itself is asked where its
-toolkit is); a CUDA_HOME without include/cuda.h is passed over, named in
---verbose, for the next place; and `meson setup` with only the wrapper on
-PATH configures with the real toolkit."""
+toolkit is); a CUDA_HOME that does not exist or has no include/cuda.h is
+passed over for the next place with a warning that names both (also in
+`meson setup`'s output); and `meson setup` with only the wrapper on PATH
+configures with the real toolkit."""
 import atexit
 import os
 import re
@@ -65,6 +66,23 @@ def test_bad_cuda_home_is_named_and_passed_over():
     eq(status, 0, err)
     eq(out.strip(), TOOLKIT, "the next place in order")
     check(f"CUDA_HOME: {bogus} has no include/cuda.h" in err, err)
+    for home, why in ((bogus, "has no include/cuda.h"), (os.path.join(WORK, "no-such-dir"), "does not exist")):
+        status, out, err = run([FIND], env={"PATH": path, "CUDA_HOME": home})
+        eq(status, 0, err)
+        eq(out.strip(), TOOLKIT, "the next place in order")
+        check(err.startswith(f"find-cuda: warning: CUDA_HOME={home} {why}; using {TOOLKIT} instead, from ")
+              and err.count("\n") == 1, f"one warning, without --verbose: {err}")
+
+
+def test_meson_setup_warns_about_a_missing_cuda_home():
+    if not NVCC:
+        return "no CUDA Toolkit with bin/nvcc here"
+    home = os.path.join(WORK, "no-such-cuda")
+    status, out, err = run(["meson", "setup", os.path.join(WORK, "build-home"), SOURCE, "-Dtests=disabled",
+                            "-Dsim=false"], cwd=WORK, timeout=120, env={"CUDA_HOME": home})
+    eq(status, 0, f"meson setup: {out[-2000:]}{err[-2000:]}")
+    check(f"WARNING: find-cuda: warning: CUDA_HOME={home} does not exist; using {TOOLKIT} instead" in out + err,
+          f"meson shows the warning: {out[-2000:]}")
 
 
 def test_arguments():

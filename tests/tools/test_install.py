@@ -3,7 +3,9 @@ the library (with the soname libipcshim.so.0 and the -dev link), the header,
 the pkg-config file (with the version), ipcshim-run and ipcshim-stat with
 --help and --version, and their man pages; the installed launcher preloads
 the installed soname and protects a real program (pair-runtime on the
-simulator)."""
+simulator); the simulated GPU and the demo's program are installed in a
+private folder (LIBDIR/ipcshim/sim, -Dsim), with which the installed
+`ipcshim-run --demo` and `--sim` work, and without which they say so."""
 import atexit
 import json
 import os
@@ -32,6 +34,8 @@ def option(name):
 
 PREFIX, BINDIR, LIBDIR = option("prefix"), option("bindir"), option("libdir")
 INCLUDEDIR, MANDIR = option("includedir"), option("mandir")
+SIM = option("sim")
+SIMDIR = os.path.join(LIBDIR, "ipcshim", "sim")
 
 
 def staged(subdir, name=""):
@@ -171,9 +175,15 @@ def test_installed_launcher_errors():
     status, _, err = run([staged(BINDIR, "ipcshim-run"), "--", "true"], env={"IPCSHIM_LIBRARY": "/nonexistent.so"})
     eq(status, 1, "missing library")
     check("library not found at /nonexistent.so" in err, err)
-    status, _, err = run([staged(BINDIR, "ipcshim-run"), "--demo"])
-    eq(status, 2, "--demo outside a checkout")
-    check("needs a source checkout" in err, err)
+    # A launcher whose simulator is not where it looks (moved away from it).
+    moved = os.path.join(DEST, "moved", "bin")
+    os.makedirs(moved, exist_ok=True)
+    shutil.copy(staged(BINDIR, "ipcshim-run"), moved)
+    for flag in (["--demo"], ["--sim", "--", "true"]):
+        status, _, err = run([os.path.join(moved, "ipcshim-run"), *flag],
+                             env={"IPCSHIM_LIBRARY": staged(LIBDIR, "libipcshim.so.0")})
+        eq(status, 2, f"{flag[0]} without the simulator")
+        check(f"ipcshim-run: {flag[0]}: the simulated GPU is not installed" in err and "ipcshim-sim" in err, err)
     # Argument errors name the command, never the script's path or a line.
     for argv, status_want, msg in ((["--bogus"], 2, "ipcshim-run: unknown option --bogus"),
                                    (["--", "no-such-command-here"], 127, "no-such-command-here: command not found"),
@@ -181,6 +191,38 @@ def test_installed_launcher_errors():
         status, _, err = run([staged(BINDIR, "ipcshim-run"), *argv])
         eq(status, status_want, f"ipcshim-run {argv}")
         check(msg in err and "line " not in err and "/bin/ipcshim-run" not in err, f"ipcshim-run {argv}: {err}")
+
+
+def test_simulator_is_installed_in_a_private_folder():
+    if not SIM:
+        return "configured with -Dsim=false: no simulator installed"
+    for name in ("libcuda.so.1", "libcudart.so.13", "pair-runtime"):
+        check(os.path.isfile(staged(SIMDIR, name)), f"{SIMDIR}/{name} installed")
+    check(not os.path.exists(staged(LIBDIR, "libcuda.so.1")) and not os.path.exists(staged(LIBDIR, "libcudart.so.13")),
+          "nothing of the simulator on the library path")
+    text = open(staged(BINDIR, "ipcshim-run")).read()
+    check(f'installed_simdir="{os.path.join(PREFIX, SIMDIR)}"' in text, "the launcher knows where it is")
+
+
+def test_installed_launcher_runs_the_demo_and_sim():
+    if not SIM:
+        return "configured with -Dsim=false: no simulator installed"
+    status, out, err = run([staged(BINDIR, "ipcshim-run"), "--demo"], env={"LD_PRELOAD": ""}, cwd=DEST, timeout=120)
+    eq(status, 0, f"installed ipcshim-run --demo: {out}{err}")
+    check("ipcshim demo on " in out and "the producer's cudaFree was deferred" in out, out)
+    check("the memory was really freed" in out, out)
+    domain, senv = sim_env("sim")
+    try:
+        status, out, err = run([staged(BINDIR, "ipcshim-run"), "--sim", "--", "sh", "-c", 'echo "$LD_LIBRARY_PATH"'],
+                               env=dict(senv, LD_LIBRARY_PATH="/elsewhere"))
+        eq(status, 0, err)
+        eq(out.strip(), os.path.realpath(staged(SIMDIR)) + ":/elsewhere", "--sim puts the installed simulator first")
+        status, out, err = run([staged(BINDIR, "ipcshim-run"), "--sim", "--", staged(SIMDIR, "pair-runtime"),
+                                "--free", "while-reading"], env=dict(senv, LD_LIBRARY_PATH=""))
+        eq(status, 0, f"installed --sim: {out}{err}")
+        check("consumer 0: ok" in out and "reclaimed: yes" in out, out)
+    finally:
+        cleanup(domain)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """Observability tools: ipcshim-stat --leaks, --prometheus (validated with
 prometheus_client's OpenMetrics parser), --all, --remove, the dead-pinned
-hint, and ipcshim-plot turning a recorded run into a PNG.
+hint, and ipcshim-plot turning a recorded run into a PNG: its panel for
+blocks of dead exporters only when there are some, and its mark for a
+consumer killed and swept between two snapshots.
 
 Registries in known states come from stat-scenario (as in test_stat.py);
 the plot records a real pair of programs under the shim on the simulator.
@@ -10,8 +12,12 @@ under /usr/bin/python3 rather than the python3 running this file, so each
 is looked for in both; a test that finds neither skips and says why."""
 import json
 import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -228,6 +234,122 @@ def test_plot_of_a_recorded_run():
             if os.path.exists(os.path.join(work, name)):
                 os.unlink(os.path.join(work, name))
         os.rmdir(work)
+
+
+def png_size(path):
+    data = open(path, "rb").read()
+    eq(data[:8], b"\x89PNG\r\n\x1a\n", "PNG signature")
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def snapshot(t_ms, holders, blocks=(), domain="plot"):
+    """A snapshot of ipcshim-stat --json with the keys ipcshim-plot reads."""
+    full = []
+    for h in holders:
+        full.append(dict({"pid": 0, "alive": True, "command": "prog", "imports": 0, "opens": 0, "exported_bytes": 0,
+                          "imported_bytes": 0, "limbo_bytes": 0, "dead_pinned_bytes": 0}, **h))
+    return json.dumps({"format": "ipcshim-stat", "version": 1, "domain": domain, "time_unix_ms": t_ms,
+                       "holders": full, "blocks": list(blocks)})
+
+
+def plot(py, lines, work, name):
+    log, png = os.path.join(work, name + ".jsonl"), os.path.join(work, name + ".png")
+    with open(log, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    status, out, err = run([py, PLOT, log, "-o", png])
+    eq(status, 0, f"ipcshim-plot {name}: {out}{err}")
+    return out, png_size(png)
+
+
+def test_plot_draws_the_dead_pinned_panel_only_with_data():
+    """Without a block of a dead exporter there is no panel for it (three
+    panels, a shorter picture, and a line saying so); with one, four."""
+    py = python_with("matplotlib")
+    if not py:
+        return "matplotlib is not installed (Debian: python3-matplotlib)"
+    work = tempfile.mkdtemp(prefix="ipcshim-obs-panels-")
+    try:
+        producer = {"pid": 10, "exported_bytes": 1 << 20}
+        consumer = {"pid": 11, "imports": 1, "opens": 1, "imported_bytes": 1 << 20}
+        out, (w3, h3) = plot(py, [snapshot(1000, [producer, consumer]), snapshot(1500, [producer])], work, "none")
+        check("no process held blocks of a dead exporter: that panel is left out" in out, out)
+        pinned = dict(consumer, dead_pinned_bytes=1 << 20)
+        out, (w4, h4) = plot(py, [snapshot(1000, [producer, consumer]), snapshot(1500, [pinned])], work, "pinned")
+        check("left out" not in out, out)
+        eq(w3, w4, "same width")
+        check(h4 > h3 * 1.15, f"four panels are taller than three: {h4} vs {h3}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_plot_marks_a_consumer_killed_between_two_samples():
+    """A consumer SIGKILLed and swept between two snapshots never shows as
+    dead in the log: the plot marks it all the same, as gone while holding
+    its mapping, and marks nobody else. Real programs under the shim: the
+    demo pair with two consumers; one snapshot while both hold the block,
+    the kill, then (skipping the snapshots in which it shows dead) one once
+    the producer's sweep removed it."""
+    py = python_with("matplotlib")
+    if not py:
+        return "matplotlib is not installed (Debian: python3-matplotlib)"
+    domain = f"obs-kill-{PID}"
+    work = tempfile.mkdtemp(prefix="ipcshim-obs-kill-")
+    prog = os.path.join(os.environ["E2E_BIN_DIR"], "pair-runtime")
+    p = subprocess.Popen([prog, "--free", "while-reading", "--hold", "8000", "--consumers", "2", "--blocks", "1"],
+                         env=sim_env(domain), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def sample():
+        status, out, err = run([STAT, "--domain", domain, "--json"])
+        return out.strip(), (json.loads(out) if status == 0 else None)
+
+    try:
+        deadline, first = time.time() + 30, None
+        while time.time() < deadline:
+            line, j = sample()
+            if j and j["totals"]["leases"] == 2 and j["totals"]["limbo_blocks"] == 1:
+                first = line
+                break
+            time.sleep(0.05)
+        check(first, "the pair never reached two leases on a block in limbo")
+        consumers = [h["pid"] for h in json.loads(first)["holders"] if h["pid"] != p.pid]
+        eq(len(consumers), 2, f"two consumers in {first}")
+        victim, other = consumers
+        os.kill(victim, signal.SIGKILL)
+        deadline, second = time.time() + 30, None
+        while time.time() < deadline:
+            line, j = sample()
+            if j and victim not in [h["pid"] for h in j["holders"]]:
+                second = line
+                break
+            time.sleep(0.05)
+        check(second, f"pid {victim} was never swept")
+        j = json.loads(second)
+        check(other in [h["pid"] for h in j["holders"]] and j["totals"]["leases"] == 1,
+              f"the other consumer still holds its lease: {second}")
+        out, _ = plot(py, [first, second], work, "kill")
+        gone = [line for line in out.splitlines() if f"pid {victim} " in line]
+        eq(len(gone), 1, f"one mark for pid {victim}: {out}")
+        check(" left between " in gone[0] and " holding 1.0MiB (killed, or closed its mappings and exited in between)"
+              in gone[0], gone[0])
+        check(f"pid {other} " not in out and f"pid {p.pid} " not in out, f"nobody else marked: {out}")
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.communicate()
+        remove_shm(domain)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_plot_version_and_help():
+    status, out, err = run([sys.executable, PLOT, "--version"])
+    eq(status, 0, err)
+    check(re.fullmatch(r"ipcshim-plot \d+\.\d+\.\d+\n", out), out)
+    status, out, err = run([sys.executable, PLOT, "--help"])
+    eq(status, 0, err)
+    check("--output" in out and "--version" in out and "Exit status" in out, out)
+    man = open(os.path.join(SOURCE, "docs", "man", "ipcshim-plot.1")).read()
+    for opt in re.findall(r"--[a-z]+", out):
+        check(opt.replace("-", r"\-") in man, f"ipcshim-plot.1 documents {opt}")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,19 @@
-"""pip install of the wheel: the source tree (a copy) is built with
-`pip wheel --no-build-isolation` (meson-python as the backend, Debian's
-python3-mesonpy) and installed into a fresh venv, which then has
-ipcshim-run and ipcshim-stat on its PATH, `python -m ipcshim`, the header
-and the man pages; the library inside needs no CUDA library to load; the
-ipcshim module answers "not active" without the shim and real numbers under
-it; and a program run with `python -m ipcshim` on the simulator (its folder
-on LD_LIBRARY_PATH, since the installed --sim needs a checkout) is
-protected. Skips, saying why, without python3-mesonpy or venv."""
+"""pip install of the wheel, both routes of docs/usage.md:
+
+- offline (Debian): the source tree (a copy) is built with `pip wheel
+  --no-build-isolation --no-index` (Debian's python3-mesonpy as the
+  backend) and installed into a venv with the system's site packages;
+- the README's `pip install .` in a plain venv, where pip fetches
+  meson-python, meson and ninja itself (build isolation); skipped when the
+  package index cannot be reached.
+
+The installed venv then has ipcshim-run and ipcshim-stat on its PATH,
+`python -m ipcshim`, the header and the man pages; the library inside needs
+no CUDA library to load; the ipcshim module answers "not active" without
+the shim and real numbers under it; a program run with `python -m ipcshim`
+on the simulator is protected; and the simulated GPU inside the package
+(ipcshim/sim) gives a working `ipcshim-run --demo` and `--sim`. Skips,
+saying why, without python3-mesonpy or venv."""
 import atexit
 import glob
 import os
@@ -25,6 +32,7 @@ WORK = tempfile.mkdtemp(prefix="ipcshim-wheel-")
 atexit.register(shutil.rmtree, WORK, True)
 VENV = os.path.join(WORK, "venv")
 BIN = os.path.join(VENV, "bin")
+PLAIN = os.path.join(WORK, "plain")  # the README's route
 PAIR = [os.path.join(os.environ["E2E_BIN_DIR"], "pair-runtime"), "--free", "while-reading"]
 state = {}
 
@@ -50,6 +58,16 @@ def cleanup(domain):
             os.unlink(os.path.join("/dev/shm", name))
 
 
+def source_copy():
+    """A copy of the tree: meson-python builds inside the source folder."""
+    src = os.path.join(WORK, "src")
+    if not os.path.isdir(src):
+        shutil.copytree(SOURCE, src, symlinks=True,
+                        ignore=shutil.ignore_patterns(".git", "build", "build-*", ".mesonpy*", "obj-*", "__pycache__",
+                                                      ".carry", ".whl"))
+    return src
+
+
 def test_wheel_builds_and_installs_into_a_venv():
     py = python_with_mesonpy()
     if not py:
@@ -59,11 +77,7 @@ def test_wheel_builds_and_installs_into_a_venv():
     if status != 0:
         state["skip"] = f"python3 -m venv does not work here (python3-venv): {err.strip()[-200:]}"
         return state["skip"]
-    # A copy of the tree: meson-python builds inside the source folder.
-    src = os.path.join(WORK, "src")
-    shutil.copytree(SOURCE, src, symlinks=True,
-                    ignore=shutil.ignore_patterns(".git", "build", "build-*", ".mesonpy*", "obj-*", "__pycache__",
-                                                  ".carry", ".whl"))
+    src = source_copy()
     wheels = os.path.join(WORK, "wheels")
     status, out, err = run([os.path.join(BIN, "python"), "-m", "pip", "wheel", "--no-build-isolation", "--no-index",
                             "--no-deps", "-w", wheels, src], timeout=600, env={"PIP_NO_CACHE_DIR": "1"})
@@ -157,11 +171,59 @@ def test_python_m_ipcshim_protects_a_program_on_the_simulator():
         status, out, err = run(["ipcshim-stat", "--domain", domain, "--json"], env=env)
         eq(status, 0, f"the venv's ipcshim-stat: {err}")
         check('"holders": []' in out.replace('"holders":[]', '"holders": []'), f"nothing held: {out[:300]}")
-        status, _, err = run(["ipcshim-run", "--sim", "--", "true"], env=env)
-        eq(status, 2, "--sim outside a checkout")
-        check("needs a source checkout" in err, err)
     finally:
         cleanup(domain)
+
+
+def package_dir(venv):
+    status, out, err = run([os.path.join(venv, "bin", "python"), "-c",
+                            "import ipcshim, os; print(os.path.dirname(ipcshim.__file__))"])
+    eq(status, 0, err)
+    return out.strip()
+
+
+def demo_and_sim(venv, tag):
+    """ipcshim-run --demo and --sim of the venv, with the simulator the wheel
+    carries (nothing of the build folder on LD_LIBRARY_PATH)."""
+    simdir = os.path.join(package_dir(venv), "sim")
+    for name in ("libcuda.so.1", "libcudart.so.13", "pair-runtime"):
+        check(os.path.isfile(os.path.join(simdir, name)), f"ipcshim/sim/{name} in the wheel")
+    status, out, err = run([os.path.join(venv, "bin", "ipcshim-run"), "--demo"], env={"LD_PRELOAD": ""}, cwd=WORK,
+                           timeout=120)
+    eq(status, 0, f"the venv's ipcshim-run --demo: {out}{err}")
+    check("ipcshim demo on " in out and "the producer's cudaFree was deferred" in out, out)
+    domain, env = sim_env(tag)
+    try:
+        env.update(LD_LIBRARY_PATH="", PATH=os.path.join(venv, "bin") + os.pathsep + os.environ["PATH"])
+        status, out, err = run([os.path.join(venv, "bin", "python"), "-m", "ipcshim", "--sim", "--",
+                                os.path.join(simdir, "pair-runtime"), "--free", "while-reading"], env=env)
+        eq(status, 0, f"python -m ipcshim --sim: {out}{err}")
+        check("consumer 0: ok" in out and "reclaimed: yes" in out, out)
+    finally:
+        cleanup(domain)
+
+
+def test_installed_demo_and_sim_use_the_packaged_simulator():
+    if installed():
+        return installed()
+    demo_and_sim(VENV, "sim")
+
+
+def test_pip_install_in_a_plain_venv():
+    """The README's line, `pip install .`, in a venv without the system's
+    packages: pip brings the build backend (pyproject.toml)."""
+    status, out, err = run([sys.executable, "-m", "venv", PLAIN])
+    if status != 0:
+        return f"{sys.executable} -m venv does not work here: {err.strip()[-200:]}"
+    pip = [os.path.join(PLAIN, "bin", "python"), "-m", "pip"]
+    probe = os.path.join(WORK, "probe")
+    status, out, err = run([*pip, "download", "--no-deps", "--only-binary", ":all:", "-d", probe, "meson-python"],
+                           timeout=120)
+    if status != 0:
+        return f"the package index cannot be reached (pip download meson-python: {err.strip()[-200:]})"
+    status, out, err = run([*pip, "install", source_copy()], timeout=600, env={"PIP_NO_CACHE_DIR": "1"})
+    eq(status, 0, f"pip install .: {out[-3000:]}{err[-3000:]}")
+    demo_and_sim(PLAIN, "plain")
 
 
 if __name__ == "__main__":
