@@ -282,7 +282,7 @@ int inspect_snapshot(const char *domain, struct inspect_snapshot *s, char *why, 
     s->abi = r.hdr->abi;
     s->size = l.size;
     s->max_holders = caps.max_holders;
-    s->max_blocks = caps.max_blocks;
+    s->max_blocks = r.limit_blocks; /* the bound, not the layout's capacity */
     s->max_leases = r.max_leases;
     s->repairs = r.hdr->repairs;
     s->creator_pid = r.hdr->creator_pid;

@@ -397,7 +397,7 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
         LOG_ONCE(LOG_WARN,
                  "registry %s is full (IPCSHIM_MAX_BLOCKS=%u): new exports are not "
                  "tracked",
-                 reg.name, reg.cap_blocks);
+                 reg.name, reg.limit_blocks);
         return -ENOSPC;
     }
     ne->base = base;
@@ -1057,7 +1057,7 @@ int ipc_collect_pressure(void)
  * hand-offs keep (freed by the program, opened by nobody yet). */
 static size_t unclaimed_share(void)
 {
-    size_t share = reg.cap_blocks / 8;
+    size_t share = reg.limit_blocks / 8;
     return share < 16 ? 16 : share > 2048 ? 2048 : share;
 }
 

@@ -121,6 +121,11 @@ int registry_name(const char *domain, char *buf, size_t len)
 
 int registry_layout(const struct reg_caps *caps, struct reg_layout *out)
 {
+    return registry_layout_chunked(caps, 0, out);
+}
+
+int registry_layout_chunked(const struct reg_caps *caps, uint32_t given, struct reg_layout *out)
+{
     if (!caps->max_holders || caps->max_holders > MAX_HOLDERS_LIMIT || !caps->max_blocks ||
         caps->max_blocks > MAX_BLOCKS_LIMIT || !caps->max_leases ||
         caps->max_leases > MAX_LEASES_LIMIT)
@@ -131,10 +136,16 @@ int registry_layout(const struct reg_caps *caps, struct reg_layout *out)
     out->held_words = (caps->max_holders + 63) / 64;
     /* Chunks of REG_LEASE_CHUNK slots, smaller when the table is small for
      * its holders (every holder that opens anything owns a chunk): a
-     * power of two, at least 1, at most max_leases / max_holders. */
+     * power of two, at least 1, at most max_leases / max_holders -- or the
+     * one given (a registry's own, from its header). */
     uint32_t chunk = REG_LEASE_CHUNK;
-    while (chunk > 1 && (uint64_t)chunk * caps->max_holders > caps->max_leases)
-        chunk >>= 1;
+    if (given) {
+        if (given > REG_LEASE_CHUNK || (given & (given - 1))) return -EINVAL;
+        chunk = given;
+    } else {
+        while (chunk > 1 && (uint64_t)chunk * caps->max_holders > caps->max_leases)
+            chunk >>= 1;
+    }
     out->lease_chunk = chunk;
     out->nchunks = (caps->max_leases + chunk - 1) / chunk;
     size_t off = sizeof(struct reg_header);
@@ -181,6 +192,23 @@ static uint32_t bound(const char *var, uint64_t v, uint32_t limit, const char *d
     return (uint32_t)v;
 }
 
+/* The layout of a registry asked to hold `asked`: its capacities at least
+ * the default bounds (the file is sparse: room costs nothing until it is
+ * used), so that a later process can raise a bound that a creator set low;
+ * holders as asked (they size each block's bitmap), and the lease chunk
+ * that the asked bounds give, so that a small lease bound stays exact. */
+static int registry_capacity(const struct reg_caps *asked, struct reg_caps *caps,
+                             struct reg_layout *l)
+{
+    uint32_t floor_blocks = (uint32_t)strtoul(default_max_blocks, NULL, 10);
+    uint32_t floor_leases = (uint32_t)strtoul(default_max_leases, NULL, 10);
+    if (registry_layout(asked, l) != 0) return -EINVAL;
+    *caps = *asked;
+    if (caps->max_blocks < floor_blocks) caps->max_blocks = floor_blocks;
+    if (caps->max_leases < floor_leases) caps->max_leases = floor_leases;
+    return registry_layout_chunked(caps, l->lease_chunk, l);
+}
+
 void registry_caps_from_options(const struct options *opt, struct reg_caps *out)
 {
     static int warned_holders, warned_blocks, warned_leases;
@@ -219,9 +247,15 @@ void registry_refresh(struct registry *r)
     uint32_t b = __atomic_load_n(&h->blocks_now, __ATOMIC_ACQUIRE);
     uint32_t c = __atomic_load_n(&h->chunks_now, __ATOMIC_ACQUIRE);
     uint32_t nb = __atomic_load_n(&h->nbuckets_now, __ATOMIC_ACQUIRE);
+    uint32_t lb = __atomic_load_n(&h->limit_blocks, __ATOMIC_ACQUIRE);
+    uint32_t ll = __atomic_load_n(&h->limit_leases, __ATOMIC_ACQUIRE);
     r->max_blocks = b < r->cap_blocks ? b : r->cap_blocks;
     r->nchunks = c < r->cap_chunks ? c : r->cap_chunks;
     r->max_leases = r->nchunks * r->lease_chunk;
+    /* The bounds, within the capacities whatever the header says. */
+    uint32_t lc = (uint32_t)(((uint64_t)ll + r->lease_chunk - 1) / r->lease_chunk);
+    r->limit_blocks = lb && lb < r->cap_blocks ? lb : r->cap_blocks;
+    r->limit_chunks = lc && lc < r->cap_chunks ? lc : r->cap_chunks;
     /* A bucket count that is not a power of two within the reserved area
      * (corrupt) reads as the smallest, always reserved. */
     r->nbuckets = nb >= 64 && !(nb & (nb - 1)) && nb <= r->cap_buckets ? nb : 64;
@@ -300,14 +334,16 @@ static int reserve_in_use(int (*reserve)(int, off_t, off_t), int fd, const struc
     return err;
 }
 
-static int create(struct registry *r, int fd, const struct reg_caps *caps)
+static int create(struct registry *r, int fd, const struct reg_caps *asked)
 {
+    struct reg_caps capacity, *caps = &capacity;
     struct reg_layout l;
-    registry_layout(caps, &l);
+    if (registry_capacity(asked, caps, &l) != 0) return -EINVAL;
     /* As large as it may grow, but sparse: creation costs what is in use. */
     if (ftruncate(fd, (off_t)l.size) != 0) return -errno;
-    uint32_t b0 = caps->max_blocks < INITIAL_BLOCKS ? caps->max_blocks : INITIAL_BLOCKS;
-    uint32_t c0 = l.nchunks < INITIAL_CHUNKS ? l.nchunks : INITIAL_CHUNKS;
+    uint32_t limit_chunks = (asked->max_leases + l.lease_chunk - 1) / l.lease_chunk;
+    uint32_t b0 = asked->max_blocks < INITIAL_BLOCKS ? asked->max_blocks : INITIAL_BLOCKS;
+    uint32_t c0 = limit_chunks < INITIAL_CHUNKS ? limit_chunks : INITIAL_CHUNKS;
     uint32_t nb0 = buckets_within(l.nbuckets, b0);
     /* Reserve the pages in use now, before the first touch of any of them
      * (registry_set_views already reads the header): a sparse file on a
@@ -333,6 +369,8 @@ static int create(struct registry *r, int fd, const struct reg_caps *caps)
     h->nbuckets = l.nbuckets;
     h->held_words = l.held_words;
     h->lease_chunk = l.lease_chunk;
+    h->limit_blocks = asked->max_blocks;
+    h->limit_leases = asked->max_leases;
     h->blocks_now = b0;
     h->chunks_now = c0;
     h->nbuckets_now = nb0;
@@ -434,9 +472,12 @@ static int validate(int fd, struct reg_caps *caps, struct reg_layout *l, struct 
     if (h->abi != REG_ABI)
         REFUSE(-EPROTO, "has a different ABI version (ABI %u; this release uses ABI %u)", h->abi,
                REG_ABI);
-    if (registry_layout(caps, l) != 0) REFUSE(-EPROTO, "has impossible capacities");
+    if (registry_layout_chunked(caps, h->lease_chunk, l) != 0)
+        REFUSE(-EPROTO, "has impossible capacities");
     if (h->size != l->size || h->nbuckets != l->nbuckets || h->held_words != l->held_words ||
-        h->lease_chunk != l->lease_chunk || !h->blocks_now || h->blocks_now > caps->max_blocks ||
+        h->lease_chunk != l->lease_chunk || !h->limit_blocks ||
+        h->limit_blocks > caps->max_blocks || !h->limit_leases ||
+        h->limit_leases > caps->max_leases || !h->blocks_now || h->blocks_now > caps->max_blocks ||
         !h->chunks_now || h->chunks_now > l->nchunks || h->nbuckets_now < 64 ||
         h->nbuckets_now > l->nbuckets || (h->nbuckets_now & (h->nbuckets_now - 1)))
         REFUSE(-EPROTO, "has a header that does not add up");
@@ -452,6 +493,40 @@ int registry_validate(int fd, struct reg_caps *caps, struct reg_layout *l, char 
 {
     struct reg_header h;
     return validate(fd, caps, l, &h, why, len);
+}
+
+/* Raises *limit to want (at most cap), never lowering it: a CAS loop, so
+ * that two attachers raising at once keep the larger. */
+static void raise_limit(uint32_t *limit, uint32_t want, uint32_t cap)
+{
+    if (want > cap) want = cap;
+    uint32_t seen = __atomic_load_n(limit, __ATOMIC_ACQUIRE);
+    while (seen < want && !__atomic_compare_exchange_n(limit, &seen, want, false, __ATOMIC_ACQ_REL,
+                                                       __ATOMIC_ACQUIRE)) {
+    }
+}
+
+/* An attacher that asks for larger bounds raises them (within the
+ * capacities; info lines say what changed and what could not). */
+static void raise_bounds(struct registry *r, const struct reg_caps *want)
+{
+    uint32_t old_blocks = r->limit_blocks, old_leases = r->limit_chunks * r->lease_chunk;
+    uint32_t cap_leases = r->cap_chunks * r->lease_chunk;
+    raise_limit(&r->hdr->limit_blocks, want->max_blocks, r->cap_blocks);
+    raise_limit(&r->hdr->limit_leases, want->max_leases, cap_leases);
+    registry_refresh(r);
+    uint32_t leases = r->limit_chunks * r->lease_chunk;
+    if (r->limit_blocks > old_blocks || leases > old_leases)
+        log_msg(LOG_INFO,
+                "registry %s: bounds raised to this process's (blocks %u -> %u, leases %u -> %u)",
+                r->name, old_blocks, r->limit_blocks, old_leases, leases);
+    if (want->max_blocks > r->cap_blocks || want->max_leases > cap_leases ||
+        want->max_holders > r->max_holders)
+        LOG_ONCE(LOG_INFO,
+                 "registry %s holds at most %u holders, %u blocks, %u leases (laid out by its "
+                 "creator; this process asks %u, %u, %u): those apply",
+                 r->name, r->max_holders, r->cap_blocks, cap_leases, want->max_holders,
+                 want->max_blocks, want->max_leases);
 }
 
 /* Checks an existing segment and maps it. Logs why on refusal, except for
@@ -488,14 +563,7 @@ static int attach(struct registry *r, int fd, struct reg_caps caps_wanted)
     if (p == MAP_FAILED) return -errno;
     r->base = p;
     registry_set_views(r, &caps, &l);
-    if (r->cap_blocks < caps_wanted.max_blocks ||
-        r->cap_chunks * r->lease_chunk < caps_wanted.max_leases ||
-        r->max_holders < caps_wanted.max_holders)
-        LOG_ONCE(LOG_INFO,
-                 "registry %s was created smaller than this process asks (holders %u, blocks %u, "
-                 "leases %u; here %u, %u, %u): its creator's capacities apply",
-                 r->name, r->max_holders, r->cap_blocks, r->cap_chunks * r->lease_chunk,
-                 caps_wanted.max_holders, caps_wanted.max_blocks, caps_wanted.max_leases);
+    raise_bounds(r, &caps_wanted);
     return 0;
 }
 
@@ -1066,7 +1134,8 @@ static void rebuild_index(struct registry *r)
  * grow (at capacity, or no space: logged once). Lock held. */
 static bool grow_blocks(struct registry *r)
 {
-    uint32_t old = r->max_blocks, cap = r->cap_blocks;
+    registry_refresh(r); /* an attacher may have raised the bound */
+    uint32_t old = r->max_blocks, cap = r->limit_blocks;
     if (old >= cap) return false;
     uint32_t want = old > cap / 2 ? cap : old * 2, nb = buckets_within(r->cap_buckets, want);
     int fd = registry_fd(r);
@@ -1096,7 +1165,7 @@ static bool grow_blocks(struct registry *r)
 static bool grow_chunks(struct registry *r)
 {
     registry_refresh(r);
-    uint32_t old = r->nchunks, cap = r->cap_chunks;
+    uint32_t old = r->nchunks, cap = r->limit_chunks;
     if (old >= cap) return false;
     uint32_t want = old > cap / 2 ? cap : old * 2;
     int fd = registry_fd(r);

@@ -40,8 +40,8 @@
 
 #define REG_MAGIC 0x31534d4843504931ull /* "1IPCHMS1" */
 #define REG_ABI                                                                                    \
-    5u /* 3: lock-free leases: holder bitmaps, lease chunks, word hashes; 4: exporters' lists;     \
-          5: block records by cache line */
+    6u /* 3: lock-free leases: holder bitmaps, lease chunks, word hashes; 4: exporters' lists;     \
+          5: block records by cache line; 6: bounds as limits any attacher may raise */
 #define REG_NONE UINT32_MAX
 #define REG_DOMAIN_MAX 64
 #define REG_NAME_TRIES 8 /* the name, then "~1".."~7" when another user squats it */
@@ -86,7 +86,14 @@ struct reg_header {
     uint32_t chunks_now;   /* lease chunks */
     uint32_t nbuckets_now; /* hash buckets (a power of two, <= nbuckets) */
     uint32_t lease_chunk;  /* lease slots per chunk (registry_layout) */
-    uint64_t reserved[13];
+    /* Bounds: how far the tables may grow, at most the capacities above
+     * (max_blocks, max_leases: the layout, at least the default bounds, so
+     * that a creator that asked for less does not cap the domain). Set by
+     * the creator to what it asked; raised (atomic max, never lowered) by
+     * an attacher that asks for more; read by growers (acquire). */
+    uint32_t limit_blocks;
+    uint32_t limit_leases;
+    uint64_t reserved[12];
 };
 
 struct reg_holder {
@@ -155,8 +162,7 @@ struct reg_lease {
     uint64_t open_ns; /* CLOCK_MONOTONIC of the lease's first open */
 };
 
-/* Capacities chosen by the creator (max_leases is rounded up to whole
- * chunks). */
+/* Capacities (max_leases is rounded up to whole chunks). */
 struct reg_caps {
     uint32_t max_holders, max_blocks, max_leases;
 };
@@ -187,6 +193,8 @@ struct registry {
     /* In use now (registry_refresh; they only grow), and the capacities. */
     uint32_t max_holders, max_blocks, max_leases, nbuckets, held_words, nchunks;
     uint32_t cap_blocks, cap_chunks, cap_buckets, lease_chunk;
+    /* The bounds now (reg_header.limit_*, within the capacities). */
+    uint32_t limit_blocks, limit_chunks;
     off_t lock_base; /* file offset of holder 0's lock byte */
     dev_t dev;
     ino_t ino;
@@ -277,6 +285,11 @@ void registry_caps_from_options(const struct options *opt, struct reg_caps *out)
 /* Offsets for these capacities. -EINVAL if a capacity is 0 or too large. */
 int registry_layout(const struct reg_caps *caps, struct reg_layout *out);
 
+/* The same with lease chunks of `chunk` slots (a registry's own, from its
+ * header; 0 = derived from caps). -EINVAL also if chunk is not a power of
+ * two of at most REG_LEASE_CHUNK. */
+int registry_layout_chunked(const struct reg_caps *caps, uint32_t chunk, struct reg_layout *out);
+
 /* Points r's views (hdr, holders, blocks, ...) and capacities into the
  * segment mapped at r->base, as laid out by l for caps, and reads how much
  * is in use (registry_refresh). */
@@ -300,9 +313,12 @@ extern unsigned registry_attach_wait_ms;
  * tests. */
 extern int (*registry_reserve)(int fd, off_t offset, off_t len);
 
-/* Create the domain's segment with caps, or attach to the existing one
- * (whose own capacities win). 0, or a negative errno after logging why the
- * segment was refused. *r is zeroed on failure. */
+/* Create the domain's segment with caps as its bounds (laid out for at
+ * least the default bounds: registry_capacity), or attach to the existing
+ * one, raising its block and lease bounds to caps' within its capacities
+ * (its holder slots are fixed: they size every block's bitmap). 0, or a
+ * negative errno after logging why the segment was refused. *r is zeroed
+ * on failure. */
 int registry_open(struct registry *r, const char *domain, const struct reg_caps *caps);
 
 /* Unmap and close. The caller's holder slot, if any, must be released first. */

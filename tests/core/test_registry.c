@@ -44,7 +44,9 @@ Test(registry, layout_pinned)
     cr_assert_eq(offsetof(struct reg_header, chunks_now), 140);
     cr_assert_eq(offsetof(struct reg_header, nbuckets_now), 144);
     cr_assert_eq(offsetof(struct reg_header, lease_chunk), 148);
-    cr_assert_eq(offsetof(struct reg_header, reserved), 152);
+    cr_assert_eq(offsetof(struct reg_header, limit_blocks), 152);
+    cr_assert_eq(offsetof(struct reg_header, limit_leases), 156);
+    cr_assert_eq(offsetof(struct reg_header, reserved), 160);
 
     cr_assert_eq(sizeof(struct reg_holder), 80);
     cr_assert_eq(offsetof(struct reg_holder, comm), 64);
@@ -158,14 +160,61 @@ Test(registry, create_then_attach)
     cr_assert_eq(fstat(a.fd, &st), 0);
     cr_assert_eq(st.st_mode & 0777, 0600);
     cr_assert_eq((size_t)st.st_size, a.size);
-    /* An attacher asking for other capacities gets the creator's. */
+    /* An attacher asking for other bounds gets the creator's holder slots
+     * (they size every bitmap) and the larger block and lease bounds. */
     struct reg_caps other = {4, 1000, 2000};
     cr_assert_eq(registry_open(&b, test_domain, &other), 0);
-    cr_assert_eq(b.max_blocks, 64);
+    cr_assert_eq(b.max_blocks, 64, "in use: unchanged until a growth");
+    cr_assert_eq(b.limit_blocks, 1000);
     cr_assert_eq(b.max_holders, 8);
     cr_assert_eq(b.size, a.size);
     a.hdr->repairs = 7;
     cr_assert_eq(b.hdr->repairs, 7, "both views map the same memory");
+    registry_close(&b);
+    registry_close(&a);
+}
+
+/* Issue 27: one early process that asks for tiny bounds (or a setuid
+ * program's user, before secure execution was honoured) cannot cap the
+ * domain for everyone after it: a later process that asks for more raises
+ * the bounds, and what it raised is what the first process's growth obeys
+ * too. Asking for less never lowers them, and the creator's exact small
+ * bounds hold until raised. */
+Test(registry, a_later_process_raises_the_bounds)
+{
+    struct reg_caps tiny = {8, 2, 1}, wide = {8, 3000, 4000}, small = {8, 10, 10};
+    struct registry a, b, c;
+    cr_assert_eq(registry_open(&a, test_domain, &tiny), 0);
+    cr_assert_eq(a.limit_blocks, 2);
+    cr_assert_eq(a.limit_chunks * a.lease_chunk, 1, "a lease bound of 1 stays exact");
+    cr_assert_eq(registry_lock(&a), 0);
+    uint32_t me = reg_holder_attach(&a, 1);
+    for (unsigned i = 0; i < 2; i++) {
+        struct ipc_handle h = make_handle(i + 1);
+        cr_assert_neq(reg_block_create(&a, &h, 0x1000ull * (i + 1), 1, 0, me, 1), REG_NONE);
+    }
+    struct ipc_handle h3 = make_handle(3);
+    cr_assert_eq(reg_block_create(&a, &h3, 0x3000, 1, 0, me, 1), REG_NONE, "bounded at 2");
+    registry_unlock(&a);
+    /* A later process asks for more: raised, within what the file holds. */
+    cr_assert_eq(registry_open(&b, test_domain, &wide), 0);
+    cr_assert_eq(b.limit_blocks, 3000);
+    cr_assert_eq(b.limit_chunks * b.lease_chunk, 4000);
+    cr_assert_eq(a.hdr->limit_blocks, 3000, "raised in the shared header");
+    /* ... and the first process grows past its own bound. */
+    cr_assert_eq(registry_lock(&a), 0);
+    for (unsigned i = 2; i < 3000; i++) {
+        struct ipc_handle h = make_handle(i + 1);
+        cr_assert_neq(reg_block_create(&a, &h, 0x1000ull * (i + 1), 1, 0, me, 1), REG_NONE,
+                      "block %u", i);
+    }
+    struct ipc_handle last = make_handle(99999);
+    cr_assert_eq(reg_block_create(&a, &last, 1, 1, 0, me, 1), REG_NONE, "bounded at 3000");
+    registry_unlock(&a);
+    /* Asking for less lowers nothing. */
+    cr_assert_eq(registry_open(&c, test_domain, &small), 0);
+    cr_assert_eq(c.limit_blocks, 3000);
+    registry_close(&c);
     registry_close(&b);
     registry_close(&a);
 }
@@ -342,7 +391,7 @@ Test(registry, full_tables)
 
 /* The table starts small and doubles on demand, reserving what it adds:
  * the file's allocated bytes follow use, a second view that is behind
- * catches up at its next lock, and the capacity still bounds it. */
+ * catches up at its next lock, and the bound still bounds it. */
 Test(registry, grows_on_demand)
 {
     struct reg_caps caps = {8, 3000, 128 * REG_LEASE_CHUNK};
@@ -352,7 +401,7 @@ Test(registry, grows_on_demand)
     struct stat st0, st1;
     cr_assert_eq(fstat(r.fd, &st0), 0);
     cr_assert_eq(r.max_blocks, 1024, "starts with 1024 records in use");
-    cr_assert_eq(r.cap_blocks, 3000);
+    cr_assert_eq(r.limit_blocks, 3000);
     cr_assert_lt((uint64_t)st0.st_blocks * 512, (uint64_t)st0.st_size / 2, "sparse");
     cr_assert_eq(registry_lock(&r), 0);
     uint32_t me = reg_holder_attach(&r, 1);
@@ -362,7 +411,7 @@ Test(registry, grows_on_demand)
                       "block %u", i);
     }
     struct ipc_handle h = make_handle(99999);
-    cr_assert_eq(reg_block_create(&r, &h, 1, 1, 0, me, 1), REG_NONE, "the capacity bounds it");
+    cr_assert_eq(reg_block_create(&r, &h, 1, 1, 0, me, 1), REG_NONE, "the bound bounds it");
     cr_assert_eq(r.max_blocks, 3000);
     cr_assert_eq(r.nbuckets, 4096);
     for (unsigned i = 0; i < 3000; i += 7) {

@@ -86,6 +86,8 @@ static uint8_t *fix_up(uint8_t *img, size_t *n)
     o->max_holders = caps.max_holders;
     o->max_blocks = caps.max_blocks;
     o->max_leases = caps.max_leases;
+    o->limit_blocks = caps.max_blocks;
+    o->limit_leases = caps.max_leases;
     o->nbuckets = l.nbuckets;
     o->held_words = l.held_words;
     o->lease_chunk = l.lease_chunk;

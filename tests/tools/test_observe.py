@@ -190,7 +190,7 @@ def test_all_shows_every_domain():
         doms = [json.loads(line)["domain"] for line in out.splitlines() if line.startswith("{")]
         check(a.domain in doms and b.domain in doms, f"domains {doms}")
         status, out, _ = run([STAT, "--all"])
-        check(f"(domain {a.domain}, ABI 5)" in out and f"(domain {b.domain}, ABI 5)" in out, out)
+        check(f"(domain {a.domain}, ABI 6)" in out and f"(domain {b.domain}, ABI 6)" in out, out)
 
 
 def test_plot_of_a_recorded_run():

@@ -24,7 +24,7 @@ PID = os.getpid()
 
 # The documented JSON keys (docs/ipcshim-stat.md): a change here is a change
 # of the format and needs a new "version".
-REG_ABI = 5  # core/registry.h
+REG_ABI = 6  # core/registry.h
 TOP_KEYS = ["format", "version", "domain", "registry", "abi", "time_unix_ms", "created_unix_ms", "creator_pid",
             "repairs", "capacity", "holders", "blocks", "limbo", "totals", "skipped", "swap"]
 HOLDER_KEYS = ["slot", "pid", "alive", "command", "attached_ms", "exports", "imports", "opens", "limbo_blocks",
