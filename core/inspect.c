@@ -243,8 +243,8 @@ int inspect_snapshot(const char *domain, struct inspect_snapshot *s, char *why, 
         registry_candidate(domain, 0, path, sizeof path, s->name, sizeof s->name);
         return fail(-ENOENT, why, whylen,
                     "no registry for domain \"%s\" (%s does not exist): no program of "
-                    "this user has "
-                    "exported or opened a block under the shim in this domain yet",
+                    "this user uses the shim in this domain now (the last one out removes "
+                    "the registry)",
                     domain, path);
     }
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);

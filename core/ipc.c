@@ -239,6 +239,9 @@ static uint64_t new_nonce(void)
     return n | 1; /* never 0: a zeroed record has nonce 0 */
 }
 
+enum { REMOVED_RETRIES = 3 };
+static int attach_locked(const struct options *opt);
+
 /* Attach lazily and take a holder slot. 0, -ENODEV (not tracking) or
  * -ENOSPC (no holder slot). Local lock held. */
 static int ready_locked(void)
@@ -247,6 +250,31 @@ static int ready_locked(void)
     if (opt->disable || shut || !ops) return -ENODEV;
     check_fork();
     if (state == S_OFF) return -ENODEV;
+    /* A registry removed by its last user while we attached: once more, on
+     * the new file (REMOVED_RETRIES times at most: then untracked). */
+    for (int tries = 0;; tries++) {
+        bool fresh = self == REG_NONE; /* only a slot taken now asks */
+        int rc = attach_locked(opt);
+        if (rc || !fresh || !registry_removing(&reg)) return rc;
+        if (tries == REMOVED_RETRIES) {
+            LOG_ONCE(LOG_WARN, "registry %s keeps being removed as we attach; not tracking",
+                     reg.name);
+            turn_off();
+            return -ENODEV;
+        }
+        if (lock_registry()) {
+            reg_holder_release(&reg, self);
+            registry_unlock(&reg);
+        }
+        registry_close(&reg);
+        self = REG_NONE;
+        __atomic_store_n(&state, S_IDLE, __ATOMIC_RELEASE);
+    }
+}
+
+/* ready_locked's attach: the registry, then a holder slot. */
+static int attach_locked(const struct options *opt)
+{
     if (state == S_IDLE) {
         struct reg_caps caps;
         registry_caps_from_options(opt, &caps);
@@ -1398,6 +1426,7 @@ void ipc_shutdown(void)
          * exports), no table scan. */
         reg_holder_drop_leases(&reg, self);
         reg_holder_release(&reg, self);
+        (void)registry_remove_if_unused(&reg); /* the last one out leaves nothing behind */
         registry_unlock(&reg);
     }
     st.limbo_left = local_limbo_count(); /* IPCSHIM_STATS, printed after this, agrees */

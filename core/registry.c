@@ -768,6 +768,30 @@ void registry_close(struct registry *r)
     r->self_slot = REG_NONE;
 }
 
+bool registry_remove_if_unused(struct registry *r)
+{
+    __atomic_store_n(&r->hdr->removing, 1, __ATOMIC_SEQ_CST);
+    int fd = registry_fd(r);
+    bool used = fd < 0; /* cannot see the lock bytes: keep it */
+    for (uint32_t i = 0; i < r->max_holders && !used; i++)
+        used = __atomic_load_n(&r->holders[i].state, __ATOMIC_SEQ_CST) != HOLDER_FREE ||
+               liveness_byte_state(fd, r->lock_base + i) != 0; /* an attacher's, in take_slot */
+    struct stat st;
+    if (!used && stat(r->path, &st) == 0 && st.st_dev == r->dev && st.st_ino == r->ino &&
+        unlink(r->path) == 0) {
+        log_msg(LOG_DEBUG, "registry %s: removed (the last process out)", r->name);
+        return true; /* `removing` stays set: whoever still maps it backs off */
+    }
+    __atomic_store_n(&r->hdr->removing, 0, __ATOMIC_SEQ_CST);
+    return false;
+}
+
+bool registry_removing(struct registry *r)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* after the slot's ACTIVE store (take_slot) */
+    return __atomic_load_n(&r->hdr->removing, __ATOMIC_SEQ_CST) != 0;
+}
+
 /* Opens the registry again by path; -1 unless it is still the same file. */
 static int open_same(const struct registry *r)
 {
@@ -1199,6 +1223,9 @@ static void reset_chunk(struct registry *r, uint32_t c, uint32_t holder)
 
 void registry_repair(struct registry *r)
 {
+    /* A last process out that died deciding (registry_remove_if_unused):
+     * the file is still here and in use again. */
+    __atomic_store_n(&r->hdr->removing, 0, __ATOMIC_SEQ_CST);
     rebuild_index(r);
     /* Bits of holders that are not active any more; blocks nobody can ever
      * release. (Active holders' bits are their own, changed without the

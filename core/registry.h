@@ -93,7 +93,12 @@ struct reg_header {
      * an attacher that asks for more; read by growers (acquire). */
     uint32_t limit_blocks;
     uint32_t limit_leases;
-    uint64_t reserved[12];
+    /* 1 while the last process out decides to remove the file (under the
+     * lock; registry_remove_if_unused), else 0. An attacher that sees it
+     * after publishing its slot backs off and opens the path again. */
+    uint32_t removing;
+    uint32_t reserved32;
+    uint64_t reserved[11];
 };
 
 struct reg_holder {
@@ -320,6 +325,20 @@ extern int (*registry_reserve)(int fd, off_t offset, off_t len);
  * negative errno after logging why the segment was refused. *r is zeroed
  * on failure. */
 int registry_open(struct registry *r, const char *domain, const struct reg_caps *caps);
+
+/* The last process out: removes the registry's file when no holder slot is
+ * in use or being taken (so that finished jobs leave nothing in /dev/shm),
+ * and says whether it did. Lock held, our own slot released first. Dekker
+ * with registry_removing(): it publishes `removing` and then reads every
+ * slot, an attacher publishes its slot and then reads `removing` (both
+ * seq-cst), so either it sees the attacher and keeps the file, or the
+ * attacher sees it and backs off. */
+bool registry_remove_if_unused(struct registry *r);
+
+/* After taking a holder slot: is the file being removed by its last user?
+ * Then release the slot, close, and open the path again (a new file). No
+ * lock. Pairs with registry_remove_if_unused. */
+bool registry_removing(struct registry *r);
 
 /* Unmap and close. The caller's holder slot, if any, must be released first. */
 void registry_close(struct registry *r);

@@ -755,6 +755,43 @@ Test(ipc, shutdown_waits_then_orphans)
     importer_stop(&im);
 }
 
+/* Issue 33: the last process out removes the registry (finished jobs leave
+ * nothing in /dev/shm); while another process holds a slot it stays. */
+static bool registry_exists(void)
+{
+    char path[256], name[256];
+    return registry_locate(test_domain, path, sizeof path, name, sizeof name) == 0;
+}
+
+Test(ipc, the_last_process_out_removes_the_registry)
+{
+    struct ipc_handle h = make_handle(26);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    cr_assert(registry_exists());
+    test_option("EXIT_WAIT", "0");
+    ipc_shutdown();
+    cr_assert_not(registry_exists(), "left behind by the last process out");
+}
+
+Test(ipc, a_registry_another_process_holds_stays)
+{
+    struct ipc_handle h = make_handle(27);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    struct importer im;
+    importer_start(&im, h);
+    uint64_t ptr;
+    cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
+    cr_assert_eq(importer_close(&im, ptr), IPC_REAL);
+    test_option("EXIT_WAIT", "0");
+    ipc_shutdown();
+    cr_assert(registry_exists(), "removed while the importer still holds a slot");
+    struct registry v;
+    open_view(&v);
+    cr_assert_eq(v.hdr->removing, 0, "the decision was taken back");
+    registry_close(&v);
+    importer_stop(&im);
+}
+
 Test(ipc, shutdown_returns_once_drained)
 {
     test_option("EXIT_WAIT", "5s");

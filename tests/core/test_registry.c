@@ -46,7 +46,8 @@ Test(registry, layout_pinned)
     cr_assert_eq(offsetof(struct reg_header, lease_chunk), 148);
     cr_assert_eq(offsetof(struct reg_header, limit_blocks), 152);
     cr_assert_eq(offsetof(struct reg_header, limit_leases), 156);
-    cr_assert_eq(offsetof(struct reg_header, reserved), 160);
+    cr_assert_eq(offsetof(struct reg_header, removing), 160);
+    cr_assert_eq(offsetof(struct reg_header, reserved), 168);
 
     cr_assert_eq(sizeof(struct reg_holder), 80);
     cr_assert_eq(offsetof(struct reg_holder, comm), 64);

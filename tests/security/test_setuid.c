@@ -30,9 +30,10 @@ static char top[64], user_dir[128], root_log[128], probe[128];
 
 /* What one run left: collected inside its mount namespace. */
 struct outcome {
-    int status;     /* the probe's wait status */
-    int setup;      /* 0, or the step of the namespace set-up that failed */
-    int registries; /* ipcshim-* names in the private /dev/shm */
+    int status;       /* the probe's wait status */
+    int setup;        /* 0, or the step of the namespace set-up that failed */
+    int registries;   /* ipcshim-* names in the private /dev/shm, while the probe holds */
+    int user_entries; /* names in the user's folder, while the probe holds */
     char reg_name[64];
     uid_t reg_uid;
     mode_t reg_mode;
@@ -72,6 +73,8 @@ static void teardown(void)
 
 TestSuite(setuid, .init = setup, .fini = teardown, .timeout = 60);
 
+static int entries(const char *dir);
+
 /* Reads the registry's header fields into o (o->registries counts them). */
 static void note_registries(struct outcome *o)
 {
@@ -106,22 +109,24 @@ static void run_probe(bool as_user, char *const *env, struct outcome *o)
     pid_t ns = fork();
     cr_assert_geq(ns, 0);
     if (ns == 0) {
-        struct outcome out = {0};
-        int err[2];
+        struct outcome res = {0};
+        int err[2], in[2], out[2];
         if (unshare(CLONE_NEWNS) != 0)
-            out.setup = 1;
+            res.setup = 1;
         else if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
-            out.setup = 2;
+            res.setup = 2;
         else if (mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=256m,mode=1777") != 0)
-            out.setup = 3;
-        else if (pipe(err) != 0)
-            out.setup = 4;
-        if (!out.setup) {
+            res.setup = 3;
+        else if (pipe(err) != 0 || pipe(in) != 0 || pipe(out) != 0)
+            res.setup = 4;
+        if (!res.setup) {
             if (!as_user) chmod(probe, 0755); /* the control: no setuid bit */
             pid_t p = fork();
             if (p == 0) {
                 dup2(err[1], 2);
-                close(err[0]);
+                dup2(in[0], 0);
+                dup2(out[1], 1);
+                close(err[0]), close(in[1]), close(out[0]);
                 if (as_user && (setgroups(0, NULL) || setresgid(NOBODY, NOBODY, NOBODY) ||
                                 setresuid(NOBODY, NOBODY, NOBODY)))
                     _exit(120);
@@ -129,16 +134,22 @@ static void run_probe(bool as_user, char *const *env, struct outcome *o)
                 execve(probe, argv, env);
                 _exit(127);
             }
-            close(err[1]);
+            close(err[1]), close(in[0]), close(out[1]);
+            /* While it holds its export: what did the shim create? */
+            char ready[16] = "";
+            if (read(out[0], ready, sizeof ready - 1) > 0 && !strncmp(ready, "ready", 5)) {
+                note_registries(&res);
+                res.user_entries = entries(user_dir);
+            }
+            close(in[1]); /* go on: free and exit */
             size_t n = 0;
             ssize_t got;
-            while ((got = read(err[0], out.err + n, sizeof out.err - 1 - n)) > 0)
+            while ((got = read(err[0], res.err + n, sizeof res.err - 1 - n)) > 0)
                 n += (size_t)got;
-            waitpid(p, &out.status, 0);
-            note_registries(&out);
+            waitpid(p, &res.status, 0);
         }
-        ssize_t w = write(result[1], &out, sizeof out);
-        _exit(w == (ssize_t)sizeof out ? 0 : 1);
+        ssize_t w = write(result[1], &res, sizeof res);
+        _exit(w == (ssize_t)sizeof res ? 0 : 1);
     }
     close(result[1]);
     memset(o, 0, sizeof *o);
@@ -205,7 +216,8 @@ Test(setuid, obeys_no_option_of_the_invoking_user)
     cr_assert(WIFEXITED(o.status) && WEXITSTATUS(o.status) == 0,
               "the setuid probe failed (status %#x): %s", o.status, o.err);
     cr_expect_eq(file_size(root_log), 0, "the root-only log was written to");
-    cr_expect_eq(entries(user_dir), 0, "a file was created in the user's folder");
+    cr_expect_eq(o.user_entries, 0, "a file was created in the user's folder");
+    cr_expect_eq(entries(user_dir), 0, "a file was left in the user's folder");
     /* Root's own registry, in the default place, with default bounds. */
     cr_assert_eq(o.registries, 1, "registries in /dev/shm: %d", o.registries);
     cr_expect_str_eq(o.reg_name, "ipcshim-0-default");
@@ -230,9 +242,10 @@ Test(setuid, the_same_program_without_setuid_obeys_them)
      * chosen file, the registry to the chosen folder... */
     cr_expect_gt(file_size(root_log), 0, "the log file was not written");
     char reg[256];
-    snprintf(reg, sizeof reg, "%s/ipcshim-0-evil", user_dir);
-    cr_expect_eq(access(reg, F_OK), 0, "no registry at %s", reg);
+    cr_expect_eq(o.user_entries, 2, "no registry and trace in the user's folder while it ran");
     cr_expect_eq(o.registries, 0, "a registry in /dev/shm although IPCSHIM_REGISTRY_DIR was set");
+    snprintf(reg, sizeof reg, "%s/ipcshim-0-evil", user_dir);
+    cr_expect_neq(access(reg, F_OK), 0, "the last process out left its registry at %s", reg);
     snprintf(reg, sizeof reg, "%s/trace", user_dir);
     cr_expect_eq(access(reg, F_OK), 0, "no trace at %s", reg);
     /* ...but the newline in a value never forges a line of its own. */

@@ -127,12 +127,15 @@ COMMANDS = {
     "ipcshim-stat --json --watch 5 --count 12 >> /tmp/ipcshim-stat.jsonl":
         Run("ipcshim-stat --json --watch 0.05 --count 3 >> stat.jsonl && test $(wc -l < stat.jsonl) = 3"),
     "ipcshim-stat --leaks": Run(None, "leaks in domain"),
-    "ipcshim-stat --all": Run(None, f"(domain {DOMAIN}, ABI 5)"),
+    "ipcshim-stat --all": Run(None, f"(domain {DOMAIN}, ABI 6)"),
     "ipcshim-stat --all --prometheus > /var/lib/node_exporter/ipcshim.prom.tmp && mv /var/lib/node_exporter/ipcshim.prom.tmp /var/lib/node_exporter/ipcshim.prom":
         Run("ipcshim-stat --all --prometheus > ipcshim.prom.tmp && mv ipcshim.prom.tmp ipcshim.prom && tail -1 ipcshim.prom",
             "# EOF", "into the scratch folder instead of node_exporter's"),
     "ipcshim-stat --remove job42":
-        Run("IPCSHIM_DOMAIN={domain}-rm2 ipcshim-run -- {pair} >/dev/null && ipcshim-stat --remove {domain}-rm2",
+        # What --remove is for: a registry left by processes that were
+        # killed (a clean last process out removes it itself).
+        Run("IPCSHIM_DOMAIN={domain}-rm2 timeout -s KILL 3 ipcshim-run -- {leaky} exporter-killed 65536 30000 "
+            ">/dev/null; ipcshim-stat --remove {domain}-rm2",
             "removed /dev/shm/ipcshim-"),
     "ipcshim-stat --json --watch 0.5 > run.jsonl":
         Run("ipcshim-stat --json --watch 0.1 --count 3 > run.jsonl && test $(wc -l < run.jsonl) = 3"),
@@ -177,7 +180,8 @@ COMMANDS = {
     "tests/model/check": Covered("tests/model/meson.build", "lease-model",
                                  "spin's model check of the lease protocol, minutes of it"),
     "rm -f /dev/shm/ipcshim-$(id -u)-job42":
-        Run("IPCSHIM_DOMAIN={domain}-rm ipcshim-run -- {pair} >/dev/null && test -e /dev/shm/ipcshim-$(id -u)-{domain}-rm"
+        Run("IPCSHIM_DOMAIN={domain}-rm timeout -s KILL 3 ipcshim-run -- {leaky} exporter-killed 65536 30000 "
+            ">/dev/null; test -e /dev/shm/ipcshim-$(id -u)-{domain}-rm"
             " && rm -f /dev/shm/ipcshim-$(id -u)-{domain}-rm && ! ipcshim-stat --domain {domain}-rm"),
     # docs/usage.md
     "meson setup build": Covered("scripts/lib.sh", "meson setup", "how every test's build folder is made"),
@@ -466,8 +470,10 @@ def test_documented_commands_run():
            "SIMCUDA_MACHINE": DOMAIN, "IPCSHIM_DOMAIN": DOMAIN, "IPCSHIM_BUILD_DIR": BUILD, "LD_PRELOAD": "",
            "IPCSHIM_EXIT_WAIT": "5s"}
     subst = {"src": SRC, "build": BUILD, "cuda": CUDA, "domain": DOMAIN, "pair": PAIR,
+             "leaky": os.path.join(os.environ["E2E_BIN_DIR"], "leaky-runtime"),
              "matplotlib_python": python_with("matplotlib")}
     failures = []
+    scenario = None
     try:
         # The C examples are built first (README runs them before usage.md
         # shows how to build them), and the domain's registry exists before
@@ -479,6 +485,14 @@ def test_documented_commands_run():
             eq(status, 0, f"cc {c}: {err}")
         status, out, err = run(["ipcshim-run", "--", *PAIR.split()], env=env, cwd=work, timeout=120)
         eq(status, 0, f"setup run: {out}{err}")
+        # The pair's last process out removed its registry: for the
+        # ipcshim-stat commands, processes that hold blocks stay in the
+        # domain while they run (stat-scenario, as in test_stat.py).
+        scenario = subprocess.Popen([os.path.join(BUILD, "tests", "tools", "stat-scenario"), "leases", DOMAIN],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for line in scenario.stdout:
+            if line.strip() == "ready":
+                break
         done, shown, ran = set(), shown_outputs(), 0
         for page, cmd in commands():
             kind, how, expect, _, needs = COMMANDS.get(cmd, ("unknown", None, None, None, None))
@@ -510,6 +524,8 @@ def test_documented_commands_run():
                    if COMMANDS.get(cmd, ("",))[0] != "run"]
         check(not unshown, "an output shown after a command that is not run here:\n" + "\n".join(unshown))
     finally:
+        if scenario:
+            scenario.communicate("done\n", timeout=30)
         shutil.rmtree(work, ignore_errors=True)
         for name in os.listdir("/dev/shm"):
             if f"-{UID}-{DOMAIN}" in name:

@@ -164,9 +164,11 @@ def test_installed_launcher_protects_a_program():
         eq(os.path.basename(shim), "libipcshim.so.0", "the launcher preloads the soname")
         eq(os.path.realpath(shim), os.path.realpath(staged(LIBDIR, "libipcshim.so.0")),
            "LD_PRELOAD gets the installed library, appended")
+        # The pair's last process out removed its registry: nothing held,
+        # nothing left (the stat tool says so, in JSON, and exits 1).
         status, out, err = run([staged(BINDIR, "ipcshim-stat"), "--domain", domain, "--json"])
-        eq(status, 0, f"installed ipcshim-stat: {err}")
-        eq(json.loads(out)["holders"], [], "nothing held after the pair exited")
+        eq((status, json.loads(out)["holders"]), (1, []), f"installed ipcshim-stat: {out}{err}")
+        check(not os.path.exists(f"/dev/shm/ipcshim-{os.geteuid()}-{domain}"), "the registry was left behind")
     finally:
         cleanup(domain)
 

@@ -165,14 +165,23 @@ def test_remove_only_when_nobody_holds_it():
         eq(status, 1, "refused while in use")
         check(f"domain {sc.domain} is in use by live process(es) {sc.pids['exporter']}" in err, err)
         check(os.path.exists(shm_path(sc.domain)), "still there")
-    # A real program's registry outlives it; nobody holds it afterwards.
+    # A real program's registry goes with its last process out...
     domain = f"obs-rm-{PID}"
     try:
         leaky = os.path.join(os.environ["E2E_BIN_DIR"], "leaky-runtime")
         status, out, err = run([leaky, "unopened", "65536"], env=sim_env(domain, IPCSHIM_EXIT_WAIT="100ms",
                                                                             IPCSHIM_LEAK_REPORT="off"))
         eq(status, 0, f"leaky: {out}{err}")
-        check(os.path.exists(shm_path(domain)), "the program left its registry")
+        check(not os.path.exists(shm_path(domain)), "the last process out left its registry")
+        # ...but processes that were killed leave theirs: --remove is for that.
+        p = subprocess.Popen([leaky, "exporter-killed", "65536", "30000"], stdout=subprocess.PIPE, text=True,
+                             env=sim_env(domain, IPCSHIM_LEAK_REPORT="off"))
+        for line in p.stdout:
+            if line.startswith("importer"):
+                break
+        p.kill()
+        p.wait()
+        check(os.path.exists(shm_path(domain)), "killed processes left no registry")
         status, out, err = run([STAT, "--remove", domain])
         eq((status, out), (0, f"removed /dev/shm/ipcshim-{UID}-{domain}\n"), f"remove ({err})")
         check(not os.path.exists(shm_path(domain)), "gone")
