@@ -1173,7 +1173,9 @@ static struct sim_ctx *ctx_by_id_locked(uint64_t id)
 /* Classifies p: an allocation of this process (PTR_DEVICE), an IPC mapping
  * open in this process (PTR_IMPORT, even if the exporter has since freed
  * it), pinned host memory (PTR_HOST), somewhere in a device window that is
- * not ours (PTR_FOREIGN), or unknown (PTR_NONE: pageable host memory). */
+ * not ours (PTR_FOREIGN), or unknown (PTR_NONE: pageable host memory).
+ * Takes no machine mutex: what it reads is this process's own (README,
+ * "Which calls take the machine lock"). */
 static enum ptr_kind classify(CUdeviceptr p, struct ptr_info *out)
 {
     memset(out, 0, sizeof(*out));
@@ -1182,19 +1184,16 @@ static enum ptr_kind classify(CUdeviceptr p, struct ptr_info *out)
     if (dev >= 0) {
         uint8_t *win = sim_window((unsigned)dev);
         uint64_t ctx_id = 0;
-        sim_lock();
-        uint32_t i = sim_find_locked((unsigned)dev, off);
-        if (i != SIM_NO_INDEX && sim_is_mine(sim_entry(i))) {
-            struct sim_alloc *a = sim_entry(i);
+        struct sim_own own;
+        if (win && sim_own_find((unsigned)dev, off, &own) == 0) {
             out->kind = PTR_DEVICE;
-            out->dev = (a->flags & SIM_F_MANAGED) ? a->home : (unsigned)dev;
-            out->base = (CUdeviceptr)(uintptr_t)(win + a->offset);
-            out->size = a->size;
-            out->serial = a->serial;
-            out->flags = a->flags;
-            ctx_id = a->ctx_id;
+            out->dev = (own.flags & SIM_F_MANAGED) ? own.home : (unsigned)dev;
+            out->base = (CUdeviceptr)(uintptr_t)(win + own.offset);
+            out->size = own.size;
+            out->serial = own.serial;
+            out->flags = own.flags;
+            ctx_id = own.ctx_id;
         }
-        sim_unlock();
         pthread_mutex_lock(&g_lock);
         if (out->kind == PTR_DEVICE) {
             out->ctx = ctx_by_id_locked(ctx_id);

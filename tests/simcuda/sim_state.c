@@ -48,6 +48,35 @@ static uint32_t g_holder = SIM_NO_INDEX;
 static uint8_t *_Atomic g_win[SIM_POOLS];
 static pthread_mutex_t g_win_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* This process's own LIVE allocations, by table index: what a pointer query
+ * (sim_own_find) reads instead of the shared entry, so that it takes no
+ * machine mutex. Process-local (a private anonymous mapping of max_allocs
+ * records, touched only where this process allocated). A record is written
+ * only by this process: published under the machine mutex when its
+ * allocation is made (own_note) and withdrawn when the owner lets go of it
+ * (own_forget, in owner_release_locked). `serial` is the record's version,
+ * a seqlock whose odd state is 0: the writer stores 0 and a release fence
+ * before the other fields, then the allocation's serial with release; a
+ * reader loads serial (acquire), the fields, an acquire fence, and serial
+ * again, and trusts the fields only when both loads agree and are not 0.
+ * Serials are never reused, so a record withdrawn and rewritten between the
+ * two loads cannot pass. `pid` makes a fork child ignore its parent's
+ * records (its copy of the mapping). 40 bytes. */
+struct own_rec {
+    uint64_t serial;
+    uint64_t offset;
+    uint64_t size;
+    uint64_t ctx_id;
+    int32_t pid;
+    uint8_t pool;
+    uint8_t home;
+    uint16_t flags; /* SIM_OWN_FLAGS only: the ones that never change */
+};
+#define SIM_OWN_FLAGS (SIM_F_MANAGED | SIM_F_POOL)
+_Static_assert(SIM_POOLS <= 256 && SIM_MAX_DEVICES <= 256, "pool and home fit a byte");
+static struct own_rec *g_own;
+static uint32_t g_own_cap;
+
 /* Loads and stores of fields that openers and closers read or write without
  * the mutex. Sequentially consistent: the handshake at owner_release_locked
  * needs a total order of its stores and loads. */
@@ -65,6 +94,7 @@ static void fork_child(void)
     g_holder = SIM_NO_INDEX;
     pthread_mutex_init(&g_win_lock, NULL);
     memset(&sim_counters, 0, sizeof(sim_counters));
+    /* g_own is kept: the parent's records carry the parent's pid. */
 }
 
 __attribute__((constructor)) static void sim_state_init(void)
@@ -452,6 +482,15 @@ int sim_attach(const char *name, unsigned ndev, uint64_t capacity, uint64_t mana
         if (rc != SIM_OK) return rc;
         snprintf(g_name, sizeof(g_name), "%s", name);
     }
+    if (g_own_cap < sim_m->max_allocs) {
+        size_t bytes = (size_t)sim_m->max_allocs * sizeof(struct own_rec);
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) return SIM_EOS;
+        if (g_own) munmap(g_own, (size_t)g_own_cap * sizeof(struct own_rec));
+        g_own = p;
+        g_own_cap = sim_m->max_allocs;
+    }
     int zombie;
     pid_t pid = getpid();
     uint64_t start = sim_proc_start(pid, &zombie);
@@ -524,6 +563,77 @@ int sim_is_mine(const struct sim_alloc *a)
 {
     return g_pid != 0 && a->holder == g_holder && a->owner_pid == g_pid &&
            a->owner_start == g_start;
+}
+
+/* Withdraws record `index` (its allocation is no longer this process's). */
+static void own_forget(uint32_t index)
+{
+    if (index >= g_own_cap) return;
+    __atomic_store_n(&g_own[index].serial, 0, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE); /* pairs with the acquire fence in sim_own_find */
+}
+
+/* Publishes LIVE entry `index`, just made by this process. Caller holds
+ * the mutex. */
+static void own_note(uint32_t index, const struct sim_alloc *a)
+{
+    if (index >= g_own_cap) return;
+    struct own_rec *o = &g_own[index];
+    own_forget(index); /* a fork child's copy may still hold its parent's */
+    __atomic_store_n(&o->offset, a->offset, __ATOMIC_RELAXED);
+    __atomic_store_n(&o->size, a->size, __ATOMIC_RELAXED);
+    __atomic_store_n(&o->ctx_id, a->ctx_id, __ATOMIC_RELAXED);
+    __atomic_store_n(&o->pid, g_pid, __ATOMIC_RELAXED);
+    __atomic_store_n(&o->pool, (uint8_t)a->device, __ATOMIC_RELAXED);
+    __atomic_store_n(&o->home, (uint8_t)a->home, __ATOMIC_RELAXED);
+    __atomic_store_n(&o->flags, (uint16_t)(a->flags & SIM_OWN_FLAGS), __ATOMIC_RELAXED);
+    __atomic_store_n(&o->serial, a->serial, __ATOMIC_RELEASE); /* pairs with the first load */
+}
+
+int sim_own_find(unsigned pool, uint64_t offset, struct sim_own *out)
+{
+    if (!sim_attached() || !sim_pool_valid(pool) || offset >= sim_m->dev[pool].capacity) return -1;
+    /* The shared bitmaps are only a hint here, read without the mutex while
+     * other processes change them: when `offset` lies in one of our LIVE
+     * allocations, the granules from its start to `offset` are ours, so
+     * their bits and the start's start_entry cannot change under us and
+     * the scan finds it; anywhere else it may find anything, which our
+     * own record then refuses. */
+    uint64_t u = offset / SIM_GRANULE;
+    const uint64_t *ab = alloc_bits(pool), *sb = start_bits(pool);
+    if (!((__atomic_load_n(&ab[u / 64], __ATOMIC_RELAXED) >> (u % 64)) & 1)) return -1;
+    uint64_t w = u / 64, b = u % 64;
+    uint64_t word = __atomic_load_n(&sb[w], __ATOMIC_RELAXED) & (b == 63 ? ~0ull : (2ull << b) - 1);
+    while (!word) {
+        if (w == 0) return -1;
+        word = __atomic_load_n(&sb[--w], __ATOMIC_RELAXED);
+    }
+    uint64_t s = w * 64 + 63 - (uint64_t)__builtin_clzll(word);
+    uint32_t i = __atomic_load_n(&start_entry(pool)[s], __ATOMIC_RELAXED);
+    if (i >= g_own_cap || i >= sim_m->max_allocs) return -1;
+    const struct own_rec *o = &g_own[i];
+    uint64_t serial = __atomic_load_n(&o->serial, __ATOMIC_ACQUIRE);
+    if (serial == 0) return -1;
+    struct sim_own r = {
+        .index = i,
+        .serial = serial,
+        .offset = __atomic_load_n(&o->offset, __ATOMIC_RELAXED),
+        .size = __atomic_load_n(&o->size, __ATOMIC_RELAXED),
+        .ctx_id = __atomic_load_n(&o->ctx_id, __ATOMIC_RELAXED),
+        .pool = __atomic_load_n(&o->pool, __ATOMIC_RELAXED),
+        .home = __atomic_load_n(&o->home, __ATOMIC_RELAXED),
+        .flags = __atomic_load_n(&o->flags, __ATOMIC_RELAXED),
+    };
+    int32_t pid = __atomic_load_n(&o->pid, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE); /* pairs with the release fence in own_forget */
+    if (__atomic_load_n(&o->serial, __ATOMIC_RELAXED) != serial) return -1;
+    /* The shared entry must still be that allocation (a sweep by another
+     * process that wrongly took us for dead released it without us). */
+    if (pid != g_pid || r.pool != pool || offset < r.offset || offset - r.offset >= r.size ||
+        LOAD(&sim_entry(i)->serial) != serial)
+        return -1;
+    *out = r;
+    return 0;
 }
 
 static void poison(const struct sim_alloc *a)
@@ -627,6 +737,7 @@ static int release_if_unmapped_locked(uint32_t index, uint64_t serial)
 static void owner_release_locked(uint32_t index)
 {
     struct sim_alloc *a = sim_entry(index);
+    if (sim_is_mine(a)) own_forget(index);
     if (sim_m->free_while_mapped != SIM_FREE_KEEP || !(a->flags & SIM_F_EXPORTED)) {
         release_locked(index); /* never exported: no handle, so no open */
         return;
@@ -966,6 +1077,7 @@ int sim_alloc(unsigned dev, uint64_t size, uint64_t ctx_id, uint32_t flags, unsi
     int rc = try_alloc_locked(dev, size, ctx_id, flags, home, index, offset);
     if (rc == SIM_ENOMEM && sim_sweep_locked() > 0)
         rc = try_alloc_locked(dev, size, ctx_id, flags, home, index, offset);
+    if (rc == SIM_OK) own_note(*index, sim_entry(*index));
     sim_unlock();
     return rc;
 }

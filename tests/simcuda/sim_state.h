@@ -55,6 +55,10 @@
  *   with a seq-cst atomic OR, and a release clears the serial first. The
  *   handshake between an owner's free and an open or a close is described
  *   at owner_release_locked (sim_state.c).
+ * Besides the segment, each process keeps a private record of each of its
+ * own LIVE allocations (sim_own_find, struct own_rec in sim_state.c), so
+ * that pointer queries take no machine-wide lock (README, "Which calls take
+ * the machine lock").
  * Everything is fixed-width and index-based; the layout is pinned by a test.
  * These functions are internal to libcuda (hidden visibility).
  */
@@ -306,6 +310,25 @@ SIM_INTERNAL int sim_map_open(uint32_t index, uint64_t serial, unsigned dev, uin
  * is really released (and poisoned): only then is the mutex taken. Caller
  * holds no lock. */
 SIM_INTERNAL void sim_map_del(uint32_t index, uint64_t serial, uint64_t ctx_id, uint32_t row);
+
+/* What this process knows of one of its own LIVE allocations. */
+struct sim_own {
+    uint32_t index; /* table entry */
+    uint32_t pool;  /* a device or SIM_POOL_MANAGED */
+    uint64_t offset;
+    uint64_t size;
+    uint64_t serial;
+    uint64_t ctx_id;
+    uint32_t flags; /* SIM_F_MANAGED and SIM_F_POOL only (they never change) */
+    uint32_t home;  /* managed: the device of the context that allocated it */
+};
+
+/* Finds this process's LIVE allocation containing byte `offset` of pool
+ * `pool`, from a process-local table: takes no lock (the machine's bitmaps
+ * are read as a hint, a per-process record decides). An allocation another
+ * thread frees meanwhile may or may not be found. Returns 0 and fills *out,
+ * or -1. */
+SIM_INTERNAL int sim_own_find(unsigned pool, uint64_t offset, struct sim_own *out);
 
 /* Bytes (rsize) of this process's LIVE SIM_F_POOL allocations on device
  * dev. Takes the mutex. */

@@ -14,8 +14,10 @@
  * Output: one "key: value value ..." line per figure quantity (times in ns
  * unless the key says otherwise); scripts/bench parses them. Each figure's
  * method is described in docs/performance.md. Children are this executable
- * again (posix_spawn of /proc/self/exe), so they inherit LD_PRELOAD and the
- * simulator's environment; parent and children share a memfd channel. */
+ * again (posix_spawn of /proc/self/exe, or of $IPCBENCH_SELF when set: under
+ * valgrind /proc/self/exe is valgrind's own tool), so they inherit
+ * LD_PRELOAD and the simulator's environment; parent and children share a
+ * memfd channel. */
 #include "bench.h"
 
 #include <errno.h>
@@ -180,24 +182,62 @@ static int fig_alloc(const struct args *a, const char *self)
 
 enum { CY_OPEN, CY_READ, CY_CLOSE }; /* child's stamps */
 
-static int cycle_child(struct chan *c, size_t size)
+/* The five calls of a cycle that the shim intercepts, one function each so
+ * that callgrind counts their instructions only
+ * (--toggle-collect='bench_call_*', scripts/bench); the warm-up cycles call
+ * the twins, which it does not count. */
+struct cycle_calls {
+    void (*alloc)(void **p, size_t size);
+    void (*export_)(cudaIpcMemHandle_t *h, void *p);
+    void (*open)(void **p, cudaIpcMemHandle_t h);
+    void (*close)(void *p);
+    void (*free_)(void *p);
+};
+#define CYCLE_CALLS(prefix)                                                                        \
+    __attribute__((noinline)) void prefix##_alloc(void **p, size_t size)                           \
+    {                                                                                              \
+        CK(cudaMalloc(p, size));                                                                   \
+    }                                                                                              \
+    __attribute__((noinline)) void prefix##_export(cudaIpcMemHandle_t *h, void *p)                 \
+    {                                                                                              \
+        CK(cudaIpcGetMemHandle(h, p));                                                             \
+    }                                                                                              \
+    __attribute__((noinline)) void prefix##_open(void **p, cudaIpcMemHandle_t h)                   \
+    {                                                                                              \
+        CK(cudaIpcOpenMemHandle(p, h, cudaIpcMemLazyEnablePeerAccess));                            \
+    }                                                                                              \
+    __attribute__((noinline)) void prefix##_close(void *p)                                         \
+    {                                                                                              \
+        CK(cudaIpcCloseMemHandle(p));                                                              \
+    }                                                                                              \
+    __attribute__((noinline)) void prefix##_free(void *p)                                          \
+    {                                                                                              \
+        CK(cudaFree(p));                                                                           \
+    }                                                                                              \
+    static const struct cycle_calls prefix = {prefix##_alloc, prefix##_export, prefix##_open,      \
+                                              prefix##_close, prefix##_free};
+CYCLE_CALLS(bench_call)
+CYCLE_CALLS(bench_warm)
+
+static int cycle_child(struct chan *c, size_t size, long warm)
 {
     cuda_ready();
     void *host = malloc(size);
     uint32_t seen = door_seq(c, D_TO_CHILD);
     door_open(c, D_READY);
-    for (;;) {
+    for (long i = 0;; i++) {
         seen = door_wait(c, D_TO_CHILD, seen, SPIN_NS);
         if (atomic_load(&c->go)) break; /* stop */
+        const struct cycle_calls *k = i < warm ? &bench_warm : &bench_call;
         cudaIpcMemHandle_t h;
         void *p;
         memcpy(&h, c->handle, sizeof h);
         uint64_t t0 = now_ns();
-        CK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
+        k->open(&p, h);
         uint64_t t1 = now_ns();
         CK(cudaMemcpy(host, p, size, cudaMemcpyDeviceToHost));
         uint64_t t2 = now_ns();
-        CK(cudaIpcCloseMemHandle(p));
+        k->close(p);
         uint64_t t3 = now_ns();
         c->stamp[CY_OPEN] = t1 - t0;
         c->stamp[CY_READ] = t2 - t1;
@@ -232,14 +272,15 @@ static int fig_cycle(const struct args *a, const char *self)
     cuda_ready();
     int fd;
     struct chan *c = chan_create(0, &fd);
-    char fds[32], sz[32];
-    char *argv[] = {(char *)self, "cycle-child", fmt_long(fds, fd), fmt_long(sz, a->size), NULL};
+    long warm = a->cycles / 10 + 10, total = warm + a->cycles;
+    char fds[32], sz[32], wm[32];
+    char *argv[] = {(char *)self,          "cycle-child",      fmt_long(fds, fd),
+                    fmt_long(sz, a->size), fmt_long(wm, warm), NULL};
     uint32_t ready = door_seq(c, D_READY);
     int pid = spawn_self(argv);
     if (a->pin) pin_pair(pid);
     door_wait(c, D_READY, ready, 0);
 
-    long warm = a->cycles / 10 + 10, total = warm + a->cycles;
     enum { ALLOC, EXPORT, OPEN, READ, CLOSE, FREE, CYCLE, NOPS };
     static const char *names[NOPS] = {"alloc", "export", "open", "read", "close", "free", "cycle"};
     double *t[NOPS];
@@ -247,18 +288,19 @@ static int fig_cycle(const struct args *a, const char *self)
         t[k] = calloc((size_t)a->cycles, sizeof(double));
     uint32_t seen = door_seq(c, D_TO_PARENT);
     for (long i = 0; i < total; i++) {
+        const struct cycle_calls *k = i < warm ? &bench_warm : &bench_call;
         void *p;
         cudaIpcMemHandle_t h;
         uint64_t t0 = now_ns();
-        CK(cudaMalloc(&p, (size_t)a->size));
+        k->alloc(&p, (size_t)a->size);
         uint64_t t1 = now_ns();
-        CK(cudaIpcGetMemHandle(&h, p));
+        k->export_(&h, p);
         uint64_t t2 = now_ns();
         memcpy(c->handle, &h, sizeof h);
         door_open(c, D_TO_CHILD);
         seen = door_wait(c, D_TO_PARENT, seen, SPIN_NS);
         uint64_t t3 = now_ns();
-        CK(cudaFree(p));
+        k->free_(p);
         uint64_t t4 = now_ns();
         if (i < warm) continue;
         long j = i - warm;
@@ -829,7 +871,8 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "cycle-child"))
-        return cycle_child(chan_attach(atoi(argv[2])), (size_t)atol(argv[3]));
+        return cycle_child(chan_attach(atoi(argv[2])), (size_t)atol(argv[3]),
+                           argc > 4 ? atol(argv[4]) : 0);
     if (!strcmp(cmd, "scale-child"))
         return scale_child(chan_attach(atoi(argv[2])), atol(argv[3]), atol(argv[4]), atol(argv[5]));
     if (!strcmp(cmd, "reclaim-child")) return reclaim_child(chan_attach(atoi(argv[2])));
