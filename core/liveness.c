@@ -74,6 +74,14 @@ int liveness_byte_state(int fd, off_t off)
     return fl.l_type != F_UNLCK;
 }
 
+int liveness_range_state(int fd, off_t off, off_t len)
+{
+    struct flock fl = byte_at(F_WRLCK, off);
+    fl.l_len = len;
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return -errno;
+    return fl.l_type != F_UNLCK;
+}
+
 bool liveness_byte_locked(int fd, off_t off)
 {
     return liveness_byte_state(fd, off) != 0; /* unknown: alive */

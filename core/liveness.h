@@ -35,6 +35,10 @@ bool liveness_byte_locked(int fd, off_t off);
  * negative errno when it cannot be found out (e.g. -EBADF). */
 int liveness_byte_state(int fd, off_t off);
 
+/* The same for the len bytes from off, in one call: 1 when any of them is
+ * locked by another description. */
+int liveness_range_state(int fd, off_t off, off_t len);
+
 /* The process half of the rule: the pid exists with this start time
  * (unknown counts as alive). */
 bool liveness_pid_alive(pid_t pid, uint64_t start_time);

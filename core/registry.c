@@ -774,8 +774,9 @@ bool registry_remove_if_unused(struct registry *r)
     int fd = registry_fd(r);
     bool used = fd < 0; /* cannot see the lock bytes: keep it */
     for (uint32_t i = 0; i < r->max_holders && !used; i++)
-        used = __atomic_load_n(&r->holders[i].state, __ATOMIC_SEQ_CST) != HOLDER_FREE ||
-               liveness_byte_state(fd, r->lock_base + i) != 0; /* an attacher's, in take_slot */
+        used = __atomic_load_n(&r->holders[i].state, __ATOMIC_SEQ_CST) != HOLDER_FREE;
+    /* A byte taken by an attacher still in take_slot (one call for all). */
+    if (!used) used = liveness_range_state(fd, r->lock_base, (off_t)r->max_holders) != 0;
     struct stat st;
     if (!used && stat(r->path, &st) == 0 && st.st_dev == r->dev && st.st_ino == r->ino &&
         unlink(r->path) == 0) {

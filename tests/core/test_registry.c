@@ -889,3 +889,38 @@ Test(registry, holder_in_another_pid_namespace_is_judged_by_its_lock, .timeout =
     cr_assert_not(reg_holder_alive(&r, idx), "dead once its lock went with it");
     registry_close(&r);
 }
+
+/* Issue 33: the last process out removes the file, but never while a slot
+ * is in use or an attacher is between taking its slot's lock byte and
+ * publishing the slot (take_slot); the decision it takes back leaves
+ * `removing` at 0, and a lock repair clears a dead decider's. */
+Test(registry, removed_only_when_no_slot_is_used_or_being_taken)
+{
+    struct reg_caps caps = {8, 64, 128};
+    struct registry a, b;
+    cr_assert_eq(registry_open(&a, test_domain, &caps), 0);
+    cr_assert_eq(registry_open(&b, test_domain, &caps), 0);
+    cr_assert_eq(registry_lock(&a), 0);
+    uint32_t other = reg_holder_attach(&b, 7);
+    cr_assert_neq(other, REG_NONE);
+    cr_assert_not(registry_remove_if_unused(&a), "removed under an active holder");
+    cr_assert_eq(a.hdr->removing, 0);
+    reg_holder_release(&b, other);
+    /* An attacher that holds its byte but has not published its slot yet. */
+    int fd = open(a.path, O_RDWR | O_CLOEXEC);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(liveness_lock_byte(fd, a.lock_base + 5), 0);
+    cr_assert_not(registry_remove_if_unused(&a), "removed under an attacher's lock byte");
+    cr_assert_eq(a.hdr->removing, 0);
+    close(fd);
+    a.hdr->removing = 1; /* a decider that died before deciding */
+    registry_repair(&a);
+    cr_assert_eq(a.hdr->removing, 0, "the repair left the flag set");
+    cr_assert(registry_remove_if_unused(&a));
+    cr_assert(registry_removing(&b), "a late attacher is told to back off");
+    struct stat st;
+    cr_assert_neq(stat(a.path, &st), 0, "the file is still there");
+    registry_unlock(&a);
+    registry_close(&b);
+    registry_close(&a);
+}
