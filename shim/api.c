@@ -107,9 +107,11 @@ SHIM_EXPORT long long ipcshim_calls(const char *symbol, const char *door)
     return -1;
 }
 
-/* IPCSHIM_STATS=1: a short summary at exit, only for processes that used CUDA. */
+/* At exit: host swap's refused exports, if any (always), and with
+ * IPCSHIM_STATS=1 a short summary, only for processes that used CUDA. */
 __attribute__((destructor)) static void report_at_exit(void)
 {
+    swap_warn_refused();
     if (!options_get()->stats) return;
     struct ipcshim_stats s;
     fill_stats(&s);

@@ -474,6 +474,20 @@ static CUstream pt(cudaStream_t s)
 
 /* ---- report ------------------------------------------------------------ */
 
+void swap_warn_refused(void)
+{
+    if (!swap_enabled) return;
+    pthread_mutex_lock(&swap_lock);
+    uint64_t n = counts.refused_exports;
+    pthread_mutex_unlock(&swap_lock);
+    if (n)
+        log_msg(LOG_WARN,
+                "swap: %llu export%s of swappable blocks %s refused (CUDA IPC cannot share "
+                "managed memory): a program that did not check the error shared nothing; set "
+                "IPCSHIM_SWAP_MIN_BYTES above the size of the blocks it shares",
+                (unsigned long long)n, n == 1 ? "" : "s", n == 1 ? "was" : "were");
+}
+
 void swap_report(void)
 {
     if (!swap_enabled) return;

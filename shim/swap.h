@@ -53,4 +53,8 @@ static inline bool swap_refuses_export(uint64_t ptr, const char *call)
 /* Host-swap figures for the IPCSHIM_STATS exit report (nothing when off). */
 void swap_report(void);
 
+/* At exit, whatever IPCSHIM_STATS says: one warning when host swap refused
+ * exports (easy to miss in a program that ignores return codes). */
+void swap_warn_refused(void);
+
 #endif

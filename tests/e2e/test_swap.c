@@ -190,12 +190,16 @@ Test(swap, export_of_a_swappable_block_fails_with_the_documented_error)
     FILE *f = fopen(log, "r");
     cr_assert(f, "no log written");
     char line[1024];
-    bool named = false;
-    while (fgets(line, sizeof line, f))
+    bool named = false, at_exit = false;
+    while (fgets(line, sizeof line, f)) {
         named |= strstr(line, "cudaIpcGetMemHandle") && strstr(line, "IPCSHIM_SWAP_MIN_BYTES");
+        /* Said again at exit, for a program that ignored the error. */
+        at_exit |= strstr(line, "warn: swap: 1 export of swappable blocks was refused") != NULL;
+    }
     fclose(f);
     unlink(log);
     cr_expect(named, "no log line naming IPCSHIM_SWAP_MIN_BYTES");
+    cr_expect(at_exit, "no warning at exit about the refused export");
 }
 
 Test(swap, ipc_pair_works_with_swap_on_in_exporter_and_importers)
