@@ -15,7 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <stddef.h>
 #include <sys/auxv.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 static struct options current;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -173,6 +177,45 @@ static void env_name(const char *field, char *buf, size_t len)
         buf[i] = (char)toupper((unsigned char)buf[i]);
 }
 
+/* FNV-1a over a string, continuing from h. */
+static uint64_t hash_str(uint64_t h, const char *s)
+{
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return (h ^ 0xff) * 0x100000001b3ull; /* a separator: "ab"+"c" is not "a"+"bc" */
+}
+
+/* Bad values are said once per domain, not by every process of a job:
+ * the first process of this user and domain that meets these bad values
+ * (hash) binds an abstract socket named after them, and keeps it while it
+ * lives; a process that finds the name held by a live process of the same
+ * user stays quiet. An abstract name is no file: nothing is left behind, and
+ * it goes when its holder exits (or closes every descriptor: then the next
+ * process says it again). Held by another user (a squatter, whom the peer
+ * credentials tell apart), or on any error: say it. Trap: the holder never
+ * accepts, so every check leaves a connection in its queue until it exits;
+ * the queue is SOMAXCONN long and the check's connect never blocks (a full
+ * queue, EAGAIN: say it). */
+static bool first_to_say(const char *domain, uint64_t hash)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "ipcshim-bad-options-%u-%.64s-%016llx",
+                     (unsigned)geteuid(), domain, (unsigned long long)hash);
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return true;
+    if (bind(s, (struct sockaddr *)&a, len) == 0 && listen(s, SOMAXCONN) == 0)
+        return true; /* ours now: kept open on purpose, for as long as we live */
+    close(s);
+    s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    struct ucred peer = {0};
+    socklen_t plen = sizeof peer;
+    bool said = s >= 0 && connect(s, (struct sockaddr *)&a, len) == 0 &&
+                getsockopt(s, SOL_SOCKET, SO_PEERCRED, &peer, &plen) == 0 && peer.uid == geteuid();
+    if (s >= 0) close(s);
+    return !said;
+}
+
 static void load(void)
 {
     char name[64], want[96];
@@ -181,18 +224,35 @@ static void load(void)
 #define OPT(field, type, def, choices, help) parse_##type(def, &current.field, choices);
 #include "options.def"
 #undef OPT
+    /* Which values are bad (a silent pass), and whether this process is
+     * the one of its domain to say so. */
+    struct options scratch = current;
+    uint64_t bad = 0xcbf29ce484222325ull;
+    unsigned nbad = 0;
+#define OPT(field, type, def, choices, help)                                                       \
+    env_name(#field, name, sizeof name);                                                           \
+    if ((value = secure_getenv(name)) && *value && parse_##type(value, &scratch.field, choices))   \
+        nbad++, bad = hash_str(hash_str(bad, name), value);
+#include "options.def"
+#undef OPT
+    bool say = nbad && first_to_say(scratch.domain, bad);
     /* The log's own settings first (quietly: the pass below warns about
      * them), so that warnings about the others obey them. */
     if ((value = secure_getenv("IPCSHIM_LOG")) && *value)
         parse_CHOICE(value, &current.log, choices_of_log);
     if ((value = secure_getenv("IPCSHIM_LOG_FILE")) && *value) current.log_file = value;
     log_configure(current.log, current.log_file);
+    if (nbad && !say)
+        log_msg(LOG_DEBUG,
+                "%u bad IPCSHIM_* value(s): already said by another process of domain %s", nbad,
+                scratch.domain);
 #define OPT(field, type, def, choices, help)                                                       \
     env_name(#field, name, sizeof name);                                                           \
     if ((value = secure_getenv(name)) && *value && parse_##type(value, &current.field, choices)) { \
-        log_msg(LOG_ERROR, "%s=%s is not valid: expected %s; using the default %s%s (%s)", name,   \
-                value, expected(#type, choices, want, sizeof want), def, *def ? "" : "\"\"",       \
-                help);                                                                             \
+        if (say)                                                                                   \
+            log_msg(LOG_ERROR, "%s=%s is not valid: expected %s; using the default %s%s (%s)",     \
+                    name, value, expected(#type, choices, want, sizeof want), def,                 \
+                    *def ? "" : "\"\"", help);                                                     \
         parse_##type(def, &current.field, choices); /* a parser may have stored a partial value */ \
     }
 #include "options.def"

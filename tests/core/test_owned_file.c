@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char dir[64], path[128], other[128];
@@ -178,4 +180,70 @@ Test(owned_file, a_bad_value_names_what_is_valid_and_what_the_default_means)
               "%s", c);
     cr_expect(strstr(c, "0 = off)\n"), "%s", c);
     cr_expect_eq(options_get()->device_budget, 0);
+}
+
+/* Issue 33: a bad value is said once per domain, not by every process of
+ * a job: while the first process that said it lives, another process of
+ * the same user and domain with the same bad values stays quiet; another
+ * domain, or other bad values, are said again. */
+static int lines_in(const char *p, const char *what)
+{
+    int n = 0;
+    char line[1024];
+    FILE *f = fopen(p, "r");
+    while (f && fgets(line, sizeof line, f))
+        n += strstr(line, what) != NULL;
+    if (f) fclose(f);
+    return n;
+}
+
+/* A child that reads the options with env and exits (or, given hold_fd,
+ * says so there and waits for the other end, drop_fd, to close). */
+static pid_t child_reading_options(const char *domain, const char *log_value, int hold_fd,
+                                   int drop_fd)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (drop_fd >= 0) close(drop_fd);
+        setenv("IPCSHIM_LOG_FILE", path, 1);
+        setenv("IPCSHIM_DOMAIN", domain, 1);
+        setenv("IPCSHIM_LOG", log_value, 1);
+        options_reload();
+        if (hold_fd >= 0) {
+            char c;
+            if (write(hold_fd, "r", 1) != 1) _exit(3);
+            while (read(hold_fd, &c, 1) > 0) {
+            }
+        }
+        _exit(0);
+    }
+    return pid;
+}
+
+Test(owned_file, a_bad_value_is_said_once_per_domain)
+{
+    char domain[64], other[64];
+    snprintf(domain, sizeof domain, "once-%d", (int)getpid());
+    snprintf(other, sizeof other, "once-other-%d", (int)getpid());
+    int sv[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    pid_t first = child_reading_options(domain, "verbose", sv[1], sv[0]);
+    close(sv[1]);
+    char c;
+    cr_assert_eq(read(sv[0], &c, 1), 1, "the first child did not read its options");
+    int st;
+    for (int i = 0; i < 3; i++) { /* three more processes of the job */
+        waitpid(child_reading_options(domain, "verbose", -1, -1), &st, 0);
+        cr_assert_eq(st, 0);
+    }
+    cr_expect_eq(lines_in(path, "IPCSHIM_LOG=verbose is not valid"), 1,
+                 "said more than once in one domain:\n%s", contents(path));
+    waitpid(child_reading_options(other, "verbose", -1, -1), &st, 0);
+    waitpid(child_reading_options(domain, "loud", -1, -1), &st, 0);
+    cr_expect_eq(lines_in(path, "IPCSHIM_LOG=verbose is not valid"), 2, "%s", contents(path));
+    cr_expect_eq(lines_in(path, "IPCSHIM_LOG=loud is not valid"), 1, "%s", contents(path));
+    close(sv[0]); /* the first one goes: the next process says it again */
+    waitpid(first, &st, 0);
+    waitpid(child_reading_options(domain, "verbose", -1, -1), &st, 0);
+    cr_expect_eq(lines_in(path, "IPCSHIM_LOG=verbose is not valid"), 3, "%s", contents(path));
 }
