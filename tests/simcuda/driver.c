@@ -236,7 +236,8 @@ __attribute__((constructor)) static void driver_init(void)
 __attribute__((destructor)) static void driver_fini(void)
 {
     /* Normal exit releases this process's allocations (poisoning exported
-     * ones); later calls report CUDA_ERROR_DEINITIALIZED. */
+     * ones) and, for the last process out, removes the machine's files;
+     * later calls report CUDA_ERROR_DEINITIALIZED. */
     g_deinit = 1;
     sim_detach();
 }

@@ -20,7 +20,9 @@
  * (SIMCUDA_FREE_WHILE_MAPPED=keep, chosen by the creator) such a block outlives the free until its
  * last open goes. IPC opens and closes keep that table with atomics, without the machine mutex
  * (the real driver does them in the kernel); the handshake with the owner's free is at
- * owner_release_locked. This file knows nothing about CUDA types.
+ * owner_release_locked. The last holder to leave removes the machine's files (sim_detach; the
+ * handshake with a process that is joining is at sim_attach). This file knows nothing about CUDA
+ * types.
  */
 #include "sim_state.h"
 
@@ -41,6 +43,8 @@ struct sim_machine *sim_m;
 struct sim_proc_counters sim_counters;
 
 static size_t g_map_size;
+static dev_t g_seg_dev; /* the segment file this process mapped (its name may move on) */
+static ino_t g_seg_ino;
 static char g_name[128];
 static pid_t g_pid;      /* pid that attached; 0 = not attached (or a fork child) */
 static uint64_t g_start; /* its start time */
@@ -380,7 +384,9 @@ static int create_machine(int fd, const char *name, unsigned ndev, uint64_t capa
     pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
     pthread_mutex_init(&m->lock.mutex, &a);
     pthread_mutexattr_destroy(&a);
-    __atomic_store_n(&m->ready, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&m->ready, SIM_READY, __ATOMIC_RELEASE);
+    struct stat st;
+    if (fstat(fd, &st) == 0) g_seg_dev = st.st_dev, g_seg_ino = st.st_ino;
     sim_m = m;
     g_map_size = h.total_size;
     return SIM_OK;
@@ -417,6 +423,8 @@ static int join_machine(int fd)
     if (!ok) return SIM_EOS;
     void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
     if (p == MAP_FAILED) return SIM_EOS;
+    g_seg_dev = st.st_dev;
+    g_seg_ino = st.st_ino;
     sim_m = p;
     g_map_size = total;
     return SIM_OK;
@@ -459,6 +467,48 @@ void sim_unlock(void)
     pthread_mutex_unlock(&sim_m->lock.mutex);
 }
 
+/* Unlinks the files of this process's machine, pool files first and the
+ * segment last, if the segment's name still names the segment this process
+ * mapped. Caller holds the mutex and has set SIM_REMOVING. While the
+ * segment's name exists nobody can create another machine of that name
+ * (O_EXCL), so the pool names are this machine's (or stale) until the
+ * segment's own unlink; and every process that unlinks this machine's
+ * names holds its mutex and checks first, so once the names are gone no
+ * late remover of this machine touches the files of the next one. */
+static void remove_files_locked(void)
+{
+    char path[160];
+    sim_object_name(path, sizeof(path), g_name, -1);
+    int fd = shm_open(path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) return; /* already gone */
+    struct stat st;
+    int same = fstat(fd, &st) == 0 && st.st_dev == g_seg_dev && st.st_ino == g_seg_ino;
+    close(fd); /* our mapping keeps the inode (and its number) alive meanwhile */
+    if (!same) return;
+    for (unsigned k = 0; k <= sim_m->ndev; k++) {
+        char pool[160];
+        sim_object_name(pool, sizeof(pool), g_name, (int)pool_at(sim_m, k));
+        shm_unlink(pool);
+    }
+    shm_unlink(path);
+}
+
+/* Forgets a machine that is being removed: unmaps the segment and this
+ * process's windows of its pools. Caller holds no lock; nothing of this
+ * process is registered in it. */
+static void drop_machine(void)
+{
+    pthread_mutex_lock(&g_win_lock);
+    for (unsigned d = 0; d < SIM_POOLS; d++) {
+        uint8_t *w = atomic_exchange(&g_win[d], NULL);
+        if (w) munmap(w, sim_m->dev[d].capacity);
+    }
+    pthread_mutex_unlock(&g_win_lock);
+    munmap(sim_m, g_map_size);
+    sim_m = NULL;
+    g_map_size = 0;
+}
+
 int sim_attached(void)
 {
     return sim_m != NULL && g_pid != 0;
@@ -474,28 +524,44 @@ int sim_attach(const char *name, unsigned ndev, uint64_t capacity, uint64_t mana
         return SIM_EINVAL;
     capacity -= capacity % SIM_GRANULE;
     managed -= managed % SIM_GRANULE;
-    if (sim_m) {
-        if (strcmp(name, g_name) != 0)
-            return SIM_EINVAL; /* one machine per process, even across fork */
-    } else {
-        int rc = map_machine(name, ndev, capacity, managed, max_allocs);
-        if (rc != SIM_OK) return rc;
-        snprintf(g_name, sizeof(g_name), "%s", name);
-    }
-    if (g_own_cap < sim_m->max_allocs) {
-        size_t bytes = (size_t)sim_m->max_allocs * sizeof(struct own_rec);
-        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (p == MAP_FAILED) return SIM_EOS;
-        if (g_own) munmap(g_own, (size_t)g_own_cap * sizeof(struct own_rec));
-        g_own = p;
-        g_own_cap = sim_m->max_allocs;
-    }
+    if (sim_m && strcmp(name, g_name) != 0)
+        return SIM_EINVAL; /* one machine per process, even across fork */
     int zombie;
     pid_t pid = getpid();
     uint64_t start = sim_proc_start(pid, &zombie);
+    /* A machine whose last holder left between our mapping it (here, or in
+     * the parent before a fork) and our registering is being removed: the
+     * leaver set SIM_REMOVING under the mutex before it unlinked the names,
+     * and we look at the flag and register in one hold of the same mutex, so
+     * either it saw us (and kept the machine) or we see the flag, drop the
+     * machine and open the name again (a new machine, or one that another
+     * process has created meanwhile). */
+    for (int attempt = 0;; attempt++) {
+        if (!sim_m) {
+            if (attempt >= 100) return SIM_EOS;
+            int rc = map_machine(name, ndev, capacity, managed, max_allocs);
+            if (rc != SIM_OK) return rc;
+            snprintf(g_name, sizeof(g_name), "%s", name);
+        }
+        if (g_own_cap < sim_m->max_allocs) {
+            size_t bytes = (size_t)sim_m->max_allocs * sizeof(struct own_rec);
+            void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED) return SIM_EOS;
+            if (g_own) munmap(g_own, (size_t)g_own_cap * sizeof(struct own_rec));
+            g_own = p;
+            g_own_cap = sim_m->max_allocs;
+        }
+        sim_lock();
+        if (LOAD(&sim_m->ready) == SIM_REMOVING) {
+            remove_files_locked(); /* in case the leaver died half-way */
+            sim_unlock();
+            drop_machine();
+            continue;
+        }
+        break; /* with the mutex held */
+    }
     int rc = SIM_ENOMEM;
-    sim_lock();
     sim_sweep_locked();
     struct sim_holder *h = holders();
     for (uint32_t i = 0; i < sim_m->max_holders; i++) {
@@ -1163,9 +1229,23 @@ void sim_detach(void)
     unmap_holder_locked(g_holder, 1, 0);
     release_mine_locked(1, 0);
     if (g_holder < sim_m->max_holders) memset(&holders()[g_holder], 0, sizeof(struct sim_holder));
-    sim_unlock();
     g_pid = 0;
     g_holder = SIM_NO_INDEX;
+    /* The last process out removes the machine (README, "The machine"): a
+     * real GPU keeps nothing of a process after its exit either. Holders
+     * that are gone are swept first; one whose liveness is unknown counts
+     * as alive and keeps the machine. Registering (sim_attach) looks at
+     * SIM_REMOVING in the same hold of the mutex as it registers. */
+    sim_sweep_locked();
+    int others = 0;
+    const struct sim_holder *h = holders();
+    for (uint32_t k = 0; k < sim_m->holder_hw && k < sim_m->max_holders && !others; k++)
+        others = h[k].pid != 0;
+    if (!others) {
+        STORE(&sim_m->ready, SIM_REMOVING);
+        remove_files_locked();
+    }
+    sim_unlock();
 }
 
 int sim_owner_alive_locked(uint32_t index)

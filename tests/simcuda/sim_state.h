@@ -164,11 +164,22 @@ struct sim_dev_state {
     uint64_t pad;
 };
 
+/* The header's `ready` word. SIM_REMOVING is set, under the mutex, by the
+ * last holder to leave (sim_detach) just before it unlinks the machine's
+ * files, and is never cleared: a process that mapped the segment but finds
+ * it removing when it takes the mutex to register drops its mapping and
+ * opens the name again (sim_attach). */
+enum sim_ready {
+    SIM_INITIALISING = 0, /* the creator is initialising */
+    SIM_READY = 1,
+    SIM_REMOVING = 2, /* the last holder left: the files are (being) unlinked */
+};
+
 /* The segment header. Sized and aligned to one page. */
 struct sim_machine {
     uint64_t magic;
     uint32_t abi;
-    uint32_t ready; /* 0 while the creator initialises, then 1 (release/acquire) */
+    uint32_t ready; /* enum sim_ready (release/acquire) */
     uint64_t total_size;
     uint64_t machine_id; /* random; in every IPC handle of this machine */
     uint32_t ndev;
@@ -246,7 +257,10 @@ SIM_INTERNAL int sim_attach(const char *name, unsigned ndev, uint64_t capacity, 
 SIM_INTERNAL int sim_attached(void);
 
 /* Releases every allocation this process owns (poisoning exported ones)
- * and its holder slot. Used by the library destructor. */
+ * and its holder slot. When no other holder is left (after a sweep of the
+ * dead ones), marks the machine SIM_REMOVING and unlinks its shared-memory
+ * files, all under the mutex: the last process out removes the machine.
+ * Used by the library destructor. */
 SIM_INTERNAL void sim_detach(void);
 
 /* Machine mutex. sim_lock recovers a mutex whose holder died. */

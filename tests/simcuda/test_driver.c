@@ -905,6 +905,172 @@ Test(simcuda, normal_exit_releases_allocations)
     cr_assert_eq(free_bytes(), baseline);
 }
 
+/* ---- the last process out removes the machine ---- */
+
+/* How many of this test's machine files (segment, device 0, managed pool)
+ * exist. */
+static int machine_files(void)
+{
+    static const char *const suffix[] = {"", "-dev0", "-managed"};
+    int n = 0;
+    for (size_t i = 0; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
+        char path[256];
+        struct stat st;
+        snprintf(path, sizeof(path), "/dev/shm/simcuda-%u-%s%s", (unsigned)geteuid(), g_machine,
+                 suffix[i]);
+        n += stat(path, &st) == 0;
+    }
+    return n;
+}
+
+/* Allocates, writes and reads back a block on device 0 (cuInit first). */
+static int use_machine(void)
+{
+    CHILD_OK(init_on(0));
+    CUdeviceptr p;
+    unsigned v = 0;
+    CHILD_OK(cuMemAlloc(&p, 1 << 20));
+    CHILD_OK(cuMemsetD32(p, 0x5a5a5a5au, 1 << 18));
+    CHILD_OK(cuMemcpyDtoH(&v, p + 4096, sizeof(v)));
+    CHILD_EXPECT(v == 0x5a5a5a5au);
+    return 0;
+}
+
+static int child_use_and_exit(void *arg)
+{
+    (void)arg;
+    if (use_machine()) return 1;
+    exit(0); /* runs the library destructor */
+}
+
+/* Attaches, says so on fds[1], waits for a byte (or EOF) on fds[2], leaves. */
+static int child_hold(void *arg)
+{
+    const int *fds = arg;
+    if (use_machine()) return 1;
+    write_all(fds[1], "a", 1);
+    char c;
+    (void)!read(fds[2], &c, 1);
+    exit(0);
+}
+
+Test(simcuda, last_process_out_removes_the_machine)
+{
+    /* This process never attaches: its children are the machine's only
+     * processes. */
+    cr_assert_eq(run_child(child_use_and_exit, NULL), 0);
+    cr_assert_eq(machine_files(), 0, "the last process out removed the machine");
+
+    int up[2], down[2];
+    cr_assert_eq(pipe(up), 0);
+    cr_assert_eq(pipe(down), 0);
+    int fds[3] = {-1, up[1], down[0]};
+    fflush(NULL);
+    pid_t holder = fork();
+    cr_assert_neq(holder, -1);
+    if (holder == 0) _exit(child_hold(fds));
+    close(up[1]);
+    close(down[0]);
+    char c;
+    cr_assert_eq(read(up[0], &c, 1), 1, "the holder attached");
+    cr_assert_eq(machine_files(), 3);
+    cr_assert_eq(run_child(child_use_and_exit, NULL), 0);
+    cr_assert_eq(machine_files(), 3, "kept while another process is attached");
+    write_all(down[1], "x", 1);
+    int st;
+    cr_assert_eq(waitpid(holder, &st, 0), holder);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    cr_assert_eq(machine_files(), 0, "removed by the holder, the last one out");
+    close(up[0]);
+    close(down[1]);
+}
+
+/* The grandchild of child_map_then_orphan: it inherited its parent's mapping
+ * of the machine without registering, and its parent (the machine's only
+ * holder) has left and removed the machine. */
+static int orphan_attach(int go)
+{
+    char c;
+    CHILD_EXPECT(read(go, &c, 1) == 0); /* EOF: the parent is gone */
+    CHILD_EXPECT(machine_files() == 0);
+    if (use_machine()) return 1; /* drops the removed machine, makes a new one */
+    CHILD_EXPECT(machine_files() == 3);
+    struct simcuda_stats s;
+    simcuda_stats(&s);
+    CHILD_EXPECT(s.live_allocs == 1); /* the new machine holds only its own block */
+    return 0;
+}
+
+static int child_map_then_orphan(void *arg)
+{
+    const int *result = arg;
+    if (use_machine()) return 1;
+    int go[2];
+    CHILD_EXPECT(pipe(go) == 0);
+    fflush(NULL);
+    pid_t q = fork();
+    CHILD_EXPECT(q != -1);
+    if (q == 0) {
+        close(go[1]);
+        char rc = (char)orphan_attach(go[0]);
+        write_all(result[1], &rc, 1);
+        exit(0);
+    }
+    close(go[0]);
+    exit(0); /* the last holder out: removes the machine the grandchild maps */
+}
+
+Test(simcuda, attach_to_a_removed_machine_opens_the_name_again)
+{
+    int result[2];
+    cr_assert_eq(pipe(result), 0);
+    cr_assert_eq(run_child(child_map_then_orphan, result), 0);
+    close(result[1]);
+    char rc = 1, c;
+    cr_assert_eq(read(result[0], &rc, 1), 1, "the grandchild reported");
+    cr_assert_eq(rc, 0, "the grandchild attached to a new machine");
+    cr_assert_eq(read(result[0], &c, 1), 0); /* EOF: the grandchild is gone */
+    close(result[0]);
+    cr_assert_eq(machine_files(), 0, "and removed it on its way out");
+}
+
+static int child_churn(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 25; i++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0) return 1;
+        if (pid == 0) _exit(child_use_and_exit(NULL));
+        int st;
+        if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "churn: round %d failed\n", i);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+Test(simcuda, processes_coming_and_going_race_the_removal, .timeout = 60)
+{
+    /* Four lines of short-lived processes: attaches race the last one out's
+     * removal; every attach must find a usable machine. */
+    enum { N = 4 };
+    pid_t pids[N];
+    fflush(NULL);
+    for (int i = 0; i < N; i++) {
+        pids[i] = fork();
+        cr_assert_neq(pids[i], -1);
+        if (pids[i] == 0) _exit(child_churn(NULL));
+    }
+    for (int i = 0; i < N; i++) {
+        int st;
+        cr_assert_eq(waitpid(pids[i], &st, 0), pids[i]);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "line %d", i);
+    }
+    cr_assert_eq(machine_files(), 0, "the last one out removed the machine");
+}
+
 static int child_init(void *arg)
 {
     (void)arg;
