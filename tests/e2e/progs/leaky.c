@@ -173,9 +173,11 @@ int main(int argc, char **argv)
         line[strcspn(line, "\n")] = 0;
         if (from_hex(line, h, 64)) fail("handle parse", -1);
         leaky_open_block(h);
-        printf("exporter %d\nimporter %d\n", (int)child, (int)getpid());
         kill(child, SIGKILL);
         waitpid(child, &st, 0);
+        /* Said once the exporter is dead: a caller may kill us now. */
+        printf("exporter %d\nimporter %d\n", (int)child, (int)getpid());
+        fflush(stdout);
         sleep_ms(argc == 4 ? atoi(argv[3]) : 1200); /* a dead exporter's block, held a while */
     } else if (!strcmp(mode, "unopened")) {
         uint64_t p = leaky_export_block(size, h);
