@@ -23,10 +23,8 @@ static const char *names[] = {"error", "warn", "info", "debug"};
 
 void log_configure(int new_level, const char *path)
 {
-    static bool tried; /* options configure the log twice: one warning */
     level = new_level;
-    if (path && *path && file.fd < 0 && !tried) {
-        tried = true;
+    if (path && *path && file.fd < 0) {
         int rc = owned_file_open(&file, path);
         if (rc)
             log_msg(LOG_WARN, "cannot open IPCSHIM_LOG_FILE=%s (%s); logging to stderr", path,

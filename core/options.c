@@ -148,12 +148,6 @@ PARSER parse_COUNT(const char *s, opt_COUNT *v, const char *ch)
     return 0;
 }
 
-/* Each option's choices by name (choices_of_log, ...), from options.def. */
-#define OPT(field, type, def, choices, help)                                                       \
-    static const char *const choices_of_##field __attribute__((unused)) = choices;
-#include "options.def"
-#undef OPT
-
 /* What a value of each type looks like, for the line about a bad one. */
 static const char *expected(const char *type, const char *choices, char *buf, size_t len)
 {
@@ -216,47 +210,52 @@ static bool first_to_say(const char *domain, uint64_t hash)
     return !said;
 }
 
+/* A value that did not parse, kept to be said once the log is set up. */
+struct bad_value {
+    char name[64];
+    const char *value, *type, *choices, *def, *help;
+};
+
 static void load(void)
 {
+    struct bad_value bad[64];
+    unsigned nbad = 0;
     char name[64], want[96];
     const char *value;
-    /* Defaults first, so a warning about one option never leaves another unset. */
+    /* Defaults first, so a bad value of one option never leaves another unset. */
 #define OPT(field, type, def, choices, help) parse_##type(def, &current.field, choices);
 #include "options.def"
 #undef OPT
-    /* Which values are bad (a silent pass), and whether this process is
-     * the one of its domain to say so. */
-    struct options scratch = current;
-    uint64_t bad = 0xcbf29ce484222325ull;
-    unsigned nbad = 0;
-#define OPT(field, type, def, choices, help)                                                       \
-    env_name(#field, name, sizeof name);                                                           \
-    if ((value = secure_getenv(name)) && *value && parse_##type(value, &scratch.field, choices))   \
-        nbad++, bad = hash_str(hash_str(bad, name), value);
-#include "options.def"
-#undef OPT
-    bool say = nbad && first_to_say(scratch.domain, bad);
-    /* The log's own settings first (quietly: the pass below warns about
-     * them), so that warnings about the others obey them. */
-    if ((value = secure_getenv("IPCSHIM_LOG")) && *value)
-        parse_CHOICE(value, &current.log, choices_of_log);
-    if ((value = secure_getenv("IPCSHIM_LOG_FILE")) && *value) current.log_file = value;
-    log_configure(current.log, current.log_file);
-    if (nbad && !say)
-        log_msg(LOG_DEBUG,
-                "%u bad IPCSHIM_* value(s): already said by another process of domain %s", nbad,
-                scratch.domain);
 #define OPT(field, type, def, choices, help)                                                       \
     env_name(#field, name, sizeof name);                                                           \
     if ((value = secure_getenv(name)) && *value && parse_##type(value, &current.field, choices)) { \
-        if (say)                                                                                   \
-            log_msg(LOG_ERROR, "%s=%s is not valid: expected %s; using the default %s%s (%s)",     \
-                    name, value, expected(#type, choices, want, sizeof want), def,                 \
-                    *def ? "" : "\"\"", help);                                                     \
         parse_##type(def, &current.field, choices); /* a parser may have stored a partial value */ \
+        if (nbad < sizeof bad / sizeof *bad) {                                                     \
+            bad[nbad] = (struct bad_value){"", value, #type, choices, def, help};                  \
+            snprintf(bad[nbad++].name, sizeof bad->name, "%s", name);                              \
+        }                                                                                          \
     }
 #include "options.def"
 #undef OPT
+    /* Said after the whole table is read, so that the log's own settings
+     * apply; and by one process of the domain (first_to_say). */
+    log_configure(current.log, current.log_file);
+    if (!nbad) return;
+    uint64_t hash = 0xcbf29ce484222325ull;
+    for (unsigned k = 0; k < nbad; k++)
+        hash = hash_str(hash_str(hash, bad[k].name), bad[k].value);
+    if (!first_to_say(current.domain, hash)) {
+        log_msg(LOG_DEBUG,
+                "%u bad IPCSHIM_* value(s): already said by another process of domain %s", nbad,
+                current.domain);
+        return;
+    }
+    for (unsigned k = 0; k < nbad; k++) {
+        const struct bad_value *b = &bad[k];
+        log_msg(LOG_ERROR, "%s=%s is not valid: expected %s; using the default %s%s (%s)", b->name,
+                b->value, expected(b->type, b->choices, want, sizeof want), b->def,
+                *b->def ? "" : "\"\"", b->help);
+    }
 }
 
 static void load_once(void)
@@ -264,7 +263,6 @@ static void load_once(void)
     load();
     if (options_secure())
         log_msg(LOG_DEBUG, "secure execution: IPCSHIM_* variables ignored, defaults in effect");
-    log_configure(current.log, current.log_file);
     if (current.log >= LOG_INFO) options_log();
 }
 
@@ -283,7 +281,6 @@ void options_reload(void)
 {
     pthread_once(&once, load_once);
     load();
-    log_configure(current.log, current.log_file);
 }
 
 static void options_log_one(const char *name, const char *type, const void *v, const char *choices);
