@@ -188,13 +188,19 @@ enum callsite_valgrind callsite_valgrind(void)
 {
     int m = __atomic_load_n(&valgrind_mode, __ATOMIC_ACQUIRE);
     if (m >= 0) return (enum callsite_valgrind)m;
+    /* valgrind preloads its vgpreload_core-ARCH.so into every program it
+     * runs, and memcheck its vgpreload_memcheck-ARCH.so too. */
+    const char *pre = secure_getenv("LD_PRELOAD");
 #ifdef HAVE_VALGRIND_MEMCHECK_H
     m = RUNNING_ON_VALGRIND ? CALLSITE_VALGRIND_QUIET : CALLSITE_NATIVE;
 #else
-    /* valgrind preloads its vgpreload_core-ARCH.so into every program it runs. */
-    const char *pre = secure_getenv("LD_PRELOAD");
     m = pre && strstr(pre, "vgpreload_") ? CALLSITE_VALGRIND_BLIND : CALLSITE_NATIVE;
 #endif
+    /* A tool that checks no memory: the native path (when the preload list
+     * says so; without it, memcheck is assumed). */
+    if (m != CALLSITE_NATIVE && pre && strstr(pre, "vgpreload_core") &&
+        !strstr(pre, "vgpreload_memcheck"))
+        m = CALLSITE_NATIVE;
     __atomic_store_n(&valgrind_mode, m, __ATOMIC_RELEASE);
     return (enum callsite_valgrind)m;
 }

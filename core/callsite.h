@@ -30,7 +30,9 @@ void callsite_init(unsigned depth);
  * never written (the memo's scan for return addresses, libunwind's check of
  * each address it reads, which passes it to write(2)); memcheck would
  * report both at every export and open. So callsite_valgrind() says:
- * - CALLSITE_NATIVE: not under valgrind;
+ * - CALLSITE_NATIVE: not under valgrind, or under a valgrind tool that
+ *   checks no memory (callgrind, cachegrind, massif: valgrind preloads no
+ *   vgpreload_memcheck then), so that a profile shows the native path;
  * - CALLSITE_VALGRIND_QUIET: under valgrind, found with its client request
  *   (built with valgrind/memcheck.h): each capture turns this thread's error
  *   reports off while it runs and marks what it keeps defined, so call

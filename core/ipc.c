@@ -90,8 +90,8 @@ static struct {
 
 #define STAT_ADD(field, n) __atomic_fetch_add(&st.field, (n), __ATOMIC_RELAXED)
 
-/* Blocks retired and really freed (ipc_free_finish), recycled at this
- * process's next registry round trip (an export's, a collect's) or once
+/* Blocks retired by a free (free_into_limbo), recycled at this process's
+ * next registry round trip (an export's, a collect's) or once
  * RECYCLE_BATCH of them wait. Local lock. */
 static struct recycle {
     uint32_t block;
@@ -377,7 +377,9 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
     reg_prefetch_create(&reg, nrecycles ? recycles[nrecycles - 1].block : reg_block_next_free(&reg),
                         h);
     uint64_t now = reg_now_ns();
-    struct local_export *e = local_export_find(base);
+    /* The filter first: a base never exported (or freed since) is not
+     * looked for. */
+    struct local_export *e = local_maybe_export(base) ? local_export_find(base) : NULL;
     if (e) {
         bool again = false;
         if (!lock_registry()) goto off;
@@ -575,11 +577,11 @@ static void open_ticket(struct ipc_open *t, struct local_map *nm, const struct i
  * our bit; a second context's open only counts up our lease). IPC_REAL,
  * -ENOENT / -EOWNERDEAD (the driver would refuse), IPC_PASS, or ASK_LOCKED.
  * Local lock held. */
-static int open_lockfree(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
-                         struct local_map *nm, uint32_t cs)
+static int open_lockfree(const struct ipc_handle *h, uint32_t hash, uint64_t ctx,
+                         struct ipc_open *t, struct local_map *nm, uint32_t cs)
 {
     uint64_t gen;
-    uint32_t bi = reg_block_lookup(&reg, h, &gen);
+    uint32_t bi = reg_block_lookup(&reg, h, hash, &gen);
     struct reg_block *b = reg_block_at(&reg, bi);
     if (!b) return ASK_LOCKED;
     uint32_t exporter = __atomic_load_n(&b->exporter, __ATOMIC_RELAXED);
@@ -621,7 +623,7 @@ static int open_lockfree(const struct ipc_handle *h, uint64_t ctx, struct ipc_op
 /* The open under the registry lock, for what the lock-free path leaves:
  * handles it does not find, our own exports, records of dead exporters.
  * Local lock held. */
-static int open_locked(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
+static int open_locked(const struct ipc_handle *h, uint32_t hash, uint64_t ctx, struct ipc_open *t,
                        struct local_map *nm, uint32_t cs, uint64_t *ptr)
 {
     if (!lock_registry()) return IPC_PASS;
@@ -659,7 +661,7 @@ static int open_locked(const struct ipc_handle *h, uint64_t ctx, struct ipc_open
      * change of its hash chain): the lock-free path can take it now, as
      * records change only under the lock we hold. */
     registry_unlock(&reg);
-    result = open_lockfree(h, ctx, t, nm, cs);
+    result = open_lockfree(h, hash, ctx, t, nm, cs);
     return result == ASK_LOCKED ? IPC_PASS : result;
 unlock:
     registry_unlock(&reg);
@@ -676,9 +678,11 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
         return IPC_PASS;
     }
     /* Hints, whose lines move while the local tables are searched. */
-    reg_prefetch_open(&reg, open_guess, h);
+    uint32_t hash = reg_handle_hash(h);
+    reg_prefetch_open(&reg, open_guess, hash);
+    unsigned map_hash = local_map_hash(h, ctx);
     struct local_map *m;
-    while ((m = local_map_find(h, ctx)) && m->pending) {
+    while ((m = local_map_find(h, ctx, map_hash)) && m->pending) {
         local_wait();
         if (shut) { /* ipc_shutdown ran meanwhile and emptied the tables */
             local_unlock();
@@ -709,16 +713,18 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
     nm->key.handle = *h;
     nm->key.ctx = ctx;
     nm->pending = true;
-    if (local_map_add(nm) != 0) {
+    if (local_map_add(nm, map_hash) != 0) {
         local_map_del(nm);
         local_unlock();
         return IPC_PASS;
     }
-    int result = open_lockfree(h, ctx, t, nm, cs);
-    if (result == ASK_LOCKED) result = open_locked(h, ctx, t, nm, cs, ptr);
+    int result = open_lockfree(h, hash, ctx, t, nm, cs);
+    if (result == ASK_LOCKED) result = open_locked(h, hash, ctx, t, nm, cs, ptr);
     if (result != IPC_REAL) {
         local_map_del(nm);
         local_broadcast();
+    } else {
+        t->map_hash = map_hash;
     }
     local_unlock();
     return result;
@@ -773,7 +779,7 @@ static uint32_t release_lease(uint32_t lease, uint32_t block, uint64_t generatio
 void ipc_open_commit(struct ipc_open *t, uint64_t ptr)
 {
     local_lock();
-    struct local_map *m = local_map_find(&t->handle, t->ctx);
+    struct local_map *m = local_map_find(&t->handle, t->ctx, t->map_hash);
     if (m && m->pending && m->block == t->block && m->generation == t->generation) {
         m->pending = false;
         m->count = 1;
@@ -796,7 +802,7 @@ void ipc_open_abort(struct ipc_open *t)
 {
     uint32_t wake = REG_NONE;
     local_lock();
-    struct local_map *m = local_map_find(&t->handle, t->ctx);
+    struct local_map *m = local_map_find(&t->handle, t->ctx, t->map_hash);
     if (m && m->pending && m->block == t->block && m->generation == t->generation) {
         local_map_del(m);
         local_broadcast();
@@ -1153,18 +1159,23 @@ static bool free_needs_no_lock(const struct local_export *e)
 
 /* The program freed e's live block: into limbo, then out of it at once if
  * nobody holds it and no hand-off is pending (importers see LIMBO as LIVE).
- * IPC_REAL (retired: *t names it for ipc_free_finish) or IPC_DONE (in
- * limbo). locked: whether the registry lock is held, for shedding. Local
- * lock held. */
-static int free_into_limbo(struct local_export *e, struct ipc_free *t, bool locked)
+ * IPC_REAL (retired, and queued for recycling) or IPC_DONE (in limbo).
+ * locked: whether the registry lock is held. Local lock held. */
+static int free_into_limbo(struct local_export *e, bool locked)
 {
     struct reg_block *b = reg_block_at(&reg, e->block);
     uint64_t now = reg_coarse_ns(), exported = b->last_export_ns;
     b->limbo_since_ns = now < exported ? exported : now; /* never before the export */
     __atomic_store_n(&b->state, BLOCK_LIMBO, __ATOMIC_SEQ_CST);
     if (reg_block_retire(&reg, e->block)) {
-        /* Recycled lazily, in a batch (ipc_free_finish). */
-        *t = (struct ipc_free){e->block, e->generation};
+        /* Recycled lazily, in a batch: nothing can open it any more, and
+         * only this process could export its base again, once the real
+         * free that follows has run. */
+        recycle_later(e->block, e->generation);
+        if (nrecycles >= RECYCLE_BATCH && (locked || lock_registry())) {
+            drain_recycles();
+            if (!locked) registry_unlock(&reg);
+        }
         local_export_del(e);
         return IPC_REAL;
     }
@@ -1177,14 +1188,19 @@ static int free_into_limbo(struct local_export *e, struct ipc_free *t, bool lock
     return IPC_DONE;
 }
 
-int ipc_free_begin(uint64_t ptr, struct ipc_free *t)
+bool ipc_free_passes(uint64_t ptr)
+{
+    return !local_has_exports() || (!local_maybe_export(ptr) && !local_limbo_pending());
+}
+
+int ipc_free(uint64_t ptr)
 {
     /* The hot path: a process that never exported, or a pointer that was
      * never an export base, passes without a lock (two or three relaxed
      * loads, and a counter while something waits in limbo). */
-    if (!local_has_exports()) return IPC_PASS;
+    if (ipc_free_passes(ptr)) return IPC_PASS;
     if (!local_maybe_export(ptr)) {
-        if (local_limbo_pending()) collect_on_untracked_free();
+        collect_on_untracked_free(); /* limbo is not empty */
         return IPC_PASS;
     }
     int result = IPC_PASS;
@@ -1197,7 +1213,7 @@ int ipc_free_begin(uint64_t ptr, struct ipc_free *t)
                  (unsigned long long)ptr);
         result = -EINVAL;
     } else if (e && state == S_ACTIVE && free_needs_no_lock(e)) {
-        result = free_into_limbo(e, t, false);
+        result = free_into_limbo(e, false);
     } else if (e && (state != S_ACTIVE || !lock_registry())) {
         if (state == S_ACTIVE) {
             /* The lock is held past IPCSHIM_LOCK_WAIT (a stopped process):
@@ -1223,7 +1239,7 @@ int ipc_free_begin(uint64_t ptr, struct ipc_free *t)
              * limbo stamp is for reports and stats. */
             if (__atomic_load_n(&b->pending, __ATOMIC_RELAXED))
                 expire_handoffs(e, b, reg_now_ns(), false);
-            result = free_into_limbo(e, t, true);
+            result = free_into_limbo(e, true);
         }
         registry_unlock(&reg);
     }
@@ -1238,23 +1254,6 @@ int ipc_free_begin(uint64_t ptr, struct ipc_free *t)
     if (result == IPC_DONE) ipc_collector_kick(); /* a new deadline to wait for */
     if (limbo && (result != IPC_PASS || since > FREE_COLLECT_INTERVAL_NS)) collect(SWEEP_DUE);
     return result;
-}
-
-void ipc_free_finish(const struct ipc_free *t)
-{
-    local_lock();
-    /* Recycled at our next registry round trip (drain_recycles), or here
-     * once a batch has gathered: frees alone take the lock once a batch.
-     * Not after a fork or a shutdown meanwhile: the record is the parent's,
-     * or let go already (drain_recycles checks it is still ours). */
-    if (ipc_active() && !forked()) {
-        recycle_later(t->block, t->generation);
-        if (nrecycles >= RECYCLE_BATCH && lock_registry()) {
-            drain_recycles();
-            registry_unlock(&reg);
-        }
-    }
-    local_unlock();
 }
 
 /* ---- collector thread ---- */

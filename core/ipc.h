@@ -65,7 +65,8 @@ struct ipc_open {
     uint64_t generation;
     uint64_t ctx;
     struct ipc_handle handle;
-    uint32_t flags; /* core's own: e.g. whether this open claimed a hand-off */
+    uint32_t flags;    /* core's own: e.g. whether this open claimed a hand-off */
+    unsigned map_hash; /* core's own: the mapping's key hash (local_map_hash) */
 };
 
 /* Before the real open of h in context ctx.
@@ -105,25 +106,24 @@ void ipc_close_finish(struct ipc_close *t);
  * open here too (its count and lease are kept). */
 void ipc_close_abort(struct ipc_close *t);
 
-/* A retired block, between ipc_free_begin (IPC_REAL) and ipc_free_finish. */
-struct ipc_free {
-    uint32_t block;
-    uint64_t generation;
-};
-
 /* Before the real free of ptr.
  *   IPC_PASS: not an exported allocation base: free it for real. This is
  *     the hot path: a few nanoseconds when the process exports nothing.
  *   IPC_DONE: a block with live leases or unclaimed hand-offs: it is now in
  *     limbo and will be freed through device_ops; report success.
  *   IPC_REAL: an exported block nothing holds: its record is retired (no
- *     open can succeed any more; *t says which); free it for real, then
- *     ipc_free_finish(t), which gives the record back to the table.
+ *     open can succeed any more) and goes back to the table at this
+ *     process's next registry round trip; free it for real.
  *   -EINVAL: a second free of a block already in limbo: fail it as the
  *     driver fails a double free; nothing is freed.
  * Also collects this process's limbo when it is not empty. */
-int ipc_free_begin(uint64_t ptr, struct ipc_free *t);
-void ipc_free_finish(const struct ipc_free *t);
+int ipc_free(uint64_t ptr);
+
+/* True when a free of ptr is certainly IPC_PASS with nothing to collect:
+ * no export of this process can be at ptr and limbo is empty. A few
+ * relaxed loads, no lock: the caller may then free for real without
+ * ipc_free (the hot path of every untracked free). */
+bool ipc_free_passes(uint64_t ptr);
 
 /* True when this process has blocks in limbo (a relaxed load, no lock). */
 bool ipc_limbo_pending(void);

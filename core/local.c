@@ -144,21 +144,41 @@ bool local_limbo_pending(void)
     return __atomic_load_n(&limbo_count, __ATOMIC_RELAXED) != 0;
 }
 
+/* Trap (the IPC cycle's cost): uthash frees a table when its last record
+ * leaves and makes a new one (two allocations, zeroed buckets) at the next
+ * add, so an export-free or open-close cycle paid for a whole table, per
+ * table, every time. Each table therefore begins with an anchor: a static
+ * record added before the first real one and never deleted, so the table
+ * lives on while it holds no real record. No find returns an anchor (its
+ * key is one no caller looks for, and it is checked); the accessors start
+ * after it. An anchor that could not be added (out of memory) is simply
+ * absent: the table then behaves as uthash's own. */
+static struct local_export export_anchor;
+static struct local_map map_anchor; /* in maps and in maps_by_ptr */
+static struct local_lease lease_anchor = {.block = UINT32_MAX};
+
+/* Each adds its table's anchor when the table does not exist yet. */
+#define ANCHOR(hh, head, field, anchor)                                                            \
+    do {                                                                                           \
+        if (__builtin_expect(!(head), 0))                                                          \
+            HASH_ADD(hh, head, field, sizeof(anchor).field, &(anchor));                            \
+    } while (0)
+
 struct local_export *local_exports(void)
 {
-    return exports;
+    return exports == &export_anchor ? export_anchor.hh.next : exports;
 }
 
 struct local_map *local_maps(void)
 {
-    return maps;
+    return maps == &map_anchor ? map_anchor.hh.next : maps;
 }
 
 struct local_export *local_export_find(uint64_t base)
 {
     struct local_export *e;
     HASH_FIND(hh, exports, &base, sizeof base, e);
-    return e;
+    return e == &export_anchor ? NULL : e;
 }
 
 struct local_export *local_export_new(void)
@@ -173,6 +193,7 @@ void local_export_free(struct local_export *e)
 
 int local_export_add(struct local_export *e)
 {
+    ANCHOR(hh, exports, base, export_anchor);
     HASH_ADD(hh, exports, base, sizeof e->base, e);
     if (!UTH_ADDED(e, hh)) return -ENOMEM;
     filter_change(e->base, +1);
@@ -214,22 +235,38 @@ uint64_t local_limbo_bytes(void)
     return __atomic_load_n(&limbo_bytes, __ATOMIC_RELAXED);
 }
 
-struct local_map *local_map_find(const struct ipc_handle *h, uint64_t ctx)
+_Static_assert(sizeof(struct local_map_key) == sizeof(struct ipc_handle) + sizeof(uint64_t),
+               "a map key has no padding: keys hash and compare byte by byte");
+
+static void map_key(struct local_map_key *key, const struct ipc_handle *h, uint64_t ctx)
+{
+    key->handle = *h;
+    key->ctx = ctx;
+}
+
+unsigned local_map_hash(const struct ipc_handle *h, uint64_t ctx)
+{
+    struct local_map_key key;
+    unsigned hash;
+    map_key(&key, h, ctx);
+    HASH_VALUE(&key, sizeof key, hash);
+    return hash;
+}
+
+struct local_map *local_map_find(const struct ipc_handle *h, uint64_t ctx, unsigned hash)
 {
     struct local_map_key key;
     struct local_map *m;
-    memset(&key, 0, sizeof key);
-    key.handle = *h;
-    key.ctx = ctx;
-    HASH_FIND(hh, maps, &key, sizeof key, m);
-    return m;
+    map_key(&key, h, ctx);
+    HASH_FIND_BYHASHVALUE(hh, maps, &key, sizeof key, hash, m);
+    return m == &map_anchor ? NULL : m;
 }
 
 struct local_map *local_map_find_ptr(uint64_t ptr)
 {
     struct local_map *m;
     HASH_FIND(hh_ptr, maps_by_ptr, &ptr, sizeof ptr, m);
-    return m;
+    return m == &map_anchor ? NULL : m;
 }
 
 struct local_map *local_map_new(void)
@@ -237,15 +274,17 @@ struct local_map *local_map_new(void)
     return CACHE_TAKE(map_cache, map_cached);
 }
 
-int local_map_add(struct local_map *m)
+int local_map_add(struct local_map *m, unsigned hash)
 {
-    HASH_ADD(hh, maps, key, sizeof m->key, m);
+    ANCHOR(hh, maps, key, map_anchor);
+    HASH_ADD_BYHASHVALUE(hh, maps, key, sizeof m->key, hash, m);
     return UTH_ADDED(m, hh) ? 0 : -ENOMEM;
 }
 
 int local_map_set_ptr(struct local_map *m, uint64_t ptr)
 {
     m->ptr = ptr;
+    ANCHOR(hh_ptr, maps_by_ptr, ptr, map_anchor);
     HASH_ADD(hh_ptr, maps_by_ptr, ptr, sizeof m->ptr, m);
     return UTH_ADDED(m, hh_ptr) ? 0 : -ENOMEM;
 }
@@ -261,13 +300,15 @@ struct local_lease *local_lease_find(uint32_t block)
 {
     struct local_lease *l;
     HASH_FIND(hh, leases, &block, sizeof block, l);
-    return l;
+    return l == &lease_anchor ? NULL : l;
 }
 
 int local_lease_add(uint32_t block, uint64_t generation, uint32_t lease)
 {
+    if (block == lease_anchor.block) return -EINVAL; /* never a block's index */
     struct local_lease *l = CACHE_TAKE(lease_cache, leases_cached), *old = NULL;
     if (!l) return -ENOMEM;
+    ANCHOR(hh, leases, block, lease_anchor);
     l->block = block;
     l->lease = lease;
     l->generation = generation;
@@ -295,18 +336,18 @@ void local_reset(bool free_memory)
         HASH_ITER(hh, exports, e, et)
         {
             HASH_DELETE(hh, exports, e);
-            free(e);
+            if (e != &export_anchor) free(e);
         }
         HASH_CLEAR(hh_ptr, maps_by_ptr);
         HASH_ITER(hh, maps, m, mt)
         {
             HASH_DELETE(hh, maps, m);
-            free(m);
+            if (m != &map_anchor) free(m);
         }
         HASH_ITER(hh, leases, l, lt)
         {
             HASH_DELETE(hh, leases, l);
-            free(l);
+            if (l != &lease_anchor) free(l);
         }
         CACHE_EMPTY(map_cache, map_cached);
         CACHE_EMPTY(export_cache, exports_cached);

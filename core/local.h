@@ -105,11 +105,14 @@ uint64_t local_limbo_bytes(void);
 struct local_export *local_exports(void);
 struct local_map *local_maps(void);
 
-struct local_map *local_map_find(const struct ipc_handle *h, uint64_t ctx);
+/* The hash of the key (h, ctx), computed once per open: local_map_find
+ * and local_map_add take it instead of hashing the 72 bytes again. */
+unsigned local_map_hash(const struct ipc_handle *h, uint64_t ctx);
+struct local_map *local_map_find(const struct ipc_handle *h, uint64_t ctx, unsigned hash);
 struct local_map *local_map_find_ptr(uint64_t ptr);
 /* A zeroed record (from a small cache of freed ones), or NULL. */
 struct local_map *local_map_new(void);
-int local_map_add(struct local_map *m);                   /* by key; 0 or -ENOMEM */
+int local_map_add(struct local_map *m, unsigned hash);    /* by key; 0 or -ENOMEM */
 int local_map_set_ptr(struct local_map *m, uint64_t ptr); /* 0 or -ENOMEM */
 void local_map_del(struct local_map *m);                  /* frees m (into the cache) */
 

@@ -23,6 +23,7 @@
 
 static struct options current;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static bool loaded; /* set (release) once load_once has run: the hot path's check */
 
 int options_parse_bool(const char *s, bool *out)
 {
@@ -264,6 +265,7 @@ static void load_once(void)
     if (options_secure())
         log_msg(LOG_DEBUG, "secure execution: IPCSHIM_* variables ignored, defaults in effect");
     if (current.log >= LOG_INFO) options_log();
+    __atomic_store_n(&loaded, true, __ATOMIC_RELEASE);
 }
 
 bool options_secure(void)
@@ -273,7 +275,8 @@ bool options_secure(void)
 
 const struct options *options_get(void)
 {
-    pthread_once(&once, load_once);
+    if (__builtin_expect(!__atomic_load_n(&loaded, __ATOMIC_ACQUIRE), 0))
+        pthread_once(&once, load_once);
     return &current;
 }
 

@@ -1071,6 +1071,11 @@ static uint32_t bucket_of(const struct registry *r, const uint8_t *handle)
     return uth_hash_words(handle, IPC_HANDLE_BYTES) & (r->nbuckets - 1);
 }
 
+uint32_t reg_handle_hash(const struct ipc_handle *h)
+{
+    return uth_hash_words(h->bytes, IPC_HANDLE_BYTES);
+}
+
 /* A lease that names a live block of its own generation, owned by an
  * active holder's chunk. */
 static bool lease_valid(struct registry *r, uint32_t li)
@@ -1624,9 +1629,10 @@ static bool handle_equal_racy(const struct reg_block *b, const struct ipc_handle
     return true;
 }
 
-uint32_t reg_block_lookup(struct registry *r, const struct ipc_handle *hd, uint64_t *gen)
+uint32_t reg_block_lookup(struct registry *r, const struct ipc_handle *hd, uint32_t hash,
+                          uint64_t *gen)
 {
-    uint32_t idx = __atomic_load_n(&r->buckets[bucket_of(r, hd->bytes)], __ATOMIC_ACQUIRE);
+    uint32_t idx = __atomic_load_n(&r->buckets[hash & (r->nbuckets - 1)], __ATOMIC_ACQUIRE);
     for (uint32_t steps = 0; idx != REG_NONE && steps < r->max_blocks; steps++) {
         struct reg_block *b = reg_block_at(r, idx);
         if (!b) return REG_NONE;
@@ -1700,10 +1706,10 @@ void reg_prefetch_create(struct registry *r, uint32_t idx, const struct ipc_hand
     prefetch_read(reg_block_held_words(r, idx));
 }
 
-void reg_prefetch_open(struct registry *r, uint32_t guess, const struct ipc_handle *hd)
+void reg_prefetch_open(struct registry *r, uint32_t guess, uint32_t hash)
 {
     if (!r->base) return;
-    prefetch_read(&r->buckets[bucket_of(r, hd->bytes)]);
+    prefetch_read(&r->buckets[hash & (r->nbuckets - 1)]);
     if (guess >= r->max_blocks) return;
     struct reg_block *b = &r->blocks[guess];
     prefetch_read(b->handle);
@@ -1722,6 +1728,7 @@ uint32_t reg_block_next_free(struct registry *r)
 static void clear_held(struct registry *r, uint32_t idx)
 {
     uint64_t *held = reg_block_held_words(r, idx);
+#pragma GCC unroll 8 /* every export and free runs it: 8 words by default */
     for (uint32_t w = 0; w < r->held_words; w++)
         if (__atomic_load_n(&held[w], __ATOMIC_SEQ_CST))
             __atomic_store_n(&held[w], 0, __ATOMIC_SEQ_CST);
@@ -1827,6 +1834,7 @@ bool reg_block_held(struct registry *r, uint32_t idx)
 {
     if (idx >= r->max_blocks) return false;
     const uint64_t *held = reg_block_held_words(r, idx);
+#pragma GCC unroll 8 /* every free runs it: 8 words by default */
     for (uint32_t w = 0; w < r->held_words; w++)
         if (__atomic_load_n(&held[w], __ATOMIC_SEQ_CST)) return true;
     return false;

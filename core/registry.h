@@ -456,7 +456,13 @@ uint32_t reg_block_find(struct registry *r, const struct ipc_handle *h);
  * handle bytes whose generation did not change while it was compared, with
  * that generation in *gen. REG_NONE when none is seen -- also when a
  * concurrent change hid it: the caller then asks again under the lock. */
-uint32_t reg_block_lookup(struct registry *r, const struct ipc_handle *h, uint64_t *gen);
+uint32_t reg_block_lookup(struct registry *r, const struct ipc_handle *h, uint32_t hash,
+                          uint64_t *gen);
+
+/* The hash that places handle h in the block table, for the calls that
+ * take one (an open hashes its handle once for the prefetch and the
+ * lookup). The same in every process of an ABI. */
+uint32_t reg_handle_hash(const struct ipc_handle *h);
 
 /* Hints, no lock, no effect on the segment (an index read is bounds-checked,
  * a prefetch never faults): start moving to this CPU the lines the
@@ -468,13 +474,14 @@ uint32_t reg_block_lookup(struct registry *r, const struct ipc_handle *h, uint64
  * list's head, or the record recycled just before it). */
 void reg_prefetch_free(struct registry *r, uint32_t idx);
 void reg_prefetch_create(struct registry *r, uint32_t idx, const struct ipc_handle *h);
-/* The same for an importer's open of handle h: its bucket, and the lines
+/* The same for an importer's open of the handle of this hash
+ * (reg_handle_hash): its bucket, and the lines
  * of record `guess` that the open reads, claims and sets its bit in. The
  * guess breaks the chain of misses (the bucket names the record): it is
  * the record this process opened last, which an exporter that frees and
  * exports again in turn recycles for its next handle. A wrong guess costs
  * one wasted line. */
-void reg_prefetch_open(struct registry *r, uint32_t guess, const struct ipc_handle *h);
+void reg_prefetch_open(struct registry *r, uint32_t guess, uint32_t hash);
 /* The record the next reg_block_create takes when nothing is recycled
  * before it (the free list's head), or REG_NONE. No lock: a hint. */
 uint32_t reg_block_next_free(struct registry *r);

@@ -98,20 +98,30 @@ static const char *const names[SYM_COUNT] = {
      SYM_##name == SYM_cuIpcGetMemHandle || SYM_##name == SYM_cuIpcOpenMemHandle ||                \
      SYM_##name == SYM_cuIpcOpenMemHandle_v2)
 
-/* One entry point: fname, reached through door, running do_##name. */
+/* One entry point: fname, reached through door, running do_##name.
+ * Trap (the hot path): fname itself does only the nested check, so that a
+ * call passed straight through (the runtime's driver calls under a
+ * runtime-door operation) costs a few instructions and no saved registers;
+ * everything else happens in enter_##fname, reached by a tail call. The
+ * call-site mark stays in fname: its return address and the stack word
+ * holding it are the program's only there. */
 #define ENTRY(kind, linkage, ret, name, fname, door, params, args)                                 \
-    linkage ret fname params                                                                       \
+    static __attribute__((noinline)) ret enter_##fname params                                      \
     {                                                                                              \
-        if (shim_depth > 0 && !RUNS_NESTED(name)) return CALL_REAL_##kind(name, args);             \
         resolve_all();                                                                             \
         if (shim_depth == 0) count_call(SYM_##name, door);                                         \
         shim_depth++;                                                                              \
-        if (MARKS_CALLSITE(name))                                                                  \
-            callsite_mark(__builtin_return_address(0),                                             \
-                          (void *const *)__builtin_frame_address(0) + 1);                          \
         ret result = do_##name args;                                                               \
-        if (MARKS_CALLSITE(name)) callsite_mark(NULL, NULL);                                       \
         shim_depth--;                                                                              \
+        return result;                                                                             \
+    }                                                                                              \
+    linkage ret fname params                                                                       \
+    {                                                                                              \
+        if (shim_depth > 0 && !RUNS_NESTED(name)) return CALL_REAL_##kind(name, args);             \
+        if (!MARKS_CALLSITE(name)) return enter_##fname args;                                      \
+        callsite_mark(__builtin_return_address(0), (void *const *)__builtin_frame_address(0) + 1); \
+        ret result = enter_##fname args;                                                           \
+        callsite_mark(NULL, NULL);                                                                 \
         return result;                                                                             \
     }
 

@@ -91,7 +91,14 @@ uint64_t shim_current_context(bool runtime_door)
 
 static void synchronize_context(uint64_t ctx)
 {
-    if (!options_get()->close_sync || !ctx || !REAL(cuCtxSynchronize)) return;
+    if (!options_get()->close_sync || !ctx) return;
+    /* A driver with cuCtxSynchronize_v2 synchronises a given context in one
+     * call, current or not. */
+    if (real_cuCtxSynchronize_v2) {
+        real_cuCtxSynchronize_v2((CUcontext)ctx);
+        return;
+    }
+    if (!REAL(cuCtxSynchronize)) return;
     CUcontext previous = NULL;
     real_cuCtxGetCurrent(&previous);
     if ((uint64_t)previous == ctx) {
@@ -121,18 +128,27 @@ static inline bool collect_for_retry(int result, const struct door_codes *codes)
  * free (stream given) of a block that goes to limbo is deferred like any
  * other: the real free comes later, after the importers let go, and so
  * after whatever the stream had queued. */
-static int op_free(uint64_t ptr, void *stream, int (*real_free)(uint64_t, void *),
-                   const struct door_codes *codes)
+static __attribute__((noinline)) int op_free_tracked(uint64_t ptr, void *stream,
+                                                     int (*real_free)(uint64_t, void *),
+                                                     const struct door_codes *codes)
 {
     swap_on_free(ptr);
     if (!tracking || !ptr) return real_free(ptr, stream);
-    struct ipc_free ticket;
-    int decision = ipc_free_begin(ptr, &ticket);
+    int decision = ipc_free(ptr);
     if (decision == IPC_DONE) return codes->ok;
     if (decision < 0) return codes->invalid;
-    int result = real_free(ptr, stream);
-    if (decision == IPC_REAL) ipc_free_finish(&ticket);
-    return result;
+    return real_free(ptr, stream);
+}
+
+/* The hot path of every free: a pointer that cannot be an export of this
+ * process (and no host swap) is freed straight through, with no call of
+ * the shim's own. */
+static inline int op_free(uint64_t ptr, void *stream, int (*real_free)(uint64_t, void *),
+                          const struct door_codes *codes)
+{
+    if (__builtin_expect(swap_enabled, 0) || (tracking && ptr && !ipc_free_passes(ptr)))
+        return op_free_tracked(ptr, stream, real_free, codes);
+    return real_free(ptr, stream);
 }
 
 /* After a real get-handle failed: say once, per kind, what memory legacy

@@ -80,18 +80,6 @@ static inline int fake_free_count(void)
     return __atomic_load_n(&fake_frees, __ATOMIC_SEQ_CST);
 }
 
-/* ipc_free_begin and ipc_free_finish with this thread's last ticket: a
- * test frees one block at a time. */
-static __thread struct ipc_free free_ticket;
-static inline int free_begin(uint64_t ptr)
-{
-    return ipc_free_begin(ptr, &free_ticket);
-}
-static inline void free_finish(void)
-{
-    ipc_free_finish(&free_ticket);
-}
-
 static inline struct ipc_handle make_handle(unsigned seed)
 {
     struct ipc_handle h;

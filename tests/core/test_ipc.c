@@ -173,7 +173,7 @@ Test(ipc, export_open_free_close_reclaim)
     cr_assert_eq(reg_block_leases(&v, bi), 1);
     cr_assert_eq(first_lease(&v, bi)->intent, LEASE_OPEN);
 
-    cr_assert_eq(free_begin(BASE), IPC_DONE);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
     struct ipcshim_stats s = stats();
     cr_assert_eq(s.frees_deferred, 1);
     cr_assert_eq(s.limbo_blocks, 1);
@@ -212,7 +212,7 @@ Test(ipc, deferred_free_gets_the_identity_noted_at_export)
     importer_start(&im, h);
     uint64_t ptr;
     cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
-    cr_assert_eq(free_begin(BASE), IPC_DONE);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
     test_option("HANDOFF_TIMEOUT", "0ms"); /* the second export's hand-off */
     cr_assert_eq(importer_close(&im, ptr), IPC_REAL);
     cr_assert_eq(ipc_collect(), 1);
@@ -226,7 +226,7 @@ Test(ipc, deferred_free_gets_the_identity_noted_at_export)
     importer_stop(&im);
     importer_start(&im, h2);
     cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
-    cr_assert_eq(free_begin(BASE), IPC_DONE);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
     cr_assert_eq(importer_close(&im, ptr), IPC_REAL);
     cr_assert_eq(ipc_collect(), 1);
     cr_assert_eq(fake_free_count(), 2);
@@ -239,7 +239,7 @@ Test(ipc, free_with_nothing_holding_is_real)
     test_option("HANDOFF_TIMEOUT", "0ms");
     struct ipc_handle h = make_handle(2);
     cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
-    cr_assert_eq(free_begin(BASE), IPC_REAL);
+    cr_assert_eq(ipc_free(BASE), IPC_REAL);
     struct registry v;
     open_view(&v);
     uint32_t bi = reg_block_find(&v, &h);
@@ -248,7 +248,6 @@ Test(ipc, free_with_nothing_holding_is_real)
     importer_start(&im, h);
     uint64_t ptr;
     cr_assert_eq(importer_open(&im, 1, &ptr), -ENOENT, "retired: no open can succeed");
-    free_finish();
     cr_assert_eq(v.blocks[bi].state, BLOCK_RETIRED, "recycled lazily, at the next round trip");
     cr_assert_eq(ipc_collect(), 0);
     cr_assert_eq(reg_block_find(&v, &h), REG_NONE);
@@ -291,13 +290,12 @@ Test(ipc, common_free_takes_no_registry_lock)
     while (!__atomic_load_n(&lock_is_held, __ATOMIC_ACQUIRE))
         usleep(1000);
     uint64_t t0 = reg_now_ns();
-    cr_assert_eq(free_begin(BASE), IPC_REAL);
+    cr_assert_eq(ipc_free(BASE), IPC_REAL);
     uint64_t took = reg_now_ns() - t0;
     cr_assert_lt(took, 100 * 1000000ull, "no wait for the lock (%llu ns)",
                  (unsigned long long)took);
     cr_assert_eq(v.blocks[reg_block_find(&v, &h)].state, BLOCK_RETIRED);
     cr_assert_eq(stats().frees_deferred, 0);
-    free_finish();
     pthread_join(holder, NULL);
 }
 
@@ -314,8 +312,7 @@ Test(ipc, retired_records_are_recycled_in_batches)
         claim_handoff_as_an_importer_would(&v, &h[i]);
     }
     for (unsigned i = 0; i < 64; i++) {
-        cr_assert_eq(free_begin(BASE + i * 0x1000), IPC_REAL);
-        free_finish();
+        cr_assert_eq(ipc_free(BASE + i * 0x1000), IPC_REAL);
         if (i < 63) cr_assert_neq(reg_block_find(&v, &h[0]), REG_NONE, "kept until the batch");
     }
     for (unsigned i = 0; i < 64; i++)
@@ -359,8 +356,7 @@ Test(ipc, handle_reuse_gets_new_generation)
     uint64_t ptr;
     cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
     cr_assert_eq(importer_close(&im, ptr), IPC_REAL);
-    cr_assert_eq(free_begin(BASE), IPC_REAL);
-    free_finish();
+    cr_assert_eq(ipc_free(BASE), IPC_REAL);
     /* Same address, same handle bytes: a new allocation. */
     cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
     uint32_t b2 = reg_block_find(&v, &h);
@@ -429,13 +425,13 @@ Test(ipc, open_twice_counts_and_double_close_passes)
 
 Test(ipc, unknown_pointers_pass)
 {
-    cr_assert_eq(free_begin(0x1234), IPC_PASS);
+    cr_assert_eq(ipc_free(0x1234), IPC_PASS);
     struct ipc_close c;
     cr_assert_eq(ipc_close_begin(0x1234, &c), IPC_PASS);
     struct ipc_handle h = make_handle(7), other = make_handle(8);
     cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
-    cr_assert_eq(free_begin(0x1234), IPC_PASS);
-    cr_assert_eq(free_begin(BASE + 8), IPC_PASS, "only the base is tracked");
+    cr_assert_eq(ipc_free(0x1234), IPC_PASS);
+    cr_assert_eq(ipc_free(BASE + 8), IPC_PASS, "only the base is tracked");
     struct ipc_open t;
     uint64_t ptr;
     cr_assert_eq(ipc_open_begin(&other, CTX, &t, &ptr), IPC_PASS);
@@ -446,7 +442,7 @@ Test(ipc, handoff_expires)
     test_option("HANDOFF_TIMEOUT", "200ms");
     struct ipc_handle h = make_handle(9);
     cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
-    cr_assert_eq(free_begin(BASE), IPC_DONE, "an unclaimed hand-off keeps it");
+    cr_assert_eq(ipc_free(BASE), IPC_DONE, "an unclaimed hand-off keeps it");
     cr_assert_eq(ipc_collect(), 0);
     sleep_ms(250);
     cr_assert_eq(ipc_collect(), 1);
@@ -461,8 +457,8 @@ Test(ipc, pressure_expires_oldest_first)
     cr_assert_eq(ipc_export(&a, BASE, 100, 0, CTX), 0);
     sleep_ms(1100);
     cr_assert_eq(ipc_export(&b, BASE + 0x1000, 100, 0, CTX), 0);
-    cr_assert_eq(free_begin(BASE), IPC_DONE);
-    cr_assert_eq(free_begin(BASE + 0x1000), IPC_DONE);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
+    cr_assert_eq(ipc_free(BASE + 0x1000), IPC_DONE);
     cr_assert_eq(ipc_collect(), 0);
     cr_assert_eq(ipc_collect_pressure(), 1, "only the hand-off older than a second");
     cr_assert_eq(fake_freed[0], BASE);
@@ -479,7 +475,7 @@ Test(ipc, pressure_never_breaks_a_lease)
     importer_start(&im, h);
     uint64_t ptr;
     cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
-    cr_assert_eq(free_begin(BASE), IPC_DONE);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
     cr_assert_eq(ipc_collect_pressure(), 0);
     cr_assert_eq(importer_close(&im, ptr), IPC_REAL);
     cr_assert_eq(ipc_collect_pressure(), 1);
@@ -500,7 +496,7 @@ Test(ipc, window_mode_rearms_after_last_close)
     importer_start(&b, h);
     uint64_t pa, pb;
     cr_assert_eq(importer_open(&a, 1, &pa), IPC_REAL);
-    cr_assert_eq(free_begin(BASE), IPC_DONE);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
     cr_assert_eq(importer_close(&a, pa), IPC_REAL);
     cr_assert_eq(v.blocks[bi].pending, 1, "re-armed by the last close");
     cr_assert_eq(ipc_collect(), 0);
@@ -529,7 +525,7 @@ Test(ipc, exporters_window_rule_is_obeyed_by_an_importer_with_send)
     uint32_t bi = reg_block_find(&v, &h);
     uint64_t pa;
     cr_assert_eq(importer_open(&a, 1, &pa), IPC_REAL);
-    cr_assert_eq(free_begin(BASE), IPC_DONE);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
     cr_assert_eq(importer_close(&a, pa), IPC_REAL);
     cr_assert_eq(v.blocks[bi].pending, 1,
                  "re-armed by the importer's last close, by the exporter's rule");
@@ -544,7 +540,7 @@ Test(ipc, send_mode_does_not_rearm)
     importer_start(&a, h);
     uint64_t pa;
     cr_assert_eq(importer_open(&a, 1, &pa), IPC_REAL);
-    cr_assert_eq(free_begin(BASE), IPC_DONE);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
     cr_assert_eq(importer_close(&a, pa), IPC_REAL);
     cr_assert_eq(ipc_collect(), 1);
     importer_stop(&a);
@@ -558,7 +554,7 @@ Test(ipc, killed_importer_is_reclaimed)
     importer_start(&im, h);
     uint64_t ptr;
     cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
-    cr_assert_eq(free_begin(BASE), IPC_DONE);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
     cr_assert_eq(ipc_collect(), 0);
     importer_kill(&im);
     cr_assert_eq(ipc_collect(), 1);
@@ -582,7 +578,7 @@ Test(ipc, forged_holder_with_wrong_start_time_is_dead)
     uint32_t li = reg_lease_create(&v, bi, f);
     v.leases[li].intent = LEASE_OPEN;
     registry_unlock(&v);
-    cr_assert_eq(free_begin(BASE), IPC_DONE);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
     cr_assert_eq(ipc_collect(), 0, "lock held, pid alive, start time right: alive");
     v.holders[f].start_time += 1;
     cr_assert_eq(ipc_collect(), 1, "a different start time: the pid was reused");
@@ -600,7 +596,7 @@ Test(ipc, death_holding_the_lock_is_repaired)
     PARENT_SEND(&im.c, CMD_LOCK_AND_DIE);
     PARENT_SEND(&im.c, 0);
     cr_assert_eq(child_wait(im.pid), 128 + SIGKILL);
-    cr_assert_eq(free_begin(BASE), IPC_DONE, "the next locker repairs and goes on");
+    cr_assert_eq(ipc_free(BASE), IPC_DONE, "the next locker repairs and goes on");
     ipc_collect(); /* the free's own collect may have done it already */
     cr_assert_eq(fake_free_count(), 1, "and the dead importer's lease goes");
     struct registry v;
@@ -616,7 +612,7 @@ Test(ipc, full_registry_is_untracked)
     cr_assert_eq(ipc_export(&h1, BASE, 100, 0, CTX), 0);
     cr_assert_eq(ipc_export(&h2, BASE + 0x1000, 100, 0, CTX), 0);
     cr_assert_eq(ipc_export(&h3, BASE + 0x2000, 100, 0, CTX), -ENOSPC);
-    cr_assert_eq(free_begin(BASE + 0x2000), IPC_PASS);
+    cr_assert_eq(ipc_free(BASE + 0x2000), IPC_PASS);
     struct importer a, b;
     importer_start(&a, h3);
     uint64_t ptr;
@@ -639,7 +635,7 @@ Test(ipc, collector_frees_promptly_after_last_close)
     importer_start(&im, h);
     uint64_t ptr, closing_at;
     cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
-    cr_assert_eq(free_begin(BASE), IPC_DONE);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
     sleep_ms(50); /* let the collector settle into its wait */
     cr_assert_eq(fake_free_count(), 0);
     cr_assert_eq(importer_cmd(&im, CMD_CLOSE, ptr, &closing_at), IPC_REAL);
@@ -671,7 +667,7 @@ Test(ipc, fork_child_is_a_new_holder)
         struct ipc_close cl;
         /* The parent's indexes were not inherited... */
         if (ipc_close_begin(BASE, &cl) != IPC_PASS) _exit(1);
-        if (free_begin(BASE) != IPC_PASS) _exit(2);
+        if (ipc_free(BASE) != IPC_PASS) _exit(2);
         /* ...and the parent's export is somebody else's now. */
         struct ipc_open ct;
         uint64_t p;
@@ -734,7 +730,7 @@ Test(ipc, shutdown_waits_then_orphans)
     importer_start(&late, h); /* before shutdown: a child inherits it */
     uint64_t ptr;
     cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
-    cr_assert_eq(free_begin(BASE), IPC_DONE);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
     uint64_t t0 = test_now_ns();
     ipc_shutdown();
     uint64_t waited = test_now_ns() - t0;
@@ -745,7 +741,7 @@ Test(ipc, shutdown_waits_then_orphans)
     cr_assert_eq(fake_free_count(), 0);
     ipc_shutdown(); /* idempotent */
     cr_assert_not(ipc_active());
-    cr_assert_eq(free_begin(BASE), IPC_PASS);
+    cr_assert_eq(ipc_free(BASE), IPC_PASS);
     cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), -ENODEV);
     uint64_t late_ptr;
     cr_assert_eq(importer_open(&late, 1, &late_ptr), -EOWNERDEAD, "orphaned: no new opens");
@@ -801,7 +797,7 @@ Test(ipc, shutdown_returns_once_drained)
     importer_start(&im, h);
     uint64_t ptr;
     cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
-    cr_assert_eq(free_begin(BASE), IPC_DONE);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
     PARENT_SEND(&im.c, CMD_CLOSE_LATER);
     PARENT_SEND(&im.c, ptr);
     uint64_t t0 = test_now_ns();

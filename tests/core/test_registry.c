@@ -237,7 +237,7 @@ static void refuse_after(void (*how)(struct registry *r), int want)
     struct ipc_open t;
     uint64_t p;
     cr_assert_eq(ipc_open_begin(&h, 1, &t, &p), IPC_PASS);
-    cr_assert_eq(free_begin(0x1000), IPC_PASS);
+    cr_assert_eq(ipc_free(0x1000), IPC_PASS);
     cr_assert_not(ipc_active());
 }
 
@@ -359,10 +359,10 @@ Test(registry, prefetch_hints_change_nothing)
     for (size_t i = 0; i < sizeof idxs / sizeof idxs[0]; i++) {
         reg_prefetch_free(&r, idxs[i]);
         reg_prefetch_create(&r, idxs[i], &h2);
-        reg_prefetch_open(&r, idxs[i], &h1);
+        reg_prefetch_open(&r, idxs[i], reg_handle_hash(&h1));
     }
     struct registry unmapped = {.self_slot = REG_NONE};
-    reg_prefetch_open(&unmapped, 0, &h1); /* before the first attach: nothing */
+    reg_prefetch_open(&unmapped, 0, reg_handle_hash(&h1)); /* before the first attach: nothing */
     cr_assert_eq(memcmp(before, r.base, r.size), 0, "a hint wrote to the segment");
     free(before);
     cr_assert_eq(reg_block_create(&r, &h2, 0x2000, 20, 0, me, 5), next,
@@ -418,7 +418,7 @@ Test(registry, grows_on_demand)
     for (unsigned i = 0; i < 3000; i += 7) {
         struct ipc_handle k = make_handle(i + 1);
         uint64_t gen;
-        uint32_t b = reg_block_lookup(&r, &k, &gen);
+        uint32_t b = reg_block_lookup(&r, &k, reg_handle_hash(&k), &gen);
         cr_assert(b != REG_NONE && r.blocks[b].base == 0x1000ull * (i + 1), "block %u", i);
     }
     /* 200 leases: the chunk table grows from 32 chunks too. */
@@ -431,7 +431,8 @@ Test(registry, grows_on_demand)
     uint64_t gen;
     struct ipc_handle last = make_handle(3000);
     cr_assert_eq(v.max_blocks, 1024, "the second view is behind ...");
-    cr_assert_eq(reg_block_lookup(&v, &last, &gen), REG_NONE, "... and only misses records");
+    cr_assert_eq(reg_block_lookup(&v, &last, reg_handle_hash(&last), &gen), REG_NONE,
+                 "... and only misses records");
     cr_assert_eq(registry_lock(&v), 0);
     cr_assert_eq(v.max_blocks, 3000, "... until its next lock");
     cr_assert_neq(reg_block_find(&v, &last), REG_NONE);
@@ -652,9 +653,9 @@ Test(registry, repair_rebuilds_derived)
     /* Hostile indexes never crash lookups (bounded walks, checked indexes). */
     cr_assert_eq(reg_block_find(&r, &h1), REG_NONE);
     uint64_t gen;
-    cr_assert_eq(reg_block_lookup(&r, &h1, &gen), REG_NONE);
+    cr_assert_eq(reg_block_lookup(&r, &h1, reg_handle_hash(&h1), &gen), REG_NONE);
     registry_repair(&r);
-    cr_assert_eq(reg_block_lookup(&r, &h1, &gen), b1);
+    cr_assert_eq(reg_block_lookup(&r, &h1, reg_handle_hash(&h1), &gen), b1);
     cr_assert_eq(gen, r.blocks[b1].generation);
     cr_assert_eq(reg_block_find(&r, &h1), b1);
     cr_assert_eq(reg_block_find(&r, &h2), b2);

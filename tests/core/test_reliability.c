@@ -191,7 +191,7 @@ static void descriptor_reused(bool use_dup2)
     imp_start(&im, h);
     uint64_t ptr;
     cr_assert_eq(imp_cmd(&im, IMP_OPEN, 1, &ptr), IPC_REAL);
-    cr_assert_eq(free_begin(BASE), IPC_DONE);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
     int fd = registry_fd_number();
     cr_assert_geq(fd, 0, "no descriptor on the registry");
     char tmp[64];
@@ -260,7 +260,7 @@ Test(reliability, importer_closing_all_descriptors_stays_alive)
     cr_assert_neq(slot, REG_NONE);
     cr_expect(liveness_byte_locked(v.fd, v.lock_base + slot),
               "the importer's lock byte went with its descriptor");
-    cr_assert_eq(free_begin(BASE), IPC_DONE);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
     ipc_collect();
     cr_expect_eq(fake_free_count(), 0, "freed under a live importer");
     cr_assert_eq(imp_cmd(&im, IMP_CLOSE, ptr, NULL), IPC_REAL);
@@ -338,7 +338,7 @@ Test(reliability, no_space_for_the_registry_refuses_cleanly_through_the_seam)
     registry_reserve = reserve_enospc;
     struct ipc_handle h = make_handle(5);
     cr_expect_eq(ipc_export(&h, BASE, 4096, 0, CTX), -ENODEV);
-    cr_expect_eq(free_begin(BASE), IPC_PASS, "an untracked export frees for real");
+    cr_expect_eq(ipc_free(BASE), IPC_PASS, "an untracked export frees for real");
     char path[256], name[256];
     cr_expect_eq(registry_locate(test_domain, path, sizeof path, name, sizeof name), -ENOENT,
                  "a registry without space was left behind");
@@ -485,7 +485,7 @@ static int first_export_on_a_full_tmpfs(const char *dir)
     if (fill_to_last_byte(dir) != 0) return TMPFS_NOT_FULL;
     struct ipc_handle h = make_handle(20);
     if (ipc_export(&h, BASE, 4096, 0, CTX) != -ENODEV) return 1;
-    if (free_begin(BASE) != IPC_PASS) return 2; /* untracked: freed for real */
+    if (ipc_free(BASE) != IPC_PASS) return 2; /* untracked: freed for real */
     char path[256], name[256];
     if (registry_locate(test_domain, path, sizeof path, name, sizeof name) != -ENOENT) return 3;
     return 0;
@@ -692,7 +692,7 @@ Test(reliability, stopped_lock_holder_bounds_opens_and_defers_frees)
     double first_open = ms_since(t0);
     cr_expect_eq(r, IPC_PASS, "the open did not go on untracked");
     t0 = test_now_ns();
-    cr_expect_eq(free_begin(BASE), IPC_DONE, "the free was not deferred");
+    cr_expect_eq(ipc_free(BASE), IPC_DONE, "the free was not deferred");
     double first_free = ms_since(t0);
     cr_expect_eq(fake_free_count(), 0, "freed while an importer holds it");
     t0 = test_now_ns();
@@ -744,8 +744,7 @@ Test(reliability, lock_word_naming_a_live_non_holder_is_repaired)
     v.hdr->lock.mutex.__data.__lock = sleeper;
     v.hdr->lock.mutex.__data.__owner = sleeper;
     uint64_t t0 = test_now_ns();
-    cr_expect_eq(free_begin(BASE), IPC_DONE,
-                 "not tracked after the repair (the hand-off keeps it)");
+    cr_expect_eq(ipc_free(BASE), IPC_DONE, "not tracked after the repair (the hand-off keeps it)");
     double took = ms_since(t0);
     fprintf(stderr, "lock word naming a live non-holder: repaired after %.0f ms\n", took);
     cr_expect(took < 5000, "took %.0f ms", took);
@@ -765,7 +764,7 @@ Test(reliability, unclaimed_handoffs_leave_room_for_other_programs)
     for (unsigned i = 0; i < 2000; i++) {
         struct ipc_handle h = make_handle(1000 + i);
         cr_assert_eq(ipc_export(&h, BASE + i * 0x10000ull, 4096, 0, CTX), 0, "export %u", i);
-        cr_assert_eq(free_begin(BASE + i * 0x10000ull), IPC_DONE);
+        cr_assert_eq(ipc_free(BASE + i * 0x10000ull), IPC_DONE);
     }
     fprintf(stderr, "2000 unclaimed export+free cycles: %.0f ms\n", ms_since(t0));
     struct ipcshim_stats st;
@@ -818,7 +817,7 @@ Test(reliability, exit_does_not_wait_out_unclaimed_handoffs)
     test_option("EXIT_WAIT", "5s");
     struct ipc_handle h = make_handle(11);
     cr_assert_eq(ipc_export(&h, BASE, 4096, 0, CTX), 0);
-    cr_assert_eq(free_begin(BASE), IPC_DONE);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
     uint64_t t0 = test_now_ns();
     ipc_shutdown();
     double waited = ms_since(t0);

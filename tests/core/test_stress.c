@@ -103,10 +103,9 @@ static void *free_all(void *arg)
     sleep_ms(150);
     for (unsigned b = 0; b < BLOCKS; b++) {
         uint64_t base = BASE + b * 0x1000ull;
-        int r = free_begin(base);
+        int r = ipc_free(base);
         if (r == IPC_REAL) {
             check_free(base); /* the program's own free */
-            free_finish();
         }
         sleep_ms(5);
     }
