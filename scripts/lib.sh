@@ -34,7 +34,8 @@ missing_build_deps() {
 #                     tests/tools/test_wheel.py (pip install of the wheel)
 #   debhelper dpkg-dev fakeroot lintian build-essential
 #                     tests/tools/test_deb.py (dpkg-buildpackage, lintian)
-#   python3-numba     tests/thirdparty (numba's own CUDA IPC tests)
+#   python3-numba     tests/thirdparty (numba's own CUDA IPC tests; numba-cuda's
+#                     suite comes from PyPI instead: thirdparty_venv)
 #   python3-prometheus-client python3-matplotlib
 #                     tests/tools/test_observe.py (a real OpenMetrics parser;
 #                     ipcshim-plot's PNG)
@@ -59,6 +60,34 @@ optional_test_deps() {
     command -v valgrind >/dev/null 2>&1 || want+=(valgrind) # tests/e2e/test_valgrind.c: memcheck over an e2e pair
     grep -q 'libunwind\.so\.8 ' < <(ldconfig -p 2>/dev/null) || want+=(libunwind8) # no pipe: grep -q ends it early
     echo "${want[*]}"
+}
+
+# The Python packages of tests/thirdparty's numba-cuda run, from PyPI, pinned
+# (the suite's outcomes are compared test by test, so they must not move
+# under it): numba-cuda and the NVIDIA bindings it runs on (cuda-bindings
+# 13.0: 13.5 renamed the IPC handle's field numba-cuda 0.30 reads), and what
+# numba-cuda's test modules import.
+THIRDPARTY_PIP=(numba-cuda==0.30.4 cuda-bindings==13.0.3 cuda-core==1.2.2 pytest filecheck cffi ml_dtypes)
+
+# thirdparty_venv BUILD: makes BUILD/venv-thirdparty with THIRDPARTY_PIP once
+# and reuses it while the list is the same (it records the list). Returns 1,
+# saying why, when it cannot (no python3 venv module, no network): the tests
+# that need it then skip and say so. scripts/test runs it; nothing else
+# installs into it.
+thirdparty_venv() {
+    local venv=$1/venv-thirdparty want
+    want="${THIRDPARTY_PIP[*]}"
+    [ -x "$venv/bin/python" ] && [ "$(cat "$venv/ipcshim-packages" 2>/dev/null)" = "$want" ] && return 0
+    rm -rf "$venv"
+    echo "making $venv (pip: $want)" >&2
+    if python3 -m venv "$venv" >&2 &&
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check "${THIRDPARTY_PIP[@]}" >&2; then
+        echo "$want" >"$venv/ipcshim-packages"
+        return 0
+    fi
+    echo "could not make $venv: tests/thirdparty's numba-cuda run skips" >&2
+    rm -rf "$venv"
+    return 1
 }
 
 # For the commands (ipcshim-run, scripts/bench): fail with the command to run

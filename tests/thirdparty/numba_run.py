@@ -89,10 +89,11 @@ def cleanup(machine):
                 pass
 
 
-def sim_env(machine, shim, stats_file=None):
+def sim_env(machine, shim, stats_file=None, compat=True):
     """This environment minus what we set, then the simulator's (and the
     shim's). Two simulated devices: numba's staged IPC tests then also open
-    on device 1 what device 0 exported (through a copy between devices)."""
+    on device 1 what device 0 exported (through a copy between devices).
+    compat: numba 0.56's adaptation (numba_compat/); numba-cuda needs none."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH")
            and not k.startswith(("SIMCUDA_", "IPCSHIM_", "NUMBA_"))}
@@ -100,7 +101,9 @@ def sim_env(machine, shim, stats_file=None):
     env.update(LD_LIBRARY_PATH=simdir, NUMBA_CUDA_DRIVER=os.path.join(simdir, "libcuda.so.1"),
                SIMCUDA_MACHINE=machine, IPCSHIM_DOMAIN=machine, SIMCUDA_DEVICES="2",
                SIMCUDA_DEVICE_MEMORY="256M",
-               PYTHONPATH=os.path.join(HERE, "numba_compat"), PYTHONDONTWRITEBYTECODE="1")
+               PYTHONDONTWRITEBYTECODE="1")
+    if compat:
+        env["PYTHONPATH"] = os.path.join(HERE, "numba_compat")
     if os.environ.get("CUDA_HOME"):
         env["CUDA_HOME"] = os.environ["CUDA_HOME"]
     if shim:
@@ -110,23 +113,24 @@ def sim_env(machine, shim, stats_file=None):
     return env
 
 
-def run_inner(py, script, mode, shim, tmp):
-    """Runs script under py; returns (json result or None, output, stats text)."""
+def run_inner(py, script, mode, shim, tmp, compat=True, timeout=RUN_TIMEOUT, args=()):
+    """Runs script under py (at most timeout seconds) with the JSON file it
+    writes and args; returns (json result or None, output, stats text)."""
     machine = machine_name(mode)
     out = os.path.join(tmp, mode + ".json")
     stats = os.path.join(tmp, mode + ".log") if shim else None
     # A session of its own, so that a timeout also ends the children that
     # multiprocessing started (a numba test waits on its queue forever).
-    proc = subprocess.Popen([py, os.path.join(HERE, script), out], env=sim_env(machine, shim, stats),
+    proc = subprocess.Popen([py, os.path.join(HERE, script), out, *args], env=sim_env(machine, shim, stats, compat),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp,
                             start_new_session=True)
     try:
-        stdout, _ = proc.communicate(timeout=RUN_TIMEOUT)
+        stdout, _ = proc.communicate(timeout=timeout)
         output = "exit %d\n%s" % (proc.returncode, stdout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         stdout, _ = proc.communicate()
-        output = "timed out after %d s\n%s" % (RUN_TIMEOUT, stdout)
+        output = "timed out after %d s\n%s" % (timeout, stdout)
     finally:
         cleanup(machine)
     result = None

@@ -122,6 +122,14 @@ def test_tally_counts_skipped_cases():
     eq(lines[-2], "meson counted 7 test programs (3 ok, 3 failed, 1 skipped); the cases in them:", out)
     for why in ("t: s::one: no gpu here", "t: b: no lintian", "t: c: lower case", "t: skipped as a whole"):
         check(any(line.strip().startswith(why) for line in lines), f"{why!r} in {out}")
+    # The failed cases, with what they said, come last before the counts
+    # (the tail of a CI log shows them): the TAP failure with its "#" lines,
+    # the crashed programs with their result.
+    failed = out[out.index("failed cases, and what they said:"):out.index("meson counted")]
+    for what in ("t: not ok 1 - x\n      # why\n", "t: FAIL\n", "t: ERROR without a failed case\n      1..2\n"
+                 "      ok 1 - a\n"):
+        check(what in failed, f"{what!r} in {failed}")
+    check("not ok 2 - y" not in failed, "a TODO is not a failure")
     status, out, err = run([script("test-tally"), log, log])
     check(out.strip().endswith("(6 ok, 6 failed, 2 skipped); the cases in them:\n10 passed, 6 failed, 10 skipped")
           and "14 test programs in 2 runs" in out, out)
