@@ -1190,7 +1190,10 @@ static int free_into_limbo(struct local_export *e, bool locked)
 
 bool ipc_free_passes(uint64_t ptr)
 {
-    return !local_has_exports() || (!local_maybe_export(ptr) && !local_limbo_pending());
+    if (!local_has_exports()) return true;
+    if (local_maybe_export(ptr)) return false;
+    if (local_limbo_pending()) collect_on_untracked_free();
+    return true;
 }
 
 int ipc_free(uint64_t ptr)
@@ -1199,10 +1202,6 @@ int ipc_free(uint64_t ptr)
      * never an export base, passes without a lock (two or three relaxed
      * loads, and a counter while something waits in limbo). */
     if (ipc_free_passes(ptr)) return IPC_PASS;
-    if (!local_maybe_export(ptr)) {
-        collect_on_untracked_free(); /* limbo is not empty */
-        return IPC_PASS;
-    }
     int result = IPC_PASS;
     local_lock();
     check_fork();
