@@ -109,6 +109,8 @@ def test_tally_counts_skipped_cases():
         {"result": "OK", "stdout": ""}, {"result": "SKIP", "stdout": ""}, {"result": "FAIL", "stdout": None},
         # a TAP program that crashed after its last "ok"
         {"result": "ERROR", "stdout": "1..2\nok 1 - a\n"},
+        # cases of one test that skip for one reason: one line
+        {"result": "OK", "stdout": "1..2\nok 1 - m1 # SKIP same why\nok 2 - m2 # SKIP same why\n"},
     ]
     with open(log, "w") as f:
         for e in entries:
@@ -116,11 +118,12 @@ def test_tally_counts_skipped_cases():
     status, out, err = run([script("test-tally"), log])
     eq(status, 0, err)
     lines = out.strip().split("\n")
-    eq(lines[-1], "5 passed, 3 failed, 5 skipped", "the closing line")
+    eq(lines[-1], "5 passed, 3 failed, 7 skipped", "the closing line")
     # meson's own summary counts programs: the line above the closing one
     # says so, with its numbers, and the skipped cases come with their reasons.
-    eq(lines[-2], "meson counted 7 test programs (3 ok, 3 failed, 1 skipped); the cases in them:", out)
-    for why in ("t: s::one: no gpu here", "t: b: no lintian", "t: c: lower case", "t: skipped as a whole"):
+    eq(lines[-2], "meson counted 8 test programs (4 ok, 3 failed, 1 skipped); the cases in them:", out)
+    for why in ("t: s::one: no gpu here", "t: b: no lintian", "t: c: lower case", "t: skipped as a whole",
+                "t: 2 cases: same why"):
         check(any(line.strip().startswith(why) for line in lines), f"{why!r} in {out}")
     # The failed cases, with what they said, come last before the counts
     # (the tail of a CI log shows them): the TAP failure with its "#" lines,
@@ -131,8 +134,8 @@ def test_tally_counts_skipped_cases():
         check(what in failed, f"{what!r} in {failed}")
     check("not ok 2 - y" not in failed, "a TODO is not a failure")
     status, out, err = run([script("test-tally"), log, log])
-    check(out.strip().endswith("(6 ok, 6 failed, 2 skipped); the cases in them:\n10 passed, 6 failed, 10 skipped")
-          and "14 test programs in 2 runs" in out, out)
+    check(out.strip().endswith("(8 ok, 6 failed, 2 skipped); the cases in them:\n10 passed, 6 failed, 14 skipped")
+          and "16 test programs in 2 runs" in out, out)
 
 
 def test_format_check_skips_without_clang_format():
