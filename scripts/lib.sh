@@ -81,7 +81,8 @@ thirdparty_venv() {
     rm -rf "$venv"
     echo "making $venv (pip: $want)" >&2
     if python3 -m venv "$venv" >&2 &&
-        "$venv/bin/python" -m pip install -q --disable-pip-version-check "${THIRDPARTY_PIP[@]}" >&2; then
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check --retries 2 --timeout 20 \
+            "${THIRDPARTY_PIP[@]}" >&2; then
         echo "$want" >"$venv/ipcshim-packages"
         return 0
     fi
