@@ -29,6 +29,7 @@
  */
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
+#include <cudaProfiler.h>
 
 #include "sim_image.h"
 #include "sim_state.h"
@@ -36,6 +37,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +139,7 @@ struct host_alloc {
     size_t size;
     struct sim_ctx *ctx;
     uint64_t id;
+    bool registered; /* the program's memory (cuMemHostRegister): never freed here */
     UT_hash_handle hh;
 };
 
@@ -840,7 +843,7 @@ static void ctx_teardown(struct sim_ctx *c)
     {
         if (h->ctx == c) {
             HASH_DEL(g_host, h);
-            free(h->ptr);
+            if (!h->registered) free(h->ptr);
             free(h);
         }
     }
@@ -1499,12 +1502,93 @@ CUresult CUDAAPI cuMemFreeHost(void *p)
     struct host_alloc *h = NULL;
     pthread_mutex_lock(&g_lock);
     if (p) HASH_FIND_PTR(g_host, &p, h);
-    if (h) HASH_DEL(g_host, h);
+    if (h && !h->registered) HASH_DEL(g_host, h);
     pthread_mutex_unlock(&g_lock);
-    if (!h) return CUDA_ERROR_INVALID_VALUE;
+    if (!h || h->registered) return CUDA_ERROR_INVALID_VALUE;
     free(h->ptr);
     free(h);
     return CUDA_SUCCESS;
+}
+
+/* Page-locks the program's own [p, p + bytesize): afterwards it counts as
+ * pinned host memory, as cuMemHostAlloc's does. A range that overlaps one
+ * registered or allocated already is refused as the driver refuses it. */
+CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+    ENTER();
+    if (!p || bytesize == 0 ||
+        (Flags & ~(unsigned)(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                             CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY)))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_ctx *c = current_ctx();
+    if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+    struct host_alloc *h = calloc(1, sizeof(*h)), *o, *tmp;
+    if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
+    h->ptr = p;
+    h->size = bytesize;
+    h->ctx = c;
+    h->registered = true;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&g_lock);
+    HASH_ITER(hh, g_host, o, tmp)
+    {
+        if ((uintptr_t)p < (uintptr_t)o->ptr + o->size &&
+            (uintptr_t)o->ptr < (uintptr_t)p + bytesize)
+            r = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    }
+    if (r == CUDA_SUCCESS) {
+        h->id = g_next_id++;
+        g_hash_oom = 0;
+        HASH_ADD_PTR(g_host, ptr, h);
+        if (g_hash_oom) r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (r != CUDA_SUCCESS) free(h);
+    return r;
+}
+
+CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+{
+    return cuMemHostRegister_v2(p, bytesize, Flags);
+}
+
+CUresult CUDAAPI cuMemHostUnregister(void *p)
+{
+    ENTER();
+    struct host_alloc *h = NULL;
+    pthread_mutex_lock(&g_lock);
+    if (p) HASH_FIND_PTR(g_host, &p, h);
+    if (h && h->registered) HASH_DEL(g_host, h);
+    pthread_mutex_unlock(&g_lock);
+    if (!h || !h->registered) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    free(h);
+    return CUDA_SUCCESS;
+}
+
+/* The device's address of pinned host memory: with unified addressing, the
+ * host address itself. */
+CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+    ENTER();
+    if (!pdptr || Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    struct ptr_info pi;
+    if (classify((CUdeviceptr)(uintptr_t)p, &pi) != PTR_HOST) return CUDA_ERROR_INVALID_VALUE;
+    *pdptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+/* Profiling: nothing to collect here; both succeed, as with no profiler
+ * attached. */
+CUresult CUDAAPI cuProfilerStart(void)
+{
+    ENTER();
+    return current_ctx() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+CUresult CUDAAPI cuProfilerStop(void)
+{
+    ENTER();
+    return current_ctx() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 /* ---- copies and sets (synchronous; streams are only validated) ---- */

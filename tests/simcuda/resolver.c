@@ -51,6 +51,7 @@
  */
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
+#include <cudaProfiler.h>
 
 #include <dlfcn.h>
 #include <stddef.h>
@@ -130,6 +131,12 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuMemAllocHost, cuMemAllocHost_v2, 3020, 0)                                                  \
     X(cuMemFreeHost, cuMemFreeHost, 2000, 0)                                                       \
     X(cuMemHostAlloc, cuMemHostAlloc, 2020, 0)                                                     \
+    X(cuMemHostRegister, cuMemHostRegister, 4000, 0)                                               \
+    X(cuMemHostRegister, cuMemHostRegister_v2, 6050, 0)                                            \
+    X(cuMemHostUnregister, cuMemHostUnregister, 4000, 0)                                           \
+    X(cuMemHostGetDevicePointer, cuMemHostGetDevicePointer_v2, 3020, 0)                            \
+    X(cuProfilerStart, cuProfilerStart, 4000, 0)                                                   \
+    X(cuProfilerStop, cuProfilerStop, 4000, 0)                                                     \
     X(cuPointerGetAttribute, cuPointerGetAttribute, 4000, 0)                                       \
     X(cuPointerGetAttributes, cuPointerGetAttributes, 7000, 0)                                     \
     X(cuMemcpy, cuMemcpy, 4000, 0)                                                                 \

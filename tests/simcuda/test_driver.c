@@ -11,6 +11,7 @@
  * with _exit() so Criterion's own exit handlers do not run twice.
  */
 #include <cuda.h>
+#include <cudaProfiler.h>
 #include <criterion/criterion.h>
 
 #include <dirent.h>
@@ -2141,4 +2142,43 @@ Test(simcuda, free_without_current_context)
     OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
     cr_assert_eq(active, 0);
     OK(cuDevicePrimaryCtxRelease(1));
+}
+
+/* Page-locked registration of the program's own memory (numba-cuda's
+ * pinned/mapped tests use it): copies accept the range as pinned host
+ * memory, its device address is the host address (unified addressing), an
+ * overlapping registration and a second unregister are refused as the
+ * driver refuses them, and cuMemFreeHost never frees the program's memory. */
+Test(simcuda, host_register_unregister_and_device_pointer)
+{
+    OK(cuInit(0));
+    CUcontext ctx;
+    OK(cuDevicePrimaryCtxRetain(&ctx, 0));
+    OK(cuCtxPushCurrent(ctx));
+    static char buf[3 * 4096] __attribute__((aligned(4096)));
+    memset(buf, 7, sizeof buf);
+    OK(cuMemHostRegister(buf, 2 * 4096, CU_MEMHOSTREGISTER_DEVICEMAP));
+    FAILS(cuMemHostRegister(buf + 4096, 4096, 0), CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+    FAILS(cuMemHostRegister(buf, 4096, 0x100), CUDA_ERROR_INVALID_VALUE);
+    CUdeviceptr dp = 0;
+    OK(cuMemHostGetDevicePointer(&dp, buf + 100, 0));
+    cr_assert_eq(dp, (CUdeviceptr)(uintptr_t)(buf + 100));
+    FAILS(cuMemHostGetDevicePointer(&dp, buf + 2 * 4096, 0), CUDA_ERROR_INVALID_VALUE);
+    CUpointer_attribute what = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+    unsigned type = 0;
+    void *into = &type;
+    OK(cuPointerGetAttributes(1, &what, &into, (CUdeviceptr)(uintptr_t)buf));
+    cr_assert_eq(type, CU_MEMORYTYPE_HOST, "registered memory is pinned host memory");
+    CUdeviceptr d;
+    OK(cuMemAlloc(&d, 4096));
+    OK(cuMemcpyHtoD(d, buf, 4096));
+    FAILS(cuMemFreeHost(buf), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemHostUnregister(buf));
+    FAILS(cuMemHostUnregister(buf), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+    cr_assert_eq(buf[0], 7, "the program's memory is its own again, untouched");
+    OK(cuProfilerStart());
+    OK(cuProfilerStop());
+    OK(cuMemFree(d));
+    OK(cuCtxPopCurrent(NULL));
+    OK(cuDevicePrimaryCtxRelease(0));
 }
