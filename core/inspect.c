@@ -173,6 +173,7 @@ static int copy_records(struct registry *r, struct inspect_snapshot *s)
         o->claimed = b->claimed;
         o->expired = b->expired;
         o->orphaned_ns = state == BLOCK_ORPHANED ? b->orphaned_ns : 0;
+        o->pool = (b->rules & BLOCK_KIND_POOL) != 0;
         o->exporter_dead = state == BLOCK_ORPHANED || !o->exporter_current ||
                            !s->holders[holder_at[o->exporter]].alive;
         block_at[i] = s->nblocks++;

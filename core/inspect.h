@@ -75,6 +75,7 @@ struct inspect_block {
     bool exporter_dead;        /* exporter gone, or its holder is not alive */
     uint32_t claimed, expired; /* hand-offs claimed by a first open; expired unclaimed */
     uint64_t orphaned_ns;      /* CLOCK_MONOTONIC when orphaned, 0 if not (or unknown) */
+    bool pool; /* a stream-ordered pool's export (BLOCK_KIND_POOL), not legacy IPC */
 };
 
 struct inspect_snapshot {

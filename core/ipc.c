@@ -345,25 +345,25 @@ enum sweep_mode {
 /* ---- export ---- */
 
 static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, int device,
-                      uint64_t ctx, uint64_t identity, bool retry, uint32_t cs);
+                      uint64_t ctx, uint64_t identity, int kind, bool retry, uint32_t cs);
 static int collect(enum sweep_mode how);
 static size_t shed_unclaimed_n(bool all);
 
 int ipc_export(const struct ipc_handle *h, uint64_t base, uint64_t size, int device, uint64_t ctx)
 {
-    return export_try(h, base, size, device, ctx, 0, true, callsite_capture());
+    return export_try(h, base, size, device, ctx, 0, IPC_KIND_LEGACY, true, callsite_capture());
 }
 
 int ipc_export_identity(const struct ipc_handle *h, uint64_t base, uint64_t size, int device,
-                        uint64_t ctx, uint64_t identity)
+                        uint64_t ctx, uint64_t identity, int kind)
 {
-    return export_try(h, base, size, device, ctx, identity, true, callsite_capture());
+    return export_try(h, base, size, device, ctx, identity, kind, true, callsite_capture());
 }
 
 /* ipc_export, with one retry after shedding this process's own unclaimed
  * hand-offs when the table is full; cs: the export's call site. */
 static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, int device,
-                      uint64_t ctx, uint64_t identity, bool retry, uint32_t cs)
+                      uint64_t ctx, uint64_t identity, int kind, bool retry, uint32_t cs)
 {
     local_export_prefetch(base);
     local_lock();
@@ -415,7 +415,7 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
         goto off;
     }
     drain_recycles();
-    uint32_t idx = reg_block_create(&reg, h, base, size, device, self, now);
+    uint32_t idx = reg_block_create_kind(&reg, h, base, size, device, self, now, kind);
     uint64_t gen = idx != REG_NONE ? reg.blocks[idx].generation : 0;
     size_t shed = idx == REG_NONE && retry ? shed_unclaimed_n(true) : 0;
     registry_unlock(&reg);
@@ -423,7 +423,7 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
         local_export_free(ne);
         local_unlock();
         if (shed && collect(SWEEP_ALL) > 0)
-            return export_try(h, base, size, device, ctx, identity, false, cs);
+            return export_try(h, base, size, device, ctx, identity, kind, false, cs);
         LOG_ONCE(LOG_WARN,
                  "registry %s is full (IPCSHIM_MAX_BLOCKS=%u): new exports are not "
                  "tracked",
@@ -639,7 +639,7 @@ static int open_locked(const struct ipc_handle *h, uint32_t hash, uint64_t ctx, 
     if (b->exporter == self && b->exporter_nonce == self_nonce) {
         struct local_export *e = local_export_find(b->base);
         result = IPC_PASS;
-        if (e && e->block == bi && e->generation == b->generation) {
+        if (nm->kind == IPC_KIND_LEGACY && e && e->block == bi && e->generation == b->generation) {
             if (e->in_limbo) {
                 result = -ENOENT; /* the program freed it already */
             } else {
@@ -668,7 +668,8 @@ unlock:
     return result;
 }
 
-int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t, uint64_t *ptr)
+static int open_begin(const struct ipc_handle *h, uint64_t ctx, uint8_t kind, struct ipc_open *t,
+                      uint64_t *ptr)
 {
     if (options_get()->disable) return IPC_PASS;
     uint32_t cs = callsite_capture();
@@ -688,6 +689,10 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
             local_unlock();
             return IPC_PASS;
         }
+    }
+    if (m && m->kind != kind) {
+        local_unlock(); /* the same bytes through the other door: not ours */
+        return IPC_PASS;
     }
     if (m) {
         /* CUDA refuses to open a dead exporter's handle again, so a cached
@@ -712,6 +717,7 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
     }
     nm->key.handle = *h;
     nm->key.ctx = ctx;
+    nm->kind = kind;
     nm->pending = true;
     if (local_map_add(nm, map_hash) != 0) {
         local_map_del(nm);
@@ -728,6 +734,16 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
     }
     local_unlock();
     return result;
+}
+
+int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t, uint64_t *ptr)
+{
+    return open_begin(h, ctx, IPC_KIND_LEGACY, t, ptr);
+}
+
+int ipc_import_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t, uint64_t *ptr)
+{
+    return open_begin(h, ctx, IPC_KIND_POOL, t, ptr);
 }
 
 /* Is t's lease still ours and on t's block? */
@@ -815,15 +831,18 @@ void ipc_open_abort(struct ipc_open *t)
 
 /* ---- close ---- */
 
-int ipc_close_begin(uint64_t ptr, struct ipc_close *t)
+static int close_begin(uint64_t ptr, uint8_t kind, struct ipc_close *t)
 {
     if (!ipc_active()) return IPC_PASS;
     int result = IPC_PASS;
     local_lock();
     check_fork();
     struct local_map *m = local_map_find_ptr(ptr);
-    if (m && m->pending) {
-        m = NULL; /* being opened or closed by another thread: not ours to count */
+    if (m && m->kind != kind) {
+        /* A legacy open is not let go of by a free, nor a pool import by a
+         * close: CUDA answers such a call itself. */
+    } else if (m && m->pending) {
+        /* being opened or closed by another thread: not ours to count */
     } else if (m && m->count > 1) {
         m->count--;
         STAT_ADD(closes, 1);
@@ -842,7 +861,7 @@ int ipc_close_begin(uint64_t ptr, struct ipc_close *t)
                                         __ATOMIC_RELAXED);
         m->pending = true; /* opens of this handle wait for the real close */
         result = IPC_REAL;
-    } else {
+    } else if (kind == IPC_KIND_LEGACY) {
         struct local_export *e = local_export_find(ptr);
         if (e && e->own_opens > 0) {
             e->own_opens--;
@@ -852,6 +871,16 @@ int ipc_close_begin(uint64_t ptr, struct ipc_close *t)
     }
     local_unlock();
     return result;
+}
+
+int ipc_close_begin(uint64_t ptr, struct ipc_close *t)
+{
+    return close_begin(ptr, IPC_KIND_LEGACY, t);
+}
+
+int ipc_unimport_begin(uint64_t ptr, struct ipc_close *t)
+{
+    return close_begin(ptr, IPC_KIND_POOL, t);
 }
 
 /* The mapping t closes, still pending in the local table (local lock held). */

@@ -55,9 +55,18 @@ int ipc_export(const struct ipc_handle *h, uint64_t base, uint64_t size, int dev
  * reused in a process; 0 when unknown): kept with the export's local
  * record and handed to device_ops.free_block with a deferred free, which
  * checks it so that it never frees another allocation that took the same
- * address after a context reset freed this one. */
+ * address after a context reset freed this one. kind: IPC_KIND_* (h is a
+ * pool's export data for IPC_KIND_POOL), shown by the reports. */
 int ipc_export_identity(const struct ipc_handle *h, uint64_t base, uint64_t size, int device,
-                        uint64_t ctx, uint64_t identity);
+                        uint64_t ctx, uint64_t identity, int kind);
+
+/* The two kinds of shared allocation, keyed alike by 64 export bytes:
+ * legacy IPC (cudaIpcGetMemHandle's handle; the importer lets go with
+ * cudaIpcCloseMemHandle) and stream-ordered pool IPC
+ * (cudaMemPoolExportPointer's cudaMemPoolPtrExportData; the importer lets
+ * go with a free of the imported pointer). One record, lease and limbo
+ * serve both; the kind says which call ends an import. */
+enum { IPC_KIND_LEGACY = 0, IPC_KIND_POOL = 1 };
 
 /* A pending import, between ipc_open_begin and commit/abort. */
 struct ipc_open {
@@ -82,6 +91,12 @@ struct ipc_open {
  *   -EOWNERDEAD: a tracked block whose exporter died: fail the open.
  * Concurrent opens of one handle in one process return one pointer. */
 int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t, uint64_t *ptr);
+/* ipc_open_begin for a pool import (cudaMemPoolImportPointer) of the
+ * allocation exported as h: the same decisions, except that an import of
+ * this process's own export is IPC_PASS (CUDA answers it), since the
+ * program's free of that pointer would be indistinguishable from the
+ * export's own free. */
+int ipc_import_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t, uint64_t *ptr);
 void ipc_open_commit(struct ipc_open *t, uint64_t ptr);
 void ipc_open_abort(struct ipc_open *t);
 
@@ -101,6 +116,12 @@ struct ipc_close {
  *   IPC_PASS: a pointer the shim did not open: pass it through (the driver
  *     gives its own error for a double close or a garbage pointer). */
 int ipc_close_begin(uint64_t ptr, struct ipc_close *t);
+/* ipc_close_begin for a free of ptr that may end a pool import (the shim
+ * asks before ipc_free when ipc_free_passes says no): the same decisions
+ * for a pointer imported with ipc_import_begin; IPC_PASS for any other
+ * pointer (then it is the free of an allocation: ipc_free). Legacy opens
+ * are never ended by a free, nor pool imports by ipc_close_begin. */
+int ipc_unimport_begin(uint64_t ptr, struct ipc_close *t);
 void ipc_close_finish(struct ipc_close *t);
 /* The real close failed: CUDA says the mapping is still open, so it stays
  * open here too (its count and lease are kept). */
@@ -120,10 +141,9 @@ void ipc_close_abort(struct ipc_close *t);
 int ipc_free(uint64_t ptr);
 
 /* True when a free of ptr is certainly IPC_PASS: no export of this process
- * can be at ptr. A few relaxed loads, no lock (while limbo waits, every
- * 1024th such free of a thread also looks whether a collect is due): the
- * caller may then free for real without ipc_free (the hot path of every
- * untracked free). */
+ * and no pool import (ipc_unimport_begin) can be at ptr. A few relaxed loads, no lock (while limbo
+ * waits, every 1024th such free of a thread also looks whether a collect is due): the caller may
+ * then free for real without ipc_free (the hot path of every untracked free). */
 bool ipc_free_passes(uint64_t ptr);
 
 /* True when this process has blocks in limbo (a relaxed load, no lock). */

@@ -286,11 +286,19 @@ int local_map_set_ptr(struct local_map *m, uint64_t ptr)
     m->ptr = ptr;
     ANCHOR(hh_ptr, maps_by_ptr, ptr, map_anchor);
     HASH_ADD(hh_ptr, maps_by_ptr, ptr, sizeof m->ptr, m);
-    return UTH_ADDED(m, hh_ptr) ? 0 : -ENOMEM;
+    if (!UTH_ADDED(m, hh_ptr)) return -ENOMEM;
+    if (m->kind == IPC_KIND_POOL) {
+        /* The program lets go of a pool import with a free: the free
+         * path's filter must not pass it by. */
+        filter_change(ptr, +1);
+        __atomic_store_n(&has_exports, 1, __ATOMIC_RELAXED);
+    }
+    return 0;
 }
 
 void local_map_del(struct local_map *m)
 {
+    if (m->hh_ptr.tbl && m->kind == IPC_KIND_POOL) filter_change(m->ptr, -1);
     if (m->hh_ptr.tbl) HASH_DELETE(hh_ptr, maps_by_ptr, m); /* set once opened, closing or not */
     HASH_DELETE(hh, maps, m);
     CACHE_GIVE(map_cache, map_cached, m);

@@ -49,6 +49,7 @@ struct local_map {
     uint64_t ptr, generation;
     uint32_t count, block, lease;
     bool pending; /* the real open is in flight (no ptr yet) */
+    uint8_t kind; /* IPC_KIND_*: what the program calls to let go of it */
     UT_hash_handle hh, hh_ptr;
     /* For the leak report (leak.h): */
     uint64_t open_ns, size; /* first open (CLOCK_MONOTONIC); the block's bytes */
@@ -73,11 +74,13 @@ void local_wait(void);
 /* Wakes the threads in local_wait, if any (local lock held). */
 void local_broadcast(void);
 
-/* True once this process has exported anything: one relaxed load. */
+/* True once this process exported a block or imported a pool allocation
+ * (the free path must then look, local_maybe_export): one relaxed load. */
 bool local_has_exports(void);
 
-/* False when base is certainly not an export of this process: a counting
- * filter read without the lock (false positives only). */
+/* False when base is certainly neither an export of this process nor a
+ * pool import's pointer: a counting filter read without the lock (false
+ * positives only). */
 bool local_maybe_export(uint64_t base);
 
 /* Starts loading what local_export_add(base) will write (the filter's

@@ -1755,6 +1755,12 @@ static uint32_t pop_free_block(struct registry *r)
 uint32_t reg_block_create(struct registry *r, const struct ipc_handle *hd, uint64_t base,
                           uint64_t size, int device, uint32_t exporter, uint64_t now)
 {
+    return reg_block_create_kind(r, hd, base, size, device, exporter, now, IPC_KIND_LEGACY);
+}
+
+uint32_t reg_block_create_kind(struct registry *r, const struct ipc_handle *hd, uint64_t base,
+                               uint64_t size, int device, uint32_t exporter, uint64_t now, int kind)
+{
     struct reg_holder *o = reg_holder_at(r, exporter);
     if (!o) return REG_NONE;
     uint32_t idx = pop_free_block(r);
@@ -1772,7 +1778,8 @@ uint32_t reg_block_create(struct registry *r, const struct ipc_handle *hd, uint6
     b->limbo_since_ns = 0;
     b->exporter_pid = o->pid, b->claimed = b->expired = 0, b->orphaned_ns = 0; /* observability */
     clear_held(r, idx); /* nobody yet (a free record may hold garbage) */
-    b->rules = options_get()->handoff == HANDOFF_WINDOW ? BLOCK_RULE_HANDOFF_WINDOW : 0;
+    b->rules = (options_get()->handoff == HANDOFF_WINDOW ? BLOCK_RULE_HANDOFF_WINDOW : 0) |
+               (kind == IPC_KIND_POOL ? BLOCK_KIND_POOL : 0);
     memcpy(b->exporter_comm, o->comm, sizeof b->exporter_comm);
     list_push(r, idx, exporter);
     uint32_t bk = bucket_of(r, b->handle);

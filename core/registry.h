@@ -117,8 +117,12 @@ struct reg_holder {
 };
 
 /* reg_block.rules: what the exporter chose, recorded at creation so that
- * whichever process drops the last lease applies it (not its own options). */
-enum { BLOCK_RULE_HANDOFF_WINDOW = 1u << 0 }; /* IPCSHIM_HANDOFF=window */
+ * whichever process drops the last lease applies it (not its own options),
+ * and what kind of export the block is (for the reports). */
+enum {
+    BLOCK_RULE_HANDOFF_WINDOW = 1u << 0, /* IPCSHIM_HANDOFF=window */
+    BLOCK_KIND_POOL = 1u << 8, /* cudaMemPoolExportPointer (IPC_KIND_POOL), not legacy IPC */
+};
 
 /* Three cache lines, laid out by who touches them on the IPC cycle (every
  * line the exporter writes and an importer reads moves between their CPUs,
@@ -491,6 +495,10 @@ uint32_t reg_block_next_free(struct registry *r);
  * free. REG_NONE when it is full. */
 uint32_t reg_block_create(struct registry *r, const struct ipc_handle *h, uint64_t base,
                           uint64_t size, int device, uint32_t exporter, uint64_t now);
+/* reg_block_create for an export of the given IPC_KIND_*. */
+uint32_t reg_block_create_kind(struct registry *r, const struct ipc_handle *h, uint64_t base,
+                               uint64_t size, int device, uint32_t exporter, uint64_t now,
+                               int kind);
 
 /* Back to the free list; leases still naming it are left to their owners
  * (their generation no longer matches). The held bitmap is cleared. Off

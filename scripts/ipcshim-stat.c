@@ -101,7 +101,7 @@ static const char *fmt_age(uint64_t ms, char *buf, size_t len)
 }
 
 struct totals {
-    uint32_t dead, live, limbo, orphaned, retired, opens;
+    uint32_t dead, live, limbo, orphaned, retired, opens, pool;
     uint64_t bytes, limbo_bytes, orphaned_bytes;
 };
 
@@ -113,6 +113,7 @@ static struct totals count(const struct inspect_snapshot *s)
     for (uint32_t i = 0; i < s->nblocks; i++) {
         const struct inspect_block *b = &s->blocks[i];
         t.bytes += b->size;
+        t.pool += b->pool;
         if (b->state == BLOCK_LIVE)
             t.live++;
         else if (b->state == BLOCK_LIMBO)
@@ -197,8 +198,8 @@ static void print_text(const struct inspect_snapshot *s, const char *domain)
     if (!s->nblocks)
         printf("  none\n");
     else
-        printf("  %-5s %-14s %-3s %-9s %-8s %-8s %-8s %-8s %s\n", "SLOT", "EXPORTER", "DEV", "SIZE",
-               "STATE", "HANDOFFS", "AGE", "IN-LIMBO", "IMPORTERS(OPENS)");
+        printf("  %-5s %-14s %-3s %-4s %-9s %-8s %-8s %-8s %-8s %s\n", "SLOT", "EXPORTER", "DEV",
+               "KIND", "SIZE", "STATE", "HANDOFFS", "AGE", "IN-LIMBO", "IMPORTERS(OPENS)");
     for (uint32_t i = 0; i < s->nblocks; i++) {
         const struct inspect_block *b = &s->blocks[i];
         const struct inspect_holder *e = exporter_of(s, b);
@@ -217,8 +218,9 @@ static void print_text(const struct inspect_snapshot *s, const char *domain)
             len += (size_t)snprintf(importers + len, sizeof importers - len, "%s%d(%u%s)",
                                     k ? " " : "", h ? (int)h->pid : -1, l->count, extra);
         }
-        printf("  %-5u %-14s %-3d %-9s %-8s %-8u %-8s %-8s %s\n", b->slot, exporter, (int)b->device,
-               fmt_bytes(b->size, a, sizeof a), inspect_block_state(b->state), b->pending,
+        printf("  %-5u %-14s %-3d %-4s %-9s %-8s %-8u %-8s %-8s %s\n", b->slot, exporter,
+               (int)b->device, b->pool ? "pool" : "ipc", fmt_bytes(b->size, a, sizeof a),
+               inspect_block_state(b->state), b->pending,
                fmt_age(age_ms(s, b->last_export_ns), b2, sizeof b2),
                b->state == BLOCK_LIMBO ? fmt_age(age_ms(s, b->limbo_since_ns), c, sizeof c) : "-",
                importers);
@@ -402,7 +404,7 @@ static void print_json(const struct inspect_snapshot *s, const char *domain)
             printf("%llu", (unsigned long long)age_ms(s, b->orphaned_ns));
         else
             fputs("null", stdout);
-        printf("}");
+        printf(",\"kind\":\"%s\"}", b->pool ? "pool" : "ipc");
     }
 
     printf("],\"limbo\":[");
@@ -682,6 +684,19 @@ static void print_prometheus(struct inspect_snapshot *snaps, const char *const *
             fputs("ipcshim_registry_blocks{domain=", stdout);
             om_value(domains[d]);
             printf(",state=\"%s\"} %u\n", st[k], v[k]);
+        }
+    }
+    printf("# TYPE ipcshim_registry_blocks_by_kind gauge\n# HELP ipcshim_registry_blocks_by_kind "
+           "blocks in the registry by how they were exported (ipc: legacy IPC, pool: a "
+           "stream-ordered pool's pointer)\n");
+    for (int d = 0; d < n; d++) {
+        struct totals t = count(&snaps[d]);
+        const char *kind[] = {"ipc", "pool"};
+        uint32_t v[] = {snaps[d].nblocks - t.pool, t.pool};
+        for (int k = 0; k < 2; k++) {
+            fputs("ipcshim_registry_blocks_by_kind{domain=", stdout);
+            om_value(domains[d]);
+            printf(",kind=\"%s\"} %u\n", kind[k], v[k]);
         }
     }
     printf("# EOF\n");

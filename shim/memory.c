@@ -134,15 +134,28 @@ static __attribute__((noinline)) int op_free_tracked(uint64_t ptr, void *stream,
 {
     swap_on_free(ptr);
     if (!tracking || !ptr) return real_free(ptr, stream);
-    int decision = ipc_free(ptr);
+    /* A pool import's pointer: the free ends the import (op_close's rules). */
+    struct ipc_close ticket;
+    int decision = ipc_unimport_begin(ptr, &ticket);
+    if (decision == IPC_DONE) return codes->ok;
+    if (decision == IPC_REAL) {
+        synchronize_context(ticket.ctx); /* the importer's queued work on it first */
+        int result = real_free(ptr, stream);
+        if (result == codes->ok)
+            ipc_close_finish(&ticket);
+        else
+            ipc_close_abort(&ticket);
+        return result;
+    }
+    decision = ipc_free(ptr);
     if (decision == IPC_DONE) return codes->ok;
     if (decision < 0) return codes->invalid;
     return real_free(ptr, stream);
 }
 
-/* The hot path of every free: a pointer that cannot be an export of this
- * process (and no host swap) is freed straight through, with no call of
- * the shim's own. */
+/* The hot path of every free: a pointer that cannot be an export or a pool
+ * import of this process (and no host swap) is freed straight through,
+ * with no call of the shim's own. */
 static inline int op_free(uint64_t ptr, void *stream, int (*real_free)(uint64_t, void *),
                           const struct door_codes *codes)
 {
@@ -196,8 +209,9 @@ static bool freed_by_program(uint64_t ptr)
     return ipc_in_limbo(base ? base : ptr);
 }
 
-/* Export: the real get-handle, then the block is recorded by its base. */
-static void note_export(const void *handle, uint64_t ptr)
+/* Export: the real get-handle (or pool pointer export, kind IPC_KIND_POOL),
+ * then the block is recorded by its base. */
+static void note_export(const void *handle, uint64_t ptr, int kind)
 {
     CUdeviceptr base = 0;
     size_t size = 0;
@@ -217,23 +231,35 @@ static void note_export(const void *handle, uint64_t ptr)
     }
     struct ipc_handle h;
     memcpy(h.bytes, handle, sizeof h.bytes);
-    if (ipc_export_identity(&h, base, size, device, (uint64_t)ctx, buffer_id) == 0)
+    if (ipc_export_identity(&h, base, size, device, (uint64_t)ctx, buffer_id, kind) == 0)
         api_at_first_use();
 }
 
-/* Open: cached, own export, a new lease around the real open, or untracked. */
-static int op_open(const void *handle, unsigned int flags, uint64_t *out, bool runtime_door,
-                   int (*real_open)(uint64_t *, const void *, unsigned int),
+/* The arguments of a legacy open (handle, flags) or a pool import
+ * (handle: the 64 export bytes, pool), for a door's real call. */
+struct open_call {
+    const void *handle;
+    unsigned int flags;
+    void *pool;
+};
+
+/* Open (legacy IPC) or import (pool IPC, kind IPC_KIND_POOL): cached, own
+ * export, a new lease around the real call, or untracked. */
+static int op_open(const struct open_call *call, int kind, uint64_t *out, bool runtime_door,
+                   int (*real_open)(uint64_t *, const struct open_call *),
                    const struct door_codes *codes)
 {
-    /* What CUDA refuses (no pointer, unknown flags) it refuses itself. */
-    if (!tracking || !out || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
-        return real_open(out, handle, flags);
+    /* What CUDA refuses (no pointer or handle, unknown flags) it refuses itself. */
+    if (!tracking || !out || !call->handle ||
+        (call->flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
+        return real_open(out, call);
     struct ipc_handle h;
     struct ipc_open ticket;
     uint64_t ptr = 0;
-    memcpy(h.bytes, handle, sizeof h.bytes);
-    int decision = ipc_open_begin(&h, shim_current_context(runtime_door), &ticket, &ptr);
+    memcpy(h.bytes, call->handle, sizeof h.bytes);
+    uint64_t ctx = shim_current_context(runtime_door);
+    int decision = kind == IPC_KIND_POOL ? ipc_import_begin(&h, ctx, &ticket, &ptr)
+                                         : ipc_open_begin(&h, ctx, &ticket, &ptr);
     if (decision == IPC_DONE) {
         *out = ptr;
         return codes->ok;
@@ -245,7 +271,7 @@ static int op_open(const void *handle, unsigned int flags, uint64_t *out, bool r
             LOG_RATE(LOG_WARN, "open refused: the exporter of this block died");
         return codes->invalid;
     }
-    int result = real_open(out, handle, flags);
+    int result = real_open(out, call);
     if (decision == IPC_REAL) {
         if (result == codes->ok)
             ipc_open_commit(&ticket, *out), api_at_first_open();
@@ -310,33 +336,52 @@ static int driver_close(uint64_t p)
 {
     return REAL(cuIpcCloseMemHandle) ? (int)real_cuIpcCloseMemHandle(p) : driver_codes.missing;
 }
-static int runtime_open(uint64_t *out, const void *handle, unsigned int flags)
+static int runtime_open(uint64_t *out, const struct open_call *c)
 {
     cudaIpcMemHandle_t h;
     void *p = NULL;
     if (!REAL(cudaIpcOpenMemHandle)) return runtime_codes.missing;
-    memcpy(&h, handle, sizeof h);
-    int r = real_cudaIpcOpenMemHandle(out ? &p : NULL, h, flags);
+    memcpy(&h, c->handle, sizeof h);
+    int r = real_cudaIpcOpenMemHandle(out ? &p : NULL, h, c->flags);
     if (out) *out = (uint64_t)p;
     return r;
 }
-static int driver_open_v1(uint64_t *out, const void *handle, unsigned int flags)
+static int driver_open_v1(uint64_t *out, const struct open_call *c)
 {
     CUipcMemHandle h;
     CUdeviceptr p = 0;
     if (!REAL(cuIpcOpenMemHandle)) return driver_codes.missing;
-    memcpy(&h, handle, sizeof h);
-    int r = real_cuIpcOpenMemHandle(out ? &p : NULL, h, flags);
+    memcpy(&h, c->handle, sizeof h);
+    int r = real_cuIpcOpenMemHandle(out ? &p : NULL, h, c->flags);
     if (out) *out = p;
     return r;
 }
-static int driver_open_v2(uint64_t *out, const void *handle, unsigned int flags)
+static int driver_open_v2(uint64_t *out, const struct open_call *c)
 {
     CUipcMemHandle h;
     CUdeviceptr p = 0;
     if (!REAL(cuIpcOpenMemHandle_v2)) return driver_codes.missing;
-    memcpy(&h, handle, sizeof h);
-    int r = real_cuIpcOpenMemHandle_v2(out ? &p : NULL, h, flags);
+    memcpy(&h, c->handle, sizeof h);
+    int r = real_cuIpcOpenMemHandle_v2(out ? &p : NULL, h, c->flags);
+    if (out) *out = p;
+    return r;
+}
+/* The pool import's real calls; the export bytes are the caller's own. */
+static int runtime_import(uint64_t *out, const struct open_call *c)
+{
+    void *p = NULL;
+    if (!REAL(cudaMemPoolImportPointer)) return runtime_codes.missing;
+    int r = real_cudaMemPoolImportPointer(out ? &p : NULL, (cudaMemPool_t)c->pool,
+                                          (struct cudaMemPoolPtrExportData *)c->handle);
+    if (out) *out = (uint64_t)p;
+    return r;
+}
+static int driver_import(uint64_t *out, const struct open_call *c)
+{
+    CUdeviceptr p = 0;
+    if (!REAL(cuMemPoolImportPointer)) return driver_codes.missing;
+    int r = real_cuMemPoolImportPointer(out ? &p : NULL, (CUmemoryPool)c->pool,
+                                        (CUmemPoolPtrExportData *)c->handle);
     if (out) *out = p;
     return r;
 }
@@ -397,7 +442,7 @@ cudaError_t do_cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
     if (freed_by_program((uint64_t)devPtr)) return cudaErrorInvalidValue;
     cudaError_t r = real_cudaIpcGetMemHandle(handle, devPtr);
     if (r == cudaSuccess && tracking)
-        note_export(handle, (uint64_t)devPtr);
+        note_export(handle, (uint64_t)devPtr, IPC_KIND_LEGACY);
     else if (r != cudaSuccess)
         explain_refused_export((uint64_t)devPtr, r);
     return r;
@@ -406,7 +451,9 @@ cudaError_t do_cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
 cudaError_t do_cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)
 {
     uint64_t p = 0;
-    cudaError_t r = op_open(&handle, flags, devPtr ? &p : NULL, true, runtime_open, &runtime_codes);
+    struct open_call call = {.handle = &handle, .flags = flags};
+    cudaError_t r =
+        op_open(&call, IPC_KIND_LEGACY, devPtr ? &p : NULL, true, runtime_open, &runtime_codes);
     if (devPtr && r == cudaSuccess) *devPtr = (void *)p;
     return r;
 }
@@ -414,6 +461,40 @@ cudaError_t do_cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, un
 cudaError_t do_cudaIpcCloseMemHandle(void *devPtr)
 {
     return op_close((uint64_t)devPtr, runtime_close, &runtime_codes);
+}
+
+cudaError_t do_cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
+                                       cudaStream_t stream)
+{
+    cudaError_t r = CALL_REAL_RUNTIME(cudaMallocFromPoolAsync, (ptr, size, memPool, stream));
+    if (collect_for_retry(r, &runtime_codes))
+        r = real_cudaMallocFromPoolAsync(ptr, size, memPool, stream);
+    return r;
+}
+
+_Static_assert(sizeof(struct cudaMemPoolPtrExportData) == IPC_HANDLE_BYTES &&
+                   sizeof(CUmemPoolPtrExportData) == IPC_HANDLE_BYTES,
+               "pool export data are keyed like IPC handles");
+
+cudaError_t do_cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportData, void *ptr)
+{
+    if (!REAL(cudaMemPoolExportPointer)) return cudaErrorInitializationError;
+    if (freed_by_program((uint64_t)ptr)) return cudaErrorInvalidValue;
+    cudaError_t r = real_cudaMemPoolExportPointer(exportData, ptr);
+    if (r == cudaSuccess && tracking && exportData)
+        note_export(exportData, (uint64_t)ptr, IPC_KIND_POOL);
+    return r;
+}
+
+cudaError_t do_cudaMemPoolImportPointer(void **ptr, cudaMemPool_t memPool,
+                                        struct cudaMemPoolPtrExportData *exportData)
+{
+    uint64_t p = 0;
+    struct open_call call = {.handle = exportData, .pool = memPool};
+    cudaError_t r =
+        op_open(&call, IPC_KIND_POOL, ptr ? &p : NULL, true, runtime_import, &runtime_codes);
+    if (ptr && r == cudaSuccess) *ptr = (void *)p;
+    return r;
 }
 
 /* Driver door */
@@ -473,17 +554,19 @@ CUresult do_cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     if (freed_by_program(dptr)) return CUDA_ERROR_INVALID_VALUE;
     CUresult r = real_cuIpcGetMemHandle(pHandle, dptr);
     if (r == CUDA_SUCCESS && tracking)
-        note_export(pHandle, dptr);
+        note_export(pHandle, dptr, IPC_KIND_LEGACY);
     else if (r != CUDA_SUCCESS)
         explain_refused_export(dptr, r);
     return r;
 }
 
 static CUresult driver_open(CUdeviceptr *pdptr, CUipcMemHandle *handle, unsigned int flags,
-                            int (*real_open)(uint64_t *, const void *, unsigned int))
+                            int (*real_open)(uint64_t *, const struct open_call *))
 {
     uint64_t p = 0;
-    CUresult r = op_open(handle, flags, pdptr ? &p : NULL, false, real_open, &driver_codes);
+    struct open_call call = {.handle = handle, .flags = flags};
+    CUresult r =
+        op_open(&call, IPC_KIND_LEGACY, pdptr ? &p : NULL, false, real_open, &driver_codes);
     if (pdptr && r == CUDA_SUCCESS) *pdptr = p;
     return r;
 }
@@ -501,4 +584,43 @@ CUresult do_cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, uns
 CUresult do_cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
     return op_close(dptr, driver_close, &driver_codes);
+}
+
+CUresult do_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                    CUstream hStream)
+{
+    CUresult r = CALL_REAL_DRIVER(cuMemAllocFromPoolAsync, (dptr, bytesize, pool, hStream));
+    if (collect_for_retry(r, &driver_codes))
+        r = real_cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
+    return r;
+}
+
+CUresult do_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                         CUstream hStream)
+{
+    CUresult r = CALL_REAL_DRIVER(cuMemAllocFromPoolAsync_ptsz, (dptr, bytesize, pool, hStream));
+    if (collect_for_retry(r, &driver_codes))
+        r = real_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream);
+    return r;
+}
+
+CUresult do_cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
+{
+    if (!REAL(cuMemPoolExportPointer)) return CUDA_ERROR_NOT_INITIALIZED;
+    if (freed_by_program(ptr)) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = real_cuMemPoolExportPointer(shareData_out, ptr);
+    if (r == CUDA_SUCCESS && tracking && shareData_out)
+        note_export(shareData_out, ptr, IPC_KIND_POOL);
+    return r;
+}
+
+CUresult do_cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool,
+                                   CUmemPoolPtrExportData *shareData)
+{
+    uint64_t p = 0;
+    struct open_call call = {.handle = shareData, .pool = pool};
+    CUresult r =
+        op_open(&call, IPC_KIND_POOL, ptr_out ? &p : NULL, false, driver_import, &driver_codes);
+    if (ptr_out && r == CUDA_SUCCESS) *ptr_out = p;
+    return r;
 }

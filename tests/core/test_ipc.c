@@ -34,7 +34,17 @@ static struct ipcshim_stats stats(void)
 
 /* ---- an importer child, driven by commands ---- */
 
-enum { CMD_OPEN = 1, CMD_CLOSE, CMD_EXIT, CMD_STALE_ABORT, CMD_LOCK_AND_DIE, CMD_CLOSE_LATER };
+enum {
+    CMD_OPEN = 1,
+    CMD_CLOSE,
+    CMD_EXIT,
+    CMD_STALE_ABORT,
+    CMD_LOCK_AND_DIE,
+    CMD_CLOSE_LATER,
+    CMD_IMPORT,   /* a pool import (ipc_import_begin) in context arg */
+    CMD_UNIMPORT, /* a free of arg that may end a pool import */
+    CMD_PASSES,   /* ipc_free_passes(arg) */
+};
 
 struct importer {
     pid_t pid;
@@ -73,6 +83,30 @@ static void importer_loop(struct chan *c, struct ipc_handle h)
             CHILD_SEND(c, before);
             break;
         }
+        case CMD_IMPORT: {
+            struct ipc_open t;
+            uint64_t ptr = 0;
+            int r = ipc_import_begin(&h, arg, &t, &ptr);
+            if (r == IPC_REAL) {
+                ptr = 0x7100000000ull + (arg << 20);
+                ipc_open_commit(&t, ptr);
+            }
+            CHILD_SEND(c, (uint64_t)(int64_t)r);
+            CHILD_SEND(c, ptr);
+            break;
+        }
+        case CMD_UNIMPORT: {
+            struct ipc_close t;
+            int r = ipc_unimport_begin(arg, &t);
+            if (r == IPC_REAL) ipc_close_finish(&t);
+            CHILD_SEND(c, (uint64_t)(int64_t)r);
+            CHILD_SEND(c, 0);
+            break;
+        }
+        case CMD_PASSES:
+            CHILD_SEND(c, (uint64_t)ipc_free_passes(arg));
+            CHILD_SEND(c, 0);
+            break;
         case CMD_STALE_ABORT:
             ipc_open_abort(&first); /* a ticket from an earlier generation */
             CHILD_SEND(c, 0);
@@ -199,6 +233,55 @@ Test(ipc, export_open_free_close_reclaim)
     importer_stop(&im);
 }
 
+/* Pool IPC: the same record, lease and limbo; the importer lets go with a
+ * free, which a legacy close does not do, and which the free path's filter
+ * must not pass by. */
+Test(ipc, pool_import_is_let_go_of_by_a_free)
+{
+    struct ipc_handle h = make_handle(2);
+    cr_assert_eq(ipc_export(&h, BASE, 4096, 0, CTX), 0);
+    struct ipc_open own;
+    uint64_t own_ptr = 0;
+    cr_assert_eq(ipc_import_begin(&h, CTX, &own, &own_ptr), IPC_PASS,
+                 "an import of our own export is CUDA's to answer");
+
+    struct importer im;
+    importer_start(&im, h);
+    uint64_t ptr, again;
+    cr_assert_eq(importer_cmd(&im, CMD_PASSES, 0x7100000000ull + (5ull << 20), NULL), 1,
+                 "nothing imported yet: every free passes");
+    cr_assert_eq(importer_cmd(&im, CMD_IMPORT, 5, &ptr), IPC_REAL);
+    cr_assert_eq(importer_cmd(&im, CMD_IMPORT, 5, &again), IPC_DONE, "the same import, counted");
+    cr_assert_eq(again, ptr);
+    cr_assert_eq(importer_cmd(&im, CMD_PASSES, ptr, NULL), 0, "the filter sees the import");
+    cr_assert_eq(importer_open(&im, 5, &again), IPC_PASS,
+                 "the same bytes through the legacy door are not this import");
+
+    cr_assert_eq(ipc_free(BASE), IPC_DONE, "imported: the exporter's free waits in limbo");
+    cr_assert_eq(importer_close(&im, ptr), IPC_PASS, "a legacy close does not end an import");
+    cr_assert_eq(importer_cmd(&im, CMD_UNIMPORT, ptr, NULL), IPC_DONE);
+    cr_assert_eq(ipc_collect(), 0, "one import still held");
+    cr_assert_eq(importer_cmd(&im, CMD_UNIMPORT, ptr, NULL), IPC_REAL);
+    cr_assert_eq(importer_cmd(&im, CMD_UNIMPORT, ptr, NULL), IPC_PASS, "ended: a free like any");
+    cr_assert_eq(importer_cmd(&im, CMD_PASSES, ptr, NULL), 1, "the filter let go of it");
+    cr_assert_eq(ipc_collect(), 1);
+    cr_assert_eq(fake_freed[0], BASE);
+    importer_stop(&im);
+}
+
+Test(ipc, a_free_does_not_close_a_legacy_open)
+{
+    struct ipc_handle h = make_handle(3);
+    cr_assert_eq(ipc_export(&h, BASE, 4096, 0, CTX), 0);
+    struct importer im;
+    importer_start(&im, h);
+    uint64_t ptr;
+    cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
+    cr_assert_eq(importer_cmd(&im, CMD_UNIMPORT, ptr, NULL), IPC_PASS);
+    cr_assert_eq(importer_close(&im, ptr), IPC_REAL, "still open until closed");
+    importer_stop(&im);
+}
+
 /* The allocation's identity noted at export travels with the export's own
  * record to the deferred free (the shim checks it there: a context reset may
  * have given the address to another allocation); a new allocation exported
@@ -206,8 +289,9 @@ Test(ipc, export_open_free_close_reclaim)
 Test(ipc, deferred_free_gets_the_identity_noted_at_export)
 {
     struct ipc_handle h = make_handle(41), h2 = make_handle(42);
-    cr_assert_eq(ipc_export_identity(&h, BASE, 4096, 0, CTX, 1001), 0);
-    cr_assert_eq(ipc_export_identity(&h, BASE, 4096, 0, CTX, 1001), 0, "again: one record");
+    cr_assert_eq(ipc_export_identity(&h, BASE, 4096, 0, CTX, 1001, IPC_KIND_LEGACY), 0);
+    cr_assert_eq(ipc_export_identity(&h, BASE, 4096, 0, CTX, 1001, IPC_KIND_LEGACY), 0,
+                 "again: one record");
     struct importer im;
     importer_start(&im, h);
     uint64_t ptr;

@@ -3,9 +3,10 @@
  * processes that stay put until told to go.
  *
  *   stat-scenario leases DOMAIN
- *     exporter E: exports A (1 MiB, device 0), B (4096 B, device 1) and
- *       C (8192 B, device 0); frees A and C while they are open, so both go
- *       to limbo; B stays live with its hand-off unclaimed.
+ *     exporter E: exports A (1 MiB, device 0), B (4096 B, device 1, a
+ *       stream-ordered pool's pointer export) and C (8192 B, device 0);
+ *       frees A and C while they are open, so both go to limbo; B stays
+ *       live with its hand-off unclaimed.
  *     importer I: opens A in two contexts (lease count 2).
  *     importer D: opens A and C, then is killed with SIGKILL (a dead holder
  *       nobody has swept: the exporter runs no collector).
@@ -66,10 +67,10 @@ static void open_block(unsigned seed, uint64_t ctx, uint64_t ptr)
     ipc_open_commit(&t, ptr);
 }
 
-static void export_block(unsigned seed, uint64_t base, uint64_t size, int device)
+static void export_block(unsigned seed, uint64_t base, uint64_t size, int device, int kind)
 {
     struct ipc_handle h = handle(seed);
-    int rc = ipc_export(&h, base, size, device, 0xe0);
+    int rc = ipc_export_identity(&h, base, size, device, 0xe0, 0, kind);
     CHECK(rc == 0, "export of block %u gave %d", seed, rc);
 }
 
@@ -141,7 +142,7 @@ static void doomed_opens(void)
 
 static void orphan_exports(void)
 {
-    export_block(9, 0x500000, 65536, 0);
+    export_block(9, 0x500000, 65536, 0, IPC_KIND_LEGACY);
 }
 static void orphan_opens(void)
 {
@@ -170,9 +171,9 @@ static void exporter_start(void)
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         close(E.go[1]), close(E.done[0]);
         ipc_init(&fake_ops);
-        export_block(1, 0x100000, 1 << 20, 0);
-        export_block(2, 0x300000, 4096, 1);
-        export_block(3, 0x400000, 8192, 0);
+        export_block(1, 0x100000, 1 << 20, 0, IPC_KIND_LEGACY);
+        export_block(2, 0x300000, 4096, 1, IPC_KIND_POOL);
+        export_block(3, 0x400000, 8192, 0, IPC_KIND_LEGACY);
         char ok = 'k', x;
         if (write(E.done[1], &ok, 1) != 1) _exit(1);
         if (read(E.go[0], &x, 1) != 1) _exit(1);

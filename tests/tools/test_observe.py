@@ -91,6 +91,9 @@ def test_prometheus_passes_a_real_parser():
                   domain=dom, pid=str(e)), 2, "hand-offs claimed (the two opened blocks)")
         eq(sample(fams, "ipcshim_registry_blocks", "ipcshim_registry_blocks", domain=dom, state="limbo"), 2,
            "limbo blocks")
+        for kind, n in (("ipc", 2), ("pool", 1)):
+            eq(sample(fams, "ipcshim_registry_blocks_by_kind", "ipcshim_registry_blocks_by_kind", domain=dom,
+                      kind=kind), n, f"{kind} blocks")
         eq(sample(fams, "ipcshim_registry_lock_repairs", "ipcshim_registry_lock_repairs_total", domain=dom), 0,
            "repairs")
 

@@ -32,7 +32,7 @@ HOLDER_KEYS = ["slot", "pid", "alive", "command", "attached_ms", "exports", "imp
                "dead_pinned_bytes", "stale_leases"]
 BLOCK_KEYS = ["slot", "generation", "state", "device", "base", "size", "exporter", "pending_handoffs",
               "export_age_ms", "limbo_age_ms", "importers", "exporter_pid", "exporter_command", "exporter_dead",
-              "claimed_handoffs", "expired_handoffs", "orphaned_age_ms"]
+              "claimed_handoffs", "expired_handoffs", "orphaned_age_ms", "kind"]
 IMPORTER_KEYS = ["slot", "pid", "alive", "opens", "intent", "open_age_ms"]
 LIMBO_KEYS = ["slot", "pid", "alive", "command", "blocks", "bytes", "oldest_ms"]
 TOTAL_KEYS = ["holders", "dead_holders", "blocks", "bytes", "live_blocks", "limbo_blocks", "limbo_bytes",
@@ -321,6 +321,7 @@ def test_leases_limbo_and_a_dead_holder_json():
         eq((bb["state"], bb["device"], bb["size"], bb["pending_handoffs"], bb["limbo_age_ms"], ageless(bb["importers"])),
            ("live", 1, 4096, 1, None, []), "block B")
         eq((c["state"], c["device"], c["size"], c["pending_handoffs"]), ("limbo", 0, 8192, 0), "block C")
+        eq((a["kind"], bb["kind"], c["kind"]), ("ipc", "pool", "ipc"), "kinds: B is a pool's export")
         eq(ageless(c["importers"]), [{"slot": hd["slot"], "pid": d, "alive": False, "opens": 1, "intent": "open"}],
            "C importers")
 
@@ -359,11 +360,11 @@ def test_leases_limbo_and_a_dead_holder_text():
 
         blocks = s["BLOCKS"]
         eq(len(blocks), 3, "block rows")
-        pick = ("EXPORTER", "DEV", "SIZE", "STATE", "HANDOFFS", "IMPORTERS(OPENS)")
+        pick = ("EXPORTER", "DEV", "KIND", "SIZE", "STATE", "HANDOFFS", "IMPORTERS(OPENS)")
         got = sorted(tuple(r[k] for k in pick) for r in blocks)
-        eq(got, sorted([(str(e), "0", "1.0MiB", "limbo", "0", f"{i}(2) {d}(1,dead)"),
-                        (str(e), "1", "4.0KiB", "live", "1", "-"),
-                        (str(e), "0", "8.0KiB", "limbo", "0", f"{d}(1,dead)")]), "block rows")
+        eq(got, sorted([(str(e), "0", "ipc", "1.0MiB", "limbo", "0", f"{i}(2) {d}(1,dead)"),
+                        (str(e), "1", "pool", "4.0KiB", "live", "1", "-"),
+                        (str(e), "0", "ipc", "8.0KiB", "limbo", "0", f"{d}(1,dead)")]), "block rows")
         for r in blocks:
             check(r["AGE"][0].isdigit(), f"AGE {r['AGE']}")
             check((r["IN-LIMBO"] == "-") == (r["STATE"] != "limbo"), f"IN-LIMBO {r['IN-LIMBO']}")
