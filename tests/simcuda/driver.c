@@ -63,8 +63,18 @@ SIM_INTERNAL CUresult sim_drv_stream_ctx(CUstream s, unsigned *dev, uint64_t *ct
 /* Consumes one injected allocation failure; true when the call must fail. */
 SIM_INTERNAL int sim_drv_fault_alloc(void);
 SIM_INTERNAL void sim_drv_count_alloc(void);
-/* The process's default memory pool of device dev (driver_pool.c). */
-SIM_INTERNAL CUmemoryPool sim_pool_of_device(unsigned dev);
+/* This process's handle of the pool with machine-wide id pool_id on device
+ * dev (0: the default pool), and that pool's handle types (driver_pool.c). */
+SIM_INTERNAL CUmemoryPool sim_pool_handle(unsigned dev, uint64_t pool_id);
+SIM_INTERNAL unsigned long long sim_pool_handle_types(uint64_t pool_id);
+/* Pool imports (driver_pool_ipc.c), kept with the IPC opens: records one
+ * import in context ctx_id (import_add_locked; 0, or -1 when out of memory)
+ * and releases one at base pointer p (import_drop; 0, or -1 when none). */
+SIM_INTERNAL int sim_drv_import_add(unsigned dev, uint32_t index, uint64_t serial, uint64_t ctx_id,
+                                    CUdeviceptr ptr, uint64_t size, CUmemoryPool pool, uint32_t row,
+                                    CUdeviceptr *out);
+SIM_INTERNAL int sim_drv_import_free(CUdeviceptr p);
+SIM_INTERNAL void sim_drv_count_pool_export(void);
 
 /* ---- registry of contexts, streams and events ---- */
 
@@ -118,19 +128,25 @@ struct sim_function {
     int dead;
 };
 
-/* An IPC mapping opened in this process. */
+/* An IPC mapping opened in this process: a legacy open (cuIpcOpenMemHandle,
+ * closed by cuIpcCloseMemHandle) or a pool import (cuMemPoolImportPointer,
+ * freed by cuMemFree/cuMemFreeAsync; kind SIM_MAP_POOL, `pool` its imported
+ * pool, `buffer_id` its own CU_POINTER_ATTRIBUTE_BUFFER_ID). */
 struct import {
     struct {
         uint32_t dev;
         uint32_t index;
         uint64_t serial;
         uint64_t ctx_id;
+        uint64_t kind; /* enum sim_map_kind */
     } key;
     CUdeviceptr ptr;
     uint64_t size;
     unsigned count;
     uint32_t row; /* the latest open's row in the machine's table (a hint for the close) */
     struct sim_ctx *ctx;
+    CUmemoryPool pool;
+    uint64_t buffer_id;
     UT_hash_handle hh;
 };
 
@@ -193,8 +209,10 @@ static unsigned long g_launch_count;
 static unsigned g_faults[SIMCUDA_FAULT_COUNT];
 
 static struct {
-    uint64_t allocs, ipc_gets, ipc_opens, ipc_closes;
+    uint64_t allocs, ipc_gets, ipc_opens, ipc_closes, pool_exports, pool_imports;
 } g_counts;
+static uint64_t g_next_import_id;      /* pool imports' BUFFER_IDs: SIM_IMPORT_ID_BIT | n */
+#define SIM_IMPORT_ID_BIT (1ull << 63) /* never a serial: distinct from every allocation's */
 
 static void count(uint64_t *c)
 {
@@ -753,6 +771,9 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: /* driver_pool.c */
         v = 1;
         break;
+    case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: /* driver_pool_ipc.c */
+        v = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        break;
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
         v = 0;
         break;
@@ -1165,6 +1186,8 @@ struct ptr_info {
     uint64_t serial; /* BUFFER_ID */
     uint32_t flags;  /* SIM_F_* */
     struct sim_ctx *ctx;
+    uint64_t pool_id;  /* PTR_DEVICE, SIM_F_POOL: its pool's machine-wide id */
+    CUmemoryPool pool; /* PTR_IMPORT of a pool import: the imported pool */
 };
 
 static struct sim_ctx *ctx_by_id_locked(uint64_t id)
@@ -1196,6 +1219,7 @@ static enum ptr_kind classify(CUdeviceptr p, struct ptr_info *out)
             out->size = own.size;
             out->serial = own.serial;
             out->flags = own.flags;
+            out->pool_id = own.pool_id;
             ctx_id = own.ctx_id;
         }
         pthread_mutex_lock(&g_lock);
@@ -1210,8 +1234,9 @@ static enum ptr_kind classify(CUdeviceptr p, struct ptr_info *out)
                     out->dev = im->key.dev;
                     out->base = im->ptr;
                     out->size = im->size;
-                    out->serial = im->key.serial;
+                    out->serial = im->pool ? im->buffer_id : im->key.serial;
                     out->ctx = im->ctx;
+                    out->pool = im->pool;
                     break;
                 }
             }
@@ -1324,7 +1349,8 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
     uint64_t off;
     int dev = sim_window_of((uintptr_t)dptr, &off);
     if (!dptr || dev < 0) return CUDA_ERROR_INVALID_VALUE;
-    return sim_free((unsigned)dev, off) == SIM_OK ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (sim_free((unsigned)dev, off) == SIM_OK) return CUDA_SUCCESS;
+    return sim_drv_import_free(dptr) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult CUDAAPI cuMemGetInfo_v2(size_t *free, size_t *total)
@@ -1406,16 +1432,19 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute attr, CUdevice
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
         *(size_t *)data = known ? pi->size : 0;
         break;
-    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
-        *(unsigned long long *)data = 0;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: /* those of its pool (driver_pool.c) */
+        *(unsigned long long *)data = pi->kind == PTR_DEVICE && (pi->flags & SIM_F_POOL)
+                                          ? sim_pool_handle_types(pi->pool_id)
+                                          : 0;
         break;
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
         *(unsigned int *)data = known ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE : 0;
         break;
-    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: /* driver_pool.c */
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: /* driver_pool.c; an import's: its imported pool */
         *(void **)data = pi->kind == PTR_DEVICE && (pi->flags & SIM_F_POOL)
-                             ? (void *)sim_pool_of_device(pi->dev)
-                             : NULL;
+                             ? (void *)sim_pool_handle(pi->dev, pi->pool_id)
+                         : pi->kind == PTR_IMPORT ? (void *)pi->pool
+                                                  : NULL;
         break;
     default:
         return CUDA_ERROR_INVALID_VALUE;
@@ -2209,7 +2238,97 @@ void sim_drv_count_alloc(void)
     count(&g_counts.allocs);
 }
 
+void sim_drv_count_pool_export(void)
+{
+    count(&g_counts.pool_exports);
+}
+
 /* ---- IPC ---- */
+
+/* Records one more open of `kind` of allocation (dev, index, serial) in
+ * context c, mapped at ptr, from `row` of the machine's table (a second one
+ * in the same context counts, and returns the same pointer). Returns the
+ * mapping's pointer, or 0 when out of memory (the caller gives the row
+ * back). Caller holds g_lock. */
+static CUdeviceptr import_add_locked(struct sim_ctx *c, enum sim_map_kind kind, unsigned dev,
+                                     uint32_t index, uint64_t serial, CUdeviceptr ptr,
+                                     uint64_t size, CUmemoryPool pool, uint32_t row)
+{
+    struct import key, *im = NULL;
+    memset(&key, 0, sizeof(key));
+    key.key.dev = dev;
+    key.key.index = index;
+    key.key.serial = serial;
+    key.key.ctx_id = c->id;
+    key.key.kind = kind;
+    HASH_FIND(hh, g_imports, &key.key, sizeof(key.key), im);
+    if (im) {
+        im->count++;
+        im->row = row;
+        return im->ptr;
+    }
+    if (!(im = calloc(1, sizeof(*im)))) return 0;
+    im->key = key.key;
+    im->ptr = ptr;
+    im->size = size;
+    im->count = 1;
+    im->row = row;
+    im->ctx = c;
+    im->pool = pool;
+    if (kind == SIM_MAP_POOL) im->buffer_id = SIM_IMPORT_ID_BIT | ++g_next_import_id;
+    g_hash_oom = 0;
+    HASH_ADD(hh, g_imports, key, sizeof(im->key), im);
+    if (g_hash_oom) {
+        free(im);
+        return 0;
+    }
+    return ptr;
+}
+
+/* Drops one open of `kind` at base pointer ptr (the current context's if
+ * several contexts opened it); the last one unmaps it here; its row goes
+ * back to the machine (releasing a kept block at its last open). Returns 0,
+ * or -1 when ptr is no such mapping of this process. */
+static int import_drop(CUdeviceptr ptr, enum sim_map_kind kind)
+{
+    struct sim_ctx *c = current_ctx();
+    struct import *im, *tmp, *found = NULL;
+    pthread_mutex_lock(&g_lock);
+    HASH_ITER(hh, g_imports, im, tmp)
+    {
+        if (im->ptr == ptr && im->key.kind == kind && (!found || im->ctx == c)) found = im;
+    }
+    uint32_t index = found ? found->key.index : 0, row = found ? found->row : 0;
+    uint64_t serial = found ? found->key.serial : 0, ctx_id = found ? found->key.ctx_id : 0;
+    if (found && --found->count == 0) {
+        HASH_DEL(g_imports, found);
+        free(found);
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (!found) return -1;
+    sim_map_del(index, serial, ctx_id, row);
+    return 0;
+}
+
+int sim_drv_import_add(unsigned dev, uint32_t index, uint64_t serial, uint64_t ctx_id,
+                       CUdeviceptr ptr, uint64_t size, CUmemoryPool pool, uint32_t row,
+                       CUdeviceptr *out)
+{
+    pthread_mutex_lock(&g_lock);
+    struct sim_ctx *c = ctx_by_id_locked(ctx_id);
+    CUdeviceptr p =
+        c ? import_add_locked(c, SIM_MAP_POOL, dev, index, serial, ptr, size, pool, row) : 0;
+    pthread_mutex_unlock(&g_lock);
+    if (!p) return -1;
+    *out = p;
+    count(&g_counts.pool_imports);
+    return 0;
+}
+
+int sim_drv_import_free(CUdeviceptr p)
+{
+    return import_drop(p, SIM_MAP_POOL);
+}
 
 static uint64_t mem_handle_check(const struct mem_handle *h)
 {
@@ -2279,7 +2398,7 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
     /* No machine lock here in the common case: the real driver does this in
      * the kernel (sim_state.h, "The table of IPC opens"). */
     uint32_t row = 0;
-    switch (sim_map_open(h.index, h.serial, h.device, h.offset, c->id, &row)) {
+    switch (sim_map_open(h.index, h.serial, h.device, h.offset, c->id, SIM_MAP_IPC, &row)) {
     case SIM_OK:
         break;
     case SIM_EMINE:
@@ -2289,37 +2408,15 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
     default:
         return CUDA_ERROR_INVALID_VALUE; /* freed (kept ones too), reused or owner gone */
     }
-    struct import key, *im = NULL;
-    memset(&key, 0, sizeof(key));
-    key.key.dev = h.device;
-    key.key.index = h.index;
-    key.key.serial = h.serial;
-    key.key.ctx_id = c->id;
     pthread_mutex_lock(&g_lock);
-    HASH_FIND(hh, g_imports, &key.key, sizeof(key.key), im);
-    if (im) {
-        im->count++;
-        im->row = row;
-    } else if ((im = calloc(1, sizeof(*im))) != NULL) {
-        im->key = key.key;
-        im->ptr = (CUdeviceptr)(uintptr_t)(win + h.offset);
-        im->size = h.size;
-        im->count = 1;
-        im->row = row;
-        im->ctx = c;
-        g_hash_oom = 0;
-        HASH_ADD(hh, g_imports, key, sizeof(im->key), im);
-        if (g_hash_oom) {
-            free(im);
-            im = NULL;
-        }
-    }
-    if (im) *pdptr = im->ptr;
+    CUdeviceptr p = import_add_locked(c, SIM_MAP_IPC, h.device, h.index, h.serial,
+                                      (CUdeviceptr)(uintptr_t)(win + h.offset), h.size, NULL, row);
     pthread_mutex_unlock(&g_lock);
-    if (!im) {
+    if (!p) {
         sim_map_del(h.index, h.serial, c->id, row);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    *pdptr = p;
     count(&g_counts.ipc_opens);
     return CUDA_SUCCESS;
 }
@@ -2335,22 +2432,7 @@ CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
     struct sim_ctx *c = current_ctx();
     if (!c) return CUDA_ERROR_INVALID_CONTEXT;
     if (fault(SIMCUDA_FAULT_IPC_CLOSE)) return CUDA_ERROR_INVALID_CONTEXT;
-    struct import *im, *tmp, *found = NULL;
-    pthread_mutex_lock(&g_lock);
-    HASH_ITER(hh, g_imports, im, tmp)
-    {
-        if (im->ptr == dptr && (!found || im->ctx == c)) found = im;
-    }
-    uint32_t index = found ? found->key.index : 0;
-    uint64_t serial = found ? found->key.serial : 0, ctx_id = found ? found->key.ctx_id : 0;
-    uint32_t row = found ? found->row : 0;
-    if (found && --found->count == 0) {
-        HASH_DEL(g_imports, found);
-        free(found);
-    }
-    pthread_mutex_unlock(&g_lock);
-    if (!found) return CUDA_ERROR_INVALID_VALUE;
-    sim_map_del(index, serial, ctx_id, row); /* releases a kept block at its last open */
+    if (import_drop(dptr, SIM_MAP_IPC) < 0) return CUDA_ERROR_INVALID_VALUE;
     count(&g_counts.ipc_closes);
     return CUDA_SUCCESS;
 }
@@ -2680,6 +2762,8 @@ SIMCUDA_API void simcuda_stats(struct simcuda_stats *out)
     out->proc_ipc_gets = __atomic_load_n(&g_counts.ipc_gets, __ATOMIC_RELAXED);
     out->proc_ipc_opens = __atomic_load_n(&g_counts.ipc_opens, __ATOMIC_RELAXED);
     out->proc_ipc_closes = __atomic_load_n(&g_counts.ipc_closes, __ATOMIC_RELAXED);
+    out->proc_pool_exports = __atomic_load_n(&g_counts.pool_exports, __ATOMIC_RELAXED);
+    out->proc_pool_imports = __atomic_load_n(&g_counts.pool_imports, __ATOMIC_RELAXED);
     out->proc_launches = simcuda_launch_count();
     sim_lock();
     out->proc_frees = sim_counters.frees;

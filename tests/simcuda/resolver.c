@@ -184,6 +184,8 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuStreamSynchronize, cuStreamSynchronize_ptsz, 7000, 1)                                      \
     X(cuStreamQuery, cuStreamQuery, 2000, 0)                                                       \
     X(cuStreamQuery, cuStreamQuery_ptsz, 7000, 1)                                                  \
+    X(cuStreamIsCapturing, cuStreamIsCapturing, 10000, 0)                                          \
+    X(cuStreamIsCapturing, cuStreamIsCapturing_ptsz, 10000, 1)                                     \
     X(cuStreamWaitEvent, cuStreamWaitEvent, 3020, 0)                                               \
     X(cuStreamWaitEvent, cuStreamWaitEvent_ptsz, 7000, 1)                                          \
     X(cuEventCreate, cuEventCreate, 2000, 0)                                                       \
@@ -220,7 +222,16 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuDeviceGetMemPool, cuDeviceGetMemPool, 11020, 0)                                            \
     X(cuMemPoolTrimTo, cuMemPoolTrimTo, 11020, 0)                                                  \
     X(cuMemPoolSetAttribute, cuMemPoolSetAttribute, 11020, 0)                                      \
-    X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, 11020, 0)
+    X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, 11020, 0)                                      \
+    X(cuDeviceSetMemPool, cuDeviceSetMemPool, 11020, 0)                                            \
+    X(cuMemPoolCreate, cuMemPoolCreate, 11020, 0)                                                  \
+    X(cuMemPoolDestroy, cuMemPoolDestroy, 11020, 0)                                                \
+    X(cuMemPoolSetAccess, cuMemPoolSetAccess, 11020, 0)                                            \
+    X(cuMemPoolGetAccess, cuMemPoolGetAccess, 11020, 0)                                            \
+    X(cuMemPoolExportToShareableHandle, cuMemPoolExportToShareableHandle, 11020, 0)                \
+    X(cuMemPoolImportFromShareableHandle, cuMemPoolImportFromShareableHandle, 11020, 0)            \
+    X(cuMemPoolExportPointer, cuMemPoolExportPointer, 11020, 0)                                    \
+    X(cuMemPoolImportPointer, cuMemPoolImportPointer, 11020, 0)
 
 struct sym {
     const char *base;

@@ -12,11 +12,13 @@
  * per-thread current device (default 0), lazy primary-context retain and
  * cuCtxSetCurrent on first use per device and thread, driver errors mapped
  * through one table, and a sticky per-thread last error. Kernel registration
- * and launch live in runtime_kernels.c. No call here exits or aborts.
+ * and launch live in runtime_kernels.c, stream-ordered allocation, pools and
+ * pool IPC in runtime_pool.c; what they share with this file (the resolved
+ * driver table among it) is runtime_internal.h. No call here exits or
+ * aborts.
  */
-#include <cuda.h>
-#include <cudaTypedefs.h>
-#include <cuda_runtime_api.h>
+#include "runtime_internal.h"
+
 #include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
@@ -24,12 +26,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define SIMRT_API __attribute__((visibility("default")))
-#define SIMRT_INTERNAL __attribute__((visibility("hidden")))
-#define SIMRT_MAX_DEVICES 64
-
 /* Shared with runtime_kernels.c (declared there too). */
-SIMRT_INTERNAL cudaError_t simrt_record(cudaError_t err);
 SIMRT_INTERNAL cudaError_t simrt_launch(CUfunction f, dim3 grid, dim3 block, void **args,
                                         size_t shared_mem, cudaStream_t stream, int per_thread);
 SIMRT_INTERNAL CUresult simrt_module_load(const void *image, CUmodule *mod);
@@ -41,100 +38,15 @@ SIMRT_API int simcudart_resolved_count(int *wanted);
 _Static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(CUipcMemHandle), "IPC memory handle size");
 _Static_assert(sizeof(cudaIpcEventHandle_t) == sizeof(CUipcEventHandle), "IPC event handle size");
 
-/* ------------------------------------------------------------------------ */
-/* The resolved-function table.                                             */
-/*                                                                          */
-/* One line per driver function: its base name as cuGetProcAddress_v2 wants */
-/* it (no _v2/_ptsz suffix), the version of its ABI that the resolver hands */
-/* out for cudaVersion 13000 (the PFN_<name>_v<version> typedef of          */
-/* cudaTypedefs.h: e.g. cuMemAlloc 3020 is cuMemAlloc_v2, cuCtxSynchronize  */
-/* 13000 is cuCtxSynchronize_v2(CUcontext)), and whether it has a           */
-/* per-thread-default-stream variant. #name and fn_##name are not           */
-/* macro-expanded, so cuda.h's renaming macros do not touch them.           */
-/* Slot [0] is resolved with CU_GET_PROC_ADDRESS_DEFAULT, slot [1] with     */
-/* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM when the function has such */
-/* a variant, else it is a copy of slot [0].                                */
-/* ------------------------------------------------------------------------ */
-#define SIMRT_DRIVER_FUNCS(X)                                                                      \
-    X(cuInit, 2000, 0)                                                                             \
-    X(cuDriverGetVersion, 2020, 0)                                                                 \
-    X(cuDeviceGet, 2000, 0)                                                                        \
-    X(cuDeviceGetCount, 2000, 0)                                                                   \
-    X(cuDeviceGetName, 2000, 0)                                                                    \
-    X(cuDeviceTotalMem, 3020, 0)                                                                   \
-    X(cuDeviceGetAttribute, 2000, 0)                                                               \
-    X(cuDevicePrimaryCtxRetain, 7000, 0)                                                           \
-    X(cuDevicePrimaryCtxRelease, 11000, 0)                                                         \
-    X(cuDevicePrimaryCtxReset, 11000, 0)                                                           \
-    X(cuCtxSetCurrent, 4000, 0)                                                                    \
-    X(cuCtxSynchronize, 13000, 0)                                                                  \
-    X(cuMemAlloc, 3020, 0)                                                                         \
-    X(cuMemAllocManaged, 6000, 0)                                                                  \
-    X(cuMemPrefetchAsync, 12020, 1)                                                                \
-    X(cuMemAdvise, 12020, 0)                                                                       \
-    X(cuMemAllocPitch, 3020, 0)                                                                    \
-    X(cuMemFree, 3020, 0)                                                                          \
-    X(cuMemAllocHost, 3020, 0)                                                                     \
-    X(cuMemHostAlloc, 2020, 0)                                                                     \
-    X(cuMemFreeHost, 2000, 0)                                                                      \
-    X(cuMemGetInfo, 3020, 0)                                                                       \
-    X(cuMemcpy, 4000, 1)                                                                           \
-    X(cuMemcpyAsync, 4000, 1)                                                                      \
-    X(cuMemsetD8, 3020, 1)                                                                         \
-    X(cuMemsetD8Async, 3020, 1)                                                                    \
-    X(cuPointerGetAttributes, 7000, 0)                                                             \
-    X(cuIpcGetMemHandle, 4010, 0)                                                                  \
-    X(cuIpcOpenMemHandle, 11000, 0)                                                                \
-    X(cuIpcCloseMemHandle, 4010, 0)                                                                \
-    X(cuIpcGetEventHandle, 4010, 0)                                                                \
-    X(cuIpcOpenEventHandle, 4010, 0)                                                               \
-    X(cuStreamCreate, 2000, 0)                                                                     \
-    X(cuStreamDestroy, 4000, 0)                                                                    \
-    X(cuStreamSynchronize, 2000, 1)                                                                \
-    X(cuStreamQuery, 2000, 1)                                                                      \
-    X(cuEventCreate, 2000, 0)                                                                      \
-    X(cuEventRecord, 2000, 1)                                                                      \
-    X(cuEventSynchronize, 2000, 0)                                                                 \
-    X(cuEventElapsedTime, 12080, 0)                                                                \
-    X(cuEventDestroy, 4000, 0)                                                                     \
-    X(cuEventQuery, 2000, 0)                                                                       \
-    X(cuModuleLoadData, 2000, 0)                                                                   \
-    X(cuModuleGetFunction, 2000, 0)                                                                \
-    X(cuFuncGetParamInfo, 12040, 0)                                                                \
-    X(cuLaunchKernel, 4000, 1)                                                                     \
-    X(cuDeviceCanAccessPeer, 4000, 0)                                                              \
-    X(cuStreamWaitEvent, 3020, 1)                                                                  \
-    X(cuMemAllocAsync, 11020, 1)                                                                   \
-    X(cuMemFreeAsync, 11020, 1)                                                                    \
-    X(cuMemAllocFromPoolAsync, 11020, 1)                                                           \
-    X(cuDeviceGetDefaultMemPool, 11020, 0)                                                         \
-    X(cuMemPoolTrimTo, 11020, 0)                                                                   \
-    X(cuMemPoolSetAttribute, 11020, 0)                                                             \
-    X(cuMemPoolGetAttribute, 11020, 0)
+struct simrt_drv simrt_drv;
 
-#define SIMRT_SLOT(name, ver, pt) PFN_##name##_v##ver fn_##name[2];
-static struct {
-    SIMRT_DRIVER_FUNCS(SIMRT_SLOT)
-} drv;
-#undef SIMRT_SLOT
-
-#define SIMRT_ENTRY(name, ver, pt) {#name, pt, offsetof(__typeof__(drv), fn_##name)},
+#define SIMRT_ENTRY(name, ver, pt) {#name, pt, offsetof(struct simrt_drv, fn_##name)},
 static const struct {
     const char *name; /* base name given to cuGetProcAddress_v2 */
     int per_thread;   /* also resolve the per-thread-stream variant */
-    size_t offset;    /* of the two-slot array in drv */
+    size_t offset;    /* of the two-slot array in simrt_drv */
 } drv_table[] = {SIMRT_DRIVER_FUNCS(SIMRT_ENTRY)};
 #undef SIMRT_ENTRY
-
-/* DRV: the slot of driver function `name`, variant pt (0 default, 1
- * per-thread). DRV_CALL: calls it, or yields CUDA_ERROR_NOT_SUPPORTED when
- * the driver lacks it. Both paste `name` directly (##) so that cuda.h's
- * renaming macros do not apply; do not wrap them in further macros that
- * pass `name` on unpasted. */
-#define DRV(name, pt) (drv.fn_##name[(pt) ? 1 : 0])
-#define DRV_CALL(name, pt, ...)                                                                    \
-    (drv.fn_##name[(pt) ? 1 : 0] ? drv.fn_##name[(pt) ? 1 : 0](__VA_ARGS__)                        \
-                                 : CUDA_ERROR_NOT_SUPPORTED)
 
 /* ------------------------------------------------------------------------ */
 /* The error-mapping table: CUresult -> cudaError_t. Unlisted codes map to  */
@@ -485,7 +397,7 @@ static void do_init(void)
         return;
     }
     for (size_t i = 0; i < sizeof drv_table / sizeof drv_table[0]; i++) {
-        void **slot = (void **)((char *)&drv + drv_table[i].offset);
+        void **slot = (void **)((char *)&simrt_drv + drv_table[i].offset);
         for (int v = 0; v <= drv_table[i].per_thread; v++) {
             void *p = NULL;
             CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
@@ -560,13 +472,10 @@ static cudaError_t ensure_context(void)
     return cudaSuccess;
 }
 
-/* Returns (and records) the error if the thread's context cannot be made
- * current. */
-#define NEED_CONTEXT()                                                                             \
-    do {                                                                                           \
-        cudaError_t ctx_err_ = ensure_context();                                                   \
-        if (ctx_err_ != cudaSuccess) return simrt_record(ctx_err_);                                \
-    } while (0)
+cudaError_t simrt_ensure_context(void)
+{
+    return ensure_context();
+}
 
 /* Maps a driver result and records it as the last error. */
 static cudaError_t finish(CUresult r)
@@ -574,10 +483,10 @@ static cudaError_t finish(CUresult r)
     return simrt_record(map_error(r));
 }
 
-#define CHECK_ARG(cond)                                                                            \
-    do {                                                                                           \
-        if (!(cond)) return simrt_record(cudaErrorInvalidValue);                                   \
-    } while (0)
+cudaError_t simrt_finish(CUresult r)
+{
+    return finish(r);
+}
 
 /* Test hook, not in NVIDIA's runtime: returns how many (function, variant)
  * slots cuGetProcAddress_v2 filled, and stores in *wanted (if not NULL) how
@@ -889,6 +798,11 @@ static cudaError_t get_cu_device(int device, CUdevice *out)
     if (e != cudaSuccess) return e;
     if (device < 0 || device >= device_count) return cudaErrorInvalidDevice;
     return map_error(DRV(cuDeviceGet, 0)(out, device));
+}
+
+cudaError_t simrt_cu_device(int device, CUdevice *out)
+{
+    return get_cu_device(device, out);
 }
 
 SIMRT_API cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
@@ -1282,96 +1196,9 @@ SIMRT_API cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Stream-ordered allocation and pools, 3D allocation, peers, stream waits. */
-/* cudaMemPool_t is CUmemoryPool and cudaMemPoolAttr values are the        */
-/* driver's CUmemPool_attribute values. The driver frees a stream-ordered   */
-/* free at once (all simulated work is synchronous; driver_pool.c).         */
+/* 3D allocation, peers, stream waits (stream-ordered allocation and pools: */
+/* runtime_pool.c).                                                         */
 /* ------------------------------------------------------------------------ */
-static cudaError_t malloc_async(void **devPtr, size_t size, cudaMemPool_t pool, int use_pool,
-                                cudaStream_t stream, int pt)
-{
-    CHECK_ARG(devPtr);
-    NEED_CONTEXT();
-    if (size == 0) { /* like cudaMalloc (a guess: NVIDIA does not document it) */
-        *devPtr = NULL;
-        return cudaSuccess;
-    }
-    CUdeviceptr p = 0;
-    CUresult r = use_pool ? DRV_CALL(cuMemAllocFromPoolAsync, pt, &p, size, pool, stream)
-                          : DRV_CALL(cuMemAllocAsync, pt, &p, size, stream);
-    if (r == CUDA_SUCCESS) *devPtr = (void *)(uintptr_t)p;
-    return finish(r);
-}
-
-SIMRT_API cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
-{
-    return malloc_async(devPtr, size, NULL, 0, hStream, 0);
-}
-
-SIMRT_API cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream)
-{
-    return malloc_async(devPtr, size, NULL, 0, hStream, 1);
-}
-
-SIMRT_API cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
-                                              cudaStream_t stream)
-{
-    return malloc_async(ptr, size, memPool, 1, stream, 0);
-}
-
-SIMRT_API cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t memPool,
-                                                   cudaStream_t stream)
-{
-    return malloc_async(ptr, size, memPool, 1, stream, 1);
-}
-
-static cudaError_t free_async(void *devPtr, cudaStream_t stream, int pt)
-{
-    NEED_CONTEXT();
-    if (!devPtr) /* like cudaFree(NULL) (a guess) */
-        return cudaSuccess;
-    return finish(DRV_CALL(cuMemFreeAsync, pt, (CUdeviceptr)(uintptr_t)devPtr, stream));
-}
-
-SIMRT_API cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
-{
-    return free_async(devPtr, hStream, 0);
-}
-
-SIMRT_API cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream)
-{
-    return free_async(devPtr, hStream, 1);
-}
-
-SIMRT_API cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
-{
-    CHECK_ARG(memPool);
-    CUdevice d;
-    cudaError_t e = get_cu_device(device, &d);
-    if (e != cudaSuccess) return simrt_record(e);
-    return finish(DRV_CALL(cuDeviceGetDefaultMemPool, 0, memPool, d));
-}
-
-SIMRT_API cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
-{
-    NEED_CONTEXT();
-    return finish(DRV_CALL(cuMemPoolTrimTo, 0, memPool, minBytesToKeep));
-}
-
-SIMRT_API cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr,
-                                              void *value)
-{
-    NEED_CONTEXT();
-    return finish(DRV_CALL(cuMemPoolSetAttribute, 0, memPool, (CUmemPool_attribute)attr, value));
-}
-
-SIMRT_API cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr,
-                                              void *value)
-{
-    NEED_CONTEXT();
-    return finish(DRV_CALL(cuMemPoolGetAttribute, 0, memPool, (CUmemPool_attribute)attr, value));
-}
-
 /* At least width * height * depth bytes, rows padded to the driver's pitch
  * (cuMemAllocPitch, as cudaMallocPitch): ptr, pitch, xsize = width, ysize =
  * height. An empty extent gives a NULL pointer and succeeds, like

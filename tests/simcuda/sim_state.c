@@ -65,12 +65,13 @@ static pthread_mutex_t g_win_lock = PTHREAD_MUTEX_INITIALIZER;
  * again, and trusts the fields only when both loads agree and are not 0.
  * Serials are never reused, so a record withdrawn and rewritten between the
  * two loads cannot pass. `pid` makes a fork child ignore its parent's
- * records (its copy of the mapping). 40 bytes. */
+ * records (its copy of the mapping). 48 bytes. */
 struct own_rec {
     uint64_t serial;
     uint64_t offset;
     uint64_t size;
     uint64_t ctx_id;
+    uint64_t pool_id; /* SIM_F_POOL: its pool's machine-wide id */
     int32_t pid;
     uint8_t pool;
     uint8_t home;
@@ -649,6 +650,7 @@ static void own_note(uint32_t index, const struct sim_alloc *a)
     __atomic_store_n(&o->offset, a->offset, __ATOMIC_RELAXED);
     __atomic_store_n(&o->size, a->size, __ATOMIC_RELAXED);
     __atomic_store_n(&o->ctx_id, a->ctx_id, __ATOMIC_RELAXED);
+    __atomic_store_n(&o->pool_id, (a->flags & SIM_F_POOL) ? a->pool_id : 0, __ATOMIC_RELAXED);
     __atomic_store_n(&o->pid, g_pid, __ATOMIC_RELAXED);
     __atomic_store_n(&o->pool, (uint8_t)a->device, __ATOMIC_RELAXED);
     __atomic_store_n(&o->home, (uint8_t)a->home, __ATOMIC_RELAXED);
@@ -686,6 +688,7 @@ int sim_own_find(unsigned pool, uint64_t offset, struct sim_own *out)
         .offset = __atomic_load_n(&o->offset, __ATOMIC_RELAXED),
         .size = __atomic_load_n(&o->size, __ATOMIC_RELAXED),
         .ctx_id = __atomic_load_n(&o->ctx_id, __ATOMIC_RELAXED),
+        .pool_id = __atomic_load_n(&o->pool_id, __ATOMIC_RELAXED),
         .pool = __atomic_load_n(&o->pool, __ATOMIC_RELAXED),
         .home = __atomic_load_n(&o->home, __ATOMIC_RELAXED),
         .flags = __atomic_load_n(&o->flags, __ATOMIC_RELAXED),
@@ -950,7 +953,7 @@ static int owner_alive(const struct sim_alloc *a)
 }
 
 int sim_map_open(uint32_t index, uint64_t serial, unsigned dev, uint64_t offset, uint64_t ctx_id,
-                 uint32_t *row)
+                 enum sim_map_kind kind, uint32_t *row)
 {
     if (!sim_attached() || index >= sim_m->max_allocs || serial == 0) return SIM_EINVAL;
     struct sim_alloc *a = sim_entry(index);
@@ -972,6 +975,7 @@ int sim_map_open(uint32_t index, uint64_t serial, unsigned dev, uint64_t offset,
     struct sim_map *m = &maps()[r];
     STORE(&m->index, index);
     STORE(&m->ctx_id, ctx_id);
+    STORE(&m->kind, (uint64_t)kind);
     STORE(&m->serial, serial); /* published: from here this open is in force */
     /* The open's side of the handshake at owner_release_locked. */
     if (open_valid(a, serial, dev, offset)) {
@@ -1080,7 +1084,7 @@ int sim_managed_move_locked(uint32_t index, int to)
 }
 
 static int try_alloc_locked(unsigned dev, uint64_t size, uint64_t ctx_id, uint32_t flags,
-                            unsigned home, uint32_t *index, uint64_t *offset)
+                            unsigned home, uint64_t pool_id, uint32_t *index, uint64_t *offset)
 {
     struct sim_machine *m = sim_m;
     if (m->free_head == SIM_NO_INDEX && m->high_water >= m->max_allocs) return SIM_ENOMEM;
@@ -1119,6 +1123,8 @@ static int try_alloc_locked(unsigned dev, uint64_t size, uint64_t ctx_id, uint32
         a->resident = SIM_HOST;
         a->preferred = SIM_NOWHERE;
         a->home = home;
+    } else if (flags & SIM_F_POOL) {
+        a->pool_id = pool_id;
     }
     bits_set(alloc_bits(dev), (uint64_t)s, n, 1);
     bits_set(start_bits(dev), (uint64_t)s, 1, 1);
@@ -1132,20 +1138,40 @@ static int try_alloc_locked(unsigned dev, uint64_t size, uint64_t ctx_id, uint32
     return SIM_OK;
 }
 
-int sim_alloc(unsigned dev, uint64_t size, uint64_t ctx_id, uint32_t flags, unsigned home,
-              uint32_t *index, uint64_t *offset)
+static int alloc_common(unsigned dev, uint64_t size, uint64_t ctx_id, uint32_t flags, unsigned home,
+                        uint64_t pool_id, uint32_t *index, uint64_t *offset)
 {
     if (!sim_attached() || !sim_pool_valid(dev) || size == 0 || home >= sim_m->ndev ||
         ((flags & SIM_F_MANAGED) != 0) != (dev == SIM_POOL_MANAGED))
         return SIM_EINVAL;
     if (size > sim_m->dev[dev].capacity) return SIM_ENOMEM;
     sim_lock();
-    int rc = try_alloc_locked(dev, size, ctx_id, flags, home, index, offset);
+    int rc = try_alloc_locked(dev, size, ctx_id, flags, home, pool_id, index, offset);
     if (rc == SIM_ENOMEM && sim_sweep_locked() > 0)
-        rc = try_alloc_locked(dev, size, ctx_id, flags, home, index, offset);
+        rc = try_alloc_locked(dev, size, ctx_id, flags, home, pool_id, index, offset);
     if (rc == SIM_OK) own_note(*index, sim_entry(*index));
     sim_unlock();
     return rc;
+}
+
+int sim_alloc(unsigned dev, uint64_t size, uint64_t ctx_id, uint32_t flags, unsigned home,
+              uint32_t *index, uint64_t *offset)
+{
+    return alloc_common(dev, size, ctx_id, flags, home, 0, index, offset);
+}
+
+int sim_alloc_pool(unsigned dev, uint64_t size, uint64_t ctx_id, uint64_t pool_id, uint32_t *index,
+                   uint64_t *offset)
+{
+    return alloc_common(dev, size, ctx_id, SIM_F_POOL, dev, pool_id, index, offset);
+}
+
+uint64_t sim_new_serial(void)
+{
+    sim_lock();
+    uint64_t s = sim_m->next_serial++;
+    sim_unlock();
+    return s;
 }
 
 uint32_t sim_find_locked(unsigned dev, uint64_t offset)
@@ -1198,7 +1224,7 @@ static void release_mine_locked(int all, uint64_t ctx_id)
     }
 }
 
-uint64_t sim_pool_usage(unsigned dev)
+uint64_t sim_pool_usage(unsigned dev, uint64_t pool_id)
 {
     uint64_t n = 0;
     if (!sim_attached()) return 0;
@@ -1206,7 +1232,7 @@ uint64_t sim_pool_usage(unsigned dev)
     for (uint32_t i = 0; i < sim_m->high_water; i++) {
         const struct sim_alloc *a = sim_entry(i);
         if (a->state == SIM_SLOT_LIVE && a->device == dev && (a->flags & SIM_F_POOL) &&
-            sim_is_mine(a))
+            a->pool_id == pool_id && sim_is_mine(a))
             n += a->rsize;
     }
     sim_unlock();
@@ -1291,6 +1317,15 @@ void sim_machine_stats(struct simcuda_stats *out)
     out->machine_kept = sim_m->kept;
     out->machine_kept_frees = sim_m->kept_frees;
     out->max_allocs = sim_m->max_allocs;
+    const struct sim_map *m = maps();
+    uint32_t hw = LOAD(&sim_m->maps_hw);
+    for (uint32_t r = 0; r < hw && r < sim_m->max_maps; r++) {
+        if (LOAD(&m[r].serial) == 0) continue;
+        if (LOAD(&m[r].kind) == SIM_MAP_POOL)
+            out->machine_pool_imports++;
+        else
+            out->machine_ipc_opens++;
+    }
     sim_unlock();
 }
 

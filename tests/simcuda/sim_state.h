@@ -32,9 +32,13 @@
  * - dev[d].managed is the sum of rsize over LIVE managed entries resident
  *   on device d, and dev[d].used + dev[d].managed <= capacity;
  * - serials are never reused, so (index, serial) names one allocation forever;
- * - a map row (serial != 0) is one IPC open in force by a holder that is
- *   alive or not yet swept; a SIM_F_KEPT entry has no owner and at least
- *   one map row (the last row's removal releases it).
+ * - a map row (serial != 0) is one IPC open in force (a legacy open or a
+ *   pool import, told apart by its kind) by a holder that is alive or not
+ *   yet swept; a SIM_F_KEPT entry has no owner and at least one map row
+ *   (the last row's removal releases it);
+ * - a LIVE SIM_F_POOL entry's pool_id (written at its allocation, never
+ *   changed) names its pool machine-wide: 0 for a device's default pool, a
+ *   serial taken by cuMemPoolCreate otherwise.
  *
  * The table of IPC opens (ABI 4) is kept without the mutex, so that
  * cuIpcOpenMemHandle and cuIpcCloseMemHandle take no machine-wide lock in
@@ -106,16 +110,23 @@ enum sim_free_mode {
     SIM_FREE_KEEP = 1,   /* keep (SIM_F_KEPT) until the last importer unmaps */
 };
 
+/* What a row of the table of opens records. */
+enum sim_map_kind {
+    SIM_MAP_IPC = 0,  /* a legacy IPC open (cuIpcOpenMemHandle) */
+    SIM_MAP_POOL = 1, /* a pool import (cuMemPoolImportPointer) */
+};
+
 /* One IPC open in force: importer holder, allocation (index, serial) and the
  * importer's context. 32 bytes. holder 0 = free row; serial 0 = claimed but
  * not (or no longer) an open in force. Written without the mutex (see the
- * rules above). */
+ * rules above); `kind` (enum sim_map_kind) is written by the claimer before
+ * it publishes the serial, and read only by statistics. */
 struct sim_map {
     uint32_t holder; /* claimer's holder index + 1, or 0 */
     uint32_t index;
     uint64_t serial;
     uint64_t ctx_id;
-    uint64_t pad;
+    uint64_t kind;
 };
 
 /* One allocation. 96 bytes. */
@@ -132,12 +143,15 @@ struct sim_alloc {
     int32_t owner_pid;
     uint32_t next_free;   /* free-list link while SIM_SLOT_FREE */
     uint64_t owner_start; /* owner's start time, field 22 of /proc/PID/stat */
-    /* Managed entries only (zero otherwise): */
+    /* Managed entries only (zero otherwise; pool_id below is SIM_F_POOL's): */
     int32_t resident;     /* SIM_HOST or the device it is resident on */
     int32_t preferred;    /* advice: SIM_NOWHERE, SIM_HOST or a device */
     uint32_t accessed_by; /* advice: bit d = device d, SIM_ACCESS_HOST */
     uint32_t home;        /* device of the context that allocated it */
-    uint64_t last_use;    /* machine lru_clock at the last device use */
+    union {
+        uint64_t last_use; /* managed: machine lru_clock at the last device use */
+        uint64_t pool_id;  /* SIM_F_POOL: its pool's machine-wide id (0: a default pool) */
+    };
 };
 
 /* One process that called cuInit. 32 bytes. pid 0 = free slot. */
@@ -288,6 +302,15 @@ SIM_INTERNAL int sim_window_of(uintptr_t p, uint64_t *off);
 SIM_INTERNAL int sim_alloc(unsigned dev, uint64_t size, uint64_t ctx_id, uint32_t flags,
                            unsigned home, uint32_t *index, uint64_t *offset);
 
+/* The same for stream-ordered memory (SIM_F_POOL) of device `dev` from the
+ * pool whose machine-wide id is pool_id (0: the device's default pool). */
+SIM_INTERNAL int sim_alloc_pool(unsigned dev, uint64_t size, uint64_t ctx_id, uint64_t pool_id,
+                                uint32_t *index, uint64_t *offset);
+
+/* A new machine-wide serial (never reused, never 0), for pool ids. Takes the
+ * mutex. */
+SIM_INTERNAL uint64_t sim_new_serial(void);
+
 /* Makes LIVE managed entry `index` resident at `to` (SIM_HOST or a device),
  * counting the bytes moved (rsize) in sim_counters. Moving onto a device
  * that lacks room first evicts its other managed allocations to the host,
@@ -309,15 +332,15 @@ SIM_INTERNAL int sim_free(unsigned dev, uint64_t offset);
  * drops this process's IPC opens made in that context. */
 SIM_INTERNAL void sim_free_ctx(uint64_t ctx_id);
 
-/* Records one IPC open by this process, in context ctx_id, of allocation
- * `serial` at table entry `index`, which must be LIVE at (dev, offset),
- * exported and not kept. Takes the mutex only when the owner looks gone
- * (to sweep). Caller holds no lock. Sets *row (a hint for sim_map_del).
+/* Records one IPC open (kind SIM_MAP_IPC) or pool import (SIM_MAP_POOL) by
+ * this process, in context ctx_id, of allocation `serial` at table entry
+ * `index`, which must be LIVE at (dev, offset), exported and not kept. Takes the mutex only when
+ * the owner looks gone (to sweep). Caller holds no lock. Sets *row (a hint for sim_map_del).
  * Returns SIM_OK, SIM_EINVAL (freed, reused, kept, not exported or owner
  * gone), SIM_EMINE (this process owns it) or SIM_ENOMEM (table of opens
  * full). */
 SIM_INTERNAL int sim_map_open(uint32_t index, uint64_t serial, unsigned dev, uint64_t offset,
-                              uint64_t ctx_id, uint32_t *row);
+                              uint64_t ctx_id, enum sim_map_kind kind, uint32_t *row);
 
 /* Drops one IPC open recorded by sim_map_open (row: its hint, any value
  * works); when it was the last open of a kept allocation, that allocation
@@ -333,8 +356,9 @@ struct sim_own {
     uint64_t size;
     uint64_t serial;
     uint64_t ctx_id;
-    uint32_t flags; /* SIM_F_MANAGED and SIM_F_POOL only (they never change) */
-    uint32_t home;  /* managed: the device of the context that allocated it */
+    uint32_t flags;   /* SIM_F_MANAGED and SIM_F_POOL only (they never change) */
+    uint32_t home;    /* managed: the device of the context that allocated it */
+    uint64_t pool_id; /* SIM_F_POOL: its pool's machine-wide id (0: a default pool) */
 };
 
 /* Finds this process's LIVE allocation containing byte `offset` of pool
@@ -345,8 +369,8 @@ struct sim_own {
 SIM_INTERNAL int sim_own_find(unsigned pool, uint64_t offset, struct sim_own *out);
 
 /* Bytes (rsize) of this process's LIVE SIM_F_POOL allocations on device
- * dev. Takes the mutex. */
-SIM_INTERNAL uint64_t sim_pool_usage(unsigned dev);
+ * dev from pool pool_id (0: the default pool). Takes the mutex. */
+SIM_INTERNAL uint64_t sim_pool_usage(unsigned dev, uint64_t pool_id);
 
 /* Finds the LIVE allocation containing byte `offset` of pool `dev`. Caller holds
  * the machine mutex. Returns its index or SIM_NO_INDEX. */

@@ -15,8 +15,8 @@
 extern "C" {
 #endif
 
-/* Written over every byte of an allocation that was ever exported with
- * cuIpcGetMemHandle when it is really released (cuMemFree, context
+/* Written over every byte of an allocation that was ever exported (with
+ * cuIpcGetMemHandle or cuMemPoolExportPointer) when it is really released (cuMemFree, context
  * destruction, owner exit or death), so an importer still mapping it reads
  * 0xDEADBEEF words instead of plausible data. */
 #define SIMCUDA_POISON_WORD 0xDEADBEEFu
@@ -84,6 +84,15 @@ struct simcuda_stats {
         machine_kept_frees; /* owner frees that were kept (keep mode), since the machine began */
     uint64_t max_allocs;    /* allocation-table capacity (SIMCUDA_MAX_ALLOCS of the creator) */
     uint64_t proc_last_free_ns; /* CLOCK_MONOTONIC when this process's last free returned */
+    /* Rows of the machine's table of IPC opens in force, by kind: legacy
+     * opens (cuIpcOpenMemHandle, one per open, repeats included) and pool
+     * imports (cuMemPoolImportPointer, one per import, repeats included),
+     * in every process of the machine. An importer's close or free, its
+     * context's end, its exit or the sweep of its death removes its rows. */
+    uint64_t machine_ipc_opens;
+    uint64_t machine_pool_imports;
+    uint64_t proc_pool_exports; /* successful cuMemPoolExportPointer calls */
+    uint64_t proc_pool_imports; /* successful cuMemPoolImportPointer calls, repeats included */
 };
 
 /* A recorded kernel launch (kernels are never executed). */

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -701,6 +702,154 @@ Test(simcudart, ipc_memory_and_event_in_child_process)
 
     cr_assert_eq(cudaEventDestroy(ev), cudaSuccess);
     cr_assert_eq(cudaFree(p), cudaSuccess);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Pool IPC across processes: the importer is this binary re-executed with */
+/* SIMCUDART_POOL_CHILD=<its end of a socketpair>, over which the pool's fd */
+/* arrives by SCM_RIGHTS with the export data and the exporter's pointer.  */
+
+#define POOL_CHILD_ENV "SIMCUDART_POOL_CHILD"
+#define POOL_SIZE (256 << 10)
+
+struct pool_msg {
+    struct cudaMemPoolPtrExportData data;
+    void *exporter_ptr;
+};
+
+/* The importing side. Exit codes name the failed step. */
+static int pool_child(int sock)
+{
+    struct pool_msg m;
+    char ctl[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {.iov_base = &m, .iov_len = sizeof m};
+    struct msghdr h = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
+    if (recvmsg(sock, &h, 0) != (ssize_t)sizeof m || !CMSG_FIRSTHDR(&h)) return 20;
+    int fd;
+    memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&h)), sizeof fd);
+    cudaMemPool_t pool;
+    if (cudaMemPoolImportFromShareableHandle(
+            &pool, (void *)(uintptr_t)fd, cudaMemHandleTypePosixFileDescriptor, 0) != cudaSuccess)
+        return 21;
+    close(fd);
+    void *p = NULL;
+    if (cudaMemPoolImportPointer(&p, pool, &m.data) != cudaSuccess || !p) return 22;
+    static unsigned char buf[POOL_SIZE];
+    if (cudaMemcpy(buf, p, POOL_SIZE, cudaMemcpyDeviceToHost) != cudaSuccess) return 23;
+    for (size_t i = 0; i < POOL_SIZE; i++)
+        if (buf[i] != 0x5a) return 24;
+    struct cudaPointerAttributes at;
+    if (cudaPointerGetAttributes(&at, p) != cudaSuccess || at.type != cudaMemoryTypeDevice ||
+        at.device != 0)
+        return 25;
+    struct cudaMemLocation loc = {.type = cudaMemLocationTypeDevice, .id = 0};
+    enum cudaMemAccessFlags flags = cudaMemAccessFlagsProtNone;
+    if (cudaMemPoolGetAccess(&flags, pool, &loc) != cudaSuccess ||
+        flags != cudaMemAccessFlagsProtReadWrite)
+        return 26;
+    struct cudaMemAccessDesc d = {.location = loc, .flags = cudaMemAccessFlagsProtReadWrite};
+    if (cudaMemPoolSetAccess(pool, &d, 1) != cudaSuccess) return 27;
+    if (cudaMemset(p, 0xa5, 4096) != cudaSuccess) return 28;
+    void *again = NULL;
+    if (cudaMallocFromPoolAsync(&again, 512, pool, 0) != cudaErrorInvalidValue) return 29;
+    if (cudaFree(p) != cudaSuccess) return 30; /* unmaps here only */
+    if (cudaFree(p) != cudaErrorInvalidValue) return 31;
+    if (cudaFreeAsync(p, 0) != cudaErrorInvalidValue) return 32;
+    cudaGetLastError();
+    if (cudaMemPoolDestroy(pool) != cudaSuccess) return 33;
+    return write(sock, "d", 1) == 1 ? 0 : 34;
+}
+
+__attribute__((constructor)) static void maybe_pool_child(void)
+{
+    const char *arg = getenv(POOL_CHILD_ENV);
+    if (arg) _exit(pool_child(atoi(arg)));
+}
+
+Test(simcudart, pool_ipc_in_child_process)
+{
+    struct cudaMemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = 0;
+    cudaMemPool_t pool = NULL, cur = NULL, dflt = NULL;
+    cr_assert_eq(cudaMemPoolCreate(&pool, &props), cudaSuccess);
+    cr_assert_eq(cudaDeviceSetMemPool(0, pool), cudaSuccess);
+    cr_assert_eq(cudaDeviceGetMemPool(&cur, 0), cudaSuccess);
+    cr_assert_eq(cur, pool);
+    void *p = NULL, *plain = NULL;
+    cr_assert_eq(cudaMallocAsync(&p, POOL_SIZE, 0), cudaSuccess); /* the current pool */
+    cr_assert_eq(cudaMemset(p, 0x5a, POOL_SIZE), cudaSuccess);
+    struct pool_msg m;
+    memset(&m, 0, sizeof m);
+    m.exporter_ptr = p;
+    int fd = -1;
+    cr_assert_eq(
+        cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0),
+        cudaSuccess);
+    cr_assert_eq(cudaMemPoolExportPointer(&m.data, p), cudaSuccess);
+
+    /* Refusals through the runtime's error mapping. */
+    cr_assert_eq(cudaMalloc(&plain, 4096), cudaSuccess);
+    struct cudaMemPoolPtrExportData junk;
+    cr_assert_eq(cudaMemPoolExportPointer(&junk, plain), cudaErrorInvalidValue);
+    memset(&junk, 0, sizeof junk);
+    cudaMemPool_t imported = NULL;
+    cr_assert_eq(cudaMemPoolImportFromShareableHandle(&imported, (void *)(uintptr_t)fd,
+                                                      cudaMemHandleTypePosixFileDescriptor, 0),
+                 cudaSuccess);
+    void *q = NULL;
+    cr_assert_eq(cudaMemPoolImportPointer(&q, imported, &junk), cudaErrorInvalidValue);
+    cr_assert_eq(cudaMemPoolDestroy(imported), cudaSuccess);
+    cr_assert_eq(cudaDeviceGetDefaultMemPool(&dflt, 0), cudaSuccess);
+    cr_assert_eq(cudaMemPoolDestroy(dflt), cudaErrorInvalidValue);
+    cr_assert_eq(cudaGetLastError(), cudaErrorInvalidValue);
+    cr_assert_eq(cudaFree(plain), cudaSuccess);
+
+    int sv[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    cr_assert_eq(fcntl(sv[1], F_SETFD, 0), 0); /* the child's end survives exec */
+    char arg[16];
+    snprintf(arg, sizeof arg, "%d", sv[1]);
+    setenv(POOL_CHILD_ENV, arg, 1);
+    char *argv[] = {"/proc/self/exe", NULL};
+    pid_t pid;
+    cr_assert_eq(posix_spawn(&pid, argv[0], NULL, NULL, argv, environ), 0);
+    unsetenv(POOL_CHILD_ENV);
+    close(sv[1]);
+    char ctl[CMSG_SPACE(sizeof(int))];
+    memset(ctl, 0, sizeof ctl);
+    struct iovec iov = {.iov_base = &m, .iov_len = sizeof m};
+    struct msghdr h = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&h);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    cr_assert_eq(sendmsg(sv[0], &h, 0), (ssize_t)sizeof m);
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status), "pool child died (status 0x%x)", status);
+    cr_assert_eq(WEXITSTATUS(status), 0, "pool child failed at step %d", WEXITSTATUS(status));
+    char done = 0;
+    cr_assert_eq(read(sv[0], &done, 1), 1);
+    cr_assert_eq(done, 'd');
+
+    unsigned char buf[8192];
+    cr_assert_eq(cudaMemcpy(buf, p, sizeof buf, cudaMemcpyDeviceToHost), cudaSuccess);
+    cr_assert_eq(buf[0], 0xa5, "the importer's write reached the exporter's bytes");
+    cr_assert_eq(buf[4095], 0xa5);
+    cr_assert_eq(buf[4096], 0x5a);
+    cr_assert_eq(cudaFreeAsync(p, 0), cudaSuccess);
+    cr_assert_eq(cudaMemPoolDestroy(pool), cudaSuccess);
+    cr_assert_eq(cudaDeviceGetMemPool(&cur, 0), cudaSuccess);
+    cr_assert_eq(cur, dflt, "the default pool is current again");
+    close(fd);
+    close(sv[0]);
 }
 
 /* ---------------------------------------------------------------------- */
