@@ -2,8 +2,8 @@
 exercised without a GPU so that it cannot rot between lendings: its argument
 errors, its no-GPU answer, and a whole run on the simulated driver
 (--simulator), which builds the shim the way a bare GPU machine would
-(-Dtests=false), runs every check and probe, and writes the Markdown block
-for docs/gpu-validation.md."""
+(-Dtests=false), runs every check and probe (legacy and stream-ordered pool
+IPC), and writes the Markdown block for docs/gpu-validation.md."""
 import os
 import re
 import shutil
@@ -47,9 +47,21 @@ def test_whole_run_on_the_simulator_prints_the_validation_block():
         check(text.startswith("\n## ") and "| check | result | detail |" in text, text)
         for probe in ("free-while-mapped", "exporter-kill-while-mapped", "open-freed-handle", "reopen-same-context",
                       "close-waits-for-kernel", "small-allocs-share-handle", "importer-killed",
-                      "driver-threads"):
+                      "driver-threads", "pool-free-while-imported", "pool-freeasync-while-imported",
+                      "pool-import-after-free", "pool-exporter-killed", "pool-destroy-while-imported",
+                      "pool-destroy-unfreed-while-imported", "pool-import-pool-twice",
+                      "pool-import-pointer-twice"):
             check(f"- **{probe}**:" in text, f"probe {probe} in:\n{text}")
+        # Every pool probe ran to its end: nothing refused its setup, no
+        # child left an answer unsent.
+        check(not re.search(r"^- \*\*pool-[^*]*\*\*: (not run|.*no answer)", text, re.M), text)
         check("| consumer SIGKILLed: shim reclaims its lease | pass |" in text, text)
+        check("| pool: without shim, free while reading | info | consumer: " in text, text)
+        for door in ("runtime", "driver", "resolver"):
+            for when in ("while-reading", "before-import"):
+                check(f"| pool {door}: shim, free {when} | pass |" in text, f"pool {door} {when} in:\n{text}")
+        for name in ("consumer SIGKILLed holding imports", "pool destroyed while imported"):
+            check(f"| pool: shim, {name} | pass |" in text, f"pool: shim, {name} in:\n{text}")
 
 
 if __name__ == "__main__":
