@@ -68,7 +68,10 @@ enum {
 #define FREE_COLLECT_INTERVAL_NS 50000000ull /* collect on untracked frees at most this often */
 #define PRESSURE_AGE_NS 1000000000ull
 #define IDLE_WAIT_NS 10000000000ull
-#define LIMBO_POLL_NS 1000000000ull /* catch importers that die without closing */
+/* Catch importers that die without closing: while limbo waits, the
+ * collector sweeps the holders of its limbo blocks this often (SWEEP_LIMBO),
+ * so a killed importer's memory comes back within about this long. */
+#define LIMBO_POLL_NS 200000000ull
 
 static const struct device_ops *ops;
 static struct registry reg;
@@ -76,7 +79,7 @@ static int state = S_IDLE;
 static bool shut;
 static uint32_t self = REG_NONE;
 static uint64_t self_nonce;
-static uint64_t last_sweep_ns, last_collect_ns;
+static uint64_t last_sweep_ns, last_collect_ns, last_limbo_sweep_ns;
 static bool collector_asked;           /* collector_start called (local lock) */
 static uint32_t open_guess = REG_NONE; /* the record our last open took (local lock) */
 static volatile uint8_t *fork_canary;
@@ -141,7 +144,7 @@ static void after_fork(bool consistent)
     memset(&st, 0, sizeof st);
     self = REG_NONE;
     nrecycles = 0; /* the parent's records */
-    last_sweep_ns = last_collect_ns = 0;
+    last_sweep_ns = last_collect_ns = last_limbo_sweep_ns = 0;
     canary_pid = getpid();
     if (fork_canary) *fork_canary = 1;
     if (state == S_ACTIVE && !shut && registry_reopen_fd(&reg) != 0) {
@@ -337,9 +340,10 @@ static void expire_handoffs(const struct local_export *e, struct reg_block *b, u
 }
 
 enum sweep_mode {
-    SWEEP_DUE,  /* every holder, at most once a second (SWEEP_INTERVAL_NS) */
-    SWEEP_ALL,  /* every holder, now */
-    SWEEP_MINE, /* the holders of our own blocks, now (exit) */
+    SWEEP_DUE,   /* every holder, at most once a second (SWEEP_INTERVAL_NS) */
+    SWEEP_ALL,   /* every holder, now */
+    SWEEP_MINE,  /* the holders of our own blocks, now (exit) */
+    SWEEP_LIMBO, /* the holders of our blocks in limbo, now (the collector's poll) */
 };
 
 /* ---- export ---- */
@@ -934,23 +938,33 @@ struct victim {
  * needs (they would keep it waiting), in work proportional to our own
  * records whatever the domain holds. The liveness checks run without any
  * lock. */
-static void sweep_holders_of_ours(void)
+static void note_holders(const struct local_export *e, uint8_t *cand, bool *any)
+{
+    if (!own_block(reg_block_at(&reg, e->block), e->generation)) return;
+    for (uint32_t h = reg_block_next_holder(&reg, e->block, 0); h != REG_NONE;
+         h = reg_block_next_holder(&reg, e->block, h + 1))
+        if (h != self) cand[h] = 1, *any = true;
+}
+
+/* Sweeps the dead among the holders of our blocks (limbo_only: of our
+ * blocks in limbo, a walk of the limbo list, not of every export).
+ * Returns how many were swept. */
+static int sweep_holders_of_ours(bool limbo_only)
 {
     uint8_t *cand = calloc(reg.max_holders, 1);
-    if (!cand) return;
+    if (!cand) return 0;
     bool any = false;
     local_lock();
     struct local_export *e, *tmp;
-    HASH_ITER(hh, local_exports(), e, tmp)
-    {
-        if (!own_block(reg_block_at(&reg, e->block), e->generation)) continue;
-        for (uint32_t h = reg_block_next_holder(&reg, e->block, 0); h != REG_NONE;
-             h = reg_block_next_holder(&reg, e->block, h + 1))
-            if (h != self) cand[h] = 1, any = true;
+    if (limbo_only) {
+        DL_FOREACH(local_limbo_head(), e) note_holders(e, cand, &any);
+    } else {
+        HASH_ITER(hh, local_exports(), e, tmp) note_holders(e, cand, &any);
     }
     local_unlock();
-    if (any) reg_sweep_among(&reg, cand);
+    int swept = any ? reg_sweep_among(&reg, cand) : 0;
     free(cand);
+    return swept;
 }
 
 static int free_limbo(void);
@@ -968,10 +982,17 @@ static int collect(enum sweep_mode how)
     uint64_t now = reg_now_ns();
     uint32_t me = __atomic_load_n(&self, __ATOMIC_RELAXED);
     bool can = ipc_active() && me != REG_NONE && !forked();
-    if (can && how == SWEEP_MINE) sweep_holders_of_ours();
+    if (can && how == SWEEP_MINE) sweep_holders_of_ours(false);
     if (can && how == SWEEP_ALL) reg_sweep_dead(&reg, me);
     int n = free_limbo();
-    if (can && how == SWEEP_DUE &&
+    /* At most once a poll period: a close's wake frees at once, and its
+     * sweep would only cost the syscalls of the other holders' checks. */
+    if (can && how == SWEEP_LIMBO && local_limbo_pending() &&
+        now - __atomic_load_n(&last_limbo_sweep_ns, __ATOMIC_RELAXED) >= LIMBO_POLL_NS / 2) {
+        __atomic_store_n(&last_limbo_sweep_ns, now, __ATOMIC_RELAXED);
+        if (sweep_holders_of_ours(true) > 0) n += free_limbo();
+    }
+    if (can && (how == SWEEP_DUE || how == SWEEP_LIMBO) &&
         now - __atomic_load_n(&last_sweep_ns, __ATOMIC_RELAXED) > SWEEP_INTERVAL_NS) {
         __atomic_store_n(&last_sweep_ns, now, __ATOMIC_RELAXED);
         if (reg_sweep_dead(&reg, me) > 0) n += free_limbo();
@@ -1321,7 +1342,7 @@ void ipc_collector_step(void)
     collect(SWEEP_DUE);
     if (collector_stopping()) return;
     registry_wait(&reg, me, seen, wait);
-    if (!collector_stopping()) collect(SWEEP_DUE);
+    if (!collector_stopping()) collect(local_limbo_pending() ? SWEEP_LIMBO : SWEEP_DUE);
 }
 
 void ipc_collector_kick(void)
