@@ -3,8 +3,9 @@
  * session, with and without LD_PRELOAD=libipcshim.so, and compares.
  *
  *   ipc-bench alloc   [--pairs N] [--reps R] [--size B] [--export] [--once]
- *                     [--limbo K]
+ *                     [--limbo K] [--async]
  *   ipc-bench cycle   [--cycles N] [--reps R] [--size B] [--pin]
+ *   ipc-bench pool-cycle [--cycles N] [--reps R] [--size B] [--pin]
  *   ipc-bench scale   [--blocks N] [--sample K] [--rounds R] [--size B]
  *   ipc-bench reclaim [--samples N] [--size B] [--scratch-us U] [--timeout-ms T]
  *                     [--procs P] [--budget-s S] [--pace-us U]
@@ -21,6 +22,7 @@
 #include "bench.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +37,7 @@ struct args {
     long pairs, reps, size, cycles, blocks, sample, rounds, samples, scratch_us, timeout_ms, procs;
     long limbo, budget_s, pace_us, domain_blocks;
     double seconds;
-    bool export_one, once, pin;
+    bool export_one, once, pin, async;
 };
 
 static void parse(int argc, char **argv, struct args *a)
@@ -66,6 +68,8 @@ static void parse(int argc, char **argv, struct args *a)
             a->once = true;
         } else if (!strcmp(k, "--pin")) {
             a->pin = true;
+        } else if (!strcmp(k, "--async")) {
+            a->async = true;
         } else {
             fprintf(stderr, "ipc-bench: unknown option %s\n", k);
             exit(2);
@@ -94,6 +98,38 @@ static char *fmt_long(char *buf, long v)
     }
 ALLOC_LOOP(bench_alloc_loop)
 ALLOC_LOOP(bench_alloc_warmup)
+
+/* --async (figure 11): cudaMallocAsync + cudaFreeAsync on one stream, the
+ * stream synchronised once at the end of the n pairs (in the timed loop, so
+ * nothing is left queued); callgrind counts bench_alloc_async_loop. */
+static cudaStream_t async_stream;
+#define ALLOC_ASYNC_LOOP(name)                                                                     \
+    __attribute__((noinline)) void name(long n, size_t size)                                       \
+    {                                                                                              \
+        for (long i = 0; i < n; i++) {                                                             \
+            void *p;                                                                               \
+            CK(cudaMallocAsync(&p, size, async_stream));                                           \
+            CK(cudaFreeAsync(p, async_stream));                                                    \
+        }                                                                                          \
+        CK(cudaStreamSynchronize(async_stream));                                                   \
+    }
+ALLOC_ASYNC_LOOP(bench_alloc_async_loop)
+ALLOC_ASYNC_LOOP(bench_alloc_async_warmup)
+
+/* An IPC-capable pool on device 0 (POSIX file descriptor handles): what
+ * pool IPC needs (figures 10 and 11). */
+static cudaMemPool_t ipc_pool_create(void)
+{
+    struct cudaMemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = 0;
+    cudaMemPool_t pool;
+    CK(cudaMemPoolCreate(&pool, &props));
+    return pool;
+}
 
 /* --limbo K: a child opens K exported blocks and holds them while this
  * process frees them, so that (with the shim) K blocks sit in limbo during
@@ -145,7 +181,17 @@ static int fig_alloc(const struct args *a, const char *self)
         (void)cudaGetLastError();
         free(blk);
     }
-    if (a->export_one) {
+    if (a->async) CK(cudaStreamCreate(&async_stream));
+    if (a->export_one && a->async) {
+        /* The stream-ordered counterpart: one pointer of an IPC-capable
+         * pool exported (pool IPC), left allocated. */
+        cudaMemPool_t pool = ipc_pool_create();
+        void *p;
+        struct cudaMemPoolPtrExportData d;
+        CK(cudaMallocFromPoolAsync(&p, 4096, pool, async_stream));
+        CK(cudaStreamSynchronize(async_stream));
+        CK(cudaMemPoolExportPointer(&d, p));
+    } else if (a->export_one) {
         /* Make this an exporting process: the shim's free path then looks
          * every pointer up instead of answering from one flag. */
         void *p;
@@ -153,15 +199,17 @@ static int fig_alloc(const struct args *a, const char *self)
         CK(cudaMalloc(&p, 4096));
         CK(cudaIpcGetMemHandle(&h, p));
     }
-    bench_alloc_warmup(1000, (size_t)a->size); /* warm-up: resolution, caches */
+    void (*loop)(long, size_t) = a->async ? bench_alloc_async_loop : bench_alloc_loop;
+    /* warm-up: resolution, caches */
+    (a->async ? bench_alloc_async_warmup : bench_alloc_warmup)(1000, (size_t)a->size);
     if (a->once) {
-        bench_alloc_loop(a->pairs, (size_t)a->size);
+        loop(a->pairs, (size_t)a->size);
         printf("alloc_once: %ld\n", a->pairs);
     } else {
         double *v = calloc((size_t)a->reps, sizeof *v);
         for (long r = 0; r < a->reps; r++) {
             uint64_t t0 = now_ns();
-            bench_alloc_loop(a->pairs, (size_t)a->size);
+            loop(a->pairs, (size_t)a->size);
             v[r] = (double)(now_ns() - t0) / (double)a->pairs;
         }
         print_values("alloc_ns", v, (size_t)a->reps);
@@ -330,6 +378,176 @@ static int fig_cycle(const struct args *a, const char *self)
         char key[32];
         double m = median(t[k], (size_t)a->cycles);
         snprintf(key, sizeof key, "cycle_%s_ns", names[k]);
+        print_values(key, &m, 1);
+    }
+    return status ? 2 : 0;
+}
+
+/* ---- figure 10: pool IPC: allocate -> export -> import -> read -> free -- */
+
+/* The five calls of a pool cycle that the shim intercepts, one function
+ * each, as for figure 2 (callgrind: --toggle-collect='bench_pool_*'; the
+ * warm-up cycles call the bench_pwarm_* twins). The allocation is the
+ * stream-ordered one made usable (allocate, synchronise the stream), the
+ * exporter's free its stream-ordered free made complete the same way; the
+ * importer's release is its free of the imported pointer. */
+struct pool_calls {
+    void (*alloc)(void **p, size_t size, cudaMemPool_t pool, cudaStream_t s);
+    void (*export_)(struct cudaMemPoolPtrExportData *d, void *p);
+    void (*import)(void **p, cudaMemPool_t pool, struct cudaMemPoolPtrExportData *d);
+    void (*release)(void *p);
+    void (*free_)(void *p, cudaStream_t s);
+};
+#define POOL_CALLS(prefix)                                                                         \
+    __attribute__((noinline)) void prefix##_alloc(void **p, size_t size, cudaMemPool_t pool,       \
+                                                  cudaStream_t s)                                  \
+    {                                                                                              \
+        CK(cudaMallocFromPoolAsync(p, size, pool, s));                                             \
+        CK(cudaStreamSynchronize(s));                                                              \
+    }                                                                                              \
+    __attribute__((noinline)) void prefix##_export(struct cudaMemPoolPtrExportData *d, void *p)    \
+    {                                                                                              \
+        CK(cudaMemPoolExportPointer(d, p));                                                        \
+    }                                                                                              \
+    __attribute__((noinline)) void prefix##_import(void **p, cudaMemPool_t pool,                   \
+                                                   struct cudaMemPoolPtrExportData *d)             \
+    {                                                                                              \
+        CK(cudaMemPoolImportPointer(p, pool, d));                                                  \
+    }                                                                                              \
+    __attribute__((noinline)) void prefix##_release(void *p)                                       \
+    {                                                                                              \
+        CK(cudaFree(p));                                                                           \
+    }                                                                                              \
+    __attribute__((noinline)) void prefix##_free(void *p, cudaStream_t s)                          \
+    {                                                                                              \
+        CK(cudaFreeAsync(p, s));                                                                   \
+        CK(cudaStreamSynchronize(s));                                                              \
+    }                                                                                              \
+    static const struct pool_calls prefix = {prefix##_alloc, prefix##_export, prefix##_import,     \
+                                             prefix##_release, prefix##_free};
+POOL_CALLS(bench_pool)
+POOL_CALLS(bench_pwarm)
+
+_Static_assert(sizeof(struct cudaMemPoolPtrExportData) <= sizeof(((struct chan *)0)->handle),
+               "a pointer's export data travels in the channel's handle");
+
+/* The importer: imports the exporter's pool once, from the descriptor it
+ * inherited, then per cycle imports the pointer, reads it, frees it. */
+static int pool_cycle_child(struct chan *c, size_t size, long warm, int pool_fd)
+{
+    cuda_ready();
+    cudaMemPool_t pool;
+    CK(cudaMemPoolImportFromShareableHandle(&pool, (void *)(uintptr_t)pool_fd,
+                                            cudaMemHandleTypePosixFileDescriptor, 0));
+    close(pool_fd);
+    void *host = malloc(size);
+    uint32_t seen = door_seq(c, D_TO_CHILD);
+    door_open(c, D_READY);
+    for (long i = 0;; i++) {
+        seen = door_wait(c, D_TO_CHILD, seen, SPIN_NS);
+        if (atomic_load(&c->go)) break; /* stop */
+        const struct pool_calls *k = i < warm ? &bench_pwarm : &bench_pool;
+        struct cudaMemPoolPtrExportData d;
+        void *p;
+        memcpy(&d, c->handle, sizeof d);
+        uint64_t t0 = now_ns();
+        k->import(&p, pool, &d);
+        uint64_t t1 = now_ns();
+        CK(cudaMemcpy(host, p, size, cudaMemcpyDeviceToHost));
+        uint64_t t2 = now_ns();
+        k->release(p);
+        uint64_t t3 = now_ns();
+        c->stamp[CY_OPEN] = t1 - t0;
+        c->stamp[CY_READ] = t2 - t1;
+        c->stamp[CY_CLOSE] = t3 - t2;
+        door_open(c, D_TO_PARENT);
+    }
+    free(host);
+    return 0;
+}
+
+/* Figure 2's cycle for pool IPC: the exporter allocates from an IPC-capable
+ * pool, exports the pointer and hands the export data to a long-lived
+ * importer, which imported the pool once at its start; the importer
+ * imports, reads and frees the pointer and answers; the exporter frees. */
+static int fig_pool_cycle(const struct args *a, const char *self)
+{
+    cuda_ready();
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    cudaMemPool_t pool = ipc_pool_create();
+    int pool_fd = -1;
+    CK(cudaMemPoolExportToShareableHandle(&pool_fd, pool, cudaMemHandleTypePosixFileDescriptor, 0));
+    int fl = fcntl(pool_fd, F_GETFD); /* the child inherits it (a driver may set FD_CLOEXEC) */
+    if (fl < 0 || fcntl(pool_fd, F_SETFD, fl & ~FD_CLOEXEC) != 0)
+        bench_die("fcntl", errno, __FILE__, __LINE__);
+    int fd;
+    struct chan *c = chan_create(0, &fd);
+    long warm = a->cycles / 10 + 10, total = warm + a->cycles;
+    char fds[32], sz[32], wm[32], pfd[32];
+    char *argv[] = {(char *)self,
+                    "pool-cycle-child",
+                    fmt_long(fds, fd),
+                    fmt_long(sz, a->size),
+                    fmt_long(wm, warm),
+                    fmt_long(pfd, pool_fd),
+                    NULL};
+    uint32_t ready = door_seq(c, D_READY);
+    int pid = spawn_self(argv);
+    close(pool_fd);
+    if (a->pin) pin_pair(pid);
+    door_wait(c, D_READY, ready, 0);
+
+    enum { ALLOC, EXPORT, IMPORT, READ, RELEASE, FREE, CYCLE, NOPS };
+    static const char *names[NOPS] = {"alloc",   "export", "import", "read",
+                                      "release", "free",   "cycle"};
+    double *t[NOPS];
+    for (int k = 0; k < NOPS; k++)
+        t[k] = calloc((size_t)a->cycles, sizeof(double));
+    uint32_t seen = door_seq(c, D_TO_PARENT);
+    for (long i = 0; i < total; i++) {
+        const struct pool_calls *k = i < warm ? &bench_pwarm : &bench_pool;
+        void *p;
+        struct cudaMemPoolPtrExportData d;
+        uint64_t t0 = now_ns();
+        k->alloc(&p, (size_t)a->size, pool, s);
+        uint64_t t1 = now_ns();
+        k->export_(&d, p);
+        uint64_t t2 = now_ns();
+        memcpy(c->handle, &d, sizeof d);
+        door_open(c, D_TO_CHILD);
+        seen = door_wait(c, D_TO_PARENT, seen, SPIN_NS);
+        uint64_t t3 = now_ns();
+        k->free_(p, s);
+        uint64_t t4 = now_ns();
+        if (i < warm) continue;
+        long j = i - warm;
+        t[ALLOC][j] = (double)(t1 - t0);
+        t[EXPORT][j] = (double)(t2 - t1);
+        t[IMPORT][j] = (double)c->stamp[CY_OPEN];
+        t[READ][j] = (double)c->stamp[CY_READ];
+        t[RELEASE][j] = (double)c->stamp[CY_CLOSE];
+        t[FREE][j] = (double)(t4 - t3);
+        t[CYCLE][j] = (double)(t4 - t0);
+    }
+    atomic_store(&c->go, 1);
+    door_open(c, D_TO_CHILD);
+    int status = wait_child(pid);
+
+    /* The cycle: the median of each repetition (consecutive slices). */
+    long per = a->cycles / a->reps;
+    double *reps = calloc((size_t)a->reps, sizeof *reps);
+    for (long r = 0; r < a->reps; r++) {
+        double *slice = malloc((size_t)per * sizeof *slice);
+        memcpy(slice, t[CYCLE] + r * per, (size_t)per * sizeof *slice);
+        reps[r] = median(slice, (size_t)per);
+        free(slice);
+    }
+    print_values("pool_cycle_ns", reps, (size_t)a->reps);
+    for (int k = 0; k < NOPS - 1; k++) {
+        char key[40];
+        double m = median(t[k], (size_t)a->cycles);
+        snprintf(key, sizeof key, "pool_cycle_%s_ns", names[k]);
         print_values(key, &m, 1);
     }
     return status ? 2 : 0;
@@ -866,13 +1084,17 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
-        fprintf(stderr, "usage: ipc-bench alloc|cycle|scale|reclaim|storm|exit [options]\n");
+        fprintf(stderr,
+                "usage: ipc-bench alloc|cycle|pool-cycle|scale|reclaim|storm|exit [options]\n");
         return 2;
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "cycle-child"))
         return cycle_child(chan_attach(atoi(argv[2])), (size_t)atol(argv[3]),
                            argc > 4 ? atol(argv[4]) : 0);
+    if (!strcmp(cmd, "pool-cycle-child"))
+        return pool_cycle_child(chan_attach(atoi(argv[2])), (size_t)atol(argv[3]), atol(argv[4]),
+                                atoi(argv[5]));
     if (!strcmp(cmd, "scale-child"))
         return scale_child(chan_attach(atoi(argv[2])), atol(argv[3]), atol(argv[4]), atol(argv[5]));
     if (!strcmp(cmd, "reclaim-child")) return reclaim_child(chan_attach(atoi(argv[2])));
@@ -905,6 +1127,7 @@ int main(int argc, char **argv)
     if (a.cycles < a.reps) a.cycles = a.reps;
     if (!strcmp(cmd, "alloc")) return fig_alloc(&a, argv[0]);
     if (!strcmp(cmd, "cycle")) return fig_cycle(&a, argv[0]);
+    if (!strcmp(cmd, "pool-cycle")) return fig_pool_cycle(&a, argv[0]);
     if (!strcmp(cmd, "scale")) return fig_scale(&a, argv[0]);
     if (!strcmp(cmd, "reclaim")) return fig_reclaim(&a, argv[0]);
     if (!strcmp(cmd, "storm")) return fig_storm(&a, argv[0]);
