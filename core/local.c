@@ -1,5 +1,5 @@
 /* local: the per-process uthash indexes of local.h and their mutex. Plain
- * data structure code: every function but local_lock/unlock/has_exports
+ * data structure code: every function but local_lock/unlock/has_exports/has_pool_imports
  * requires the local mutex. */
 #include <errno.h>
 #include <stddef.h>
@@ -21,7 +21,7 @@ static void uth_free(void *p, size_t size);
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static unsigned waiters; /* threads in local_wait (the mutex guards it) */
-static int has_exports;
+static int has_exports, has_pool_imports;
 static struct local_export *exports, *limbo;
 static size_t limbo_count;
 static uint64_t limbo_bytes;
@@ -108,6 +108,11 @@ void local_broadcast(void)
 bool local_has_exports(void)
 {
     return __atomic_load_n(&has_exports, __ATOMIC_RELAXED);
+}
+
+bool local_has_pool_imports(void)
+{
+    return __atomic_load_n(&has_pool_imports, __ATOMIC_RELAXED);
 }
 
 /* The free path's negative filter: a counter per hash of the base, raised
@@ -292,6 +297,7 @@ int local_map_set_ptr(struct local_map *m, uint64_t ptr)
          * path's filter must not pass it by. */
         filter_change(ptr, +1);
         __atomic_store_n(&has_exports, 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&has_pool_imports, 1, __ATOMIC_RELAXED);
     }
     return 0;
 }
@@ -374,6 +380,7 @@ void local_reset(bool free_memory)
     __atomic_store_n(&limbo_bytes, 0, __ATOMIC_RELAXED);
     memset(filter, 0, sizeof filter);
     __atomic_store_n(&has_exports, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&has_pool_imports, 0, __ATOMIC_RELAXED);
 }
 
 void local_reinit_locks(void)

@@ -77,6 +77,8 @@ void local_broadcast(void);
 /* True once this process exported a block or imported a pool allocation
  * (the free path must then look, local_maybe_export): one relaxed load. */
 bool local_has_exports(void);
+/* True once this process imported a pool allocation: one relaxed load. */
+bool local_has_pool_imports(void);
 
 /* False when base is certainly neither an export of this process nor a
  * pool import's pointer: a counting filter read without the lock (false
