@@ -89,14 +89,17 @@ static const char *const names[SYM_COUNT] = {
 #define RUNS_NESTED(name)                                                                          \
     (SYM_##name == SYM_cuGetProcAddress || SYM_##name == SYM_cuGetProcAddress_v2)
 
-/* The entry points that capture a call site (exports and opens) mark where
- * the program's call returns to, and the stack word holding it (this
- * function's frame record: __builtin_frame_address gives it one), so that a
- * call site seen before is known again without unwinding (callsite.h). */
+/* The entry points that capture a call site (exports and opens, legacy and
+ * pool) mark where the program's call returns to, and the stack word holding
+ * it (this function's frame record: __builtin_frame_address gives it one),
+ * so that a call site seen before is known again without unwinding
+ * (callsite.h). */
 #define MARKS_CALLSITE(name)                                                                       \
     (SYM_##name == SYM_cudaIpcGetMemHandle || SYM_##name == SYM_cudaIpcOpenMemHandle ||            \
      SYM_##name == SYM_cuIpcGetMemHandle || SYM_##name == SYM_cuIpcOpenMemHandle ||                \
-     SYM_##name == SYM_cuIpcOpenMemHandle_v2)
+     SYM_##name == SYM_cuIpcOpenMemHandle_v2 || SYM_##name == SYM_cudaMemPoolExportPointer ||      \
+     SYM_##name == SYM_cudaMemPoolImportPointer || SYM_##name == SYM_cuMemPoolExportPointer ||     \
+     SYM_##name == SYM_cuMemPoolImportPointer)
 
 /* One entry point: fname, reached through door, running do_##name.
  * Trap (the hot path): fname itself does only the nested check, so that a
