@@ -287,9 +287,15 @@ def test_plot_draws_the_dead_pinned_panel_only_with_data():
         check("no process held blocks of a dead exporter: that panel is left out" in out, out)
         pinned = dict(consumer, dead_pinned_bytes=1 << 20)
         out, (w4, h4) = plot(py, [snapshot(1000, [producer, consumer]), snapshot(1500, [pinned])], work, "pinned")
-        check("left out" not in out, out)
+        check("dead exporter: that panel is left out" not in out, out)
         eq(w3, w4, "same width")
         check(h4 > h3 * 1.15, f"four panels are taller than three: {h4} vs {h3}")
+        # A block exported through a pool (ipcshim-stat's "kind"): its panel.
+        block = {"kind": "pool", "state": "live", "exporter_pid": 10, "size": 1 << 20}
+        out, (w5, h5) = plot(py, [snapshot(1000, [producer, consumer], [block]), snapshot(1500, [pinned], [block])],
+                             work, "pool")
+        check("stream-ordered pool: that panel is left out" not in out, out)
+        check(h5 > h4 * 1.1, f"five panels are taller than four: {h5} vs {h4}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
