@@ -4,7 +4,8 @@ send the build to the wrapper's folder (nvcc itself is asked where its
 toolkit is); a CUDA_HOME that does not exist or has no include/cuda.h is
 passed over for the next place with a warning that names both (also in
 `meson setup`'s output); and `meson setup` with only the wrapper on PATH
-configures with the real toolkit."""
+configures with the real toolkit. Also the build's other look at the
+compiler: one whose LTO plugin cannot run still builds the library."""
 import atexit
 import os
 import re
@@ -110,6 +111,35 @@ def test_meson_setup_with_a_wrapper_nvcc_uses_the_real_toolkit():
     eq(found.group(1), TOOLKIT, "meson's toolkit")
     check(re.search(r"Program " + re.escape(os.path.join(TOOLKIT, "bin", "nvcc")) + r" found: YES", out),
           f"the toolkit's own nvcc, not the wrapper: {out[-2000:]}")
+
+
+def test_a_compiler_that_cannot_link_with_lto_still_builds():
+    """The GPU image's GCC compiled with -flto and failed every link ("could
+    not run lto-wrapper"): the same failure, made by a wrapper around the
+    compiler, gets a warning at setup and a library built without LTO."""
+    if not NVCC:
+        return "no CUDA Toolkit with bin/nvcc here"
+    gcc = shutil.which("gcc")
+    if not gcc:
+        return "no gcc here"
+    cc = os.path.join(WORK, "lto-broken-cc")
+    with open(cc, "w") as f:
+        f.write(f"""#!/bin/sh
+lto=0 link=1
+for a in "$@"; do case $a in -flto*) lto=1 ;; -fno-lto) lto=0 ;; -c|-E|-S) link=0 ;; esac; done
+if [ $lto = 1 ] && [ $link = 1 ]; then
+    echo "/usr/bin/ld: error: could not run lto-wrapper" >&2; exit 1
+fi
+exec "{gcc}" "$@"
+""")
+    os.chmod(cc, 0o755)
+    build = os.path.join(WORK, "build-lto")
+    status, out, err = run(["meson", "setup", build, SOURCE, "-Dtests=disabled", "-Dsim=false"], cwd=WORK,
+                           timeout=120, env={"CC": cc})
+    eq(status, 0, f"meson setup: {out[-2000:]}{err[-2000:]}")
+    check("the compiler cannot link with -flto" in out + err, f"the warning: {out[-2000:]}")
+    status, out, err = run(["ninja", "-C", build, "shim/libipcshim.so.0.1.0"], timeout=300)
+    eq(status, 0, f"ninja: {out[-2000:]}{err[-2000:]}")
 
 
 if __name__ == "__main__":
