@@ -468,26 +468,6 @@ off:
 
 /* ---- open ---- */
 
-/* For a cached re-open: is the block this process mapped still its
- * exporter's, and the exporter alive? Here the shim answers for the driver
- * (the call never reaches it), so it must refuse whatever CUDA would: the
- * exporter's lock byte is asked (one fcntl), not only shared memory as on a
- * first open, whose answer the driver gives. Read without the registry lock
- * (one record, fixed-width fields; a torn answer only refuses or allows one
- * re-open of a mapping the process holds anyway). */
-static bool block_still_exported(uint32_t block, uint64_t generation)
-{
-    struct reg_block *b = reg_block_at(&reg, block);
-    if (!b) return true; /* not ours to judge: keep CUDA's answer (success) */
-    if (__atomic_load_n(&b->generation, __ATOMIC_ACQUIRE) != generation) return false;
-    uint32_t state = __atomic_load_n(&b->state, __ATOMIC_ACQUIRE);
-    if (state == BLOCK_ORPHANED) return false;
-    uint32_t exporter = __atomic_load_n(&b->exporter, __ATOMIC_RELAXED);
-    return reg_holder_current(&reg, exporter,
-                              __atomic_load_n(&b->exporter_nonce, __ATOMIC_RELAXED)) &&
-           reg_holder_alive_quick(&reg, exporter);
-}
-
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -699,12 +679,10 @@ static int open_begin(const struct ipc_handle *h, uint64_t ctx, uint8_t kind, st
         return IPC_PASS;
     }
     if (m) {
-        /* CUDA refuses to open a dead exporter's handle again, so a cached
-         * re-open must too (the mapping itself stays until it is closed). */
-        if (!block_still_exported(m->block, m->generation)) {
-            local_unlock();
-            return -EOWNERDEAD;
-        }
+        /* A handle this context has open opens again, the same pointer, even
+         * after its exporter died: NVIDIA's driver does (H100, driver 580,
+         * docs/gpu-validation.md 2026-11-26), and refusing would fail a call
+         * that succeeds without the shim. The mapping stays until closed. */
         m->count++;
         leak_note_reopen(m);
         *ptr = m->ptr;

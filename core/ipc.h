@@ -82,7 +82,8 @@ struct ipc_open {
  *   IPC_DONE: *ptr is the answer (the same handle already open in this
  *     context, now counted once more; or this process's own export, whose
  *     original pointer is returned without calling the driver). A cached
- *     re-open of a block whose exporter died answers -EOWNERDEAD instead.
+ *     re-open succeeds even after the exporter died, as NVIDIA's driver's
+ *     does (docs/gpu-validation.md, 2026-11-26).
  *   IPC_REAL: a lease is held in the OPENING state; do the real open, then
  *     ipc_open_commit(t, ptr) if it succeeded or ipc_open_abort(t) if not.
  *   IPC_PASS: a handle the shim does not track (exporter not under the

@@ -147,6 +147,8 @@ struct import {
     struct sim_ctx *ctx;
     CUmemoryPool pool;
     uint64_t buffer_id;
+    int32_t owner_pid; /* the exporter at the first open (a re-open after its death) */
+    uint64_t owner_start;
     UT_hash_handle hh;
 };
 
@@ -2275,6 +2277,8 @@ static CUdeviceptr import_add_locked(struct sim_ctx *c, enum sim_map_kind kind, 
     im->row = row;
     im->ctx = c;
     im->pool = pool;
+    im->owner_pid = __atomic_load_n(&sim_entry(index)->owner_pid, __ATOMIC_RELAXED);
+    im->owner_start = __atomic_load_n(&sim_entry(index)->owner_start, __ATOMIC_RELAXED);
     if (kind == SIM_MAP_POOL) im->buffer_id = SIM_IMPORT_ID_BIT | ++g_next_import_id;
     g_hash_oom = 0;
     HASH_ADD(hh, g_imports, key, sizeof(im->key), im);
@@ -2283,6 +2287,25 @@ static CUdeviceptr import_add_locked(struct sim_ctx *c, enum sim_map_kind kind, 
         return 0;
     }
     return ptr;
+}
+
+/* One more open of an import this context has already (the same pointer)
+ * whose exporter has died since, or 0 when there is none. Caller holds
+ * g_lock. */
+static CUdeviceptr import_reopen_locked(struct sim_ctx *c, enum sim_map_kind kind, unsigned dev,
+                                        uint32_t index, uint64_t serial)
+{
+    struct import key, *im = NULL;
+    memset(&key, 0, sizeof(key));
+    key.key.dev = dev;
+    key.key.index = index;
+    key.key.serial = serial;
+    key.key.ctx_id = c->id;
+    key.key.kind = kind;
+    HASH_FIND(hh, g_imports, &key.key, sizeof(key.key), im);
+    if (!im || sim_proc_alive(im->owner_pid, im->owner_start)) return 0;
+    im->count++;
+    return im->ptr;
 }
 
 /* Drops one open of `kind` at base pointer ptr (the current context's if
@@ -2405,8 +2428,21 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
         return CUDA_ERROR_INVALID_CONTEXT; /* the exporting process itself */
     case SIM_ENOMEM:
         return CUDA_ERROR_OUT_OF_MEMORY; /* machine-wide table of opens full */
-    default:
-        return CUDA_ERROR_INVALID_VALUE; /* freed (kept ones too), reused or owner gone */
+    default: {
+        /* Freed (kept ones too), reused or owner gone. A handle this context
+         * has open already opens again, the same pointer, once its exporter
+         * died: NVIDIA's driver did so after the exporter was SIGKILLed
+         * (H100, driver 580, docs/gpu-validation.md 2026-11-26, probe
+         * exporter-kill-while-mapped). After the exporter's own free it
+         * stays refused (a guess, README "IPC"). */
+        pthread_mutex_lock(&g_lock);
+        CUdeviceptr again = import_reopen_locked(c, SIM_MAP_IPC, h.device, h.index, h.serial);
+        pthread_mutex_unlock(&g_lock);
+        if (!again) return CUDA_ERROR_INVALID_VALUE;
+        *pdptr = again;
+        count(&g_counts.ipc_opens);
+        return CUDA_SUCCESS;
+    }
     }
     pthread_mutex_lock(&g_lock);
     CUdeviceptr p = import_add_locked(c, SIM_MAP_IPC, h.device, h.index, h.serial,

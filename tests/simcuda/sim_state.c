@@ -217,6 +217,11 @@ static int proc_alive(pid_t pid, uint64_t start)
     return !zombie && now == start;
 }
 
+int sim_proc_alive(pid_t pid, uint64_t start)
+{
+    return proc_alive(pid, start);
+}
+
 /* ---- layout helpers (caller holds the mutex where state is mutated) ---- */
 
 static struct sim_holder *holders(void)

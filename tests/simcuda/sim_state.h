@@ -378,6 +378,8 @@ SIM_INTERNAL uint32_t sim_find_locked(unsigned dev, uint64_t offset);
 
 /* Table entry `index` (caller holds the mutex and checked index < max). */
 SIM_INTERNAL struct sim_alloc *sim_entry(uint32_t index);
+/* Is process pid, started at start (/proc field 22), still alive? */
+SIM_INTERNAL int sim_proc_alive(pid_t pid, uint64_t start);
 
 /* True when `a` is owned by this process. */
 SIM_INTERNAL int sim_is_mine(const struct sim_alloc *a);
