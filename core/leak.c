@@ -362,7 +362,7 @@ void leak_check_locked(struct registry *r, uint32_t self)
         snprintf(watch_lines[watch_nlines++], sizeof watch_lines[0],
                  "leak: this process has held %s exported by %s, dead for %s "
                  "(IPCSHIM_DEAD_HOLD_WARN): the memory stays pinned until it closes them "
-                 "(cudaIpcCloseMemHandle) or exits",
+                 "(cudaIpcCloseMemHandle; a pool import: its free) or exits",
                  bytes_str(dead_bytes, b, sizeof b), who, age_str(now - oldest, a, sizeof a));
     }
     if (grew(&open_growth, open_maps, o->growth_checks) && watch_nlines < 3) {

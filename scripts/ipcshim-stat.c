@@ -294,7 +294,8 @@ static void print_text(const struct inspect_snapshot *s, const char *domain)
             snprintf(since, sizeof since, ", dead for %s",
                      fmt_age(age_ms(s, h->oldest_dead_ns), c, sizeof c));
         NOTE("pid %d (%s) holds %s exported by %s%s: they stay pinned until it closes them "
-             "(cudaIpcCloseMemHandle) or exits; ipcshim-stat --leaks lists them\n",
+             "(cudaIpcCloseMemHandle; a pool import: its free) or exits; ipcshim-stat --leaks "
+             "lists them\n",
              (int)h->pid, holder_comm(h), fmt_bytes(h->dead_pinned_bytes, a, sizeof a), who, since);
     }
     if (s->skipped)

@@ -140,7 +140,8 @@ def test_dead_exporters_bytes_in_the_default_view():
         hint = [n for n in s["NOTES"] if n.startswith(f"pid {i} (stat-scenario) holds 64.0KiB exported by "
                                                        f"pid {x} (stat-scenario), dead for ")]
         eq(len(hint), 1, f"one hint line in {s['NOTES']}")
-        check("until it closes them (cudaIpcCloseMemHandle) or exits" in hint[0], hint[0])
+        check("until it closes them (cudaIpcCloseMemHandle; a pool import: its free) or exits" in hint[0],
+              hint[0])
         j = stat_json(sc.domain)
         imp = [h for h in j["holders"] if h["pid"] == i][0]
         eq((imp["dead_pinned_blocks"], imp["dead_pinned_bytes"]), (1, 65536), "JSON dead pinned")
