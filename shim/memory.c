@@ -124,6 +124,21 @@ static inline bool collect_for_retry(int result, const struct door_codes *codes)
     return result == codes->out_of_memory && collect_for_retry_slow(codes);
 }
 
+/* The last local close of a mapping (a legacy close, or the free that ends
+ * a pool import): the importing context synchronised, the real call, then
+ * the lease dropped, or kept when CUDA says the mapping is still open. */
+static int close_for_real(struct ipc_close *t, uint64_t ptr, void *stream,
+                          int (*real_close)(uint64_t, void *), const struct door_codes *codes)
+{
+    synchronize_context(t->ctx);
+    int result = real_close(ptr, stream);
+    if (result == codes->ok)
+        ipc_close_finish(t);
+    else
+        ipc_close_abort(t); /* still mapped, says CUDA: keep protecting it */
+    return result;
+}
+
 /* Free: limbo, untracked, or a tracked block nothing holds. A stream-ordered
  * free (stream given) of a block that goes to limbo is deferred like any
  * other: the real free comes later, after the importers let go, and so
@@ -138,15 +153,7 @@ static __attribute__((noinline)) int op_free_tracked(uint64_t ptr, void *stream,
     struct ipc_close ticket;
     int decision = ipc_unimport_begin(ptr, &ticket);
     if (decision == IPC_DONE) return codes->ok;
-    if (decision == IPC_REAL) {
-        synchronize_context(ticket.ctx); /* the importer's queued work on it first */
-        int result = real_free(ptr, stream);
-        if (result == codes->ok)
-            ipc_close_finish(&ticket);
-        else
-            ipc_close_abort(&ticket);
-        return result;
-    }
+    if (decision == IPC_REAL) return close_for_real(&ticket, ptr, stream, real_free, codes);
     decision = ipc_free(ptr);
     if (decision == IPC_DONE) return codes->ok;
     if (decision < 0) return codes->invalid;
@@ -282,20 +289,15 @@ static int op_open(const struct open_call *call, int kind, uint64_t *out, bool r
 }
 
 /* Close: only the last local close reaches the driver, after a sync. */
-static int op_close(uint64_t ptr, int (*real_close)(uint64_t), const struct door_codes *codes)
+static int op_close(uint64_t ptr, int (*real_close)(uint64_t, void *),
+                    const struct door_codes *codes)
 {
-    if (!tracking) return real_close(ptr);
+    if (!tracking) return real_close(ptr, NULL);
     struct ipc_close ticket;
     int decision = ipc_close_begin(ptr, &ticket);
     if (decision == IPC_DONE) return codes->ok;
-    if (decision != IPC_REAL) return real_close(ptr);
-    synchronize_context(ticket.ctx);
-    int result = real_close(ptr);
-    if (result == codes->ok)
-        ipc_close_finish(&ticket);
-    else
-        ipc_close_abort(&ticket); /* still mapped, says CUDA: keep protecting it */
-    return result;
+    if (decision != IPC_REAL) return real_close(ptr, NULL);
+    return close_for_real(&ticket, ptr, NULL, real_close, codes);
 }
 
 /* Adapters from each door's real function to the op_* shapes. */
@@ -327,13 +329,15 @@ static int driver_free_async_ptsz(uint64_t p, void *stream)
     return REAL(cuMemFreeAsync_ptsz) ? (int)real_cuMemFreeAsync_ptsz(p, stream)
                                      : driver_codes.missing;
 }
-static int runtime_close(uint64_t p)
+static int runtime_close(uint64_t p, void *stream)
 {
+    (void)stream;
     return REAL(cudaIpcCloseMemHandle) ? (int)real_cudaIpcCloseMemHandle((void *)p)
                                        : runtime_codes.missing;
 }
-static int driver_close(uint64_t p)
+static int driver_close(uint64_t p, void *stream)
 {
+    (void)stream;
     return REAL(cuIpcCloseMemHandle) ? (int)real_cuIpcCloseMemHandle(p) : driver_codes.missing;
 }
 static int runtime_open(uint64_t *out, const struct open_call *c)
