@@ -419,7 +419,7 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
         goto off;
     }
     drain_recycles();
-    uint32_t idx = reg_block_create_kind(&reg, h, base, size, device, self, now, kind);
+    uint32_t idx = reg_block_create(&reg, h, base, size, device, self, now, kind);
     uint64_t gen = idx != REG_NONE ? reg.blocks[idx].generation : 0;
     size_t shed = idx == REG_NONE && retry ? shed_unclaimed_n(true) : 0;
     registry_unlock(&reg);

@@ -142,9 +142,10 @@ void ipc_close_abort(struct ipc_close *t);
 int ipc_free(uint64_t ptr);
 
 /* True when a free of ptr is certainly IPC_PASS: no export of this process
- * and no pool import (ipc_unimport_begin) can be at ptr. A few relaxed loads, no lock (while limbo
- * waits, every 1024th such free of a thread also looks whether a collect is due): the caller may
- * then free for real without ipc_free (the hot path of every untracked free). */
+ * and no pool import (ipc_unimport_begin) can be at ptr. A few relaxed
+ * loads, no lock (while limbo waits, every 1024th such free of a thread
+ * also looks whether a collect is due): the caller may then free for real
+ * without ipc_free (the hot path of every untracked free). */
 bool ipc_free_passes(uint64_t ptr);
 
 /* True when this process has blocks in limbo (a relaxed load, no lock). */

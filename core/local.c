@@ -1,6 +1,6 @@
 /* local: the per-process uthash indexes of local.h and their mutex. Plain
- * data structure code: every function but local_lock/unlock/has_exports/has_pool_imports
- * requires the local mutex. */
+ * data structure code: every function but local_lock/unlock and the two
+ * has_* flags requires the local mutex. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>

@@ -1753,13 +1753,7 @@ static uint32_t pop_free_block(struct registry *r)
 }
 
 uint32_t reg_block_create(struct registry *r, const struct ipc_handle *hd, uint64_t base,
-                          uint64_t size, int device, uint32_t exporter, uint64_t now)
-{
-    return reg_block_create_kind(r, hd, base, size, device, exporter, now, IPC_KIND_LEGACY);
-}
-
-uint32_t reg_block_create_kind(struct registry *r, const struct ipc_handle *hd, uint64_t base,
-                               uint64_t size, int device, uint32_t exporter, uint64_t now, int kind)
+                          uint64_t size, int device, uint32_t exporter, uint64_t now, int kind)
 {
     struct reg_holder *o = reg_holder_at(r, exporter);
     if (!o) return REG_NONE;

@@ -492,13 +492,10 @@ uint32_t reg_block_next_free(struct registry *r);
 
 /* A fresh LIVE block (generation bumped, one pending hand-off), in the hash
  * index; the table grows (doubling, up to its capacity) when no record is
- * free. REG_NONE when it is full. */
+ * free. REG_NONE when it is full. kind: IPC_KIND_* (BLOCK_KIND_POOL in its
+ * rules for a pool's export). */
 uint32_t reg_block_create(struct registry *r, const struct ipc_handle *h, uint64_t base,
-                          uint64_t size, int device, uint32_t exporter, uint64_t now);
-/* reg_block_create for an export of the given IPC_KIND_*. */
-uint32_t reg_block_create_kind(struct registry *r, const struct ipc_handle *h, uint64_t base,
-                               uint64_t size, int device, uint32_t exporter, uint64_t now,
-                               int kind);
+                          uint64_t size, int device, uint32_t exporter, uint64_t now, int kind);
 
 /* Back to the free list; leases still naming it are left to their owners
  * (their generation no longer matches). The held bitmap is cleared. Off

@@ -192,10 +192,12 @@ Test(registry, a_later_process_raises_the_bounds)
     uint32_t me = reg_holder_attach(&a, 1);
     for (unsigned i = 0; i < 2; i++) {
         struct ipc_handle h = make_handle(i + 1);
-        cr_assert_neq(reg_block_create(&a, &h, 0x1000ull * (i + 1), 1, 0, me, 1), REG_NONE);
+        cr_assert_neq(reg_block_create(&a, &h, 0x1000ull * (i + 1), 1, 0, me, 1, IPC_KIND_LEGACY),
+                      REG_NONE);
     }
     struct ipc_handle h3 = make_handle(3);
-    cr_assert_eq(reg_block_create(&a, &h3, 0x3000, 1, 0, me, 1), REG_NONE, "bounded at 2");
+    cr_assert_eq(reg_block_create(&a, &h3, 0x3000, 1, 0, me, 1, IPC_KIND_LEGACY), REG_NONE,
+                 "bounded at 2");
     registry_unlock(&a);
     /* A later process asks for more: raised, within what the file holds. */
     cr_assert_eq(registry_open(&b, test_domain, &wide), 0);
@@ -206,11 +208,12 @@ Test(registry, a_later_process_raises_the_bounds)
     cr_assert_eq(registry_lock(&a), 0);
     for (unsigned i = 2; i < 3000; i++) {
         struct ipc_handle h = make_handle(i + 1);
-        cr_assert_neq(reg_block_create(&a, &h, 0x1000ull * (i + 1), 1, 0, me, 1), REG_NONE,
-                      "block %u", i);
+        cr_assert_neq(reg_block_create(&a, &h, 0x1000ull * (i + 1), 1, 0, me, 1, IPC_KIND_LEGACY),
+                      REG_NONE, "block %u", i);
     }
     struct ipc_handle last = make_handle(99999);
-    cr_assert_eq(reg_block_create(&a, &last, 1, 1, 0, me, 1), REG_NONE, "bounded at 3000");
+    cr_assert_eq(reg_block_create(&a, &last, 1, 1, 0, me, 1, IPC_KIND_LEGACY), REG_NONE,
+                 "bounded at 3000");
     registry_unlock(&a);
     /* Asking for less lowers nothing. */
     cr_assert_eq(registry_open(&c, test_domain, &small), 0);
@@ -316,8 +319,8 @@ Test(registry, records_and_hash)
     uint32_t me = reg_holder_attach(&r, 42);
     cr_assert_neq(me, REG_NONE);
     struct ipc_handle h1 = make_handle(1), h2 = make_handle(2);
-    uint32_t b1 = reg_block_create(&r, &h1, 0x1000, 10, 0, me, 5);
-    uint32_t b2 = reg_block_create(&r, &h2, 0x2000, 20, 0, me, 5);
+    uint32_t b1 = reg_block_create(&r, &h1, 0x1000, 10, 0, me, 5, IPC_KIND_LEGACY);
+    uint32_t b2 = reg_block_create(&r, &h2, 0x2000, 20, 0, me, 5, IPC_KIND_LEGACY);
     cr_assert_neq(b1, b2);
     cr_assert_eq(reg_block_find(&r, &h1), b1);
     cr_assert_eq(reg_block_find(&r, &h2), b2);
@@ -330,7 +333,7 @@ Test(registry, records_and_hash)
     cr_assert_eq(reg_block_find(&r, &h1), REG_NONE);
     cr_assert_eq(reg_block_leases(&r, b1), 0, "recycling clears who holds it");
     cr_assert_eq(reg_lease_find(&r, b1, me), REG_NONE, "a lease of the old generation is not one");
-    uint32_t b3 = reg_block_create(&r, &h1, 0x1000, 10, 0, me, 6);
+    uint32_t b3 = reg_block_create(&r, &h1, 0x1000, 10, 0, me, 6, IPC_KIND_LEGACY);
     cr_assert_eq(b3, b1, "the free list is LIFO");
     cr_assert_gt(r.blocks[b3].generation, gen, "a reused record has a new generation");
     registry_unlock(&r);
@@ -348,7 +351,7 @@ Test(registry, prefetch_hints_change_nothing)
     cr_assert_eq(registry_lock(&r), 0);
     uint32_t me = reg_holder_attach(&r, 7);
     struct ipc_handle h1 = make_handle(1), h2 = make_handle(2);
-    uint32_t b1 = reg_block_create(&r, &h1, 0x1000, 10, 0, me, 5);
+    uint32_t b1 = reg_block_create(&r, &h1, 0x1000, 10, 0, me, 5, IPC_KIND_LEGACY);
     uint32_t next = reg_block_next_free(&r);
     cr_assert_neq(next, REG_NONE);
     cr_assert_eq(r.blocks[next].state, BLOCK_FREE, "the hint names a free record");
@@ -365,7 +368,7 @@ Test(registry, prefetch_hints_change_nothing)
     reg_prefetch_open(&unmapped, 0, reg_handle_hash(&h1)); /* before the first attach: nothing */
     cr_assert_eq(memcmp(before, r.base, r.size), 0, "a hint wrote to the segment");
     free(before);
-    cr_assert_eq(reg_block_create(&r, &h2, 0x2000, 20, 0, me, 5), next,
+    cr_assert_eq(reg_block_create(&r, &h2, 0x2000, 20, 0, me, 5, IPC_KIND_LEGACY), next,
                  "the create takes the record the hint named");
     registry_unlock(&r);
     registry_close(&r);
@@ -379,10 +382,11 @@ Test(registry, full_tables)
     uint32_t me = reg_holder_attach(&r, 1);
     for (unsigned i = 0; i < 64; i++) {
         struct ipc_handle h = make_handle(i);
-        cr_assert_neq(reg_block_create(&r, &h, 0x1000 * (i + 1), 1, 0, me, 1), REG_NONE);
+        cr_assert_neq(reg_block_create(&r, &h, 0x1000 * (i + 1), 1, 0, me, 1, IPC_KIND_LEGACY),
+                      REG_NONE);
     }
     struct ipc_handle h = make_handle(999);
-    cr_assert_eq(reg_block_create(&r, &h, 1, 1, 0, me, 1), REG_NONE);
+    cr_assert_eq(reg_block_create(&r, &h, 1, 1, 0, me, 1, IPC_KIND_LEGACY), REG_NONE);
     for (unsigned i = 0; i < 128; i++)
         cr_assert_neq(reg_lease_create(&r, i % 64, me), REG_NONE);
     cr_assert_eq(reg_lease_create(&r, 0, me), REG_NONE);
@@ -408,11 +412,12 @@ Test(registry, grows_on_demand)
     uint32_t me = reg_holder_attach(&r, 1);
     for (unsigned i = 0; i < 3000; i++) {
         struct ipc_handle h = make_handle(i + 1);
-        cr_assert_neq(reg_block_create(&r, &h, 0x1000ull * (i + 1), 1, 0, me, 1), REG_NONE,
-                      "block %u", i);
+        cr_assert_neq(reg_block_create(&r, &h, 0x1000ull * (i + 1), 1, 0, me, 1, IPC_KIND_LEGACY),
+                      REG_NONE, "block %u", i);
     }
     struct ipc_handle h = make_handle(99999);
-    cr_assert_eq(reg_block_create(&r, &h, 1, 1, 0, me, 1), REG_NONE, "the bound bounds it");
+    cr_assert_eq(reg_block_create(&r, &h, 1, 1, 0, me, 1, IPC_KIND_LEGACY), REG_NONE,
+                 "the bound bounds it");
     cr_assert_eq(r.max_blocks, 3000);
     cr_assert_eq(r.nbuckets, 4096);
     for (unsigned i = 0; i < 3000; i += 7) {
@@ -596,11 +601,11 @@ Test(registry, exports_listed_per_holder)
     uint32_t ablk[5], bblk[3];
     for (unsigned i = 0; i < 5; i++) {
         struct ipc_handle h = make_handle(i + 1);
-        ablk[i] = reg_block_create(&r, &h, 0x1000 * (i + 1), 1, 0, a, 1);
+        ablk[i] = reg_block_create(&r, &h, 0x1000 * (i + 1), 1, 0, a, 1, IPC_KIND_LEGACY);
     }
     for (unsigned i = 0; i < 3; i++) {
         struct ipc_handle h = make_handle(i + 100);
-        bblk[i] = reg_block_create(&r, &h, 0x100000 * (i + 1), 1, 0, b, 1);
+        bblk[i] = reg_block_create(&r, &h, 0x100000 * (i + 1), 1, 0, b, 1, IPC_KIND_LEGACY);
     }
     cr_assert_eq(exports_of(&r, a), 5);
     cr_assert_eq(exports_of(&r, b), 3);
@@ -640,8 +645,8 @@ Test(registry, repair_rebuilds_derived)
     cr_assert_eq(registry_lock(&r), 0);
     uint32_t me = reg_holder_attach(&r, 7);
     struct ipc_handle h1 = make_handle(1), h2 = make_handle(2);
-    uint32_t b1 = reg_block_create(&r, &h1, 0x1000, 10, 0, me, 5);
-    uint32_t b2 = reg_block_create(&r, &h2, 0x2000, 20, 0, me, 5);
+    uint32_t b1 = reg_block_create(&r, &h1, 0x1000, 10, 0, me, 5, IPC_KIND_LEGACY);
+    uint32_t b2 = reg_block_create(&r, &h2, 0x2000, 20, 0, me, 5, IPC_KIND_LEGACY);
     uint32_t l1 = reg_lease_create(&r, b1, me);
     r.leases[l1].intent = LEASE_OPEN;
     for (uint32_t i = 0; i < r.nbuckets; i++)
@@ -662,7 +667,7 @@ Test(registry, repair_rebuilds_derived)
     cr_assert_eq(reg_lease_find(&r, b1, me), l1);
     cr_assert_eq(reg_block_leases(&r, b2), 0);
     struct ipc_handle h3 = make_handle(3);
-    uint32_t b3 = reg_block_create(&r, &h3, 0x3000, 1, 0, me, 5);
+    uint32_t b3 = reg_block_create(&r, &h3, 0x3000, 1, 0, me, 5, IPC_KIND_LEGACY);
     cr_assert(b3 != REG_NONE && b3 != b1 && b3 != b2);
     cr_assert_neq(reg_lease_create(&r, b2, me), l1);
     registry_unlock(&r);
@@ -686,7 +691,7 @@ Test(registry, repair_during_a_lockfree_retire_keeps_the_block)
     cr_assert_eq(registry_lock(&r), 0);
     uint32_t me = reg_holder_attach(&r, 7);
     struct ipc_handle h = make_handle(1);
-    uint32_t bi = reg_block_create(&r, &h, 0x1000, 10, 0, me, 5);
+    uint32_t bi = reg_block_create(&r, &h, 0x1000, 10, 0, me, 5, IPC_KIND_LEGACY);
     registry_unlock(&r);
     cr_assert_eq(bi, 0);
     struct reg_block *b = &r.blocks[bi];
@@ -738,7 +743,7 @@ Test(registry, killed_mid_mutation_repaired)
     cr_assert_eq(registry_lock(&r), 0);
     uint32_t me = reg_holder_attach(&r, 9);
     struct ipc_handle h1 = make_handle(1);
-    uint32_t b1 = reg_block_create(&r, &h1, 0x1000, 10, 0, me, 5);
+    uint32_t b1 = reg_block_create(&r, &h1, 0x1000, 10, 0, me, 5, IPC_KIND_LEGACY);
     registry_unlock(&r);
     pid_t pid = fork();
     if (pid == 0) {
@@ -755,7 +760,7 @@ Test(registry, killed_mid_mutation_repaired)
     cr_assert_eq(r.hdr->repairs, 1);
     cr_assert_eq(reg_block_find(&r, &h1), b1);
     struct ipc_handle h2 = make_handle(2);
-    uint32_t b2 = reg_block_create(&r, &h2, 0x2000, 10, 0, me, 5);
+    uint32_t b2 = reg_block_create(&r, &h2, 0x2000, 10, 0, me, 5, IPC_KIND_LEGACY);
     cr_assert(b2 != REG_NONE && b2 != b1);
     cr_assert_neq(reg_lease_create(&r, b1, me), REG_NONE);
     registry_unlock(&r);

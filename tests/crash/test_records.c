@@ -102,7 +102,7 @@ Test(records, dead_importers_leases_go_in_every_intent)
     uint32_t b[3];
     for (int i = 0; i < 3; i++) {
         struct ipc_handle h = handle((unsigned)i + 1);
-        b[i] = reg_block_create(&r, &h, 0x1000u * (i + 1), 4096, 0, me, 1);
+        b[i] = reg_block_create(&r, &h, 0x1000u * (i + 1), 4096, 0, me, 1, IPC_KIND_LEGACY);
     }
     registry_unlock(&r);
     uint32_t intents[3] = {LEASE_OPENING, LEASE_OPEN, LEASE_CLOSING};
@@ -133,8 +133,8 @@ Test(records, dead_exporters_blocks_are_orphaned_then_recycled)
         if (registry_open(&c, domain, &caps) || registry_lock(&c)) _exit(1);
         uint32_t me = reg_holder_attach(&c, 0xe);
         struct ipc_handle h1 = handle(10), h2 = handle(11);
-        uint32_t b[2] = {reg_block_create(&c, &h1, 0x1000, 4096, 0, me, 1),
-                         reg_block_create(&c, &h2, 0x2000, 4096, 0, me, 1)};
+        uint32_t b[2] = {reg_block_create(&c, &h1, 0x1000, 4096, 0, me, 1, IPC_KIND_LEGACY),
+                         reg_block_create(&c, &h2, 0x2000, 4096, 0, me, 1, IPC_KIND_LEGACY)};
         registry_unlock(&c);
         if (write(p[1], b, sizeof b) != sizeof b) _exit(3);
         char go;
@@ -179,7 +179,7 @@ Test(records, attach_sweeps_the_dead)
     cr_assert_eq(registry_lock(&r), 0);
     uint32_t exporter = reg_holder_attach(&r, 3);
     struct ipc_handle h = handle(20);
-    uint32_t b = reg_block_create(&r, &h, 0x1000, 4096, 0, exporter, 1);
+    uint32_t b = reg_block_create(&r, &h, 0x1000, 4096, 0, exporter, 1, IPC_KIND_LEGACY);
     registry_unlock(&r);
     uint32_t intents[1] = {LEASE_OPEN};
     uint32_t dead = importer_dies_holding(&b, intents, 1);

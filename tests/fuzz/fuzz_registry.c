@@ -177,7 +177,8 @@ static void operate(struct registry *r, const uint8_t *data, size_t size, uint8_
     /* What a process does next: attach, export, be opened, close, free. */
     uint32_t self = reg_holder_attach(r, 0x1234567);
     if (self != REG_NONE) {
-        uint32_t b = reg_block_create(r, &tail, 0x7000, 4096, 0, self, reg_now_ns());
+        uint32_t b =
+            reg_block_create(r, &tail, 0x7000, 4096, 0, self, reg_now_ns(), IPC_KIND_LEGACY);
         if (b != REG_NONE) {
             uint32_t other = (self + 1) % r->max_holders;
             uint32_t l = reg_lease_create(r, b, other);

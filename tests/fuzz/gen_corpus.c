@@ -57,12 +57,13 @@ int main(int argc, char **argv)
     uint32_t a = reg_holder_attach(&r, 0x1111), b = reg_holder_attach(&r, 0x2222);
     r.holders[b].pid = 999999; /* a dead importer */
     dump(argv[1], "holders", 0, &r);
-    uint32_t live = reg_block_create(&r, &(struct ipc_handle){0}, 0x1000, 4096, 0, a, 1);
+    uint32_t live =
+        reg_block_create(&r, &(struct ipc_handle){0}, 0x1000, 4096, 0, a, 1, IPC_KIND_LEGACY);
     struct ipc_handle h1 = handle(1), h2 = handle(2), h3 = handle(3), h4 = handle(4);
-    uint32_t limbo = reg_block_create(&r, &h1, 0x2000, 4096, 0, a, 2);
-    uint32_t orphan = reg_block_create(&r, &h2, 0x3000, 4096, 0, b, 3);
-    uint32_t retired = reg_block_create(&r, &h3, 0x4000, 4096, 0, a, 4);
-    (void)reg_block_create(&r, &h4, 0x5000, 4096, 1, b, 5);
+    uint32_t limbo = reg_block_create(&r, &h1, 0x2000, 4096, 0, a, 2, IPC_KIND_LEGACY);
+    uint32_t orphan = reg_block_create(&r, &h2, 0x3000, 4096, 0, b, 3, IPC_KIND_LEGACY);
+    uint32_t retired = reg_block_create(&r, &h3, 0x4000, 4096, 0, a, 4, IPC_KIND_LEGACY);
+    (void)reg_block_create(&r, &h4, 0x5000, 4096, 1, b, 5, IPC_KIND_LEGACY);
     r.blocks[limbo].state = BLOCK_LIMBO;
     r.blocks[orphan].state = BLOCK_ORPHANED;
     r.blocks[retired].state = BLOCK_RETIRED;
