@@ -2252,9 +2252,10 @@ void sim_drv_count_pool_export(void)
  * in the same context counts, and returns the same pointer). Returns the
  * mapping's pointer, or 0 when out of memory (the caller gives the row
  * back). Caller holds g_lock. */
-static CUdeviceptr import_add_locked(struct sim_ctx *c, enum sim_map_kind kind, unsigned dev,
-                                     uint32_t index, uint64_t serial, CUdeviceptr ptr,
-                                     uint64_t size, CUmemoryPool pool, uint32_t row)
+/* This context's import of allocation (dev, index, serial), or NULL.
+ * Caller holds g_lock. */
+static struct import *import_find_locked(const struct sim_ctx *c, enum sim_map_kind kind,
+                                         unsigned dev, uint32_t index, uint64_t serial)
 {
     struct import key, *im = NULL;
     memset(&key, 0, sizeof(key));
@@ -2264,13 +2265,25 @@ static CUdeviceptr import_add_locked(struct sim_ctx *c, enum sim_map_kind kind, 
     key.key.ctx_id = c->id;
     key.key.kind = kind;
     HASH_FIND(hh, g_imports, &key.key, sizeof(key.key), im);
+    return im;
+}
+
+static CUdeviceptr import_add_locked(struct sim_ctx *c, enum sim_map_kind kind, unsigned dev,
+                                     uint32_t index, uint64_t serial, CUdeviceptr ptr,
+                                     uint64_t size, CUmemoryPool pool, uint32_t row)
+{
+    struct import *im = import_find_locked(c, kind, dev, index, serial);
     if (im) {
         im->count++;
         im->row = row;
         return im->ptr;
     }
     if (!(im = calloc(1, sizeof(*im)))) return 0;
-    im->key = key.key;
+    im->key.dev = dev;
+    im->key.index = index;
+    im->key.serial = serial;
+    im->key.ctx_id = c->id;
+    im->key.kind = kind;
     im->ptr = ptr;
     im->size = size;
     im->count = 1;
@@ -2295,14 +2308,7 @@ static CUdeviceptr import_add_locked(struct sim_ctx *c, enum sim_map_kind kind, 
 static CUdeviceptr import_reopen_locked(struct sim_ctx *c, enum sim_map_kind kind, unsigned dev,
                                         uint32_t index, uint64_t serial)
 {
-    struct import key, *im = NULL;
-    memset(&key, 0, sizeof(key));
-    key.key.dev = dev;
-    key.key.index = index;
-    key.key.serial = serial;
-    key.key.ctx_id = c->id;
-    key.key.kind = kind;
-    HASH_FIND(hh, g_imports, &key.key, sizeof(key.key), im);
+    struct import *im = import_find_locked(c, kind, dev, index, serial);
     if (!im || sim_proc_alive(im->owner_pid, im->owner_start)) return 0;
     im->count++;
     return im->ptr;

@@ -30,6 +30,7 @@
 
 #include "sim_state.h"
 #include "simcuda.h"
+#include "test_check.h"
 
 static char g_machine[160];
 
@@ -56,34 +57,6 @@ static void teardown(void)
 }
 
 TestSuite(simcuda, .init = setup, .fini = teardown, .timeout = 30);
-
-#define OK(expr)                                                                                   \
-    do {                                                                                           \
-        CUresult r_ = (expr);                                                                      \
-        cr_assert_eq(r_, CUDA_SUCCESS, "%s returned %d", #expr, (int)r_);                          \
-    } while (0)
-#define FAILS(expr, code)                                                                          \
-    do {                                                                                           \
-        CUresult r_ = (expr);                                                                      \
-        cr_assert_eq(r_, (code), "%s returned %d, expected %d", #expr, (int)r_, (int)(code));      \
-    } while (0)
-
-/* In forked children: no Criterion asserts, report and fail. */
-#define CHILD_OK(expr)                                                                             \
-    do {                                                                                           \
-        CUresult r_ = (expr);                                                                      \
-        if (r_ != CUDA_SUCCESS) {                                                                  \
-            fprintf(stderr, "child line %d: %s returned %d\n", __LINE__, #expr, (int)r_);          \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
-#define CHILD_EXPECT(cond)                                                                         \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "child line %d: %s is false\n", __LINE__, #cond);                      \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
 
 /* cuInit plus a current primary context on device `dev`. */
 static CUresult init_on(int dev)

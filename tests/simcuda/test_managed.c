@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "simcuda.h"
+#include "test_check.h"
 
 #define MiB (1ull << 20)
 
@@ -44,17 +45,6 @@ static void teardown(void)
 }
 
 TestSuite(managed, .init = setup, .fini = teardown, .timeout = 30);
-
-#define OK(expr)                                                                                   \
-    do {                                                                                           \
-        CUresult r_ = (expr);                                                                      \
-        cr_assert_eq(r_, CUDA_SUCCESS, "%s returned %d", #expr, (int)r_);                          \
-    } while (0)
-#define FAILS(expr, code)                                                                          \
-    do {                                                                                           \
-        CUresult r_ = (expr);                                                                      \
-        cr_assert_eq(r_, (code), "%s returned %d, expected %d", #expr, (int)r_, (int)(code));      \
-    } while (0)
 
 static CUresult init_on(int dev)
 {
