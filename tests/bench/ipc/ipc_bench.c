@@ -230,6 +230,31 @@ static int fig_alloc(const struct args *a, const char *self)
 
 enum { CY_OPEN, CY_READ, CY_CLOSE }; /* child's stamps */
 
+/* Prints a two-process cycle's figures: "PREFIX_ns", the median of each
+ * repetition (consecutive slices of the last series, the whole cycle), and
+ * "PREFIX_NAME_ns", each call's median over every cycle. */
+static void print_cycle(const char *prefix, double *const *t, const char *const *names, int nops,
+                        const struct args *a)
+{
+    long per = a->cycles / a->reps;
+    double *reps = calloc((size_t)a->reps, sizeof *reps);
+    for (long r = 0; r < a->reps; r++) {
+        double *slice = malloc((size_t)per * sizeof *slice);
+        memcpy(slice, t[nops - 1] + r * per, (size_t)per * sizeof *slice);
+        reps[r] = median(slice, (size_t)per);
+        free(slice);
+    }
+    char key[64];
+    snprintf(key, sizeof key, "%s_ns", prefix);
+    print_values(key, reps, (size_t)a->reps);
+    free(reps);
+    for (int k = 0; k < nops - 1; k++) {
+        double m = median(t[k], (size_t)a->cycles);
+        snprintf(key, sizeof key, "%s_%s_ns", prefix, names[k]);
+        print_values(key, &m, 1);
+    }
+}
+
 /* The five calls of a cycle that the shim intercepts, one function each so
  * that callgrind counts their instructions only
  * (--toggle-collect='bench_call_*', scripts/bench); the warm-up cycles call
@@ -364,22 +389,7 @@ static int fig_cycle(const struct args *a, const char *self)
     door_open(c, D_TO_CHILD);
     int status = wait_child(pid);
 
-    /* The cycle: the median of each repetition (consecutive slices). */
-    long per = a->cycles / a->reps;
-    double *reps = calloc((size_t)a->reps, sizeof *reps);
-    for (long r = 0; r < a->reps; r++) {
-        double *slice = malloc((size_t)per * sizeof *slice);
-        memcpy(slice, t[CYCLE] + r * per, (size_t)per * sizeof *slice);
-        reps[r] = median(slice, (size_t)per);
-        free(slice);
-    }
-    print_values("cycle_ns", reps, (size_t)a->reps);
-    for (int k = 0; k < NOPS - 1; k++) {
-        char key[32];
-        double m = median(t[k], (size_t)a->cycles);
-        snprintf(key, sizeof key, "cycle_%s_ns", names[k]);
-        print_values(key, &m, 1);
-    }
+    print_cycle("cycle", t, names, NOPS, a);
     return status ? 2 : 0;
 }
 
@@ -534,22 +544,7 @@ static int fig_pool_cycle(const struct args *a, const char *self)
     door_open(c, D_TO_CHILD);
     int status = wait_child(pid);
 
-    /* The cycle: the median of each repetition (consecutive slices). */
-    long per = a->cycles / a->reps;
-    double *reps = calloc((size_t)a->reps, sizeof *reps);
-    for (long r = 0; r < a->reps; r++) {
-        double *slice = malloc((size_t)per * sizeof *slice);
-        memcpy(slice, t[CYCLE] + r * per, (size_t)per * sizeof *slice);
-        reps[r] = median(slice, (size_t)per);
-        free(slice);
-    }
-    print_values("pool_cycle_ns", reps, (size_t)a->reps);
-    for (int k = 0; k < NOPS - 1; k++) {
-        char key[40];
-        double m = median(t[k], (size_t)a->cycles);
-        snprintf(key, sizeof key, "pool_cycle_%s_ns", names[k]);
-        print_values(key, &m, 1);
-    }
+    print_cycle("pool_cycle", t, names, NOPS, a);
     return status ? 2 : 0;
 }
 
