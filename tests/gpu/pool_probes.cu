@@ -48,6 +48,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../e2e/progs/hex.h"
+
 #define BYTES (2u << 20)
 #define POISON 0xDEADBEEFu
 #define ASK_MS 30000  /* the longest the coordinator waits for one answer */
@@ -65,21 +67,6 @@ static double now_ms(void)
 static unsigned word(size_t i)
 {
     return (unsigned)(i * 2654435761u) ^ 0xa5a5a5a5u;
-}
-
-static void hex_out(const void *b, size_t n, char *out)
-{
-    for (size_t i = 0; i < n; i++)
-        sprintf(out + 2 * i, "%02x", ((const unsigned char *)b)[i]);
-}
-static int hex_in(const char *s, void *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        unsigned v;
-        if (sscanf(s + 2 * i, "%2x", &v) != 1) return -1;
-        ((unsigned char *)b)[i] = (unsigned char)v;
-    }
-    return 0;
 }
 
 static const char *name(int r)
@@ -245,7 +232,7 @@ static int exporter(int sock)
                 fd = -1;
             } else {
                 strcpy(reply, "ok ");
-                hex_out(&data, sizeof data, reply + 3);
+                to_hex((const unsigned char *)&data, sizeof data, reply + 3);
             }
         } else if (!strcmp(cmd, "fd")) { /* the pool exported once more: a second fd */
             r = pool ? cudaMemPoolExportToShareableHandle(&fd, pool,
@@ -322,7 +309,9 @@ static int importer(int sock)
             int k = 0;
             if (strlen(cmd) > 7 + 2 * sizeof data) k = atoi(cmd + 7 + 2 * sizeof data);
             void *q = NULL;
-            int r = hex_in(cmd + 7, &data, sizeof data) || k < 0 || k >= npools
+            char hex[2 * sizeof data + 1];
+            snprintf(hex, sizeof hex, "%s", cmd + 7);
+            int r = from_hex(hex, (unsigned char *)&data, sizeof data) || k < 0 || k >= npools
                         ? (int)cudaErrorInvalidValue
                         : 0;
             if (!r && nptrs == MAX_IMPORTS) r = cudaErrorMemoryAllocation;
