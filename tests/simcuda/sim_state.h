@@ -226,7 +226,7 @@ struct sim_machine {
     uint64_t kept_frees;        /* owner frees that were kept */
 };
 
-/* Result codes of the sim_* functions; driver.c maps them to CUresult. */
+/* Result codes of the sim_* functions; the driver_*.c files map them to CUresult. */
 enum sim_rc {
     SIM_OK = 0,
     SIM_ENOMEM = -1, /* device (or table) full */
