@@ -32,7 +32,7 @@
  * - NVIDIA: "The imported memory must be freed from all importing processes
  *   before being freed in the exporting process." An exporter that frees
  *   first gets what legacy IPC gets under SIMCUDA_FREE_WHILE_MAPPED (the
- *   owner_release_locked handshake in sim_state.c): poison (released and
+ *   sim_owner_release_locked handshake in sim_map.c): poison (released and
  *   poisoned now) or keep (kept, charged, intact until the last import
  *   goes). Importer death, exporter exit or death: as for legacy IPC.
  */
