@@ -6,8 +6,8 @@
  * cuDevice{Get,Set}MemPool, cuMemPoolCreate, cuMemPoolDestroy,
  * cuMemPoolTrimTo, cuMemPoolSet/GetAttribute, cuMemPoolSet/GetAccess).
  * Sharing pools between processes is driver_pool_ipc.c. Kept out of
- * driver.c so that file stays easy to merge; it reaches driver.c's
- * per-process state through the sim_drv_* helpers declared there.
+ * driver.c so that file stays easy to merge; it reaches the driver's
+ * per-process state through the sim_drv_* helpers of driver_internal.h.
  *
  * Semantics (NVIDIA's driver API reference, "Stream Ordered Memory
  * Allocator"; what the simulator does differently is marked):
@@ -36,21 +36,13 @@
  *   gives its memory back at once.
  */
 #include "driver_pool.h"
+#include "driver_internal.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define POOL_MAGIC 0x4c4f4f50u /* "POOL" */
-
-/* Shared with driver.c (declared there too). */
-SIM_INTERNAL CUresult sim_drv_enter(void);
-SIM_INTERNAL CUresult sim_drv_stream_ctx(CUstream s, unsigned *dev, uint64_t *ctx_id);
-SIM_INTERNAL int sim_drv_fault_alloc(void);
-SIM_INTERNAL void sim_drv_count_alloc(void);
-SIM_INTERNAL int sim_drv_import_free(CUdeviceptr p);
-SIM_INTERNAL CUmemoryPool sim_pool_handle(unsigned dev, uint64_t pool_id);
-SIM_INTERNAL unsigned long long sim_pool_handle_types(uint64_t pool_id);
 
 /* Each device's default pool, per process (a CUmemoryPool is a
  * process-local handle), made on first use. */

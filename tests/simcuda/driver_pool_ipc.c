@@ -21,7 +21,7 @@
  *   cuIpcGetMemHandle does), so its release poisons it.
  * - Importing a pointer is a legacy IPC open in all but name: one row in the
  *   machine's table of IPC opens in force (kind SIM_MAP_POOL; no machine
- *   lock in the common case, see sim_state.h), and a record in driver.c's
+ *   lock in the common case, see sim_state.h), and a record in driver_ipc.c's
  *   table of mappings, so copies, sets, pointer queries and context
  *   teardown treat it like an open mapping. It is this process's window
  *   base + the allocation's offset, so it differs between processes. The
@@ -32,11 +32,12 @@
  * - NVIDIA: "The imported memory must be freed from all importing processes
  *   before being freed in the exporting process." An exporter that frees
  *   first gets what legacy IPC gets under SIMCUDA_FREE_WHILE_MAPPED (the
- *   owner_release_locked handshake in sim_state.c): poison (released and
+ *   sim_owner_release_locked handshake in sim_map.c): poison (released and
  *   poisoned now) or keep (kept, charged, intact until the last import
  *   goes). Importer death, exporter exit or death: as for legacy IPC.
  */
 #include "driver_pool.h"
+#include "driver_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,15 +48,6 @@
 
 #define POOL_FD_MAGIC 0x504d4953u  /* "SIMP": the record behind an exported pool's fd */
 #define PTR_DATA_MAGIC 0x584d4953u /* "SIMX": CUmemPoolPtrExportData */
-
-/* Shared with driver.c (declared there too). */
-SIM_INTERNAL CUresult sim_drv_enter(void);
-SIM_INTERNAL CUresult sim_drv_stream_ctx(CUstream s, unsigned *dev, uint64_t *ctx_id);
-SIM_INTERNAL int sim_drv_import_add(unsigned dev, uint32_t index, uint64_t serial, uint64_t ctx_id,
-                                    CUdeviceptr ptr, uint64_t size, CUmemoryPool pool, uint32_t row,
-                                    CUdeviceptr *out);
-SIM_INTERNAL void sim_drv_count_pool_export(void);
-SIM_INTERNAL unsigned long long sim_pool_handle_types(uint64_t pool_id);
 
 /* What an exported pool's file descriptor holds. 48 bytes. */
 struct pool_record {

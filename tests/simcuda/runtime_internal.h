@@ -4,8 +4,9 @@
  * cuGetProcAddress_v2 (filled once by runtime.c), how to call them, and
  * runtime.c's helpers for the error state and the current context. Internal
  * to the library (hidden visibility). runtime.c owns the process state;
- * runtime_pool.c (stream-ordered allocation, pools and pool IPC) uses it
- * only through what is declared here.
+ * runtime_mem.c (memory calls) and runtime_pool.c (stream-ordered
+ * allocation, pools and pool IPC) use it only through what is declared
+ * here.
  */
 #ifndef SIMRT_RUNTIME_INTERNAL_H
 #define SIMRT_RUNTIME_INTERNAL_H

@@ -58,7 +58,7 @@
  *   device, offset, flags, owner) are written under the mutex, SIM_F_KEPT
  *   with a seq-cst atomic OR, and a release clears the serial first. The
  *   handshake between an owner's free and an open or a close is described
- *   at owner_release_locked (sim_state.c).
+ *   at sim_owner_release_locked (sim_map.c).
  * Besides the segment, each process keeps a private record of each of its
  * own LIVE allocations (sim_own_find, struct own_rec in sim_state.c), so
  * that pointer queries take no machine-wide lock (README, "Which calls take
@@ -226,7 +226,7 @@ struct sim_machine {
     uint64_t kept_frees;        /* owner frees that were kept */
 };
 
-/* Result codes of the sim_* functions; driver.c maps them to CUresult. */
+/* Result codes of the sim_* functions; the driver_*.c files map them to CUresult. */
 enum sim_rc {
     SIM_OK = 0,
     SIM_ENOMEM = -1, /* device (or table) full */

@@ -1,0 +1,183 @@
+/*
+ * driver_copy.c: copies and sets, every variant (_v2, _ptds/_ptsz, legacy
+ * 32-bit, Async). Synchronous: the work is done when the call returns, and
+ * streams are only validated. Both ends of a copy and the target of a set
+ * are checked against this process's allocations, mappings and pinned
+ * memory (sim_drv_check_range) before a byte moves.
+ */
+#include "driver_internal.h"
+
+#include <string.h>
+
+/* ---- copies and sets (synchronous; streams are only validated) ---- */
+
+/* Copies n bytes; dst_dev/src_dev: that side must be device memory. */
+static CUresult copy(CUdeviceptr dst, int dst_dev, CUdeviceptr src, int src_dev, size_t n,
+                     CUstream s)
+{
+    ENTER();
+    CUresult r = sim_drv_check_stream(s);
+    if (r != CUDA_SUCCESS) return r;
+    if (n == 0) return CUDA_SUCCESS;
+    if ((r = sim_drv_check_range(dst, n, dst_dev ? DEVICE_ONLY : ANY_MEMORY)) != CUDA_SUCCESS ||
+        (r = sim_drv_check_range(src, n, src_dev ? DEVICE_ONLY : ANY_MEMORY)) != CUDA_SUCCESS)
+        return r;
+    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    return CUDA_SUCCESS;
+}
+
+#define H(p) ((CUdeviceptr)(uintptr_t)(p))
+
+CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
+{
+    return copy(dst, 0, src, 0, ByteCount, NULL);
+}
+CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
+{
+    return copy(dst, 0, src, 0, ByteCount, NULL);
+}
+CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
+{
+    return copy(dst, 0, src, 0, ByteCount, hStream);
+}
+CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
+                                    CUstream hStream)
+{
+    return copy(dst, 0, src, 0, ByteCount, hStream);
+}
+
+CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+    return copy(dstDevice, 1, H(srcHost), 0, ByteCount, NULL);
+}
+CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+    return copy(dstDevice, 1, H(srcHost), 0, ByteCount, NULL);
+}
+CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount)
+{
+    return copy(dstDevice, 1, H(srcHost), 0, ByteCount, NULL);
+}
+CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
+                                      CUstream hStream)
+{
+    return copy(dstDevice, 1, H(srcHost), 0, ByteCount, hStream);
+}
+CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost,
+                                           size_t ByteCount, CUstream hStream)
+{
+    return copy(dstDevice, 1, H(srcHost), 0, ByteCount, hStream);
+}
+CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr_v1 dstDevice, const void *srcHost,
+                                   unsigned int ByteCount, CUstream hStream)
+{
+    return copy(dstDevice, 1, H(srcHost), 0, ByteCount, hStream);
+}
+
+CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return copy(H(dstHost), 0, srcDevice, 1, ByteCount, NULL);
+}
+CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return copy(H(dstHost), 0, srcDevice, 1, ByteCount, NULL);
+}
+CUresult CUDAAPI cuMemcpyDtoH(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount)
+{
+    return copy(H(dstHost), 0, srcDevice, 1, ByteCount, NULL);
+}
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                                      CUstream hStream)
+{
+    return copy(H(dstHost), 0, srcDevice, 1, ByteCount, hStream);
+}
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                                           CUstream hStream)
+{
+    return copy(H(dstHost), 0, srcDevice, 1, ByteCount, hStream);
+}
+CUresult CUDAAPI cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount,
+                                   CUstream hStream)
+{
+    return copy(H(dstHost), 0, srcDevice, 1, ByteCount, hStream);
+}
+
+CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return copy(dstDevice, 1, srcDevice, 1, ByteCount, NULL);
+}
+CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                                      size_t ByteCount)
+{
+    return copy(dstDevice, 1, srcDevice, 1, ByteCount, NULL);
+}
+CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice,
+                              unsigned int ByteCount)
+{
+    return copy(dstDevice, 1, srcDevice, 1, ByteCount, NULL);
+}
+CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                                      size_t ByteCount, CUstream hStream)
+{
+    return copy(dstDevice, 1, srcDevice, 1, ByteCount, hStream);
+}
+CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                                           size_t ByteCount, CUstream hStream)
+{
+    return copy(dstDevice, 1, srcDevice, 1, ByteCount, hStream);
+}
+CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice,
+                                   unsigned int ByteCount, CUstream hStream)
+{
+    return copy(dstDevice, 1, srcDevice, 1, ByteCount, hStream);
+}
+
+/* Fills n elements of `width` bytes at dst with `value`. */
+static CUresult set(CUdeviceptr dst, unsigned value, unsigned width, size_t n, CUstream s)
+{
+    ENTER();
+    CUresult r = sim_drv_check_stream(s);
+    if (r != CUDA_SUCCESS) return r;
+    if (dst % width) return CUDA_ERROR_INVALID_VALUE;
+    if (n == 0) return CUDA_SUCCESS;
+    if (n > SIZE_MAX / width ||
+        (r = sim_drv_check_range(dst, n * width, DEVICE_OR_PINNED)) != CUDA_SUCCESS)
+        return r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_VALUE;
+    if (width == 1) {
+        memset((void *)(uintptr_t)dst, (int)(value & 0xff), n);
+    } else if (width == 2) {
+        uint16_t *p = (uint16_t *)(uintptr_t)dst;
+        for (size_t i = 0; i < n; i++)
+            p[i] = (uint16_t)value;
+    } else {
+        uint32_t *p = (uint32_t *)(uintptr_t)dst;
+        for (size_t i = 0; i < n; i++)
+            p[i] = value;
+    }
+    return CUDA_SUCCESS;
+}
+
+#define DEFINE_SETS(BITS, T, W)                                                                    \
+    CUresult CUDAAPI cuMemsetD##BITS##_v2(CUdeviceptr dstDevice, T v, size_t N)                    \
+    {                                                                                              \
+        return set(dstDevice, v, W, N, NULL);                                                      \
+    }                                                                                              \
+    CUresult CUDAAPI cuMemsetD##BITS##_v2_ptds(CUdeviceptr dstDevice, T v, size_t N)               \
+    {                                                                                              \
+        return set(dstDevice, v, W, N, NULL);                                                      \
+    }                                                                                              \
+    CUresult CUDAAPI cuMemsetD##BITS(CUdeviceptr_v1 dstDevice, T v, unsigned int N)                \
+    {                                                                                              \
+        return set(dstDevice, v, W, N, NULL);                                                      \
+    }                                                                                              \
+    CUresult CUDAAPI cuMemsetD##BITS##Async(CUdeviceptr dstDevice, T v, size_t N, CUstream s)      \
+    {                                                                                              \
+        return set(dstDevice, v, W, N, s);                                                         \
+    }                                                                                              \
+    CUresult CUDAAPI cuMemsetD##BITS##Async_ptsz(CUdeviceptr dstDevice, T v, size_t N, CUstream s) \
+    {                                                                                              \
+        return set(dstDevice, v, W, N, s);                                                         \
+    }
+DEFINE_SETS(8, unsigned char, 1)
+DEFINE_SETS(16, unsigned short, 2)
+DEFINE_SETS(32, unsigned int, 4)
