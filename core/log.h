@@ -1,11 +1,14 @@
 /* log: the library's only output. Every line is "ipcshim[PID]: level: text",
- * written with one write(2) to stderr or IPCSHIM_LOG_FILE. Levels come from
- * options.h (LOG_ERROR..LOG_DEBUG). A warning that may repeat goes through
- * log_once() or LOG_RATE so that a hot path cannot flood the host's stderr. */
+ * written with one write(2) to stderr or IPCSHIM_LOG_FILE. The levels below
+ * are also the indices of the "log" option's choices (options.def). A warning that may repeat goes
+ * through log_once() or LOG_RATE so that a hot path cannot flood the host's stderr. */
 #ifndef LOG_H
 #define LOG_H
 
 #include <stdbool.h>
+
+/* Levels, in the order of the "log" option's choices (options.def). */
+enum { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
 
 /* Set the level and destination ("" = stderr). Called by options. */
 void log_configure(int level, const char *file);

@@ -15,7 +15,7 @@ typedef uint64_t opt_SIZE;
 typedef uint64_t opt_COUNT;
 typedef uint64_t opt_MS;
 typedef const char *opt_STRING;
-typedef int opt_CHOICE;
+typedef int opt_CHOICE; /* an index into the option's choices ("log": LOG_* in log.h) */
 
 struct options {
 #define OPT(field, type, def, choices, help) opt_##type field;
@@ -23,9 +23,8 @@ struct options {
 #undef OPT
 };
 
-enum { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG }; /* indices of "log" */
-enum { HANDOFF_SEND, HANDOFF_WINDOW };             /* indices of "handoff" */
-enum { SWAP_OPT_HISTORY, SWAP_OPT_LRU };           /* indices of "swap_policy" */
+enum { HANDOFF_SEND, HANDOFF_WINDOW };   /* indices of "handoff" */
+enum { SWAP_OPT_HISTORY, SWAP_OPT_LRU }; /* indices of "swap_policy" */
 
 /* The options in effect. Parsed once; the pointer stays valid forever. */
 const struct options *options_get(void);

@@ -220,6 +220,33 @@ static int by_next_desc(const void *x, const void *y)
     return a->next < b->next ? 1 : a->next > b->next ? -1 : 0;
 }
 
+/* Room for missing more bytes within budget: evicts bytes of the blocks of
+ * tab other than b, furthest next use first, partially when that suffices,
+ * and lowers *total. *cand is scratch space, grown here (*cap entries).
+ * Returns 0, or -ENOMEM. */
+static int lb_make_room(struct lb_block *tab, const struct lb_block *b, uint64_t missing,
+                        uint64_t budget, uint64_t *total, struct lb_block ***cand, size_t *cap)
+{
+    size_t n = 0, cnt = HASH_COUNT(tab);
+    if (cnt > *cap) {
+        struct lb_block **a = realloc(*cand, cnt * sizeof(*a));
+        if (!a) return -ENOMEM;
+        *cand = a;
+        *cap = cnt;
+    }
+    struct lb_block **c = *cand;
+    for (struct lb_block *o = tab; o; o = o->hh.next)
+        if (o != b && o->resident) c[n++] = o;
+    qsort(c, n, sizeof(*c), by_next_desc);
+    for (size_t k = 0; k<n && * total + missing> budget; k++) {
+        uint64_t take = *total + missing - budget;
+        if (take > c[k]->resident) take = c[k]->resident;
+        c[k]->resident -= take;
+        *total -= take;
+    }
+    return 0;
+}
+
 /* Belady on bytes: an access makes all its bytes resident, fetching those
  * that were evicted (bytes never seen before are first touches); room is
  * made by evicting the bytes whose next access is furthest, partially if
@@ -271,27 +298,9 @@ int swap_replay_lower_bound(const struct swap_trace *t, uint64_t budget, unsigne
         if (e->bytes > budget || b->resident >= e->bytes) continue;
         uint64_t missing = e->bytes - b->resident;
         uint64_t cold = e->bytes > b->seen ? e->bytes - b->seen : 0;
-        if (total + missing > budget) {
-            size_t n = 0, cnt = HASH_COUNT(tab);
-            if (cnt > ncand_cap) {
-                struct lb_block **a = realloc(cand, cnt * sizeof(*a));
-                if (!a) {
-                    rc = -ENOMEM;
-                    break;
-                }
-                cand = a;
-                ncand_cap = cnt;
-            }
-            for (struct lb_block *o = tab; o; o = o->hh.next)
-                if (o != b && o->resident) cand[n++] = o;
-            qsort(cand, n, sizeof(*cand), by_next_desc);
-            for (size_t k = 0; k < n && total + missing > budget; k++) {
-                uint64_t take = total + missing - budget;
-                if (take > cand[k]->resident) take = cand[k]->resident;
-                cand[k]->resident -= take;
-                total -= take;
-            }
-        }
+        if (total + missing > budget &&
+            (rc = lb_make_room(tab, b, missing, budget, &total, &cand, &ncand_cap)))
+            break;
         c.h2d_bytes += missing - cold;
         if (e->bytes > b->seen) b->seen = e->bytes;
         b->resident = e->bytes;

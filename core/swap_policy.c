@@ -378,6 +378,26 @@ static int shadow_access(struct swap_policy *p, int k, struct blk *b, uint64_t s
     return 0;
 }
 
+/* The block with this id; a new one (not resident, not pinned, of this
+ * size) when there is none. NULL when out of memory. */
+static struct blk *blk_find_or_add(struct swap_policy *p, uint64_t block, uint64_t size)
+{
+    struct blk *b;
+    HASH_FIND(hh, p->blocks, &block, sizeof(block), b);
+    if (b) return b;
+    b = calloc(1, sizeof(*b));
+    if (!b) return NULL;
+    b->id = block;
+    b->size = size;
+    b->pin_launch = NOT_PINNED;
+    HASH_ADD(hh, p->blocks, id, sizeof(b->id), b);
+    if (!UTH_ADDED(b, hh)) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
 static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, bool is_write,
                          uint64_t next_use, struct swap_decision *out)
 {
@@ -387,20 +407,8 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
         int rc = swap_history_record(p->hist, block, size, is_write);
         if (rc) return rc;
     }
-    struct blk *b;
-    HASH_FIND(hh, p->blocks, &block, sizeof(block), b);
-    if (!b) {
-        b = calloc(1, sizeof(*b));
-        if (!b) return -ENOMEM;
-        b->id = block;
-        b->size = size;
-        b->pin_launch = NOT_PINNED;
-        HASH_ADD(hh, p->blocks, id, sizeof(b->id), b);
-        if (!UTH_ADDED(b, hh)) {
-            free(b);
-            return -ENOMEM;
-        }
-    }
+    struct blk *b = blk_find_or_add(p, block, size);
+    if (!b) return -ENOMEM;
     if (p->hist) {
         for (int k = SH_LRU; k < SH_N; k++) {
             int rc = shadow_access(p, k, b, size, is_write);

@@ -137,6 +137,41 @@ static inline void chan_parent(struct chan *c)
 #define PARENT_SEND(c, v) chan_send((c)->to_child[1], (v))
 #define PARENT_RECV(c) chan_recv((c)->to_parent[0])
 
+/* An importer for a test: a forked child that runs the test's own command
+ * loop, loop(c, h), which reads a command and an argument at a time
+ * (CHILD_RECV) and answers each with a result and a value (CHILD_SEND). */
+struct importer {
+    pid_t pid;
+    struct chan c;
+};
+
+typedef void importer_loop_fn(struct chan *c, struct ipc_handle h);
+
+/* Fork an importer that runs loop(c, h). */
+static inline void importer_spawn(struct importer *im, importer_loop_fn *loop, struct ipc_handle h)
+{
+    chan_open(&im->c);
+    im->pid = fork();
+    cr_assert_geq(im->pid, 0);
+    if (im->pid == 0) {
+        chan_child(&im->c);
+        loop(&im->c, h);
+    }
+    chan_parent(&im->c);
+}
+
+/* Send the importer one command and its argument; returns its result, and
+ * its value in *out when out is set. */
+static inline int importer_call(struct importer *im, uint64_t cmd, uint64_t arg, uint64_t *out)
+{
+    PARENT_SEND(&im->c, cmd);
+    PARENT_SEND(&im->c, arg);
+    int r = (int)(int64_t)PARENT_RECV(&im->c);
+    uint64_t v = PARENT_RECV(&im->c);
+    if (out) *out = v;
+    return r;
+}
+
 /* Wait for a child and return its exit status (or 128+signal). */
 static inline int child_wait(pid_t pid)
 {

@@ -46,11 +46,6 @@ enum {
     CMD_PASSES,   /* ipc_free_passes(arg) */
 };
 
-struct importer {
-    pid_t pid;
-    struct chan c;
-};
-
 static void importer_loop(struct chan *c, struct ipc_handle h)
 {
     struct ipc_open first;
@@ -128,34 +123,17 @@ static void importer_loop(struct chan *c, struct ipc_handle h)
 
 static void importer_start(struct importer *im, struct ipc_handle h)
 {
-    chan_open(&im->c);
-    im->pid = fork();
-    cr_assert_geq(im->pid, 0);
-    if (im->pid == 0) {
-        chan_child(&im->c);
-        importer_loop(&im->c, h);
-    }
-    chan_parent(&im->c);
-}
-
-static int importer_cmd(struct importer *im, uint64_t cmd, uint64_t arg, uint64_t *out)
-{
-    PARENT_SEND(&im->c, cmd);
-    PARENT_SEND(&im->c, arg);
-    int r = (int)(int64_t)PARENT_RECV(&im->c);
-    uint64_t v = PARENT_RECV(&im->c);
-    if (out) *out = v;
-    return r;
+    importer_spawn(im, importer_loop, h);
 }
 
 static int importer_open(struct importer *im, uint64_t ctx, uint64_t *ptr)
 {
-    return importer_cmd(im, CMD_OPEN, ctx, ptr);
+    return importer_call(im, CMD_OPEN, ctx, ptr);
 }
 
 static int importer_close(struct importer *im, uint64_t ptr)
 {
-    return importer_cmd(im, CMD_CLOSE, ptr, NULL);
+    return importer_call(im, CMD_CLOSE, ptr, NULL);
 }
 
 static void importer_stop(struct importer *im)
@@ -248,22 +226,22 @@ Test(ipc, pool_import_is_let_go_of_by_a_free)
     struct importer im;
     importer_start(&im, h);
     uint64_t ptr, again;
-    cr_assert_eq(importer_cmd(&im, CMD_PASSES, 0x7100000000ull + (5ull << 20), NULL), 1,
+    cr_assert_eq(importer_call(&im, CMD_PASSES, 0x7100000000ull + (5ull << 20), NULL), 1,
                  "nothing imported yet: every free passes");
-    cr_assert_eq(importer_cmd(&im, CMD_IMPORT, 5, &ptr), IPC_REAL);
-    cr_assert_eq(importer_cmd(&im, CMD_IMPORT, 5, &again), IPC_DONE, "the same import, counted");
+    cr_assert_eq(importer_call(&im, CMD_IMPORT, 5, &ptr), IPC_REAL);
+    cr_assert_eq(importer_call(&im, CMD_IMPORT, 5, &again), IPC_DONE, "the same import, counted");
     cr_assert_eq(again, ptr);
-    cr_assert_eq(importer_cmd(&im, CMD_PASSES, ptr, NULL), 0, "the filter sees the import");
+    cr_assert_eq(importer_call(&im, CMD_PASSES, ptr, NULL), 0, "the filter sees the import");
     cr_assert_eq(importer_open(&im, 5, &again), IPC_PASS,
                  "the same bytes through the legacy door are not this import");
 
     cr_assert_eq(ipc_free(BASE), IPC_DONE, "imported: the exporter's free waits in limbo");
     cr_assert_eq(importer_close(&im, ptr), IPC_PASS, "a legacy close does not end an import");
-    cr_assert_eq(importer_cmd(&im, CMD_UNIMPORT, ptr, NULL), IPC_DONE);
+    cr_assert_eq(importer_call(&im, CMD_UNIMPORT, ptr, NULL), IPC_DONE);
     cr_assert_eq(ipc_collect(), 0, "one import still held");
-    cr_assert_eq(importer_cmd(&im, CMD_UNIMPORT, ptr, NULL), IPC_REAL);
-    cr_assert_eq(importer_cmd(&im, CMD_UNIMPORT, ptr, NULL), IPC_PASS, "ended: a free like any");
-    cr_assert_eq(importer_cmd(&im, CMD_PASSES, ptr, NULL), 1, "the filter let go of it");
+    cr_assert_eq(importer_call(&im, CMD_UNIMPORT, ptr, NULL), IPC_REAL);
+    cr_assert_eq(importer_call(&im, CMD_UNIMPORT, ptr, NULL), IPC_PASS, "ended: a free like any");
+    cr_assert_eq(importer_call(&im, CMD_PASSES, ptr, NULL), 1, "the filter let go of it");
     cr_assert_eq(ipc_collect(), 1);
     cr_assert_eq(fake_freed[0], BASE);
     importer_stop(&im);
@@ -277,7 +255,7 @@ Test(ipc, a_free_does_not_close_a_legacy_open)
     importer_start(&im, h);
     uint64_t ptr;
     cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
-    cr_assert_eq(importer_cmd(&im, CMD_UNIMPORT, ptr, NULL), IPC_PASS);
+    cr_assert_eq(importer_call(&im, CMD_UNIMPORT, ptr, NULL), IPC_PASS);
     cr_assert_eq(importer_close(&im, ptr), IPC_REAL, "still open until closed");
     importer_stop(&im);
 }
@@ -449,7 +427,7 @@ Test(ipc, handle_reuse_gets_new_generation)
     cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
     cr_assert_eq(reg_block_leases(&v, b2), 1);
     /* The importer's ticket from the first generation touches nothing. */
-    cr_assert_eq(importer_cmd(&im, CMD_STALE_ABORT, 0, NULL), 0);
+    cr_assert_eq(importer_call(&im, CMD_STALE_ABORT, 0, NULL), 0);
     cr_assert_eq(reg_block_leases(&v, b2), 1);
     cr_assert_eq(first_lease(&v, b2)->count, 1);
     cr_assert_eq(v.blocks[b2].pending, 0, "no hand-off re-credited");
@@ -722,7 +700,7 @@ Test(ipc, collector_frees_promptly_after_last_close)
     cr_assert_eq(ipc_free(BASE), IPC_DONE);
     sleep_ms(50); /* let the collector settle into its wait */
     cr_assert_eq(fake_free_count(), 0);
-    cr_assert_eq(importer_cmd(&im, CMD_CLOSE, ptr, &closing_at), IPC_REAL);
+    cr_assert_eq(importer_call(&im, CMD_CLOSE, ptr, &closing_at), IPC_REAL);
     for (int i = 0; i < 2000 && fake_free_count() == 0; i++)
         sleep_ms(1);
     cr_assert_eq(fake_free_count(), 1);

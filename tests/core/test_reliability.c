@@ -81,11 +81,6 @@ static int count_in(const char *text, const char *what)
 
 enum { IMP_OPEN = 1, IMP_CLOSE, IMP_EXIT, IMP_CLOSE_FDS, IMP_NORMAL_EXIT };
 
-struct imp {
-    pid_t pid;
-    struct chan c;
-};
-
 static void imp_loop(struct chan *c, struct ipc_handle h)
 {
     for (;;) {
@@ -119,29 +114,12 @@ static void imp_loop(struct chan *c, struct ipc_handle h)
     }
 }
 
-static void imp_start(struct imp *im, struct ipc_handle h)
+static void imp_start(struct importer *im, struct ipc_handle h)
 {
-    chan_open(&im->c);
-    im->pid = fork();
-    cr_assert_geq(im->pid, 0);
-    if (im->pid == 0) {
-        chan_child(&im->c);
-        imp_loop(&im->c, h);
-    }
-    chan_parent(&im->c);
+    importer_spawn(im, imp_loop, h);
 }
 
-static int imp_cmd(struct imp *im, uint64_t cmd, uint64_t arg, uint64_t *out)
-{
-    PARENT_SEND(&im->c, cmd);
-    PARENT_SEND(&im->c, arg);
-    int r = (int)(int64_t)PARENT_RECV(&im->c);
-    uint64_t v = PARENT_RECV(&im->c);
-    if (out) *out = v;
-    return r;
-}
-
-static void imp_stop(struct imp *im)
+static void imp_stop(struct importer *im)
 {
     PARENT_SEND(&im->c, IMP_EXIT);
     PARENT_SEND(&im->c, 0);
@@ -187,10 +165,10 @@ static void descriptor_reused(bool use_dup2)
 {
     struct ipc_handle h = make_handle(1);
     cr_assert_eq(ipc_export(&h, BASE, 4096, 0, CTX), 0);
-    struct imp im;
+    struct importer im;
     imp_start(&im, h);
     uint64_t ptr;
-    cr_assert_eq(imp_cmd(&im, IMP_OPEN, 1, &ptr), IPC_REAL);
+    cr_assert_eq(importer_call(&im, IMP_OPEN, 1, &ptr), IPC_REAL);
     cr_assert_eq(ipc_free(BASE), IPC_DONE);
     int fd = registry_fd_number();
     cr_assert_geq(fd, 0, "no descriptor on the registry");
@@ -221,7 +199,7 @@ static void descriptor_reused(bool use_dup2)
     uint32_t me = slot_of(&v, getpid());
     cr_assert_neq(me, REG_NONE);
     cr_expect(reg_holder_alive(&v, me), "this process looks dead to the others");
-    cr_assert_eq(imp_cmd(&im, IMP_CLOSE, ptr, NULL), IPC_REAL);
+    cr_assert_eq(importer_call(&im, IMP_CLOSE, ptr, NULL), IPC_REAL);
     ipc_collect();
     cr_expect_eq(fake_free_count(), 1, "not freed after the last close");
     char *log = log_text();
@@ -249,11 +227,11 @@ Test(reliability, importer_closing_all_descriptors_stays_alive)
 {
     struct ipc_handle h = make_handle(2);
     cr_assert_eq(ipc_export(&h, BASE, 4096, 0, CTX), 0);
-    struct imp im;
+    struct importer im;
     imp_start(&im, h); /* after the attach: the child re-opens the registry */
     uint64_t ptr;
-    cr_assert_eq(imp_cmd(&im, IMP_OPEN, 1, &ptr), IPC_REAL);
-    cr_assert_eq(imp_cmd(&im, IMP_CLOSE_FDS, 0, NULL), 0);
+    cr_assert_eq(importer_call(&im, IMP_OPEN, 1, &ptr), IPC_REAL);
+    cr_assert_eq(importer_call(&im, IMP_CLOSE_FDS, 0, NULL), 0);
     struct registry v;
     open_view(&v);
     uint32_t slot = slot_of(&v, im.pid);
@@ -263,7 +241,7 @@ Test(reliability, importer_closing_all_descriptors_stays_alive)
     cr_assert_eq(ipc_free(BASE), IPC_DONE);
     ipc_collect();
     cr_expect_eq(fake_free_count(), 0, "freed under a live importer");
-    cr_assert_eq(imp_cmd(&im, IMP_CLOSE, ptr, NULL), IPC_REAL);
+    cr_assert_eq(importer_call(&im, IMP_CLOSE, ptr, NULL), IPC_REAL);
     ipc_collect();
     cr_expect_eq(fake_free_count(), 1);
     imp_stop(&im);
@@ -663,10 +641,10 @@ Test(reliability, stopped_lock_holder_bounds_opens_and_defers_frees)
     test_option("LOCK_WAIT", getenv("REL_LOCK_WAIT") ? getenv("REL_LOCK_WAIT") : "300ms");
     struct ipc_handle h = make_handle(7), other = make_handle(8);
     cr_assert_eq(ipc_export(&h, BASE, 4096, 0, CTX), 0);
-    struct imp im;
+    struct importer im;
     imp_start(&im, h);
     uint64_t ptr;
-    cr_assert_eq(imp_cmd(&im, IMP_OPEN, 1, &ptr), IPC_REAL);
+    cr_assert_eq(importer_call(&im, IMP_OPEN, 1, &ptr), IPC_REAL);
     struct chan c;
     chan_open(&c);
     pid_t locker = fork();
@@ -720,7 +698,7 @@ Test(reliability, stopped_lock_holder_bounds_opens_and_defers_frees)
     child_wait(locker);
     ipc_collect();
     cr_expect_eq(fake_free_count(), 0, "the deferred free ran while an importer holds it");
-    cr_assert_eq(imp_cmd(&im, IMP_CLOSE, ptr, NULL), IPC_REAL);
+    cr_assert_eq(importer_call(&im, IMP_CLOSE, ptr, NULL), IPC_REAL);
     ipc_collect();
     cr_expect_eq(fake_free_count(), 1, "the deferred free never ran");
     imp_stop(&im);
@@ -797,10 +775,10 @@ Test(reliability, exit_waits_for_an_unfreed_block_an_importer_maps)
     test_option("EXIT_WAIT", "400ms");
     struct ipc_handle h = make_handle(10);
     cr_assert_eq(ipc_export(&h, BASE, 4096, 0, CTX), 0);
-    struct imp im;
+    struct importer im;
     imp_start(&im, h);
     uint64_t ptr;
-    cr_assert_eq(imp_cmd(&im, IMP_OPEN, 1, &ptr), IPC_REAL);
+    cr_assert_eq(importer_call(&im, IMP_OPEN, 1, &ptr), IPC_REAL);
     uint64_t t0 = test_now_ns();
     ipc_shutdown(); /* never freed by the program */
     double waited = ms_since(t0);
@@ -830,10 +808,10 @@ Test(reliability, import_only_process_releases_its_slot_at_exit)
 {
     struct ipc_handle h = make_handle(12);
     cr_assert_eq(ipc_export(&h, BASE, 4096, 0, CTX), 0);
-    struct imp im;
+    struct importer im;
     imp_start(&im, h);
     uint64_t ptr;
-    cr_assert_eq(imp_cmd(&im, IMP_OPEN, 1, &ptr), IPC_REAL);
+    cr_assert_eq(importer_call(&im, IMP_OPEN, 1, &ptr), IPC_REAL);
     struct registry v;
     open_view(&v);
     uint32_t slot = slot_of(&v, im.pid);
