@@ -16,7 +16,7 @@
  *   a RETIRING step that an importer setting its bit at the same moment
  *   waits out), so no open can succeed on it afterwards, and recycled
  *   (generation bumped) after, lazily: at this process's next registry
- *   round trip, or once RECYCLE_BATCH records wait.
+ *   round trip, or once PROC_RECYCLE_BATCH records wait.
  * - Locks: the local mutex, then the registry lock; the host is called with
  *   neither held. Opens, closes and the common free (nothing pending) take
  *   only the local mutex; the registry lock is for creating and recycling

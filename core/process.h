@@ -69,7 +69,7 @@ struct ipc_process {
     /* Retired records waiting to be recycled (local lock). */
     struct proc_recycle *recycles;
     size_t nrecycles, recycles_cap;
-    /* limbo_free_victims calls between taking their victims and the real
+    /* free_limbo (limbo.c) calls between taking their victims and the real
      * frees (seq_cst atomics; pairs with ipc_collect_pressure's wait). */
     int frees_in_flight;
     /* The exit leak report was gathered (atomic exchange: once). */
