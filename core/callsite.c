@@ -18,6 +18,7 @@
  * Under valgrind see callsite_valgrind() in callsite.h: the capture runs
  * with memcheck's reports off (QUIET), or without the memo (BLIND). */
 #include "callsite.h"
+#include "host.h"
 
 #include <execinfo.h>
 #include <pthread.h>
@@ -52,7 +53,6 @@ struct slot {
 
 static unsigned depth;
 static struct slot *table;
-static int (*unwinder)(void **, int);
 static int valgrind_mode = -1; /* enum callsite_valgrind; -1 until decided */
 
 /* The memo (see the top of this file). */
@@ -179,11 +179,6 @@ READS_FOREIGN_STACK static void memo_fill(struct memo *m, struct memo_entry *e, 
     e->ra = ra;
 }
 
-void callsite_set_unwinder(int (*fn)(void **, int))
-{
-    __atomic_store_n(&unwinder, fn, __ATOMIC_RELEASE);
-}
-
 enum callsite_valgrind callsite_valgrind(void)
 {
     int m = __atomic_load_n(&valgrind_mode, __ATOMIC_ACQUIRE);
@@ -252,7 +247,7 @@ static inline __attribute__((always_inline)) uint32_t capture(struct slot *t, un
         m->next[set] ^= 1;
     }
     void *pc[RAW_MAX];
-    int (*fast)(void **, int) = __atomic_load_n(&unwinder, __ATOMIC_ACQUIRE);
+    host_unwind_fn *fast = host_unwind(); /* the host's (host.h), else glibc's */
     int n = fast ? fast(pc, (int)(d + EXTRA_FRAMES)) : backtrace(pc, (int)(d + EXTRA_FRAMES));
     if (n <= 1) return 0;
     /* Kept in the table and the memo, read by reports outside the quiet. */

@@ -1,11 +1,12 @@
 /* callsite: where an export or an open came from, for the leak report.
  *
  * callsite_capture() takes a short native backtrace (no symbolization:
- * libunwind's unw_backtrace when the shim could load it, else glibc's
- * backtrace(), about 20 times slower) and interns it in a fixed table of this process, returning
- * a small id; callsite_format() turns an id into text lazily, at report
- * time (backtrace_symbols(): names of dynamic symbols, else module+offset,
- * which addr2line reads). Captured only at export and open, never on
+ * the host's unwinder, host.h -- libunwind's unw_backtrace when the shim
+ * could load it -- else glibc's backtrace(), about 20 times slower) and
+ * interns it in a fixed table of this process, returning a small id;
+ * callsite_format() turns an id into text lazily, at report time
+ * (backtrace_symbols(): names of dynamic symbols, else module+offset, which
+ * addr2line reads). Captured only at export and open, never on
  * allocations or frees.
  *
  * The table is lock-free (a slot is claimed by CAS on its hash word and
@@ -44,10 +45,6 @@ void callsite_init(unsigned depth);
  * Decided once, at the first call. */
 enum callsite_valgrind { CALLSITE_NATIVE, CALLSITE_VALGRIND_QUIET, CALLSITE_VALGRIND_BLIND };
 enum callsite_valgrind callsite_valgrind(void);
-
-/* A faster unwinder with backtrace()'s contract (libunwind's unw_backtrace,
- * which the shim may load: shim/unwind.c). NULL goes back to glibc's. */
-void callsite_set_unwinder(int (*fn)(void **pcs, int max));
 
 /* The current stack as an interned id; 0 when off, full or unknown. */
 uint32_t callsite_capture(void);

@@ -1,6 +1,6 @@
 /* collector: lifecycle of the collector thread (see collector.h). The work
- * itself is ipc_collector_step(); this file only starts, stops and forgets
- * the thread. */
+ * itself is the step it is started with; this file only starts, stops and
+ * forgets the thread. */
 #include "collector.h"
 #include "log.h"
 #include "options.h"
@@ -28,6 +28,8 @@ struct slice_attr {
 };
 
 static int started, stopping, running;
+static collector_step_fn *step_fn; /* written before the thread starts */
+static collector_kick_fn *kick_fn; /* read by collector_stop */
 
 /* Asks the scheduler for a short slice (EEVDF, Linux 6.12 and later): a
  * thread that sleeps almost always and, woken by a last close, runs for
@@ -50,17 +52,19 @@ static void ask_short_slice(void)
 
 static void *loop(void *arg)
 {
-    (void)arg;
     ask_short_slice();
+    collector_step_fn *step = arg;
     while (!__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
-        ipc_collector_step();
+        step();
     __atomic_store_n(&running, 0, __ATOMIC_RELEASE);
     return NULL;
 }
 
-void collector_start(void)
+void collector_start(collector_step_fn *step, collector_kick_fn *kick)
 {
     if (__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL)) return;
+    step_fn = step;
+    __atomic_store_n(&kick_fn, kick, __ATOMIC_RELEASE);
     pthread_attr_t attr;
     pthread_t t;
     sigset_t all, old;
@@ -70,7 +74,7 @@ void collector_start(void)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     __atomic_store_n(&running, 1, __ATOMIC_RELEASE);
-    int rc = pthread_create(&t, &attr, loop, NULL);
+    int rc = pthread_create(&t, &attr, loop, (void *)step_fn);
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc) {
@@ -91,11 +95,13 @@ void thread_wait_stopped(const int *flag, unsigned max_ms)
 void collector_stop(void)
 {
     __atomic_store_n(&stopping, 1, __ATOMIC_RELEASE);
-    ipc_collector_kick();
+    collector_kick_fn *kick = __atomic_load_n(&kick_fn, __ATOMIC_ACQUIRE);
+    if (!kick) return; /* never started: nothing to stop */
+    kick();
     /* Kicked again every 10 ms: a kick can land before the thread waits. */
     for (int i = 0; i < 100 && __atomic_load_n(&running, __ATOMIC_ACQUIRE); i++) {
         thread_wait_stopped(&running, 10);
-        ipc_collector_kick();
+        kick();
     }
 }
 

@@ -1,21 +1,30 @@
 /* collector: the background thread that frees this process's limbo blocks
  * as soon as their last importer lets go.
  *
- * The thread only runs ipc_collector_step() (ipc.c) in a loop: wait on this
- * holder's futex word until an importer's last close wakes it or the next
- * hand-off expires, then collect. It is detached, runs with every signal
- * blocked, never keeps the process alive, and is gone in a fork child. */
+ * The thread only runs the step it was started with (limbo_collector_step,
+ * limbo.c) in a loop: wait on this holder's futex word until an importer's
+ * last close wakes it or the next hand-off expires, then collect. It is
+ * detached, runs with every signal blocked, never keeps the process alive,
+ * and is gone in a fork child. This file knows nothing of limbo: the work
+ * comes in as callbacks, so it never calls back into its caller. */
 #ifndef COLLECTOR_H
 #define COLLECTOR_H
 
 #include <stdbool.h>
 
-/* Start the thread once per process (later calls do nothing). */
-void collector_start(void);
+/* One round of the thread's work (wait, then collect); it returns soon
+ * after a kick. */
+typedef void collector_step_fn(void);
+/* Wakes the thread from its step's wait, from any thread. */
+typedef void collector_kick_fn(void);
 
-/* Ask the thread to finish and wait (bounded, about a second) until it has.
- * The caller then wakes it: the thread checks collector_stopping() after
- * every wait. */
+/* Start the thread once per process (later calls do nothing): it runs
+ * step() until collector_stop(); collector_stop() wakes it with kick(). */
+void collector_start(collector_step_fn *step, collector_kick_fn *kick);
+
+/* Ask the thread to finish and wait (bounded, about a second) until it has,
+ * waking it with the kick it was started with (the step checks
+ * collector_stopping() after every wait). A no-op before any start. */
 void collector_stop(void);
 
 /* True once collector_stop() was called. */
@@ -29,10 +38,5 @@ void collector_after_fork(void);
  * microseconds), then sleeps in 100 us steps. For the stop functions of
  * the shim's threads (this one, leak.c's watch). */
 void thread_wait_stopped(const int *running, unsigned max_ms);
-
-/* Provided by ipc.c: one wait-then-collect round. */
-void ipc_collector_step(void);
-/* Provided by ipc.c: wake this process's collector now. */
-void ipc_collector_kick(void);
 
 #endif

@@ -106,22 +106,19 @@ static int by_block_then_holder(const void *a, const void *b)
     return x->slot < y->slot ? -1 : x->slot > y->slot;
 }
 
-/* Copies the records in use out of the mapped registry r (fd open). */
-static int copy_records(struct registry *r, struct inspect_snapshot *s)
+/* copy_records' maps from the registry's slots to the snapshot's indexes
+ * (REG_NONE: not copied), and the holders' nonces. */
+struct copy_maps {
+    uint32_t *holder_at;
+    uint64_t *nonces;
+    uint32_t *block_at;
+};
+
+/* The active holders. */
+static void copy_holders(struct registry *r, struct inspect_snapshot *s, struct copy_maps *m)
 {
-    uint32_t *holder_at = malloc(r->max_holders * sizeof *holder_at); /* slot -> snapshot index */
-    uint64_t *nonces = malloc(r->max_holders * sizeof *nonces);
-    uint32_t *block_at = malloc(r->max_blocks * sizeof *block_at);
-    s->holders = calloc(r->max_holders, sizeof *s->holders);
-    s->blocks = calloc(r->max_blocks, sizeof *s->blocks);
-    s->leases = calloc(r->max_leases, sizeof *s->leases);
-    int rc = 0;
-    if (!holder_at || !nonces || !block_at || !s->holders || !s->blocks || !s->leases) {
-        rc = -ENOMEM;
-        goto out;
-    }
     for (uint32_t i = 0; i < r->max_holders; i++) {
-        holder_at[i] = REG_NONE;
+        m->holder_at[i] = REG_NONE;
         const struct reg_holder *h = &r->holders[i];
         uint32_t state = LOAD_STATE(h->state);
         if (state == HOLDER_FREE) continue;
@@ -134,15 +131,51 @@ static int copy_records(struct registry *r, struct inspect_snapshot *s)
         o->pid = h->pid;
         o->start_time = h->start_time;
         o->attach_ns = h->attach_ns;
-        nonces[i] = h->nonce;
+        m->nonces[i] = h->nonce;
         o->alive = liveness_alive(r->fd, r->lock_base + i, h->pid, h->start_time);
         if (o->alive) read_comm(h->pid, o->comm, sizeof o->comm);
         memcpy(o->reg_comm, h->comm, sizeof h->comm);
         o->reg_comm[16] = 0;
-        holder_at[i] = s->nholders++;
+        m->holder_at[i] = s->nholders++;
     }
+}
+
+/* Block b (slot i, in state) into o; the holders are copied already. */
+static void copy_block(struct registry *r, const struct inspect_snapshot *s,
+                       const struct copy_maps *m, const struct reg_block *b, uint32_t i,
+                       uint32_t state, struct inspect_block *o)
+{
+    o->slot = i;
+    o->state = state;
+    o->base = b->base;
+    o->size = b->size;
+    o->generation = b->generation;
+    o->first_export_ns = b->first_export_ns;
+    o->last_export_ns = b->last_export_ns;
+    o->limbo_since_ns = b->limbo_since_ns;
+    o->device = b->device;
+    o->pending = b->pending;
+    o->exporter = b->exporter < r->max_holders ? b->exporter : REG_NONE;
+    o->exporter_current = o->exporter != REG_NONE && m->holder_at[o->exporter] != REG_NONE &&
+                          m->nonces[o->exporter] == b->exporter_nonce;
+    o->first_lease = UINT32_MAX;
+    memcpy(o->handle, b->handle, sizeof o->handle);
+    o->exporter_pid = b->exporter_pid;
+    memcpy(o->exporter_comm, b->exporter_comm, sizeof b->exporter_comm);
+    o->exporter_comm[16] = 0;
+    o->claimed = b->claimed;
+    o->expired = b->expired;
+    o->orphaned_ns = state == BLOCK_ORPHANED ? b->orphaned_ns : 0;
+    o->pool = (b->rules & BLOCK_KIND_POOL) != 0;
+    o->exporter_dead = state == BLOCK_ORPHANED || !o->exporter_current ||
+                       !s->holders[m->holder_at[o->exporter]].alive;
+}
+
+/* The blocks in use (a RETIRING one shows as LIMBO). */
+static void copy_blocks(struct registry *r, struct inspect_snapshot *s, struct copy_maps *m)
+{
     for (uint32_t i = 0; i < r->max_blocks; i++) {
-        block_at[i] = REG_NONE;
+        m->block_at[i] = REG_NONE;
         const struct reg_block *b = &r->blocks[i];
         uint32_t state = LOAD_STATE(b->state);
         if (state == BLOCK_FREE) continue;
@@ -151,42 +184,24 @@ static int copy_records(struct registry *r, struct inspect_snapshot *s)
             continue;
         }
         if (state == BLOCK_RETIRING) state = BLOCK_LIMBO; /* its exporter is deciding */
-        struct inspect_block *o = &s->blocks[s->nblocks];
-        o->slot = i;
-        o->state = state;
-        o->base = b->base;
-        o->size = b->size;
-        o->generation = b->generation;
-        o->first_export_ns = b->first_export_ns;
-        o->last_export_ns = b->last_export_ns;
-        o->limbo_since_ns = b->limbo_since_ns;
-        o->device = b->device;
-        o->pending = b->pending;
-        o->exporter = b->exporter < r->max_holders ? b->exporter : REG_NONE;
-        o->exporter_current = o->exporter != REG_NONE && holder_at[o->exporter] != REG_NONE &&
-                              nonces[o->exporter] == b->exporter_nonce;
-        o->first_lease = UINT32_MAX;
-        memcpy(o->handle, b->handle, sizeof o->handle);
-        o->exporter_pid = b->exporter_pid;
-        memcpy(o->exporter_comm, b->exporter_comm, sizeof b->exporter_comm);
-        o->exporter_comm[16] = 0;
-        o->claimed = b->claimed;
-        o->expired = b->expired;
-        o->orphaned_ns = state == BLOCK_ORPHANED ? b->orphaned_ns : 0;
-        o->pool = (b->rules & BLOCK_KIND_POOL) != 0;
-        o->exporter_dead = state == BLOCK_ORPHANED || !o->exporter_current ||
-                           !s->holders[holder_at[o->exporter]].alive;
-        block_at[i] = s->nblocks++;
+        copy_block(r, s, m, b, i, state, &s->blocks[s->nblocks]);
+        m->block_at[i] = s->nblocks++;
     }
+}
+
+/* The leases on copied blocks by copied holders, sorted by block. */
+static void copy_leases(struct registry *r, struct inspect_snapshot *s, const struct copy_maps *m)
+{
     for (uint32_t i = 0; i < r->max_leases; i++) {
         const struct reg_lease *l = &r->leases[i];
         uint32_t intent = LOAD_STATE(l->intent);
         if (intent == LEASE_FREE) continue;
         uint32_t block = l->block, holder = l->holder, count = l->count;
         uint64_t gen = l->block_gen;
-        bool ok = intent <= LEASE_CLOSING && block < r->max_blocks && block_at[block] != REG_NONE &&
-                  s->blocks[block_at[block]].generation == gen && holder < r->max_holders &&
-                  holder_at[holder] != REG_NONE && count > 0;
+        bool ok = intent <= LEASE_CLOSING && block < r->max_blocks &&
+                  m->block_at[block] != REG_NONE &&
+                  s->blocks[m->block_at[block]].generation == gen && holder < r->max_holders &&
+                  m->holder_at[holder] != REG_NONE && count > 0;
         if (!ok) {
             s->skipped++;
             continue;
@@ -195,12 +210,17 @@ static int copy_records(struct registry *r, struct inspect_snapshot *s)
             (struct inspect_lease){i, block, holder, count, intent, l->open_ns};
     }
     qsort(s->leases, s->nleases, sizeof *s->leases, by_block_then_holder);
+}
+
+/* Each holder's totals: what it imports (its leases) and exports. */
+static void tally_holders(struct inspect_snapshot *s, const struct copy_maps *m)
+{
     for (uint32_t i = 0; i < s->nleases; i++) {
         struct inspect_lease *l = &s->leases[i];
-        struct inspect_block *b = &s->blocks[block_at[l->block]];
+        struct inspect_block *b = &s->blocks[m->block_at[l->block]];
         if (b->first_lease == UINT32_MAX) b->first_lease = i;
         b->nleases++;
-        struct inspect_holder *h = &s->holders[holder_at[l->holder]];
+        struct inspect_holder *h = &s->holders[m->holder_at[l->holder]];
         h->imports++;
         h->opens += l->count;
         h->imported_bytes += b->size;
@@ -213,8 +233,8 @@ static int copy_records(struct registry *r, struct inspect_snapshot *s)
     }
     for (uint32_t i = 0; i < s->nblocks; i++) {
         struct inspect_block *b = &s->blocks[i];
-        if (b->exporter == REG_NONE || holder_at[b->exporter] == REG_NONE) continue;
-        struct inspect_holder *h = &s->holders[holder_at[b->exporter]];
+        if (b->exporter == REG_NONE || m->holder_at[b->exporter] == REG_NONE) continue;
+        struct inspect_holder *h = &s->holders[m->holder_at[b->exporter]];
         if (!b->exporter_current) continue;
         h->exports++;
         if (b->state == BLOCK_LIVE || b->state == BLOCK_LIMBO) h->exported_bytes += b->size;
@@ -224,10 +244,31 @@ static int copy_records(struct registry *r, struct inspect_snapshot *s)
         if (!h->oldest_limbo_ns || b->limbo_since_ns < h->oldest_limbo_ns)
             h->oldest_limbo_ns = b->limbo_since_ns;
     }
-out:
-    free(holder_at);
-    free(nonces);
-    free(block_at);
+}
+
+/* Copies the records in use out of the mapped registry r (fd open). */
+static int copy_records(struct registry *r, struct inspect_snapshot *s)
+{
+    struct copy_maps m = {
+        .holder_at = malloc(r->max_holders * sizeof *m.holder_at),
+        .nonces = malloc(r->max_holders * sizeof *m.nonces),
+        .block_at = malloc(r->max_blocks * sizeof *m.block_at),
+    };
+    s->holders = calloc(r->max_holders, sizeof *s->holders);
+    s->blocks = calloc(r->max_blocks, sizeof *s->blocks);
+    s->leases = calloc(r->max_leases, sizeof *s->leases);
+    int rc = 0;
+    if (!m.holder_at || !m.nonces || !m.block_at || !s->holders || !s->blocks || !s->leases) {
+        rc = -ENOMEM;
+    } else {
+        copy_holders(r, s, &m);
+        copy_blocks(r, s, &m);
+        copy_leases(r, s, &m);
+        tally_holders(s, &m);
+    }
+    free(m.holder_at);
+    free(m.nonces);
+    free(m.block_at);
     return rc;
 }
 

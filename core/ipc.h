@@ -15,8 +15,6 @@
 #ifndef IPC_H
 #define IPC_H
 
-#include "device_ops.h"
-
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,9 +35,34 @@ enum {
     IPC_REAL,     /* do the real call, then the matching *_finish / commit */
 };
 
-/* Install the device operations. Cheap, idempotent; the registry is
- * attached lazily on the first export or open. Must precede all else. */
-void ipc_init(const struct device_ops *ops);
+/* Start IPC tracking in this process, once the host has installed its
+ * free_block (host_set, host.h: without it nothing is tracked). Cheap,
+ * idempotent; the registry is attached lazily on the first export or open.
+ * Must precede all else. Registers no process hook: the host registers
+ * those below. */
+void ipc_init(void);
+
+/* ---- process hooks: the host registers them (core registers none) ----
+ * The host must call pthread_atfork(ipc_fork_prepare, ipc_fork_parent,
+ * ipc_fork_child) once, when it calls ipc_init: prepare holds the local
+ * mutex across fork() so that the child inherits whole tables; parent
+ * releases it; child re-initialises the locks and forgets the parent's
+ * holder slot, threads and counters (its next ipc call attaches anew). A
+ * child made without them (a raw clone) is detected and starts over too,
+ * abandoning tables that may be mid-update. */
+void ipc_fork_prepare(void);
+void ipc_fork_parent(void);
+void ipc_fork_child(void);
+
+/* The host must call this at library unload, after its other exit work: a
+ * destructor of priority 101, the lowest a program may use, which runs
+ * after the library's other destructors and, in the dynamic linker's
+ * order, after the program's own destructors (the program is finalised
+ * before the libraries it did not load). It runs ipc_shutdown for every
+ * process that attached (import-only ones included: the shim's own exit
+ * hook is registered at the first export); no-op otherwise, and after an
+ * earlier ipc_shutdown (an atexit hook's). */
+void ipc_unload(void);
 
 /* True once the registry is attached and usable in this process. */
 bool ipc_active(void);
@@ -53,7 +76,7 @@ int ipc_export(const struct ipc_handle *h, uint64_t base, uint64_t size, int dev
 
 /* ipc_export with the allocation's identity (the driver's BUFFER_ID, never
  * reused in a process; 0 when unknown): kept with the export's local
- * record and handed to device_ops.free_block with a deferred free, which
+ * record and handed to the host's free_block with a deferred free, which
  * checks it so that it never frees another allocation that took the same
  * address after a context reset freed this one. kind: IPC_KIND_* (h is a
  * pool's export data for IPC_KIND_POOL), shown by the reports. */
@@ -132,7 +155,7 @@ void ipc_close_abort(struct ipc_close *t);
  *   IPC_PASS: not an exported allocation base: free it for real. This is
  *     the hot path: a few nanoseconds when the process exports nothing.
  *   IPC_DONE: a block with live leases or unclaimed hand-offs: it is now in
- *     limbo and will be freed through device_ops; report success.
+ *     limbo and will be freed through the host (host.h); report success.
  *   IPC_REAL: an exported block nothing holds: its record is retired (no
  *     open can succeed any more) and goes back to the table at this
  *     process's next registry round trip; free it for real.
@@ -170,7 +193,8 @@ int ipc_collect_pressure(void);
 void ipc_stats(struct ipcshim_stats *out);
 
 /* One check of the leak watch (leak.h): dead exporters' blocks held too
- * long, limbo or open mappings growing. Called by the watch thread. */
+ * long, limbo or open mappings growing. The watch thread's check (given to
+ * leak_watch_start); takes the local lock. */
 void ipc_leak_check(void);
 
 /* At exit of a process that opened but never exported (its atexit hook):
@@ -184,8 +208,8 @@ void ipc_report_leaks(void);
  * process exported -- freed or not -- that a live importer still maps
  * (unclaimed hand-offs only for the first second), collecting as importers
  * close; then print the leak report (leak.h), orphan what is still held,
- * drop our leases and release our holder slot. Idempotent; also run by a destructor of the
- * library for every attached process, import-only ones included. */
+ * drop our leases and release our holder slot. Idempotent; also run by
+ * ipc_unload for every attached process, import-only ones included. */
 void ipc_shutdown(void);
 
 #endif

@@ -6,7 +6,6 @@
 #include "local.h"
 #include "log.h"
 #include "options.h"
-#include "ipc.h"
 #include "registry.h"
 
 #include <pthread.h>
@@ -224,7 +223,7 @@ static bool dead_warned;
 
 static void *watch_loop(void *arg)
 {
-    (void)arg;
+    leak_check_fn *check = arg;
     struct timespec next;
     clock_gettime(CLOCK_MONOTONIC, &next);
     pthread_mutex_lock(&watch_mu);
@@ -235,7 +234,7 @@ static void *watch_loop(void *arg)
         }
         if (__atomic_load_n(&watch_stopping, __ATOMIC_ACQUIRE)) break;
         pthread_mutex_unlock(&watch_mu);
-        ipc_leak_check(); /* takes the shim's locks: never under watch_mu */
+        check(); /* takes the shim's locks: never under watch_mu */
         pthread_mutex_lock(&watch_mu);
     }
     pthread_mutex_unlock(&watch_mu);
@@ -243,7 +242,7 @@ static void *watch_loop(void *arg)
     return NULL;
 }
 
-void leak_watch_start(void)
+void leak_watch_start(leak_check_fn *check)
 {
     const struct options *o = options_get();
     if (!o->dead_hold_warn && !o->growth_checks) return;
@@ -262,7 +261,7 @@ void leak_watch_start(void)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     __atomic_store_n(&watch_running, 1, __ATOMIC_RELEASE);
-    int rc = pthread_create(&t, &attr, watch_loop, NULL);
+    int rc = pthread_create(&t, &attr, watch_loop, (void *)check);
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc) {

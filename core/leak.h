@@ -10,7 +10,7 @@
  *   - its blocks still in limbo, with the processes that still hold them.
  * Call sites come from callsite.h (captured at export and open only).
  *
- * ipc.c drives this module with one-line hooks; the bookkeeping lives in
+ * ipc.c and limbo.c drive this module with one-line hooks; the bookkeeping lives in
  * fields of its local records (local.h) and of the registry records
  * (registry.h, ABI 2), so nothing here adds a table or a lookup to the
  * hot paths. leak_gather() runs with the local and registry locks held and
@@ -49,13 +49,18 @@ void leak_note_expired(const struct reg_block *b, const struct local_export *e);
 /* ---- the watch: warnings while the program runs ----
  * A thread of this process (started on the first export or open when
  * IPCSHIM_DEAD_HOLD_WARN or IPCSHIM_GROWTH_CHECKS is on) checks once a
- * second, through ipc_leak_check(), and logs one warning line when
+ * second, through the check it was started with (ipc_leak_check, which
+ * takes the locks and calls leak_check_locked), and logs one warning line
+ * when
  *   - this process has held a dead exporter's block longer than
  *     IPCSHIM_DEAD_HOLD_WARN (once per process);
  *   - its limbo, or its open mappings, grew at IPCSHIM_GROWTH_CHECKS
  *     consecutive checks (a leak in progress; again only after it grew as
  *     many more times), naming the processes that hold or export them. */
-void leak_watch_start(void);
+typedef void leak_check_fn(void);
+/* Starts the thread once (later calls do nothing): it runs check() every
+ * second, with no lock of this module held. */
+void leak_watch_start(leak_check_fn *check);
 /* Stops the thread (waits for it at most about 200 ms). */
 void leak_watch_stop(void);
 /* In a fork child: no thread there; start again on demand. */

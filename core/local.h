@@ -9,7 +9,7 @@
  *
  * One process mutex (local_lock) guards all of it. Lock order: the local
  * mutex before the registry lock, never the reverse; neither is held across
- * device_ops calls. */
+ * the host's operations (host.h). */
 #ifndef LOCAL_H
 #define LOCAL_H
 

@@ -1,5 +1,5 @@
 /* swap_engine: budget accounting, victims and prefetches for host swap,
- * over a table of device operations (swap_engine.h). The shim keeps only
+ * over the host's move (swap_engine.h, host.h). The shim keeps only
  * the hooks (allocation, free, launch scan, copies) and the CUDA moves. */
 #include "swap_engine.h"
 

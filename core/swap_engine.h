@@ -3,8 +3,8 @@
  * accounting, and turns each access into device operations: the victims to
  * move to the host, then the block to bring to its device. What a move is
  * (cuMemAdvise + cuMemPrefetchAsync in the shim, a recording in the unit
- * tests) comes from a table of operations, as device_ops.h does for IPC:
- * core never calls CUDA.
+ * tests) is the host's move (host_move_fn, host.h, whose contract it keeps),
+ * handed to each engine with its own context: core never calls CUDA.
  *
  * Guarantee: the bytes the engine has placed on a device (blocks whose
  * on_device note is set) are always a subset of what that device's policy
@@ -20,17 +20,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "host.h"
 #include "swap.h"
 #include "swap_index.h"
 
 #define SWAP_ENGINE_MAX_DEVICES 64
 
+/* The engine's one device operation: a parameter rather than a member of
+ * the host's table (host.h) because each engine carries its own ctx (the
+ * unit tests drive several engines, each recording its moves). */
 struct swap_ops {
-    /* Move [base, base + size) to device (>= 0) or to the host (-1), on
-     * stream (an opaque handle passed through). 0, or a negative errno:
-     * the block stays where it was. Called with the caller's lock held. */
-    int (*move)(void *ctx, uint64_t base, uint64_t size, int device, uint64_t stream);
-    void *ctx;
+    host_move_fn *move; /* called with the caller's lock held */
+    void *ctx;          /* passed to move */
 };
 
 struct swap_engine_counts {

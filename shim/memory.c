@@ -4,12 +4,14 @@
  * adapt arguments and error codes. When tracking is off, or core says PASS,
  * the real function is called exactly as without the shim. */
 #include "shim.h"
+#include "host.h"
 #include "ipc.h"
 #include "log.h"
 #include "options.h"
 #include "swap.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +28,7 @@ static const struct door_codes driver_codes = {
 
 static uint64_t pointer_attribute(uint64_t ptr, CUpointer_attribute what);
 
-/* device_ops.free_block: a deferred free, in the block's own context, of
+/* The host's free_block (core/host.h): a deferred free, in the block's own context, of
  * the allocation exported from base if it still exists. Trap:
  * cudaDeviceReset, cuDevicePrimaryCtxReset and cuCtxDestroy free every
  * allocation of a context, limbo included, without a free call; the next
@@ -57,7 +59,12 @@ static int free_block(uint64_t base, int device, uint64_t ctx, uint64_t identity
     return r == CUDA_SUCCESS ? 0 : -EINVAL;
 }
 
-static const struct device_ops device_ops = {.free_block = free_block};
+/* MOVED-TO-INIT: core registers no process hook (core/ipc.h); until
+ * shim/init.c registers ipc_unload, this destructor does. */
+__attribute__((destructor(101))) static void memory_ipc_unload(void)
+{
+    ipc_unload();
+}
 
 void memory_init(void)
 {
@@ -66,7 +73,12 @@ void memory_init(void)
         !o->disable && real_cuMemFree_v2 && real_cuPointerGetAttributes && real_cuCtxGetCurrent;
     if (!o->disable && !tracking)
         LOG_ONCE(LOG_WARN, "driver functions missing; passing every call through");
-    if (tracking) ipc_init(&device_ops);
+    if (tracking) {
+        host_set(&(struct host){.free_block = free_block}); /* core's deferred frees */
+        ipc_init();
+        /* MOVED-TO-INIT: core registered these at ipc_init; shim/init.c will. */
+        pthread_atfork(ipc_fork_prepare, ipc_fork_parent, ipc_fork_child);
+    }
     swap_init();
 }
 

@@ -167,9 +167,9 @@ static CUmemLocation location(int device)
     return l;
 }
 
-/* swap_ops.move: prefetch [base, base + size) to device (or the host, -1)
- * on stream, with the preferred location set the same way. Under
- * swap_lock (the engine is called under it). */
+/* The engine's move (host_move_fn, core/host.h): prefetch [base, base + size) to device (or the
+ * host, -1) on stream, with the preferred location set the same way. Under swap_lock (the engine is
+ * called under it). */
 static int cuda_move(void *ctx, uint64_t base, uint64_t size, int device, uint64_t stream)
 {
     (void)ctx;

@@ -1,4 +1,5 @@
-/* unwind: the fast unwinder behind call sites (core/callsite.h).
+/* unwind: the fast unwinder behind call sites (core/callsite.h), handed to
+ * core as the host's unwind (core/host.h).
  *
  * glibc's backtrace() interprets DWARF for every frame (about 2 us for the
  * dozen frames of an export); libunwind's unw_backtrace caches each return
@@ -16,6 +17,7 @@
  * memcheck, and its cost is lost in valgrind's. scripts/ipcshim.supp
  * covers libunwind for the rest (a program that uses it itself). */
 #include "callsite.h"
+#include "host.h"
 #include "log.h"
 #include "options.h"
 #include "shim.h"
@@ -51,5 +53,5 @@ void unwind_init(void)
         return;
     }
     if (policy && space) policy(*space, UNW_CACHE_PER_THREAD);
-    callsite_set_unwinder(bt);
+    host_set(&(struct host){.unwind = bt}); /* core's unwinder (core/host.h) */
 }

@@ -10,6 +10,7 @@
  * scripts/bench shows it as figure 7 and goal 5. Allocations and frees never
  * capture: nothing here is on their path. */
 #include "callsite.h"
+#include "host.h"
 
 #include <dlfcn.h>
 #include <stdint.h>
@@ -69,7 +70,7 @@ int main(int argc, char **argv)
     void **space = h ? (void **)dlsym(h, "_ULx86_64_local_addr_space") : NULL;
     if (bt) {
         if (policy && space) policy(*space, 2 /* UNW_CACHE_PER_THREAD */);
-        callsite_set_unwinder(bt);
+        host_set(&(struct host){.unwind = bt});
         measure("callsite_ns", n);
     } else {
         printf("callsite_ns: unavailable (no libunwind.so.8)\n");

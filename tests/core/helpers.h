@@ -1,15 +1,17 @@
 /* helpers: shared by the core suites. Each test gets its own registry domain
  * ("<suite>-<pid>"), set through the environment and options_reload() before
- * ipc_init, and removed in .fini. Children are plain fork()s that report
+ * test_ipc_init, and removed in .fini. Children are plain fork()s that report
  * through pipes and leave with _exit() (never Criterion's exit path). */
 #ifndef TESTS_CORE_HELPERS_H
 #define TESTS_CORE_HELPERS_H
 
+#include "host.h"
 #include "ipc.h"
 #include "options.h"
 #include "registry.h"
 
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,7 +75,30 @@ static int fake_free_block(uint64_t base, int device, uint64_t ctx, uint64_t ide
     return 0;
 }
 
-static const struct device_ops fake_ops = {.free_block = fake_free_block};
+static const struct host fake_host = {.free_block = fake_free_block};
+
+/* What the shim does at start-up (shim/memory.c, shim/init.c): install the
+ * host's operations, start IPC, and register core's fork handlers (core
+ * registers no process hook: ipc.h). Once per test process. */
+static pthread_once_t test_hooks_once = PTHREAD_ONCE_INIT;
+static void test_register_fork_hooks(void)
+{
+    pthread_atfork(ipc_fork_prepare, ipc_fork_parent, ipc_fork_child);
+}
+
+static inline void test_ipc_init(const struct host *host)
+{
+    host_set(host);
+    ipc_init();
+    pthread_once(&test_hooks_once, test_register_fork_hooks);
+}
+
+/* And at unload, as the shim does (ipc.h: priority 101): a test child that
+ * leaves with exit() takes the shim's exit path. */
+__attribute__((destructor(101))) static void test_ipc_unload(void)
+{
+    ipc_unload();
+}
 
 static inline int fake_free_count(void)
 {

@@ -1,6 +1,6 @@
 /* ipc: the lifecycle across processes. The test process is usually the
  * exporter; importers are fork() children driven through a pipe. The fake
- * device_ops records deferred frees. */
+ * host records deferred frees. */
 #include "helpers.h"
 #include "ipcshim.h"
 #include "liveness.h"
@@ -19,7 +19,7 @@ static void setup(void)
     test_option("MAX_BLOCKS", "256");
     test_option("MAX_HOLDERS", "16");
     test_option("MAX_LEASES", "512");
-    ipc_init(&fake_ops);
+    test_ipc_init(&fake_host);
 }
 
 TestSuite(ipc, .init = setup, .fini = test_domain_teardown, .timeout = 20);

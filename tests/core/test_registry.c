@@ -141,7 +141,7 @@ Test(registry, domain_names)
 Test(registry, bad_domain_refused_by_ipc)
 {
     test_option("DOMAIN", "no/slashes");
-    ipc_init(&fake_ops);
+    test_ipc_init(&fake_host);
     struct ipc_handle h = make_handle(1);
     cr_assert_eq(ipc_export(&h, 0x1000, 4096, 0, 1), -ENODEV);
     struct ipc_open t;
@@ -234,7 +234,7 @@ static void refuse_after(void (*how)(struct registry *r), int want)
     cr_assert_eq(registry_open(&b, test_domain, &caps), want);
     cr_assert_eq(b.base, NULL);
     registry_close(&a);
-    ipc_init(&fake_ops);
+    test_ipc_init(&fake_host);
     struct ipc_handle h = make_handle(2);
     cr_assert_eq(ipc_export(&h, 0x1000, 4096, 0, 1), -ENODEV);
     struct ipc_open t;
@@ -803,7 +803,7 @@ Test(registry, out_of_range_bounds_fall_back_with_one_line)
     struct reg_layout l;
     cr_expect_eq(registry_layout(&caps, &l), 0, "the registry refuses the clamped bounds");
     /* And the ipc core tracks under them. */
-    ipc_init(&fake_ops);
+    test_ipc_init(&fake_host);
     struct ipc_handle h = make_handle(27);
     cr_expect_eq(ipc_export(&h, 0x1000, 4096, 0, 0xc0), 0, "not tracked");
     struct registry v;

@@ -46,7 +46,7 @@ static void setup(void)
     unlink(log_path);
     test_option("LOG_FILE", log_path);
     test_option("LOG", "warn");
-    ipc_init(&fake_ops);
+    test_ipc_init(&fake_host);
 }
 
 static void teardown(void)

@@ -39,7 +39,7 @@ static int stress_free_block(uint64_t base, int device, uint64_t ctx, uint64_t i
     return 0;
 }
 
-static const struct device_ops stress_ops = {.free_block = stress_free_block};
+static const struct host stress_host = {.free_block = stress_free_block};
 
 static void setup(void)
 {
@@ -50,7 +50,7 @@ static void setup(void)
     test_option("MAX_LEASES", "1024");
     board = mmap(NULL, sizeof *board, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     cr_assert_neq(board, MAP_FAILED);
-    ipc_init(&stress_ops);
+    test_ipc_init(&stress_host);
 }
 
 TestSuite(stress, .init = setup, .fini = test_domain_teardown, .timeout = 60);

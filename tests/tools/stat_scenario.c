@@ -17,6 +17,7 @@
  * Prints "NAME PID" lines for the processes, then "ready", then waits for a
  * line (or end of file) on stdin; then the children exit and the registry
  * is removed. Exit status 0, or 1 with a message when a step failed. */
+#include "host.h"
 #include "ipc.h"
 #include "options.h"
 #include "registry.h"
@@ -35,7 +36,7 @@ static int fake_free(uint64_t base, int device, uint64_t ctx, uint64_t identity)
     (void)base, (void)device, (void)ctx, (void)identity;
     return 0;
 }
-static const struct device_ops fake_ops = {.free_block = fake_free};
+static const struct host fake_host = {.free_block = fake_free};
 
 static struct ipc_handle handle(unsigned seed)
 {
@@ -89,7 +90,8 @@ static void child_start(struct child *c, void (*step)(void))
     if (c->pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the scenario */
         close(c->go[1]), close(c->done[0]);
-        ipc_init(&fake_ops);
+        host_set(&fake_host);
+        ipc_init();
         step();
         char ok = 'k', x;
         if (write(c->done[1], &ok, 1) != 1) _exit(1);
@@ -170,7 +172,8 @@ static void exporter_start(void)
     if (E.pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         close(E.go[1]), close(E.done[0]);
-        ipc_init(&fake_ops);
+        host_set(&fake_host);
+        ipc_init();
         export_block(1, 0x100000, 1 << 20, 0, IPC_KIND_LEGACY);
         export_block(2, 0x300000, 4096, 1, IPC_KIND_POOL);
         export_block(3, 0x400000, 8192, 0, IPC_KIND_LEGACY);
