@@ -7,6 +7,7 @@
 #include "log.h"
 #include "options.h"
 #include "registry.h"
+#include "units.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -408,35 +409,15 @@ void leak_check_flush(void)
     watch_nlines = 0;
 }
 
+/* Sizes and ages in the report's words (core/units.c). */
 static const char *bytes_str(uint64_t n, char *buf, size_t len)
 {
-    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-    if (n < 1024) {
-        snprintf(buf, len, "%llu bytes", (unsigned long long)n);
-        return buf;
-    }
-    double v = (double)n / 1024;
-    int u = 0;
-    while (v >= 1024 && u < 4)
-        v /= 1024, u++;
-    snprintf(buf, len, "%.1f %s", v, units[u]);
-    return buf;
+    return units_format_bytes(n, UNITS_SPACED, buf, len);
 }
 
 static const char *age_str(uint64_t ns, char *buf, size_t len)
 {
-    uint64_t ms = ns / 1000000ull;
-    if (ms < 1000)
-        snprintf(buf, len, "%llums", (unsigned long long)ms);
-    else if (ms < 60000)
-        snprintf(buf, len, "%.1fs", ms / 1e3);
-    else if (ms < 3600000)
-        snprintf(buf, len, "%llum%02llus", (unsigned long long)(ms / 60000),
-                 (unsigned long long)(ms / 1000 % 60));
-    else
-        snprintf(buf, len, "%lluh%02llum", (unsigned long long)(ms / 3600000),
-                 (unsigned long long)(ms / 60000 % 60));
-    return buf;
+    return units_format_age_ms(ns / 1000000ull, buf, len);
 }
 
 static const char *times(uint32_t n)
