@@ -169,15 +169,15 @@ static void check_fork(void)
     if (forked()) after_fork(false);
 }
 
-static void atfork_prepare(void)
+void ipc_fork_prepare(void)
 {
     local_lock();
 }
-static void atfork_parent(void)
+void ipc_fork_parent(void)
 {
     local_unlock();
 }
-static void atfork_child(void)
+void ipc_fork_child(void)
 {
     /* The prepare handler held the local mutex across fork, so the tables
      * are consistent; local_reset re-initialises the mutex itself. Taking a
@@ -197,7 +197,6 @@ static void init_once(void)
         munmap(p, 4096);
     }
     canary_pid = getpid();
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     leak_init();
 }
 
@@ -1473,7 +1472,7 @@ void ipc_shutdown(void)
  * dynamic linker's order, after the program's own destructors (the program
  * is finalised before the libraries it did not load). ipc_shutdown is
  * idempotent: an earlier call (the shim's atexit hook) wins. */
-__attribute__((destructor(101))) static void ipc_at_unload(void)
+void ipc_unload(void)
 {
     if (ops && __atomic_load_n(&state, __ATOMIC_ACQUIRE) == S_ACTIVE) ipc_shutdown();
 }

@@ -188,4 +188,16 @@ void ipc_report_leaks(void);
  * library for every attached process, import-only ones included. */
 void ipc_shutdown(void);
 
+/* The fork handlers, registered by the host with pthread_atfork once
+ * ipc_init has run: prepare holds the local lock across fork, parent drops
+ * it, child re-initialises the local state (its holder slot is taken again
+ * at its next ipc call). */
+void ipc_fork_prepare(void);
+void ipc_fork_parent(void);
+void ipc_fork_child(void);
+
+/* The last word at unload (the host's lowest-priority destructor):
+ * ipc_shutdown for a process that attached, if nothing ran it already. */
+void ipc_unload(void);
+
 #endif
