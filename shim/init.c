@@ -50,6 +50,7 @@ __attribute__((constructor)) static void init_at_load(void)
     __atomic_store_n(&init_libraries_initialised, 1, __ATOMIC_RELEASE);
 }
 
+/* 3. Newest-first order puts it after the shutdown and leak report. */
 static void flush_trace_at_exit(void)
 {
     swap_flush_trace();
@@ -60,10 +61,10 @@ static void flush_trace_at_exit(void)
 void init_start(void)
 {
     memory_init(); /* decides tracking; ipc_init when tracking */
-    /* 2: where core registered them, once, right after its ipc_init */
+    /* 2: right after ipc_init (once: start-up runs once) */
     if (shim_tracking()) pthread_atfork(ipc_fork_prepare, ipc_fork_parent, ipc_fork_child);
     swap_init();
-    /* 3: where swap_init registered it, right after the trace opened */
+    /* 3: right after swap_init opened the trace */
     if (swap_trace_opened()) atexit(flush_trace_at_exit);
     unwind_init();
 }
