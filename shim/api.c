@@ -1,51 +1,15 @@
-/* api: the public ipcshim_* functions (include/ipcshim.h), the exit hooks
- * and the IPCSHIM_STATS exit report. */
+/* api: the public ipcshim_* functions (include/ipcshim.h) and the
+ * IPCSHIM_STATS exit report, which init.c's exit hook runs: core's figures
+ * (ipc_stats), host swap's, and the entry points' call counts per door. */
 #include "ipcshim.h"
 #include "ipc.h"
 #include "log.h"
 #include "options.h"
 #include "shim.h"
-#include "swap.h"
+#include "host_swap.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
-
-static pthread_once_t exit_hook_once = PTHREAD_ONCE_INIT;
-
-/* Runs before the CUDA runtime's own teardown, which registered its exit
- * handler before the first export and so runs after this one. */
-static void shutdown_at_exit(void)
-{
-    ipc_shutdown();
-}
-
-static void register_exit_hook(void)
-{
-    atexit(shutdown_at_exit);
-}
-
-void api_at_first_use(void)
-{
-    pthread_once(&exit_hook_once, register_exit_hook);
-}
-
-/* An importer's exit hook: the leak report, before the library's last
- * destructor releases its leases (ipc_shutdown). */
-static pthread_once_t open_hook_once = PTHREAD_ONCE_INIT;
-static void report_leaks_at_exit(void)
-{
-    ipc_report_leaks();
-}
-static void register_open_hook(void)
-{
-    atexit(report_leaks_at_exit);
-}
-void api_at_first_open(void)
-{
-    pthread_once(&open_hook_once, register_open_hook);
-}
 
 /* Answers from the options alone, so that asking first (before any CUDA
  * call, before the runtime is even loaded) changes nothing. */
@@ -107,11 +71,10 @@ SHIM_EXPORT long long ipcshim_calls(const char *symbol, const char *door)
     return -1;
 }
 
-/* At exit: host swap's refused exports, if any (always), and with
- * IPCSHIM_STATS=1 a short summary, only for processes that used CUDA. */
-__attribute__((destructor)) static void report_at_exit(void)
+/* With IPCSHIM_STATS=1, a short summary at exit, only for processes that
+ * used CUDA. */
+void api_report_stats(void)
 {
-    swap_warn_refused();
     if (!options_get()->stats) return;
     struct ipcshim_stats s;
     fill_stats(&s);

@@ -8,14 +8,13 @@
 #include "ipc.h"
 #include "log.h"
 #include "options.h"
-#include "swap.h"
+#include "host_swap.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-static bool tracking;
+bool memory_tracking;
 
 /* The error codes of one door. */
 struct door_codes {
@@ -28,7 +27,8 @@ static const struct door_codes driver_codes = {
 
 static uint64_t pointer_attribute(uint64_t ptr, CUpointer_attribute what);
 
-/* The host's free_block (core/host.h): a deferred free, in the block's own context, of
+/* The host's free_block (core/host.h): a deferred free, in the block's own
+ * context, of
  * the allocation exported from base if it still exists. Trap:
  * cudaDeviceReset, cuDevicePrimaryCtxReset and cuCtxDestroy free every
  * allocation of a context, limbo included, without a free call; the next
@@ -59,74 +59,23 @@ static int free_block(uint64_t base, int device, uint64_t ctx, uint64_t identity
     return r == CUDA_SUCCESS ? 0 : -EINVAL;
 }
 
-/* MOVED-TO-INIT: core registers no process hook (core/ipc.h); until
- * shim/init.c registers ipc_unload, this destructor does. */
-__attribute__((destructor(101))) static void memory_ipc_unload(void)
-{
-    ipc_unload();
-}
-
 void memory_init(void)
 {
     const struct options *o = options_get();
-    tracking =
+    memory_tracking =
         !o->disable && real_cuMemFree_v2 && real_cuPointerGetAttributes && real_cuCtxGetCurrent;
-    if (!o->disable && !tracking)
+    if (!o->disable && !memory_tracking)
         LOG_ONCE(LOG_WARN, "driver functions missing; passing every call through");
-    if (tracking) {
-        host_set(&(struct host){.free_block = free_block}); /* core's deferred frees */
-        ipc_init();
-        /* MOVED-TO-INIT: core registered these at ipc_init; shim/init.c will. */
-        pthread_atfork(ipc_fork_prepare, ipc_fork_parent, ipc_fork_child);
-    }
-    swap_init();
-}
-
-bool shim_tracking(void)
-{
-    return tracking;
-}
-
-/* The context an import is cached under: the current one, after making
- * sure the runtime has made its primary context current (runtime door). */
-uint64_t shim_current_context(bool runtime_door)
-{
-    CUcontext ctx = NULL;
-    if (!REAL(cuCtxGetCurrent)) return 0;
-    real_cuCtxGetCurrent(&ctx);
-    if (!ctx && runtime_door && REAL(cudaFree)) {
-        real_cudaFree(NULL); /* the runtime's documented way to initialise its context */
-        real_cuCtxGetCurrent(&ctx);
-    }
-    return (uint64_t)ctx;
-}
-
-static void synchronize_context(uint64_t ctx)
-{
-    if (!options_get()->close_sync || !ctx) return;
-    /* A driver with cuCtxSynchronize_v2 synchronises a given context in one
-     * call, current or not. */
-    if (real_cuCtxSynchronize_v2) {
-        real_cuCtxSynchronize_v2((CUcontext)ctx);
-        return;
-    }
-    if (!REAL(cuCtxSynchronize)) return;
-    CUcontext previous = NULL;
-    real_cuCtxGetCurrent(&previous);
-    if ((uint64_t)previous == ctx) {
-        real_cuCtxSynchronize();
-    } else if (real_cuCtxPushCurrent_v2 &&
-               real_cuCtxPushCurrent_v2((CUcontext)ctx) == CUDA_SUCCESS) {
-        real_cuCtxSynchronize();
-        real_cuCtxPopCurrent_v2(&previous);
-    }
+    if (!memory_tracking) return;
+    host_set(&(struct host){.free_block = free_block}); /* core's deferred frees */
+    ipc_init();
 }
 
 /* After an allocation failed for lack of memory: collect limbo (expiring
  * old hand-offs early) and say whether a retry may now succeed. */
 static bool collect_for_retry_slow(const struct door_codes *codes)
 {
-    if (!tracking || ipc_collect_pressure() <= 0) return false;
+    if (!memory_tracking || ipc_collect_pressure() <= 0) return false;
     if (codes == &runtime_codes && REAL(cudaGetLastError))
         real_cudaGetLastError(); /* forget the failure */
     return true;
@@ -142,7 +91,7 @@ static inline bool collect_for_retry(int result, const struct door_codes *codes)
 static int close_for_real(struct ipc_close *t, uint64_t ptr, void *stream,
                           int (*real_close)(uint64_t, void *), const struct door_codes *codes)
 {
-    synchronize_context(t->ctx);
+    shim_synchronize_context(t->ctx);
     int result = real_close(ptr, stream);
     if (result == codes->ok)
         ipc_close_finish(t);
@@ -160,7 +109,7 @@ static __attribute__((noinline)) int op_free_tracked(uint64_t ptr, void *stream,
                                                      const struct door_codes *codes)
 {
     swap_on_free(ptr);
-    if (!tracking || !ptr) return real_free(ptr, stream);
+    if (!memory_tracking || !ptr) return real_free(ptr, stream);
     /* A pool import's pointer: the free ends the import (op_close's rules). */
     struct ipc_close ticket;
     int decision = ipc_unimport_begin(ptr, &ticket);
@@ -178,7 +127,7 @@ static __attribute__((noinline)) int op_free_tracked(uint64_t ptr, void *stream,
 static inline int op_free(uint64_t ptr, void *stream, int (*real_free)(uint64_t, void *),
                           const struct door_codes *codes)
 {
-    if (__builtin_expect(swap_enabled, 0) || (tracking && ptr && !ipc_free_passes(ptr)))
+    if (__builtin_expect(swap_enabled, 0) || (memory_tracking && ptr && !ipc_free_passes(ptr)))
         return op_free_tracked(ptr, stream, real_free, codes);
     return real_free(ptr, stream);
 }
@@ -223,7 +172,7 @@ static void explain_refused_export(uint64_t ptr, int result)
  * the program that memory is gone, and CUDA refuses to export freed memory. */
 static bool freed_by_program(uint64_t ptr)
 {
-    if (!tracking || !ipc_limbo_pending()) return false;
+    if (!memory_tracking || !ipc_limbo_pending()) return false;
     uint64_t base = pointer_attribute(ptr, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR);
     return ipc_in_limbo(base ? base : ptr);
 }
@@ -251,7 +200,7 @@ static void note_export(const void *handle, uint64_t ptr, int kind)
     struct ipc_handle h;
     memcpy(h.bytes, handle, sizeof h.bytes);
     if (ipc_export_identity(&h, base, size, device, (uint64_t)ctx, buffer_id, kind) == 0)
-        api_at_first_use();
+        init_at_first_export();
 }
 
 /* The arguments of a legacy open (handle, flags) or a pool import
@@ -269,7 +218,7 @@ static int op_open(const struct open_call *call, int kind, uint64_t *out, bool r
                    const struct door_codes *codes)
 {
     /* What CUDA refuses (no pointer or handle, unknown flags) it refuses itself. */
-    if (!tracking || !out || !call->handle ||
+    if (!memory_tracking || !out || !call->handle ||
         (call->flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
         return real_open(out, call);
     struct ipc_handle h;
@@ -293,7 +242,7 @@ static int op_open(const struct open_call *call, int kind, uint64_t *out, bool r
     int result = real_open(out, call);
     if (decision == IPC_REAL) {
         if (result == codes->ok)
-            ipc_open_commit(&ticket, *out), api_at_first_open();
+            ipc_open_commit(&ticket, *out), init_at_first_open();
         else
             ipc_open_abort(&ticket);
     }
@@ -304,7 +253,7 @@ static int op_open(const struct open_call *call, int kind, uint64_t *out, bool r
 static int op_close(uint64_t ptr, int (*real_close)(uint64_t, void *),
                     const struct door_codes *codes)
 {
-    if (!tracking) return real_close(ptr, NULL);
+    if (!memory_tracking) return real_close(ptr, NULL);
     struct ipc_close ticket;
     int decision = ipc_close_begin(ptr, &ticket);
     if (decision == IPC_DONE) return codes->ok;
@@ -457,7 +406,7 @@ cudaError_t do_cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
     if (swap_refuses_export((uint64_t)devPtr, "cudaIpcGetMemHandle")) return cudaErrorInvalidValue;
     if (freed_by_program((uint64_t)devPtr)) return cudaErrorInvalidValue;
     cudaError_t r = real_cudaIpcGetMemHandle(handle, devPtr);
-    if (r == cudaSuccess && tracking)
+    if (r == cudaSuccess && memory_tracking)
         note_export(handle, (uint64_t)devPtr, IPC_KIND_LEGACY);
     else if (r != cudaSuccess)
         explain_refused_export((uint64_t)devPtr, r);
@@ -497,7 +446,7 @@ cudaError_t do_cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportD
     if (!REAL(cudaMemPoolExportPointer)) return cudaErrorInitializationError;
     if (freed_by_program((uint64_t)ptr)) return cudaErrorInvalidValue;
     cudaError_t r = real_cudaMemPoolExportPointer(exportData, ptr);
-    if (r == cudaSuccess && tracking && exportData)
+    if (r == cudaSuccess && memory_tracking && exportData)
         note_export(exportData, (uint64_t)ptr, IPC_KIND_POOL);
     return r;
 }
@@ -569,7 +518,7 @@ CUresult do_cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     if (swap_refuses_export(dptr, "cuIpcGetMemHandle")) return CUDA_ERROR_INVALID_VALUE;
     if (freed_by_program(dptr)) return CUDA_ERROR_INVALID_VALUE;
     CUresult r = real_cuIpcGetMemHandle(pHandle, dptr);
-    if (r == CUDA_SUCCESS && tracking)
+    if (r == CUDA_SUCCESS && memory_tracking)
         note_export(pHandle, dptr, IPC_KIND_LEGACY);
     else if (r != CUDA_SUCCESS)
         explain_refused_export(dptr, r);
@@ -625,7 +574,7 @@ CUresult do_cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdevi
     if (!REAL(cuMemPoolExportPointer)) return CUDA_ERROR_NOT_INITIALIZED;
     if (freed_by_program(ptr)) return CUDA_ERROR_INVALID_VALUE;
     CUresult r = real_cuMemPoolExportPointer(shareData_out, ptr);
-    if (r == CUDA_SUCCESS && tracking && shareData_out)
+    if (r == CUDA_SUCCESS && memory_tracking && shareData_out)
         note_export(shareData_out, ptr, IPC_KIND_POOL);
     return r;
 }

@@ -49,7 +49,7 @@ static const struct {
 #include "symbols.def"
 };
 
-static void *(*real_dlsym)(void *, const char *);
+void *(*real_dlsym)(void *, const char *);
 static pthread_once_t dlsym_once = PTHREAD_ONCE_INIT;
 static pthread_once_t all_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t resolve_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -187,7 +187,8 @@ void resolve_missing(void)
     pthread_mutex_unlock(&resolve_lock);
 }
 
-/* The one start-up path: real dlsym, options, real functions, core. */
+/* The one start-up path: real dlsym, options, real functions, then
+ * init_start (memory and core, fork handlers, host swap, unwinder). */
 static void resolve_once(void)
 {
     pthread_once(&dlsym_once, find_real_dlsym);
@@ -202,8 +203,7 @@ static void resolve_once(void)
     resolve_driver();
     resolve_runtime();
     pthread_mutex_unlock(&resolve_lock);
-    memory_init();
-    unwind_init();
+    init_start(); /* the rest, in init.c's order */
     __atomic_store_n(&resolve_done, 1, __ATOMIC_RELEASE);
 }
 
@@ -250,78 +250,85 @@ CUresult do_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
     return r;
 }
 
-/* Set once this library's initialiser runs, and so after libc's. */
-static int libraries_initialised;
-__attribute__((constructor)) static void note_initialised(void)
+/* The dynamic tables of a loaded object that object_symbol reads. */
+struct elf_tables {
+    const ElfW(Sym) * symtab;
+    const char *strtab;
+    const uint32_t *gnu, *sysv;
+    const ElfW(Half) * versym;
+};
+
+/* m's tables, from its .dynamic section; false when it has no symbol or no
+ * string table. Trap: the loader relocates the d_ptr entries of .dynamic in
+ * place, except in read-only ones (the vDSO), where they are still offsets
+ * from l_addr. */
+EARLY_SAFE static bool dynamic_tables(const struct link_map *m, struct elf_tables *t)
 {
-    __atomic_store_n(&libraries_initialised, 1, __ATOMIC_RELEASE);
+    t->symtab = NULL, t->strtab = NULL, t->gnu = NULL, t->sysv = NULL, t->versym = NULL;
+    if (!m->l_ld) return false;
+    for (const ElfW(Dyn) *d = m->l_ld; d->d_tag != DT_NULL; d++) {
+        ElfW(Addr) a = d->d_un.d_ptr;
+        if (a < m->l_addr) a += m->l_addr;
+        if (d->d_tag == DT_SYMTAB)
+            t->symtab = (const ElfW(Sym) *)a;
+        else if (d->d_tag == DT_STRTAB)
+            t->strtab = (const char *)a;
+        else if (d->d_tag == DT_GNU_HASH)
+            t->gnu = (const uint32_t *)a;
+        else if (d->d_tag == DT_HASH)
+            t->sysv = (const uint32_t *)a;
+        else if (d->d_tag == DT_VERSYM)
+            t->versym = (const ElfW(Half) *)a;
+    }
+    return t->symtab && t->strtab;
 }
 
 /* The address of m's own definition of name, read from its dynamic symbol
  * table (the default version where there are several), or NULL when m does
  * not define it. No loader call: dlsym on a startup object's link_map
  * crashes (its lookup scope is built only by a dlopen of it), and a
- * sanitizer's runtime may ask before malloc works. Traps: the loader
- * relocates the d_ptr entries of .dynamic in place, except in read-only ones
- * (the vDSO), where they are still offsets from l_addr; an IFUNC's address
+ * sanitizer's runtime may ask before malloc works. Trap: an IFUNC's address
  * is what its resolver returns. */
 EARLY_SAFE static void *object_symbol(const struct link_map *m, const char *name)
 {
-    const ElfW(Sym) *symtab = NULL, *found = NULL;
-    const char *strtab = NULL;
-    const uint32_t *gnu = NULL, *sysv = NULL;
-    const ElfW(Half) *versym = NULL;
-    if (!m->l_ld) return NULL;
-    for (const ElfW(Dyn) *d = m->l_ld; d->d_tag != DT_NULL; d++) {
-        ElfW(Addr) a = d->d_un.d_ptr;
-        if (a < m->l_addr) a += m->l_addr;
-        if (d->d_tag == DT_SYMTAB)
-            symtab = (const ElfW(Sym) *)a;
-        else if (d->d_tag == DT_STRTAB)
-            strtab = (const char *)a;
-        else if (d->d_tag == DT_GNU_HASH)
-            gnu = (const uint32_t *)a;
-        else if (d->d_tag == DT_HASH)
-            sysv = (const uint32_t *)a;
-        else if (d->d_tag == DT_VERSYM)
-            versym = (const ElfW(Half) *)a;
-    }
-    if (!symtab || !strtab) return NULL;
-        /* Defined, global or weak, this name; a hidden (non-default) version
-         * only when nothing better turns up. */
+    struct elf_tables t;
+    if (!dynamic_tables(m, &t)) return NULL;
+    const ElfW(Sym) *found = NULL;
+    /* Defined, global or weak, this name; a hidden (non-default) version
+     * only when nothing better turns up. */
 #define CONSIDER(i)                                                                                \
     do {                                                                                           \
-        const ElfW(Sym) *s = &symtab[i];                                                           \
+        const ElfW(Sym) *s = &t.symtab[i];                                                         \
         if (s->st_shndx != SHN_UNDEF && ELF64_ST_BIND(s->st_info) != STB_LOCAL &&                  \
-            same_string(strtab + s->st_name, name)) {                                              \
-            if (!versym || !(versym[i] & 0x8000)) {                                                \
+            same_string(t.strtab + s->st_name, name)) {                                            \
+            if (!t.versym || !(t.versym[i] & 0x8000)) {                                            \
                 found = s;                                                                         \
                 goto done;                                                                         \
             }                                                                                      \
             if (!found) found = s;                                                                 \
         }                                                                                          \
     } while (0)
-    if (gnu) {
+    if (t.gnu) {
         uint32_t h = 5381;
         for (const unsigned char *c = (const unsigned char *)name; *c; c++)
             h = h * 33 + *c;
-        uint32_t nbuckets = gnu[0], symoffset = gnu[1], bloom_words = gnu[2];
-        const uint32_t *buckets = (const uint32_t *)((const ElfW(Addr) *)(gnu + 4) + bloom_words);
+        uint32_t nbuckets = t.gnu[0], symoffset = t.gnu[1], bloom_words = t.gnu[2];
+        const uint32_t *buckets = (const uint32_t *)((const ElfW(Addr) *)(t.gnu + 4) + bloom_words);
         const uint32_t *chain = buckets + nbuckets;
         for (uint32_t i = nbuckets ? buckets[h % nbuckets] : 0; i >= symoffset && i; i++) {
             uint32_t hash = chain[i - symoffset];
             if ((hash | 1) == (h | 1)) CONSIDER(i);
             if (hash & 1) break;
         }
-    } else if (sysv) {
+    } else if (t.sysv) {
         uint32_t h = 0, g;
         for (const unsigned char *c = (const unsigned char *)name; *c; c++) {
             h = (h << 4) + *c;
             if ((g = h & 0xf0000000u)) h ^= g >> 24;
             h &= ~g;
         }
-        uint32_t nbuckets = sysv[0];
-        const uint32_t *buckets = sysv + 2, *chain = buckets + nbuckets;
+        uint32_t nbuckets = t.sysv[0];
+        const uint32_t *buckets = t.sysv + 2, *chain = buckets + nbuckets;
         for (uint32_t i = nbuckets ? buckets[h % nbuckets] : 0; i; i = chain[i])
             CONSIDER(i);
     }
@@ -337,7 +344,7 @@ done:
     case STT_TLS: {
         /* Rare in RTLD_NEXT lookups: let the loader answer, by a handle
          * (not before libc is initialised: see dlsym). */
-        if (!__atomic_load_n(&libraries_initialised, __ATOMIC_ACQUIRE)) return NULL;
+        if (!__atomic_load_n(&init_libraries_initialised, __ATOMIC_ACQUIRE)) return NULL;
         void *h = dlopen(m->l_name, RTLD_LAZY | RTLD_NOLOAD), *p = h ? real_dlsym(h, name) : NULL;
         if (h) dlclose(h);
         return p;
@@ -379,7 +386,8 @@ SHIM_EXPORT EARLY_SAFE __attribute__((noinline)) void *dlsym(void *handle, const
     if (!real_dlsym) return NULL;
     if (handle == RTLD_NEXT) return next_definition(caller, name);
     void *p = real_dlsym(handle, name);
-    if (!p && handle == RTLD_DEFAULT && __atomic_load_n(&libraries_initialised, __ATOMIC_ACQUIRE)) {
+    if (!p && handle == RTLD_DEFAULT &&
+        __atomic_load_n(&init_libraries_initialised, __ATOMIC_ACQUIRE)) {
         /* The caller's own local scope (a library dlopened RTLD_LOCAL sees
          * its dependencies through RTLD_DEFAULT; the shim does not). By a
          * handle: see object_symbol for why not by its link_map. Trap: a

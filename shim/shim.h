@@ -97,6 +97,10 @@ enum symbol_id {
 
 /* resolve.c */
 
+/* The real dlsym (the shim interposes dlsym), found before anything else at
+ * start-up, which goes no further without it. */
+extern void *(*real_dlsym)(void *, const char *);
+
 /* Resolve every real function once (thread-safe, idempotent, never fails:
  * missing functions stay NULL and one warning is logged). The check is
  * inline: it runs on every intercepted call. */
@@ -130,26 +134,50 @@ void *entry_exported(enum symbol_id id);
 const char *entry_name(enum symbol_id id);
 long long entry_calls(enum symbol_id id, enum door door);
 
+/* init.c: the lifecycle (start-up order and every process hook). */
+
+/* Set by the library's constructor, and so after libc's own initialiser:
+ * from then on the dlsym door may ask the loader by handle (resolve.c). */
+extern int init_libraries_initialised;
+
+/* The start-up after the real functions are found (memory, core, fork
+ * handlers, host swap, unwinder); called once, from resolve_once. */
+void init_start(void);
+/* At each tracked export: registers the exit shutdown, the first time. */
+void init_at_first_export(void);
+/* At each tracked open: registers the importer's exit leak report, the
+ * first time. */
+void init_at_first_open(void);
+
 /* memory.c */
 
-/* Install core's device operations; called once from resolve_all(). */
+/* Decide whether this process tracks and, if it does, install core's
+ * device operations (ipc_init); called once, from init_start. */
 void memory_init(void);
 
-/* unwind.c: load libunwind for call sites when IPCSHIM_CALLSITE_DEPTH > 0. */
-void unwind_init(void);
+/* True when tracking is on for this process (not IPCSHIM_DISABLE, and the
+ * driver has what tracking needs). Written once by memory_init, before
+ * start-up is published (resolve_done); read without a lock. */
+extern bool memory_tracking;
+static inline bool shim_tracking(void)
+{
+    return memory_tracking;
+}
 
-/* True when tracking is on for this process (not IPCSHIM_DISABLE). */
-bool shim_tracking(void);
+/* context.c */
 
 /* The calling thread's current context; for the runtime door, after making
  * the runtime create and set its primary context if none is current. */
 uint64_t shim_current_context(bool runtime_door);
+/* With IPCSHIM_CLOSE_SYNC (the default), wait for ctx's work to finish,
+ * before a real close unmaps what it may still use. */
+void shim_synchronize_context(uint64_t ctx);
 
-/* api.c */
+/* unwind.c: load libunwind for call sites when IPCSHIM_CALLSITE_DEPTH > 0. */
+void unwind_init(void);
 
-/* Register the exit report and the shutdown hook (idempotent). */
-void api_at_first_use(void);
-/* After the first tracked open: registers the importer's exit leak report. */
-void api_at_first_open(void);
+/* api.c: the IPCSHIM_STATS exit report (nothing unless IPCSHIM_STATS=1 and
+ * the process used CUDA); run by init.c's exit report hook. */
+void api_report_stats(void);
 
 #endif

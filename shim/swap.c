@@ -27,7 +27,7 @@
  * writes. Copies and sets record the source as read and the destination as
  * written, and never fetch (a copy works wherever the block is; the next
  * launch fetches it). */
-#include "swap.h" /* shim/swap.h; core/swap.h comes with swap_trace.h */
+#include "host_swap.h"
 #include "log.h"
 #include "options.h"
 #include "owned_file.h"
@@ -188,11 +188,16 @@ static int cuda_move(void *ctx, uint64_t base, uint64_t size, int device, uint64
 
 /* ---- set-up ------------------------------------------------------------ */
 
-static void flush_trace(void)
+void swap_flush_trace(void)
 {
     pthread_mutex_lock(&swap_lock);
     if (trace) fflush(trace);
     pthread_mutex_unlock(&swap_lock);
+}
+
+bool swap_trace_opened(void)
+{
+    return trace != NULL;
 }
 
 void swap_init(void)
@@ -236,10 +241,8 @@ void swap_init(void)
         if (!trace)
             LOG_ONCE(LOG_WARN, "swap: cannot open IPCSHIM_TRACE=%s (%s); no trace", o->trace,
                      rc == -EINVAL ? "not a regular file" : strerror(rc ? -rc : ENOMEM));
-        else {
-            fprintf(trace, "# ipcshim swap trace v1\n");
-            atexit(flush_trace);
-        }
+        else
+            fprintf(trace, "# ipcshim swap trace v1\n"); /* init.c flushes it at exit */
     }
     log_msg(LOG_INFO,
             "host swap on: budget %llu bytes per device, blocks of %llu bytes and more, policy %s",

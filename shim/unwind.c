@@ -26,6 +26,9 @@
 
 enum { UNW_CACHE_PER_THREAD = 2 }; /* libunwind.h's unw_caching_policy_t */
 
+/* Runs once at start-up (init_start), which resolve.c reaches only after it
+ * found the real dlsym: libunwind's functions are looked up with it, not
+ * through the shim's own dlsym door. */
 void unwind_init(void)
 {
     if (!options_get()->callsite_depth) return;
@@ -45,9 +48,10 @@ void unwind_init(void)
         log_msg(LOG_INFO, "libunwind.so.8 not found: call sites use glibc's backtrace (slower)");
         return;
     }
-    int (*bt)(void **, int) = (int (*)(void **, int))dlsym(h, "unw_backtrace");
-    int (*policy)(void *, int) = (int (*)(void *, int))dlsym(h, "_ULx86_64_set_caching_policy");
-    void **space = (void **)dlsym(h, "_ULx86_64_local_addr_space");
+    int (*bt)(void **, int) = (int (*)(void **, int))real_dlsym(h, "unw_backtrace");
+    int (*policy)(void *, int) =
+        (int (*)(void *, int))real_dlsym(h, "_ULx86_64_set_caching_policy");
+    void **space = (void **)real_dlsym(h, "_ULx86_64_local_addr_space");
     if (!bt) {
         dlclose(h);
         return;

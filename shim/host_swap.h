@@ -1,5 +1,6 @@
-/* swap.h: the shim side of host swap (docs/swap.md), used by memory.c and
- * api.c. The launch, copy and set entry points (do_<name> in swap.c) are
+/* host_swap.h: the shim side of host swap (docs/swap.md), defined in
+ * shim/swap.c and used by memory.c, api.c and init.c; core/swap.h is core's
+ * side. The launch, copy and set entry points (do_<name> in swap.c) are
  * declared by shim.h like every other logic entry.
  *
  * Off by default; when off, each hook costs one predictable branch on
@@ -7,8 +8,8 @@
  * managed memory and are registered in the block index; launches, copies
  * and sets that touch them are reported to the policy, whose decisions are
  * applied with prefetches and advice. */
-#ifndef SHIM_SWAP_H
-#define SHIM_SWAP_H
+#ifndef SHIM_HOST_SWAP_H
+#define SHIM_HOST_SWAP_H
 
 #include "shim.h"
 
@@ -20,8 +21,14 @@ extern bool swap_enabled;
 extern uint64_t swap_min_bytes;
 
 /* Read the options and turn swap on if they ask for it and the real managed
- * memory functions exist; called once from memory_init(). */
+ * memory functions exist; called once at start-up (init.c). */
 void swap_init(void);
+
+/* True when swap_init opened an IPCSHIM_TRACE file: init.c then registers
+ * swap_flush_trace to run at exit. */
+bool swap_trace_opened(void);
+/* Flush the trace file (swap_lock taken). */
+void swap_flush_trace(void);
 
 /* True when an allocation of `size` bytes should be swappable. */
 static inline bool swap_wants(size_t size)

@@ -1,0 +1,116 @@
+/* init: the shim's lifecycle. The start-up order and every process hook
+ * (constructor, atfork, atexit, destructors) are here and nowhere else.
+ *
+ * Start-up is lazy and runs once: the first entry point (or ipcshim_* call)
+ * runs resolve_once (resolve.c: the real dlsym, the options, the real
+ * functions), which ends with init_start: memory and core (ipc_init), the
+ * fork handlers, host swap, the unwinder. Nothing initialises on the side.
+ *
+ * The hooks, in the order they are registered:
+ *  1. constructor (at load): notes that libc is initialised, for the dlsym
+ *     door (resolve.c), which may run earlier than any other code here;
+ *  2. pthread_atfork, at start-up right after ipc_init, in a tracking
+ *     process: prepare holds core's local lock across fork, so that the
+ *     child inherits consistent tables; parent drops it; child
+ *     re-initialises the lock and core's per-process state (its holder
+ *     slot is taken again at its next ipc call);
+ *  3. atexit: flush the host swap trace, at start-up when IPCSHIM_TRACE
+ *     opened one;
+ *  4. atexit: ipc_shutdown, at the first tracked export;
+ *  5. atexit: the importer's leak report (ipc_report_leaks), at the first
+ *     tracked open;
+ *  6. destructor (default priority): host swap's refused exports and the
+ *     IPCSHIM_STATS report;
+ *  7. destructor(101): ipc_unload.
+ *
+ * At exit, atexit handlers run newest first, all before the destructors.
+ * 4 and 5 are registered lazily on purpose: the CUDA runtime registers its
+ * own teardown when it initialises, before any export or open, so it runs
+ * after them, and the shutdown (which waits for importers and frees limbo
+ * for real) runs while CUDA still works. The trace (3) is flushed after
+ * them. Then the loader runs the destructors: the program's own first (the
+ * program is finalised before the libraries it did not load), then the
+ * library's by priority.
+ * 101, the lowest a program may use, makes ipc_unload the library's last
+ * word: the exit report (6) runs before it, and it releases what an
+ * import-only process (which never registered 4) still holds. ipc_shutdown
+ * is idempotent: whichever of 4 and 7 comes first does the work. */
+#include "shim.h"
+#include "host_swap.h"
+#include "ipc.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+int init_libraries_initialised;
+
+/* 1. Runs after libc's initialiser (this library depends on libc). */
+__attribute__((constructor)) static void init_at_load(void)
+{
+    __atomic_store_n(&init_libraries_initialised, 1, __ATOMIC_RELEASE);
+}
+
+/* 3. Newest-first order puts it after the shutdown and leak report. */
+static void flush_trace_at_exit(void)
+{
+    swap_flush_trace();
+}
+
+/* Runs inside resolve_once (under its pthread_once), before resolve_done is
+ * published: every entry point waits for it. */
+void init_start(void)
+{
+    memory_init(); /* decides tracking; ipc_init when tracking */
+    /* 2: right after ipc_init (once: start-up runs once) */
+    if (shim_tracking()) pthread_atfork(ipc_fork_prepare, ipc_fork_parent, ipc_fork_child);
+    swap_init();
+    /* 3: right after swap_init opened the trace */
+    if (swap_trace_opened()) atexit(flush_trace_at_exit);
+    unwind_init();
+}
+
+/* 4. Runs before the CUDA runtime's own teardown, which registered its exit
+ * handler before the first export and so runs after this one. */
+static void shutdown_at_exit(void)
+{
+    ipc_shutdown();
+}
+static void register_shutdown(void)
+{
+    atexit(shutdown_at_exit);
+}
+void init_at_first_export(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_shutdown);
+}
+
+/* 5. An importer's exit hook: the leak report, before the library's last
+ * destructor releases its leases (ipc_shutdown). */
+static void report_leaks_at_exit(void)
+{
+    ipc_report_leaks();
+}
+static void register_leak_report(void)
+{
+    atexit(report_leaks_at_exit);
+}
+void init_at_first_open(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_leak_report);
+}
+
+/* 6. Host swap's refused exports, if any (whatever IPCSHIM_STATS says), then
+ * the IPCSHIM_STATS report. */
+__attribute__((destructor)) static void report_at_exit(void)
+{
+    swap_warn_refused();
+    api_report_stats();
+}
+
+/* 7. The library's last destructor (see the top of the file). */
+__attribute__((destructor(101))) static void unload_at_exit(void)
+{
+    ipc_unload();
+}
