@@ -29,7 +29,7 @@
 #ifndef REGISTRY_H
 #define REGISTRY_H
 
-#include "ipc.h"
+#include "ipc_handle.h"
 
 #include <pthread.h>
 #include <stdbool.h>
