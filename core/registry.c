@@ -101,7 +101,8 @@ static int create(struct registry *r, int fd, const struct reg_caps *asked)
     int rc = reg_lock_init(&h->lock.mutex);
     if (rc) return rc;
     registry_repair(r); /* builds the free lists and empty hash buckets */
-    /* Attachers read the header only after seeing ready (acquire). */
+    /* Attachers read the header only after seeing ready: pairs with the
+     * acquire fence in validate, after it reads ready == 1. */
     __atomic_store_n(&h->ready, 1, __ATOMIC_RELEASE);
     return 0;
 }
@@ -150,7 +151,8 @@ static int validate(int fd, struct reg_caps *caps, struct reg_layout *l, struct 
             if ((err = read_header(fd, h)) != 0) REFUSE(-err, "cannot be read (%s)", strerror(err));
             if (h->ready == 1) {
                 /* Published (a release store, after every header field):
-                 * read it again, after having seen ready, for the fields. */
+                 * read it again, after having seen ready, for the fields.
+                 * Pairs with create's release store of ready. */
                 __atomic_thread_fence(__ATOMIC_ACQUIRE);
                 if ((err = read_header(fd, h)) != 0)
                     REFUSE(-err, "cannot be read (%s)", strerror(err));
@@ -199,6 +201,7 @@ static void raise_limit(uint32_t *limit, uint32_t want, uint32_t cap)
 {
     if (want > cap) want = cap;
     uint32_t seen = __atomic_load_n(limit, __ATOMIC_ACQUIRE);
+    /* pairs with registry_refresh's acquire loads of the limits */
     while (seen < want && !__atomic_compare_exchange_n(limit, &seen, want, false, __ATOMIC_ACQ_REL,
                                                        __ATOMIC_ACQUIRE)) {
     }
@@ -469,10 +472,12 @@ void registry_close(struct registry *r)
 
 bool registry_remove_if_unused(struct registry *r)
 {
+    /* pairs with registry_removing (Dekker: we publish, then read the slots) */
     __atomic_store_n(&r->hdr->removing, 1, __ATOMIC_SEQ_CST);
     int fd = registry_fd(r);
     bool used = fd < 0; /* cannot see the lock bytes: keep it */
     for (uint32_t i = 0; i < r->max_holders && !used; i++)
+        /* pairs with take_slot's store of ACTIVE */
         used = __atomic_load_n(&r->holders[i].state, __ATOMIC_SEQ_CST) != HOLDER_FREE;
     /* A byte taken by an attacher still in take_slot (one call for all). */
     if (!used) used = liveness_range_state(fd, r->lock_base, (off_t)r->max_holders) != 0;
@@ -489,5 +494,6 @@ bool registry_remove_if_unused(struct registry *r)
 bool registry_removing(struct registry *r)
 {
     __atomic_thread_fence(__ATOMIC_SEQ_CST); /* after the slot's ACTIVE store (take_slot) */
+    /* pairs with the store of removing in registry_remove_if_unused */
     return __atomic_load_n(&r->hdr->removing, __ATOMIC_SEQ_CST) != 0;
 }

@@ -83,6 +83,7 @@ static void rebuild_index(struct registry *r)
          * died deciding: limbo until it says otherwise. A CAS: its own
          * answer may land first. */
         uint32_t retiring = BLOCK_RETIRING;
+        /* pairs with the CAS from RETIRING in reg_block_retire */
         __atomic_compare_exchange_n(&b->state, &retiring, BLOCK_LIMBO, false, __ATOMIC_SEQ_CST,
                                     __ATOMIC_RELAXED);
         if (b->state > BLOCK_RETIRING) b->state = BLOCK_FREE;
@@ -94,6 +95,7 @@ static void rebuild_index(struct registry *r)
         } else {
             uint32_t bk = bucket_of(r, b->handle);
             b->hash_next = r->buckets[bk];
+            /* pairs with the acquire load of the bucket in reg_block_lookup */
             __atomic_store_n(&r->buckets[bk], i, __ATOMIC_RELEASE);
         }
     }
@@ -123,6 +125,7 @@ static bool grow_blocks(struct registry *r)
                  strerror(err));
         return false;
     }
+    /* pairs with registry_refresh's acquire loads (after the reservation) */
     __atomic_store_n(&r->hdr->blocks_now, want, __ATOMIC_RELEASE);
     if (nb > r->nbuckets) __atomic_store_n(&r->hdr->nbuckets_now, nb, __ATOMIC_RELEASE);
     registry_refresh(r);
@@ -149,6 +152,7 @@ void registry_repair(struct registry *r)
                 uint32_t hi = w * 64 + (uint32_t)__builtin_ctzll(m);
                 if (hi >= r->max_holders || r->holders[hi].state != HOLDER_ACTIVE) gone |= m & -m;
             }
+            /* pairs with reg_block_held's loads, as reg_unhold's clear does */
             if (gone) __atomic_fetch_and(&held[w], ~gone, __ATOMIC_SEQ_CST);
         }
         if (b->state == BLOCK_FREE) continue;
@@ -198,6 +202,7 @@ static bool handle_equal_racy(const struct reg_block *b, const struct ipc_handle
 uint32_t reg_block_lookup(struct registry *r, const struct ipc_handle *hd, uint32_t hash,
                           uint64_t *gen)
 {
+    /* pairs with the release stores of buckets in create, recycle, rebuild_index */
     uint32_t idx = __atomic_load_n(&r->buckets[hash & (r->nbuckets - 1)], __ATOMIC_ACQUIRE);
     for (uint32_t steps = 0; idx != REG_NONE && steps < r->max_blocks; steps++) {
         struct reg_block *b = reg_block_at(r, idx);
@@ -208,6 +213,7 @@ uint32_t reg_block_lookup(struct registry *r, const struct ipc_handle *hd, uint3
         uint64_t g1 = __atomic_load_n(&b->generation, __ATOMIC_RELAXED);
         if ((s1 == BLOCK_LIVE || s1 == BLOCK_LIMBO || s1 == BLOCK_RETIRING) &&
             handle_equal_racy(b, hd)) {
+            /* pairs with reg_block_create's release store of state */
             __atomic_thread_fence(__ATOMIC_ACQUIRE);
             /* Recycling stores FREE first and re-creating bumps the
              * generation: unchanged, the handle compared was this record's. */
@@ -296,6 +302,7 @@ static void clear_held(struct registry *r, uint32_t idx)
     uint64_t *held = reg_block_held_words(r, idx);
 #pragma GCC unroll 8 /* every export and free runs it: 8 words by default */
     for (uint32_t w = 0; w < r->held_words; w++)
+        /* pairs with reg_block_held's loads (under the lock: no bit can be set meanwhile) */
         if (__atomic_load_n(&held[w], __ATOMIC_SEQ_CST))
             __atomic_store_n(&held[w], 0, __ATOMIC_SEQ_CST);
 }
@@ -344,8 +351,10 @@ uint32_t reg_block_create(struct registry *r, const struct ipc_handle *hd, uint6
     list_push(r, idx, exporter);
     uint32_t bk = bucket_of(r, b->handle);
     b->hash_next = r->buckets[bk];
+    /* pairs with the acquire load of the bucket in reg_block_lookup */
     __atomic_store_n(&r->buckets[bk], idx, __ATOMIC_RELEASE);
     reg_test_delay();
+    /* pairs with reg_block_lookup's acquire loads of state: the record is written */
     STORE_STATE(b->state, BLOCK_LIVE);
     return idx;
 }
@@ -354,6 +363,7 @@ void reg_block_recycle(struct registry *r, uint32_t idx)
 {
     struct reg_block *b = reg_block_at(r, idx);
     if (!b) return;
+    /* pairs with reg_block_lookup's re-check of state and generation */
     STORE_STATE(b->state, BLOCK_FREE);
     reg_test_delay();
     list_unlink(r, idx);
@@ -368,6 +378,7 @@ void reg_block_recycle(struct registry *r, uint32_t idx)
         if (*link == idx) {
             /* Lock-free readers standing on idx keep following its old
              * link (into the chain they were on) until it is reused. */
+            /* pairs with reg_block_lookup's acquire load of the bucket */
             __atomic_store_n(link, c->hash_next, __ATOMIC_RELEASE);
             break;
         }
@@ -393,6 +404,7 @@ uint32_t reg_block_leases(struct registry *r, uint32_t idx)
     const uint64_t *held = reg_block_held_words(r, idx);
     uint32_t n = 0;
     for (uint32_t w = 0; w < r->held_words; w++)
+        /* pairs with reg_hold's fetch_or and reg_unhold's fetch_and */
         n += (uint32_t)__builtin_popcountll(__atomic_load_n(&held[w], __ATOMIC_SEQ_CST));
     return n;
 }
@@ -403,6 +415,7 @@ bool reg_block_held(struct registry *r, uint32_t idx)
     const uint64_t *held = reg_block_held_words(r, idx);
 #pragma GCC unroll 8 /* every free runs it: 8 words by default */
     for (uint32_t w = 0; w < r->held_words; w++)
+        /* pairs with reg_hold's fetch_or (Dekker in reg_block_retire) */
         if (__atomic_load_n(&held[w], __ATOMIC_SEQ_CST)) return true;
     return false;
 }
@@ -426,6 +439,8 @@ bool reg_hold(struct registry *r, uint32_t block, uint32_t holder)
 {
     if (block >= r->max_blocks || holder >= r->max_holders) return false;
     uint64_t bit = 1ull << (holder % 64);
+    /* pairs with reg_block_retire's reg_block_held; the importer then loads
+     * state (settle_state in ipc.c) */
     uint64_t old =
         __atomic_fetch_or(&reg_block_held_words(r, block)[holder / 64], bit, __ATOMIC_SEQ_CST);
     return !(old & bit);
@@ -434,6 +449,7 @@ bool reg_hold(struct registry *r, uint32_t block, uint32_t holder)
 bool reg_unhold(struct registry *r, uint32_t block, uint32_t holder)
 {
     if (block >= r->max_blocks || holder >= r->max_holders) return false;
+    /* pairs with reg_block_held's loads (reg_block_retire, reg_block_unheld) */
     __atomic_fetch_and(&reg_block_held_words(r, block)[holder / 64], ~(1ull << (holder % 64)),
                        __ATOMIC_SEQ_CST);
     return !reg_block_held(r, block);
@@ -443,12 +459,15 @@ bool reg_block_retire(struct registry *r, uint32_t idx)
 {
     struct reg_block *b = reg_block_at(r, idx);
     uint32_t limbo = BLOCK_LIMBO;
+    /* pairs with settle_state's seq_cst load of state (ipc.c; Dekker with reg_hold) */
     if (!b || !__atomic_compare_exchange_n(&b->state, &limbo, BLOCK_RETIRING, false,
                                            __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
         return false;
     /* Dekker with the importer (reg_hold, then a load of state; all
      * seq-cst): one of the two sees the other's store, so either we see its
-     * bit or it sees RETIRING and waits for our answer. */
+     * bit or it sees RETIRING and waits for our answer. The load of pending
+     * pairs with the give-back fetch_add of release_lease (ipc.c), made
+     * before its bit is cleared, and with reg_block_limbo_unheld's CAS. */
     bool free_now = !reg_block_held(r, idx) && __atomic_load_n(&b->pending, __ATOMIC_SEQ_CST) == 0;
     if (free_now)
         reg_test_delay(); /* a death here leaves RETIRING: swept like all the dead's blocks */
@@ -456,6 +475,7 @@ bool reg_block_retire(struct registry *r, uint32_t idx)
      * into LIMBO meanwhile, and an importer may have taken LIMBO for LIVE
      * and its bit come too late for us: then it stays in limbo. */
     uint32_t retiring = BLOCK_RETIRING;
+    /* pairs with rebuild_index's CAS from RETIRING to LIMBO */
     return __atomic_compare_exchange_n(&b->state, &retiring, free_now ? BLOCK_RETIRED : BLOCK_LIMBO,
                                        false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED) &&
            free_now;
@@ -468,6 +488,7 @@ bool reg_block_retire(struct registry *r, uint32_t idx)
 uint32_t reg_block_limbo_unheld(struct reg_block *b)
 {
     uint32_t none = 0;
+    /* pairs with reg_block_retire's seq_cst load of pending */
     if ((b->rules & BLOCK_RULE_HANDOFF_WINDOW) &&
         __atomic_compare_exchange_n(&b->pending, &none, 1, false, __ATOMIC_SEQ_CST,
                                     __ATOMIC_RELAXED)) {

@@ -16,12 +16,14 @@
  * the chunk table grows without the lock (grow_chunks). */
 uint32_t reg_chunk_owner_of(const struct registry *r, uint32_t c)
 {
+    /* pairs with own_chunk's CAS and reg_chunk_disown's release store */
     return __atomic_load_n(&r->chunk_owner[c], __ATOMIC_ACQUIRE) - 1; /* 0 - 1 = REG_NONE */
 }
 
 /* Gives chunk c back (after its leases are freed). */
 void reg_chunk_disown(struct registry *r, uint32_t c)
 {
+    /* pairs with reg_chunk_owner_of's acquire load and own_chunk's CAS */
     __atomic_store_n(&r->chunk_owner[c], 0, __ATOMIC_RELEASE);
 }
 
@@ -30,6 +32,7 @@ void reg_chunk_disown(struct registry *r, uint32_t c)
 static bool own_chunk(struct registry *r, uint32_t c, uint32_t seen, uint32_t holder)
 {
     uint32_t expect = seen + 1;
+    /* pairs with reg_chunk_disown's release store (the slots were freed before) */
     return __atomic_compare_exchange_n(&r->chunk_owner[c], &expect, holder + 1, false,
                                        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
 }
@@ -63,6 +66,7 @@ static bool grow_chunks(struct registry *r)
         return false;
     }
     uint32_t seen = old;
+    /* pairs with registry_refresh's acquire load of chunks_now */
     __atomic_compare_exchange_n(&r->hdr->chunks_now, &seen, want, false, __ATOMIC_ACQ_REL,
                                 __ATOMIC_ACQUIRE);
     registry_refresh(r);

@@ -89,6 +89,7 @@ static int registry_fd_locked(struct registry *r)
     LOG_ONCE(LOG_WARN, "registry %s: the program closed or replaced the shim's descriptor %d; %s",
              r->name, r->fd,
              fd >= 0 ? "re-opened it" : "cannot re-open it (liveness unknown: alive)");
+    /* pairs with the acquire load in registry_fd (process-local) */
     __atomic_store_n(&r->fd, fd, __ATOMIC_RELEASE);
     if (fd < 0) return -1;
     /* Our own lock byte lives on while a mapping of its description does

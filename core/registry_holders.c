@@ -40,6 +40,8 @@ static bool take_slot(struct registry *r, int fd, uint32_t i, const struct reg_h
     h->nonce = fields->nonce;
     h->attach_ns = reg_now_ns();
     memcpy(h->comm, fields->comm, sizeof h->comm);
+    /* pairs with registry_remove_if_unused's seq_cst loads (then registry_removing) and
+     * reg_holder_current */
     STORE_STATE(h->state, HOLDER_ACTIVE);
     r->self_slot = i;
     r->self_nonce = fields->nonce;
@@ -231,6 +233,7 @@ void registry_wake(struct registry *r, uint32_t idx)
 {
     struct reg_holder *h = reg_holder_at(r, idx);
     if (!h) return;
+    /* pairs with the holder's seq_cst load of wake before it collects (ipc.c) */
     __atomic_fetch_add(&h->wake, 1, __ATOMIC_SEQ_CST);
     syscall(SYS_futex, &h->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }

@@ -1,10 +1,12 @@
 /* registry_internal: what the registry's pieces (registry*.c) share and
  * nobody else may use: the commit-point macros of the protocol table
  * (registry.h), the crash tests' pause, and the few functions one piece
- * calls in another. The pieces call each other in one direction only:
- * registry.c -> holders -> lock -> leases -> blocks -> chunks -> fd and
- * layout (holders also call leases and blocks directly), so that no two
- * files call each other (tests/tools/test_structure.py). */
+ * calls in another. Calls between the pieces go one way only, so that no
+ * files call each other in a circle (tests/tools/test_structure.py):
+ * registry_layout.c and registry_fd.c at the bottom; registry_chunks.c on
+ * them; registry_blocks.c (with registry_repair) on chunks; registry_leases.c
+ * and registry_lock.c on blocks; registry_holders.c on leases and the lock;
+ * registry.c (open, close) on what it needs. */
 #ifndef REGISTRY_INTERNAL_H
 #define REGISTRY_INTERNAL_H
 

@@ -148,6 +148,7 @@ void registry_set_views(struct registry *r, const struct reg_caps *caps, const s
 void registry_refresh(struct registry *r)
 {
     struct reg_header *h = r->hdr;
+    /* pairs with the release stores and CASes of grow_blocks, grow_chunks, raise_limit */
     uint32_t b = __atomic_load_n(&h->blocks_now, __ATOMIC_ACQUIRE);
     uint32_t c = __atomic_load_n(&h->chunks_now, __ATOMIC_ACQUIRE);
     uint32_t nb = __atomic_load_n(&h->nbuckets_now, __ATOMIC_ACQUIRE);

@@ -76,7 +76,8 @@ bool reg_lease_begin(struct registry *r, uint32_t li, uint32_t block, uint64_t g
     l->block_gen = generation;
     l->holder = reg_chunk_owner_of(r, li / r->lease_chunk);
     l->count = 1;
-    l->open_ns = reg_coarse_ns();          /* for reports: how long it is held */
+    l->open_ns = reg_coarse_ns(); /* for reports: how long it is held */
+    /* pairs with the sweeps' LOAD_STATE of intent (reg_holder_drop_leases) */
     STORE_STATE(l->intent, LEASE_OPENING); /* before the bit: a sweep finds it */
     reg_test_delay();
     return reg_hold(r, block, l->holder);
@@ -88,6 +89,7 @@ uint32_t reg_lease_end(struct registry *r, uint32_t li)
     if (!l) return REG_NONE;
     uint32_t bi = l->block;
     uint64_t gen = l->block_gen;
+    /* pairs with the sweeps' LOAD_STATE of intent; the bit is cleared after */
     STORE_STATE(l->intent, LEASE_CLOSING);
     bool empty = reg_unhold(r, bi, l->holder);
     reg_test_delay();
@@ -96,6 +98,7 @@ uint32_t reg_lease_end(struct registry *r, uint32_t li)
     (void)spare_push(r, li); /* out of memory: the slot idles until exit */
     if (!empty) return REG_NONE;
     struct reg_block *b = reg_block_at(r, bi);
+    /* pairs with reg_block_create's release store of state, after the generation */
     if (!b || __atomic_load_n(&b->generation, __ATOMIC_ACQUIRE) != gen ||
         !reg_waits_on_holders(LOAD_STATE(b->state)))
         return REG_NONE;

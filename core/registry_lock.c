@@ -118,6 +118,7 @@ static bool mark_owner_dead(pthread_mutex_t *m, int word)
 {
 #ifdef __GLIBC__
     int dead = (word & FUTEX_WAITERS) | FUTEX_OWNER_DIED;
+    /* pairs with glibc's own CASes on the word: one that changed is left alone */
     if (!__atomic_compare_exchange_n(&m->__data.__lock, &word, dead, false, __ATOMIC_SEQ_CST,
                                      __ATOMIC_RELAXED))
         return false;
