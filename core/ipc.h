@@ -15,18 +15,13 @@
 #ifndef IPC_H
 #define IPC_H
 
+#include "ipc_handle.h" /* struct ipc_handle, IPC_HANDLE_BYTES, IPC_KIND_* */
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 struct ipcshim_stats;
-
-#define IPC_HANDLE_BYTES 64
-
-/* The bytes of a CUipcMemHandle / cudaIpcMemHandle_t. */
-struct ipc_handle {
-    uint8_t bytes[IPC_HANDLE_BYTES];
-};
 
 /* Decisions returned to the shim. */
 enum {
@@ -82,14 +77,6 @@ int ipc_export(const struct ipc_handle *h, uint64_t base, uint64_t size, int dev
  * pool's export data for IPC_KIND_POOL), shown by the reports. */
 int ipc_export_identity(const struct ipc_handle *h, uint64_t base, uint64_t size, int device,
                         uint64_t ctx, uint64_t identity, int kind);
-
-/* The two kinds of shared allocation, keyed alike by 64 export bytes:
- * legacy IPC (cudaIpcGetMemHandle's handle; the importer lets go with
- * cudaIpcCloseMemHandle) and stream-ordered pool IPC
- * (cudaMemPoolExportPointer's cudaMemPoolPtrExportData; the importer lets
- * go with a free of the imported pointer). One record, lease and limbo
- * serve both; the kind says which call ends an import. */
-enum { IPC_KIND_LEGACY = 0, IPC_KIND_POOL = 1 };
 
 /* A pending import, between ipc_open_begin and commit/abort. */
 struct ipc_open {

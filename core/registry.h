@@ -2,34 +2,181 @@
  *
  * Layout (all offsets fixed by the header's capacities, pinned by
  * tests/core/test_registry.c):
- *   header | holder lock bytes | holders[] | blocks[] | held[] | leases[] |
- *   chunk owners[] | buckets[]
- * Fixed-width fields, indices (REG_NONE = none) instead of pointers.
+ *   header | holder lock bytes | holders[] | export heads[] | blocks[] |
+ *   held[] | leases[] | chunk owners[] | buckets[]
+ * Fixed-width fields, indices (REG_NONE = none) instead of pointers. The
+ * file is as large as the capacities allow but sparse: each table is in use
+ * up to the header's *_now count, and every byte is reserved (fallocate)
+ * before it is first touched.
  *
  * Primary records are holders, blocks and leases; their `state`/`intent`
  * field is written last when a record is filled and first when it is
  * released (release stores), so a record is either wholly in use or free
- * whatever instruction its writer died at. The free list and the hash
- * chains are derived and rebuilt by registry_repair() when the lock is
- * recovered from a dead owner. Every index read from the segment is
- * bounds-checked: the bytes may be corrupt or hostile.
+ * whatever instruction its writer died at. The free list, the hash chains
+ * and the exporters' lists are derived and rebuilt by registry_repair()
+ * when the lock is recovered from a dead owner. Every index read from the
+ * segment is bounds-checked: the bytes may be corrupt or hostile.
  *
  * Who holds a block is its `held` bitmap, one bit per holder slot, set and
  * cleared with atomic or/and by the importer itself, without the registry
- * lock (docs/performance.md, "Opens and closes without the lock"). Setting
- * or clearing a bit twice changes nothing, so a death between any two
- * instructions is repaired by clearing the dead holder's bits. Each bit is
- * backed by a lease record (count of opens, intent, since when) that the
- * importer writes before setting the bit and frees after clearing it, in
- * chunks of (at most) REG_LEASE_CHUNK slots it owns: a dead holder's sweep and a
- * process's own exit walk its chunks, not the table.
+ * lock. Setting or clearing a bit twice changes nothing, so a death between
+ * any two instructions is repaired by clearing the dead holder's bits. Each
+ * bit is backed by a lease record (count of opens, intent, since when) that
+ * the importer writes before setting the bit and frees after clearing it,
+ * in chunks of (at most) REG_LEASE_CHUNK slots it owns: a dead holder's
+ * sweep and a process's own exit walk its chunks, not the table.
  *
  * Record functions require the registry lock unless their comment says
- * "no lock". */
+ * "no lock".
+ *
+ * THE PROTOCOL: every field of the segment, who writes it, how, and who
+ * reads it. This table is the one description of the lock-free protocol
+ * (docs/architecture.md and docs/crash-safety.md give the overview and
+ * point here). "lock": the registry lock held; "own": only the holder the
+ * record (or chunk) belongs to, or a sweeper under the lock once it is
+ * dead; "setup": the creator, before `ready`. Each seq_cst or handshake
+ * site in the code has a one-line "pairs with" comment naming its other
+ * half.
+ *
+ * == struct reg_header ==
+ *   field           written by              how                  read by / pairs with
+ *   magic, abi      setup                   abi, then magic      registry_validate (pread, after
+ *                                           (release)            ready)
+ *   ready           setup, last             release store        validate: acquire fence, then
+ *                                                                re-reads the header
+ *   size, max_holders, max_blocks, max_leases, nbuckets, held_words, lease_chunk
+ *                   setup; never after      plain                validate checks them; views
+ *   creator_pid, created_ns
+ *                   setup                   plain                reports (ipcshim-stat)
+ *   lock            pthread (robust,        the mutex; the word  registry_lock; lock_slow reads the
+ *                   process-shared)         CAS'd seq_cst by     word (relaxed) to judge its owner
+ *                                           mark_owner_dead
+ *   lock_since_ns   the locker, after       relaxed store        lock_slow (a hold's identity),
+ *                   taking the lock                              reports
+ *   repairs         lock (after             plain                reports
+ *                   EOWNERDEAD)
+ *   block_free      lock (derived: pop,     plain                reg_block_next_free: a relaxed
+ *                   recycle, rebuild)                            hint, no lock
+ *   blocks_now, nbuckets_now
+ *                   lock (grow_blocks,      release store after  registry_refresh (acquire): reads
+ *                   after reserving)        the reservation      only reserved records
+ *   chunks_now      anyone, no lock         acq_rel CAS after    registry_refresh (acquire)
+ *                   (grow_chunks)           the reservation
+ *   limit_blocks, limit_leases
+ *                   setup; raised by any    acq_rel CAS, never   registry_refresh (acquire);
+ *                   attacher, no lock       lowered              the growers
+ *   removing        lock: the last one out  seq_cst store 1;     registry_removing (seq_cst fence
+ *                   (remove_if_unused);     0 if it keeps the    + load) after take_slot's ACTIVE:
+ *                   registry_repair: 0      file or repairs      Dekker, one sees the other
+ *   reserved32, reserved
+ *                   nobody (zero)           -                    -
+ *
+ * == struct reg_holder ==
+ *   field           written by              how                  read by / pairs with
+ *   start_time, pid, pidns, attach_ns, comm
+ *                   own: take_slot, before  plain, published by  liveness (reg_holder_alive),
+ *                   `state`                 the state store      sweeps, reports
+ *   nonce           own: take_slot, before  plain (read relaxed) reg_holder_current after its
+ *                   `state`                                      acquire of state; sweep_found
+ *   state           take_slot (own lock     release store        LOAD_STATE (acquire) everywhere;
+ *                   byte, no lock): ACTIVE;                      remove_if_unused's seq_cst loads
+ *                   release/sweep (lock):                        (Dekker with `removing`)
+ *                   FREE
+ *   wake            anyone (registry_wake)  seq_cst fetch_add,   the holder's seq_cst load before
+ *                                           then FUTEX_WAKE      it collects, then FUTEX_WAIT on
+ *                                                                that value (ipc.c)
+ *   reserved        nobody (zero)           -                    -
+ *
+ * == struct reg_block ==
+ *   field           written by              how                  read by / pairs with
+ *   handle          lock: reg_block_create  plain, before state  reg_block_lookup: relaxed words,
+ *                                                                checked by the generation
+ *   generation      lock: create, first     relaxed store (+1)   lookup: before and after the
+ *                                                                compare (acquire fence); opens
+ *                                                                re-check it (acquire)
+ *   base, size, device, exporter, exporter_nonce, exporter_pid, exporter_comm, rules
+ *                   lock: create            plain, before state  opens (relaxed, after lookup's
+ *                                                                acquire of state), reports
+ *   state           see the block's state   release store,       lookup (acquire); the importer's
+ *                   machine below           or seq_cst store/CAS settle_state (seq_cst): Dekker
+ *                                           on the retire path   with reg_block_retire
+ *   pending         exporter (lock):        seq_cst RMWs (a      reg_block_retire (seq_cst), after
+ *                   export +1, expiry;      relaxed store at     RETIRING: an aborted open's give-
+ *                   importer (no lock):     create/recycle,      back (+1) precedes its bit clear
+ *                   claim CAS, give-back;   under the lock)
+ *                   limbo_unheld CAS 0->1
+ *   claimed         importer, no lock       relaxed fetch_add    reports
+ *   hash_next       lock (create, recycle,  plain                lookup's chain walk (relaxed);
+ *                   rebuild)                                     bounded by the table's size
+ *   first_export_ns, last_export_ns
+ *                   lock (export); no lock  relaxed (advisory)   the exporter under the lock
+ *                   limbo_unheld re-arms                         (expiry)
+ *   limbo_since_ns  exporter (its free)     plain                reports, the exporter
+ *   orphaned_ns, expired
+ *                   lock                    plain                reports
+ *   exp_next, exp_prev, exp_on
+ *                   lock (derived: list     plain                sweeps and exits (lock); rebuilt
+ *                   push/unlink)                                 by a repair
+ *
+ * == struct reg_lease ==
+ *   field           written by              how                  read by / pairs with
+ *   block, block_gen, holder, open_ns
+ *                   own: reg_lease_begin,   plain, before intent sweeps and repair (lock), reports
+ *                   before intent
+ *   count           own (opens, closes)     relaxed store        sweeps, reports
+ *   intent          own: see the lease's    release store/CAS    LOAD_STATE (acquire): sweeps,
+ *                   state machine below;                         reg_lease_find, ticket checks
+ *                   sweep/repair (lock)
+ *
+ * == the arrays ==
+ *   field           written by              how                  read by / pairs with
+ *   lock bytes      never as memory: one OFD lock byte (fcntl) per holder slot, taken by its
+ *                   holder (take_slot); the kernel drops it when the process dies (liveness.h)
+ *   held[]          importer, no lock:      seq_cst fetch_or /   reg_block_retire's reg_block_held
+ *                   reg_hold / reg_unhold;  fetch_and; seq_cst   (seq_cst): Dekker with reg_hold
+ *                   sweeps, repair (lock);  stores (clear_held)  then settle_state's state load
+ *                   create/recycle (lock)
+ *   chunk owners[]  claimer, no lock        acq_rel CAS (holder  reg_chunk_owner_of (acquire)
+ *                   (own_chunk); owner/     + 1); release store
+ *                   sweeper: disown         of 0 after the
+ *                                           chunk's leases
+ *   export heads[]  lock (derived)          plain                sweeps, exits (lock)
+ *   buckets[]       lock: create, recycle,  release store        lookup (acquire), then the
+ *                   rebuild                                      record's own state (acquire)
+ *
+ * A block's states (BLOCK_*), and who moves it:
+ *   FREE -> LIVE          reg_block_create (exporter, lock; generation bumped first)
+ *   LIVE -> LIMBO         the exporter's free (ipc.c: seq_cst store without the lock, or under it)
+ *   LIMBO -> RETIRING     reg_block_retire (exporter, no lock; seq_cst CAS)
+ *   RETIRING -> RETIRED   reg_block_retire: no bit set, nothing pending (seq_cst CAS)
+ *   RETIRING -> LIMBO     reg_block_retire otherwise; or a repair (rebuild_index, lock; a CAS)
+ *   RETIRED -> FREE       reg_block_recycle (the exporter after its real free, lock)
+ *   LIVE, LIMBO, RETIRING -> ORPHANED
+ *                         its exporter is gone and someone holds it (sweep, let go, repair; lock)
+ *   any but ORPHANED -> FREE
+ *                         its exporter is gone and nobody holds it (reg_block_let_go; lock)
+ *   ORPHANED -> FREE      its last lease goes (reg_block_unheld, lock; or a repair)
+ * An importer sets its bit first and then reads the state: LIVE or LIMBO, it
+ * holds the block; RETIRING, it waits for the exporter's answer; anything
+ * else, it clears its bit again. A last holder leaving a LIMBO (or
+ * RETIRING) block wakes its exporter (registry_wake).
+ *
+ * A lease's intents (LEASE_*), all moved by its owner without the lock
+ * unless said:
+ *   FREE -> OPENING       reg_lease_begin: record written, intent stored, then the bit set
+ *   OPENING -> OPEN       ipc_open_commit (CAS, release)
+ *   OPEN -> CLOSING       the last local close begins (CAS, release)
+ *   CLOSING -> OPEN       the close aborted, or an open came meanwhile (CAS, release)
+ *   * -> CLOSING -> FREE  reg_lease_end: CLOSING stored, bit cleared, FREE stored
+ *   * -> FREE             reg_lease_free: a sweep of its dead owner or a lock-held drop (bit
+ *                         cleared first); a repair frees leases that name nothing (lock)
+ * A holder: FREE -> ACTIVE by take_slot (its lock byte, no lock), ACTIVE ->
+ * FREE by reg_holder_release or reg_holder_sweep (lock), once all it held
+ * is released. */
 #ifndef REGISTRY_H
 #define REGISTRY_H
 
-#include "ipc.h"
+#include "ipc_handle.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -416,11 +563,13 @@ int reg_sweep_among(struct registry *r, const uint8_t *cand);
 
 /* Is holder idx still the one with this nonce, and active? No lock: the
  * open path's proof that an exporter is alive (the sweeps invalidate the
- * nonce of a dead holder: docs/performance.md states the window). */
+ * nonce of a dead holder: docs/crash-safety.md, "Opens do not ask the
+ * kernel", states the window). */
 static inline bool reg_holder_current(struct registry *r, uint32_t idx, uint64_t nonce)
 {
     if (idx >= r->max_holders) return false;
     struct reg_holder *h = &r->holders[idx];
+    /* pairs with take_slot's release store of ACTIVE (and the sweeps' FREE) */
     return __atomic_load_n(&h->state, __ATOMIC_ACQUIRE) == HOLDER_ACTIVE &&
            __atomic_load_n(&h->nonce, __ATOMIC_RELAXED) == nonce;
 }

@@ -155,6 +155,53 @@ def test_at_most_one_circle_of_files_that_call_each_other():
         check(all(f.startswith("shim/") for f in c), "a circle outside the shim's lazy resolution: " + ", ".join(c))
 
 
+def shared_structs(text):
+    """{struct name: [field names]} of the reg_* structs defined in text (the
+    records of the shared segment); a nested union counts as its one field."""
+    code = strip_comments_and_strings(text)
+    out = {}
+    for m in re.finditer(r"^struct (reg_\w+) \{\n(.*?)^\};", code, re.S | re.M):
+        body = re.sub(r"(union|struct)\s*\{[^{}]*\}", r"\1", m.group(2))  # a nested union: one field
+        names = []
+        for decl in body.split(";"):
+            decl = re.sub(r"\[[^\]]*\]", "", decl).strip()
+            if decl:
+                names += [re.findall(r"(\w+)\s*$", part)[0] for part in decl.split(",") if part.strip()]
+        out[m.group(1)] = names
+    return out
+
+
+def protocol_table(text):
+    """{section: set of field names} of the protocol table at the top of
+    registry.h: sections open with "== struct NAME ==" and each row names
+    its fields in the first column (up to the first run of two spaces) and
+    a blank comment line ends them."""
+    comment = text[:text.index("*/")]
+    sections, current = {}, None
+    for line in comment.split("\n"):
+        m = re.match(r"\s*\*\s*== (?:struct )?(.+?) ==", line)
+        if m:
+            current = sections.setdefault(m.group(1), set())
+        elif line.strip() == "*":  # a blank line ends a section
+            current = None
+        elif current is not None and re.match(r"\s*\*   \S", line):
+            first = re.split(r"\s{2,}", line.split("*", 1)[1].strip())[0]
+            current.update(n.strip() for n in first.split(","))
+    return sections
+
+
+def test_every_shared_field_is_in_the_protocol_table():
+    # registry.h's table is the one description of the lock-free protocol:
+    # a field added to a shared struct without its row fails here.
+    with open(os.path.join(SRC, "core", "registry.h"), encoding="utf-8") as f:
+        text = f.read()
+    structs, table = shared_structs(text), protocol_table(text)
+    shared = ["reg_header", "reg_holder", "reg_block", "reg_lease"]
+    check(all(s in structs for s in shared), f"shared structs found: {sorted(structs)}")
+    missing = [f"{s}.{n}" for s in shared for n in structs.get(s, []) if n not in table.get(s, set())]
+    check(not missing, "fields without a row in registry.h's protocol table: " + ", ".join(missing))
+
+
 def test_the_function_reader_sees_every_function():
     # Guards the reader above: if the formatter's style changed, the checks
     # would pass on nothing. core/options.c defines options_parse_bool.
