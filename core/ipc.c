@@ -3,41 +3,22 @@
  * this process's indexes (local.c) and state (process.c); the deferred
  * frees and the collector's work are limbo.c's.
  *
- * Invariants:
- * - A block's reference count is the number of holders whose bit is set in
- *   its held bitmap (registry.h). An importer sets and clears its own bit
- *   without the registry lock, behind a lease record it writes first and
- *   frees last, so a death anywhere in between is repaired by clearing the
- *   dead holder's bits; there is no bare counter to get wrong.
+ * What it decides, in short (the rules of the shared fields, who writes
+ * which with which ordering, and the block's and lease's state machines are
+ * core/registry.h's protocol table; every seq_cst site here names its
+ * other half there):
+ * - A block's reference count is its held bitmap; an importer sets and
+ *   clears its own bit without the registry lock, behind a lease record.
  * - A block is really freed only by its exporter: by the program's own free
- *   when nothing holds it (IPC_REAL), or from limbo through the host once
- *   it has no holder and no unclaimed unexpired hand-off. It is marked
- *   RETIRED before that free, without the registry lock (reg_block_retire:
- *   a RETIRING step that an importer setting its bit at the same moment
- *   waits out), so no open can succeed on it afterwards, and recycled
- *   (generation bumped) after, lazily: at this process's next registry
- *   round trip, or once PROC_RECYCLE_BATCH records wait.
+ *   when nothing holds it (IPC_REAL), or from limbo through the host
+ *   (limbo.c) once no holder and no unclaimed hand-off remain.
  * - Locks: the local mutex, then the registry lock; the host is called with
- *   neither held. Opens, closes and the common free (nothing pending) take
- *   only the local mutex; the registry lock is for creating and recycling
- *   records, for expiring hand-offs and for recovery.
- * - An open proves the exporter alive from shared memory alone (its holder
- *   slot still active with the nonce the block recorded). The sweeps (at
- *   most a second apart in any process that collects) invalidate a dead
- *   holder's slot; until then an open of a dead exporter's handle reaches
- *   the driver, which refuses it (the exporter's memory went with it), and
- *   the lease is dropped at once: nothing is mapped that could be freed.
- *
- * Hand-off rule. Every ipc_export adds one pending hand-off to the block:
- * the handle is on its way to an importer. The first lease another process
- * creates on the block claims one (pending--; an aborted open gives it
- * back). A block in limbo is not freed while a hand-off is pending; pending
- * hand-offs expire IPCSHIM_HANDOFF_TIMEOUT after the block's last export
- * (stats.handoffs_expired), or earlier in ipc_collect_pressure (those older
- * than a second first, then all). With IPCSHIM_HANDOFF=window, a block in
- * limbo that loses its last lease is re-armed with one pending hand-off for
- * another timeout, so importers that receive the handle later are covered
- * too (registry.c: reg_lease_end, reg_block_unheld). */
+ *   neither held. Opens, closes and the common free take only the local
+ *   mutex.
+ * - Hand-offs: every ipc_export adds one pending hand-off (the handle is on
+ *   its way); the first lease of another process claims it; they expire
+ *   IPCSHIM_HANDOFF_TIMEOUT after the last export (IPCSHIM_HANDOFF=window
+ *   re-arms them: registry_leases.c, registry_blocks.c). */
 #include "ipc.h"
 #include "callsite.h"
 #include "collector.h"
@@ -143,6 +124,7 @@ static int export_seen(struct local_export *e, const struct ipc_handle *h, uint6
     if (!e->in_limbo && !memcmp(e->handle.bytes, h->bytes, IPC_HANDLE_BYTES) &&
         process_owns(b, e->generation) && b->state == BLOCK_LIVE) {
         /* The same allocation exported again: one more hand-off. */
+        /* pairs with reg_block_retire's seq_cst load of pending */
         if (__atomic_fetch_add(&b->pending, 1, __ATOMIC_SEQ_CST) == 0) b->first_export_ns = now;
         b->last_export_ns = now;
         again = true;
@@ -281,7 +263,10 @@ static uint32_t settle_state(struct reg_block *b, uint64_t gen)
 {
     uint64_t deadline = 0;
     for (int spin = 0;; spin++) {
+        /* pairs with the CAS to RETIRING in reg_block_retire (Dekker with reg_hold in
+         * reg_lease_begin) */
         uint32_t s = __atomic_load_n(&b->state, __ATOMIC_SEQ_CST);
+        /* pairs with reg_block_create's release store of state, after the generation */
         if (__atomic_load_n(&b->generation, __ATOMIC_ACQUIRE) != gen) return BLOCK_FREE;
         if (s != BLOCK_RETIRING) return s;
         if (spin < SETTLE_SPINS) {
@@ -300,6 +285,7 @@ static bool claim_handoff(struct reg_block *b)
 {
     uint32_t p = __atomic_load_n(&b->pending, __ATOMIC_RELAXED);
     while (p > 0)
+        /* pairs with expire_handoffs' exchange and reg_block_retire's load of pending */
         if (__atomic_compare_exchange_n(&b->pending, &p, p - 1, true, __ATOMIC_SEQ_CST,
                                         __ATOMIC_RELAXED))
             return true;
@@ -522,6 +508,7 @@ static struct reg_lease *ticket_lease(uint32_t lease, uint32_t block, uint64_t g
 {
     struct reg_lease *l = reg_lease_at(&ipc_proc.reg, lease);
     if (!l || l->holder != ipc_proc.self || l->block != block || l->block_gen != generation ||
+        /* pairs with the release stores of intent in reg_lease_begin and reg_lease_end */
         __atomic_load_n(&l->intent, __ATOMIC_ACQUIRE) == LEASE_FREE)
         return NULL;
     return l;
@@ -538,6 +525,7 @@ static uint32_t release_lease(uint32_t lease, uint32_t block, uint64_t generatio
     if (l->count > 1) {
         __atomic_store_n(&l->count, l->count - 1, __ATOMIC_RELAXED);
         uint32_t closing = LEASE_CLOSING;
+        /* pairs with the sweeps' LOAD_STATE of intent (registry.h, a lease's intents) */
         __atomic_compare_exchange_n(&l->intent, &closing, LEASE_OPEN, false, __ATOMIC_RELEASE,
                                     __ATOMIC_RELAXED);
         return REG_NONE;
@@ -548,6 +536,8 @@ static uint32_t release_lease(uint32_t lease, uint32_t block, uint64_t generatio
         /* RETIRING too: our bit is set, so that retire goes back to LIMBO
          * and must find the hand-off there (tests/model/lease.pml). */
         if (s == BLOCK_LIVE || s == BLOCK_LIMBO || s == BLOCK_RETIRING)
+            /* pairs with reg_block_retire's seq_cst load of pending: made before reg_lease_end
+             * clears our bit */
             __atomic_fetch_add(&b->pending, 1, __ATOMIC_SEQ_CST);
     }
     struct local_lease *ll = local_lease_find(block);
@@ -575,7 +565,7 @@ void ipc_open_commit(struct ipc_open *t, uint64_t ptr)
         /* Our own lease: nobody else writes its intent while we live. */
         struct reg_lease *l = ticket_lease(t->lease, t->block, t->generation);
         uint32_t opening = LEASE_OPENING;
-        if (l)
+        if (l) /* pairs with the sweeps' LOAD_STATE of intent (registry.h, a lease's intents) */
             __atomic_compare_exchange_n(&l->intent, &opening, LEASE_OPEN, false, __ATOMIC_RELEASE,
                                         __ATOMIC_RELAXED);
         STAT_ADD(opens, 1);
@@ -628,6 +618,7 @@ static int close_begin(uint64_t ptr, uint8_t kind, struct ipc_close *t)
         struct reg_lease *l = ticket_lease(m->lease, m->block, m->generation);
         uint32_t open = LEASE_OPEN;
         if (l && __atomic_load_n(&l->count, __ATOMIC_RELAXED) == 1)
+            /* pairs with the sweeps' LOAD_STATE of intent (registry.h, a lease's intents) */
             __atomic_compare_exchange_n(&l->intent, &open, LEASE_CLOSING, false, __ATOMIC_RELEASE,
                                         __ATOMIC_RELAXED);
         m->pending = true; /* opens of this handle wait for the real close */
@@ -671,7 +662,7 @@ void ipc_close_abort(struct ipc_close *t)
         m->pending = false;
         struct reg_lease *l = ipc_active() ? ticket_lease(t->lease, t->block, t->generation) : NULL;
         uint32_t closing = LEASE_CLOSING;
-        if (l)
+        if (l) /* pairs with the sweeps' LOAD_STATE of intent (registry.h, a lease's intents) */
             __atomic_compare_exchange_n(&l->intent, &closing, LEASE_OPEN, false, __ATOMIC_RELEASE,
                                         __ATOMIC_RELAXED);
         local_broadcast();

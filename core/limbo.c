@@ -308,6 +308,7 @@ bool limbo_free_needs_no_lock(const struct local_export *e)
 {
     const struct reg_block *b = reg_block_at(&ipc_proc.reg, e->block);
     return process_owns(b, e->generation) &&
+           /* pairs with reg_block_create's release store of state */
            __atomic_load_n(&b->state, __ATOMIC_ACQUIRE) == BLOCK_LIVE &&
            !__atomic_load_n(&b->pending, __ATOMIC_RELAXED);
 }
@@ -321,6 +322,7 @@ int limbo_free_into(struct local_export *e, bool locked)
     struct reg_block *b = reg_block_at(&ipc_proc.reg, e->block);
     uint64_t now = reg_coarse_ns(), exported = b->last_export_ns;
     b->limbo_since_ns = now < exported ? exported : now; /* never before the export */
+    /* pairs with settle_state's seq_cst load in importers: LIMBO is held like LIVE */
     __atomic_store_n(&b->state, BLOCK_LIMBO, __ATOMIC_SEQ_CST);
     if (reg_block_retire(&ipc_proc.reg, e->block)) {
         /* Recycled lazily, in a batch: nothing can open it any more, and
@@ -368,6 +370,8 @@ void limbo_collector_step(void)
     uint32_t me = ipc_proc.self;
     bool ok =
         ipc_proc.state == PROC_ACTIVE && !ipc_proc.shut && me != REG_NONE && !process_forked();
+    /* pairs with the fetch_add in registry_wake: a wake after this load changes the word, so
+     * FUTEX_WAIT returns at once */
     uint32_t seen = ok ? __atomic_load_n(&ipc_proc.reg.holders[me].wake, __ATOMIC_SEQ_CST) : 0;
     uint64_t wait = ok ? next_wait_ns(reg_now_ns()) : 0;
     local_unlock();
@@ -429,6 +433,8 @@ void limbo_exit_wait(void)
     uint64_t expired0 = __atomic_load_n(&ipc_proc.st.handoffs_expired, __ATOMIC_RELAXED);
     for (;;) {
         uint32_t seen =
+            /* pairs with the fetch_add in registry_wake: a wake after this load changes the
+             * word, so FUTEX_WAIT returns at once */
             __atomic_load_n(&ipc_proc.reg.holders[ipc_proc.self].wake, __ATOMIC_SEQ_CST);
         uint64_t now = reg_now_ns();
         /* After the grace, every round (IPCSHIM_HANDOFF=window re-arms a

@@ -163,6 +163,7 @@ int process_ready_locked(void)
     for (int tries = 0;; tries++) {
         bool fresh = ipc_proc.self == REG_NONE; /* only a slot taken now asks */
         int rc = attach_locked(opt);
+        /* pairs with registry_remove_if_unused (Dekker on removing) */
         if (rc || !fresh || !registry_removing(&ipc_proc.reg)) return rc;
         if (tries == REMOVED_RETRIES) {
             LOG_ONCE(LOG_WARN, "registry %s keeps being removed as we attach; not tracking",
@@ -216,6 +217,7 @@ void process_expire_handoffs(const struct local_export *e, struct reg_block *b, 
         (!force && now < b->last_export_ns + process_timeout_ns()))
         return;
     /* Importers claim hand-offs without the lock: take them all at once. */
+    /* pairs with claim_handoff's CAS and reg_block_retire's load of pending */
     uint32_t n = __atomic_exchange_n(&b->pending, 0, __ATOMIC_SEQ_CST);
     if (!n) return;
     STAT_ADD(handoffs_expired, n);
