@@ -85,7 +85,7 @@ byte intent[NIMP];
 bool mapped[NIMP];   /* importer i decided to map the block, until its real close */
 bool dead[NIMP];
 bool finished[NIMP]; /* closed, refused, or dead */
-bool freed = false;  /* the exporter's real free (device_ops free_block / real cuMemFree) */
+bool freed = false;  /* the exporter's real free (the host's free_block / real cuMemFree) */
 bool due = false;    /* time passed: a pending hand-off's deadline is reached */
 
 #ifdef NODEATH
@@ -353,7 +353,7 @@ inline expire()
     }
 }
 
-/* The real free, from limbo (free_limbo's device_ops free_block) or at once
+/* The real free, from limbo (limbo.c free_limbo's host free_block) or at once
  * (ipc_free_begin's IPC_REAL): no importer may be mapping the block. */
 inline real_free()
 {
@@ -397,13 +397,13 @@ proctype Exporter()
     /* The program frees the block: ipc_free_begin. */
     if
     :: pending == 0 ->
-        /* free_needs_no_lock (LIVE, nothing pending) -> free_into_limbo
+        /* limbo_free_needs_no_lock (LIVE, nothing pending) -> limbo_free_into
          * without the registry lock */
         state = B_LIMBO;
         retire(ok)
     :: else ->
         /* a hand-off pending: under the registry lock, expire_handoffs if
-         * due, then free_into_limbo */
+         * due, then limbo_free_into */
         LOCK;
         expire();
         state = B_LIMBO;
@@ -414,8 +414,8 @@ proctype Exporter()
     :: ok -> real_free(); goto out /* IPC_REAL: the real free at once */
     :: else
     fi;
-    /* IPC_DONE (local_limbo_add): ipc_collector_kick, then collect(SWEEP_DUE)
-     * at once; then the collector thread's ipc_collector_step: the wake
+    /* IPC_DONE (local_limbo_add): limbo_collector_kick, then limbo_collect(DUE)
+     * at once; then the collector thread's limbo_collector_step: the wake
      * word read before collecting, collect, registry_wait(seen, wait). */
     do
     :: seen = wake;
