@@ -773,6 +773,7 @@ int ipc_free(uint64_t ptr)
 
 void ipc_stats(struct ipcshim_stats *out)
 {
+    limbo_collect_if_woken(); /* the counters then include it */
     out->exports = __atomic_load_n(&ipc_proc.st.exports, __ATOMIC_RELAXED);
     out->opens = __atomic_load_n(&ipc_proc.st.opens, __ATOMIC_RELAXED);
     out->closes = __atomic_load_n(&ipc_proc.st.closes, __ATOMIC_RELAXED);

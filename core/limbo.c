@@ -293,9 +293,27 @@ void limbo_collect_on_untracked_free(void)
 {
     static __thread unsigned frees
         __attribute__((tls_model("initial-exec"))); /* no __tls_get_addr */
+    limbo_collect_if_woken();
     if ((++frees & 1023) != 0) return;
     uint64_t last = __atomic_load_n(&ipc_proc.last_collect_ns, __ATOMIC_RELAXED);
     if (reg_now_ns() - last > LIMBO_FREE_COLLECT_INTERVAL_NS) limbo_collect(LIMBO_SWEEP_DUE);
+}
+
+/* The last close wakes the collector thread (registry_wake), which must
+ * then get a CPU: on a loaded machine that is a scheduler's wake-up
+ * latency, while a program thread that calls in is running already. Both
+ * may collect the same wake; free_limbo takes its victims under the locks,
+ * so each block is freed once. */
+void limbo_collect_if_woken(void)
+{
+    if (!local_limbo_pending()) return;
+    uint32_t me = __atomic_load_n(&ipc_proc.self, __ATOMIC_RELAXED);
+    if (me == REG_NONE || !process_active()) return;
+    /* pairs with the fetch_add in registry_wake (the last close's wake) */
+    uint32_t wake = __atomic_load_n(&ipc_proc.reg.holders[me].wake, __ATOMIC_ACQUIRE);
+    if (wake == __atomic_load_n(&ipc_proc.wake_seen, __ATOMIC_RELAXED)) return;
+    __atomic_store_n(&ipc_proc.wake_seen, wake, __ATOMIC_RELAXED);
+    free_limbo();
 }
 
 /* The common free needs no registry lock: a live block of ours with no

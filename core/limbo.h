@@ -42,10 +42,19 @@ int limbo_collect(enum limbo_sweep how);
  * or by the collector thread meanwhile). No lock held. */
 int limbo_collect_pressure(void);
 
-/* An untracked free while limbo waits: every 1024th free of a thread looks
+/* An untracked free while limbo waits: collects at once when an importer's
+ * last close woke us since a program thread last looked
+ * (limbo_collect_if_woken); else every 1024th free of a thread looks
  * whether a collect is due (for processes without the collector thread).
  * No lock held. */
 void limbo_collect_on_untracked_free(void);
+
+/* On a program thread that is already running (ipcshim_stats, an untracked
+ * free): if blocks wait in limbo and an importer's last close woke this
+ * process since a program thread last looked, free what can be freed now,
+ * without waiting for the collector thread to be scheduled. Two relaxed
+ * loads when nothing woke us, one when limbo is empty. No lock held. */
+void limbo_collect_if_woken(void);
 
 /* True when the program's free of e's block needs no registry lock: a live
  * block of ours with no hand-off pending. Local lock held. */

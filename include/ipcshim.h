@@ -42,7 +42,11 @@ int ipcshim_active(void);
  * Returns the number of blocks freed, or a negative errno. */
 int ipcshim_collect(void);
 
-/* Fill *out (out->size bytes at most; pass sizeof *out). 0 or -EINVAL. */
+/* Fill *out (out->size bytes at most; pass sizeof *out). 0 or -EINVAL.
+ * When an importer's last close has made a block of this process's limbo
+ * freeable since the last look, the calling thread frees it first (the
+ * collector thread would, one wake-up later), so a program that polls
+ * frees_reclaimed sees its memory back without waiting for a scheduler. */
 int ipcshim_stats(struct ipcshim_stats *out, size_t size);
 
 /* Calls seen on one interposed entry point ("cudaMalloc", "cuMemFree_v2")

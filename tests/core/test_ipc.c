@@ -710,6 +710,29 @@ Test(ipc, collector_frees_promptly_after_last_close)
     importer_stop(&im);
 }
 
+Test(ipc, stats_frees_on_the_calling_thread_what_a_last_close_woke)
+{
+    test_option("COLLECTOR", "0"); /* no thread: only the caller can free it */
+    struct ipc_handle h = make_handle(23);
+    cr_assert_eq(ipc_export(&h, BASE, 100, 0, CTX), 0);
+    struct importer im;
+    importer_start(&im, h);
+    uint64_t ptr, closing_at;
+    cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
+    struct ipcshim_stats s = {0};
+    ipc_stats(&s);
+    cr_assert_eq(fake_free_count(), 0, "held: nothing to free");
+    cr_assert_eq(s.frees_reclaimed, 0);
+    cr_assert_eq(importer_call(&im, CMD_CLOSE, ptr, &closing_at), IPC_REAL);
+    ipc_stats(&s);
+    cr_assert_eq(fake_free_count(), 1, "the last close woke us: freed by this call");
+    cr_assert_eq(s.frees_reclaimed, 1, "and counted in the same answer");
+    ipc_stats(&s);
+    cr_assert_eq(fake_free_count(), 1, "once");
+    importer_stop(&im);
+}
+
 Test(ipc, fork_child_is_a_new_holder)
 {
     struct ipc_handle h = make_handle(22);
