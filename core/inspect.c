@@ -1,6 +1,6 @@
 /* inspect: read-only snapshots of a registry; see inspect.h for what a
  * snapshot promises (and that it may be torn). The registry is found and
- * checked by registry.c's own registry_locate() and registry_validate(),
+ * checked by registry_segment.c's own registry_locate() and registry_validate(),
  * the library's one validator: a segment the shim itself would refuse is
  * refused here too, with the same reason. */
 #include "inspect.h"
@@ -313,7 +313,7 @@ int inspect_snapshot(const char *domain, struct inspect_snapshot *s, char *why, 
         close(fd);
         return rc;
     }
-    /* A registry view over the read-only mapping, laid out as registry.c does. */
+    /* A registry view over the read-only mapping, laid out as registry_layout.c does. */
     struct registry r;
     memset(&r, 0, sizeof r);
     r.fd = fd;

@@ -1,5 +1,5 @@
 /* ipc: the lifecycle of exported blocks (export, open, close, free, collect,
- * shutdown) implementing ipc.h on top of the shared registry (registry.c),
+ * shutdown) implementing ipc.h on top of the shared registry (registry.h),
  * this process's indexes (local.c) and state (process.c); the deferred
  * frees and the collector's work are limbo.c's.
  *

@@ -1,7 +1,7 @@
 /* ipc: cross-process reference counts and limbo for exported device memory.
  *
  * This is the interface the shim drives; everything behind it is core
- * (registry.c, leases, limbo, collector). The shim calls the real CUDA
+ * (registry.h, leases, limbo, collector). The shim calls the real CUDA
  * function where a result says so, and nothing else: the decisions are here.
  *
  * Conventions: functions return 0 or a positive IPC_* decision, or a negative

@@ -6,7 +6,7 @@
  * registry_layout.c and registry_fd.c at the bottom; registry_chunks.c on
  * them; registry_blocks.c (with registry_repair) on chunks; registry_leases.c
  * and registry_lock.c on blocks; registry_holders.c on leases and the lock;
- * registry.c (open, close) on what it needs. */
+ * registry_segment.c (open, close) on what it needs. */
 #ifndef REGISTRY_INTERNAL_H
 #define REGISTRY_INTERNAL_H
 

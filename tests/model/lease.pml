@@ -1,4 +1,4 @@
-/* lease.pml: the lock-free lease protocol of ipcshim, as core/registry.c and
+/* lease.pml: the lock-free lease protocol of ipcshim, as core/registry_*.c and
  * core/ipc.c implement it, for the spin model checker (tests/model/check).
  *
  * One exported block, its exporter, two importers (holder slots 0 and 1),
@@ -101,7 +101,7 @@ bool due = false;    /* time passed: a pending hand-off's deadline is reached */
 #define LOCK   atomic { reglock == 0 -> reglock = 1 }
 #define UNLOCK reglock = 0
 
-/* limbo_unheld (core/registry.c): under the window rule a LIMBO block that
+/* reg_block_limbo_unheld (core/registry_blocks.c): under the window rule a LIMBO block that
  * lost its last holder re-arms one hand-off (CAS pending 0 -> 1). */
 #ifdef WINDOW
 #define LIMBO_UNHELD                                                                               \
@@ -208,7 +208,7 @@ proctype Importer(byte i)
     mapped[i] = false;
     DIE;
 close_lease:
-    /* ipc_close_finish -> release_lease -> reg_lease_end (core/registry.c):
+    /* ipc_close_finish -> release_lease -> reg_lease_end (core/registry_leases.c):
      * CLOSING, the bit cleared, emptiness read, count 0, FREE */
     intent[i] = L_CLOSING;
     DIE;
@@ -243,7 +243,7 @@ out:
 /* ---- sweeper of a dead importer ---- */
 
 /* reg_sweep_dead -> sweep_found -> reg_holder_sweep -> reg_holder_drop_leases
- * (core/registry.c), under the registry lock, once importer j is dead. */
+ * (core/registry_holders.c), under the registry lock, once importer j is dead. */
 proctype Sweeper(byte j)
 {
     finished[j];
@@ -276,7 +276,7 @@ proctype Sweeper(byte j)
 
 /* ---- a repair under the registry lock ---- */
 
-/* rebuild_index (core/registry.c; from grow_blocks or registry_repair):
+/* rebuild_index (core/registry_blocks.c; from grow_blocks or registry_repair):
  * "An exporter deciding (it retires without the lock), or one that died
  * deciding: limbo until it says otherwise. A CAS." */
 proctype Repairer()
@@ -293,7 +293,7 @@ proctype Repairer()
 
 /* ---- exporter ---- */
 
-/* reg_block_retire (core/registry.c): CAS LIMBO -> RETIRING; read the
+/* reg_block_retire (core/registry_blocks.c): CAS LIMBO -> RETIRING; read the
  * bitmap and pending (seq_cst; pairs with the importer's fetch_or, then its
  * load of state); CAS RETIRING -> RETIRED if both are empty, else -> LIMBO.
  * A repair may have turned RETIRING into LIMBO meanwhile: then the CAS

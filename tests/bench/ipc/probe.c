@@ -8,7 +8,7 @@
  * starts when a try fails (the lock is held by someone else) and ends when
  * the thread gets it: through pthread_mutex_lock (the simulator), or through
  * the shim's loop of timed locks after its own failed trylock (registry_lock
- * in core/registry.c; a wait that ends with the shim giving up after
+ * in core/registry_lock.c; a wait that ends with the shim giving up after
  * IPCSHIM_LOCK_WAIT is not counted here: the shim logs those itself). So
  * "wait" below is the time a caller spent blocked on that lock, measured
  * without touching core/ or shim/. Counters are per process; the benchmark reads them with
