@@ -295,8 +295,7 @@ CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align
                                      CUdeviceptr addr, unsigned long long flags)
 {
     ENTER();
-    if (!ptr || flags != 0 || size == 0 || size % VMM_GRANULARITY ||
-        (alignment & (alignment - 1)))
+    if (!ptr || flags != 0 || size == 0 || size % VMM_GRANULARITY || (alignment & (alignment - 1)))
         return CUDA_ERROR_INVALID_VALUE;
     size_t align = alignment > VMM_GRANULARITY ? alignment : VMM_GRANULARITY;
     if (size > SIZE_MAX - align) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -537,7 +536,7 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
     if (!handle) return CUDA_ERROR_INVALID_VALUE;
     if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         return (shHandleType & VMM_KNOWN_TYPES) ? CUDA_ERROR_NOT_SUPPORTED
-                                                 : CUDA_ERROR_INVALID_VALUE;
+                                                : CUDA_ERROR_INVALID_VALUE;
     uintptr_t h = (uintptr_t)osHandle;
     if (h > INT32_MAX) return CUDA_ERROR_INVALID_VALUE;
     int fd = (int)h;

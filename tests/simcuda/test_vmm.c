@@ -105,7 +105,8 @@ Test(simvmm, create_map_copy_unmap_release)
     int v = 0;
     OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
     cr_assert_eq(v, 1);
-    OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0));
+    OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                            0));
     cr_assert_eq(v, 1);
     CUmemAllocationProp prop = prop_of(0);
     size_t g = 0;
@@ -269,12 +270,19 @@ Test(simvmm, injected_shareable_refusal)
 Test(simvmm, resolver_knows_the_vmm_calls)
 {
     OK(cuInit(0));
-    const char *names[] = {"cuMemCreate", "cuMemRelease", "cuMemAddressReserve",
-                           "cuMemAddressFree", "cuMemMap", "cuMemUnmap", "cuMemSetAccess",
-                           "cuMemGetAccess", "cuMemRetainAllocationHandle",
+    const char *names[] = {"cuMemCreate",
+                           "cuMemRelease",
+                           "cuMemAddressReserve",
+                           "cuMemAddressFree",
+                           "cuMemMap",
+                           "cuMemUnmap",
+                           "cuMemSetAccess",
+                           "cuMemGetAccess",
+                           "cuMemRetainAllocationHandle",
                            "cuMemGetAllocationGranularity",
                            "cuMemGetAllocationPropertiesFromHandle",
-                           "cuMemExportToShareableHandle", "cuMemImportFromShareableHandle"};
+                           "cuMemExportToShareableHandle",
+                           "cuMemImportFromShareableHandle"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         void *fn = NULL;
         CUdriverProcAddressQueryResult q;
@@ -294,8 +302,8 @@ static int send_fd(int sock, int fd, CUdeviceptr info)
     char ctl[CMSG_SPACE(sizeof(int))];
     memset(ctl, 0, sizeof(ctl));
     struct iovec iov = {.iov_base = &info, .iov_len = sizeof(info)};
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
-                       .msg_controllen = sizeof(ctl)};
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
     struct cmsghdr *c = CMSG_FIRSTHDR(&m);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
@@ -309,8 +317,8 @@ static int recv_fd(int sock)
     CUdeviceptr info;
     char ctl[CMSG_SPACE(sizeof(int))];
     struct iovec iov = {.iov_base = &info, .iov_len = sizeof(info)};
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
-                       .msg_controllen = sizeof(ctl)};
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
     if (recvmsg(sock, &m, 0) != (ssize_t)sizeof(info)) return -1;
     struct cmsghdr *c = CMSG_FIRSTHDR(&m);
     int fd = -1;
