@@ -8,6 +8,7 @@
 #ifndef IPCSHIM_FDPASS_H
 #define IPCSHIM_FDPASS_H
 
+#include <stdbool.h>
 #include <sys/types.h>
 
 /* A new fd (O_CLOEXEC) for the same open file description as `fd` in
@@ -26,5 +27,13 @@ int fdpass_fetch(pid_t pid, int fd);
  * in this process. Never fails visibly: a failure is logged once and the
  * fd simply is not served. Thread-safe; async-signal-unsafe. */
 void fdpass_note_exported(int fd);
+
+/* True when process pid runs an fd server in this user and domain (its
+ * socket's credentials say so). For pidfd.c's substitute pidfd. */
+bool fdpass_listening(pid_t pid);
+
+/* init.c's atfork child hook: the parent's server and exports are not the
+ * child's (closes the inherited listening socket). */
+void fdpass_fork_child(void);
 
 #endif
