@@ -39,7 +39,7 @@
 #include "shim.h"
 #include "log.h"
 #include "options.h"
-#include "registry.h"
+#include "registry.h" /* REG_DOMAIN_MAX */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -82,15 +82,25 @@ static size_t nexports, cap_exports;
 static int listen_fd = -1;
 static pid_t server_pid; /* the process whose server runs (0: none) */
 
-/* The abstract address for pid's server, in this user and domain. Returns
- * the address length, or 0 when the domain cannot name one. */
+/* The abstract address for pid's server, in this user and domain:
+ * registry_name's "ipcshim-<euid>-<domain>" (core/registry.h; written out
+ * here, not called: core's futex calls go through the shim's syscall, and
+ * calling back into core would close a circle of calls) plus ".fdpass.<pid>".
+ * Returns the address length, or 0 when the domain is not a registry's. */
 static socklen_t fdpass_address(pid_t pid, const char *domain, struct sockaddr_un *a)
 {
-    char base[128];
-    if (registry_name(domain, base, sizeof base) != 0) return 0;
+    size_t len = domain ? strlen(domain) : 0;
+    if (len < 1 || len > REG_DOMAIN_MAX) return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = domain[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
     memset(a, 0, sizeof *a);
     a->sun_family = AF_UNIX;
-    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "%s.fdpass.%d", base + 1, (int)pid);
+    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "ipcshim-%u-%s.fdpass.%d",
+                     (unsigned)geteuid(), domain, (int)pid);
     if (n < 0 || (size_t)n >= sizeof a->sun_path - 1) return 0;
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
@@ -196,7 +206,8 @@ static void *fdpass_server(void *arg)
         if (s < 0) {
             if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE ||
                 errno == ENOBUFS || errno == ENOMEM) {
-                if (errno != EINTR && errno != ECONNABORTED) nanosleep(&(struct timespec){0, 10000000}, NULL);
+                if (errno != EINTR && errno != ECONNABORTED)
+                    nanosleep(&(struct timespec){0, 10000000}, NULL);
                 continue;
             }
             LOG_ONCE(LOG_WARN, "fdpass: the fd server stops: accept: %s", strerror(errno));
@@ -263,7 +274,8 @@ void fdpass_note_exported(int fd)
     int rc = server_pid == getpid() ? 0 : fdpass_start_server();
     pthread_mutex_unlock(&exports_lock);
     if (rc != 0)
-        LOG_ONCE(LOG_WARN, "fdpass: cannot serve exported fds to importers without ptrace rights: %s",
+        LOG_ONCE(LOG_WARN,
+                 "fdpass: cannot serve exported fds to importers without ptrace rights: %s",
                  strerror(-rc));
 }
 
@@ -323,8 +335,8 @@ static int fdpass_receive(int s)
         char buf[CMSG_SPACE(4 * sizeof(int))];
     } ctl;
     struct iovec iov = {&err, sizeof err};
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-                       .msg_controllen = sizeof ctl.buf};
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
     ssize_t n;
     do
         n = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
@@ -362,8 +374,8 @@ int fdpass_fetch(pid_t pid, int fd)
     do
         n = send(s, &req, sizeof req, MSG_NOSIGNAL);
     while (n < 0 && errno == EINTR);
-    int rc = n == (ssize_t)sizeof req ? fdpass_receive(s)
-             : n < 0 && errno == EPIPE ? -ESRCH
+    int rc = n == (ssize_t)sizeof req   ? fdpass_receive(s)
+             : n < 0 && errno == EPIPE  ? -ESRCH
              : n < 0 && errno == EAGAIN ? -ETIMEDOUT
                                         : -EPROTO;
     close(s);
@@ -378,7 +390,8 @@ CUresult do_cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllo
 {
     CUresult rc = CALL_REAL_DRIVER(cuMemExportToShareableHandle,
                                    (shareableHandle, handle, handleType, flags));
-    if (rc == CUDA_SUCCESS && handleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && shareableHandle)
+    if (rc == CUDA_SUCCESS && handleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR &&
+        shareableHandle)
         fdpass_note_exported(*(int *)shareableHandle);
     return rc;
 }
@@ -387,7 +400,8 @@ CUresult do_cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool
                                              CUmemAllocationHandleType handleType,
                                              unsigned long long flags)
 {
-    CUresult rc = CALL_REAL_DRIVER(cuMemPoolExportToShareableHandle, (handle_out, pool, handleType, flags));
+    CUresult rc =
+        CALL_REAL_DRIVER(cuMemPoolExportToShareableHandle, (handle_out, pool, handleType, flags));
     if (rc == CUDA_SUCCESS && handleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && handle_out)
         fdpass_note_exported(*(int *)handle_out);
     return rc;

@@ -124,7 +124,8 @@ static int pidfd_make_substitute(pid_t pid)
         return -1;
     }
     pthread_mutex_lock(&substitutes_lock);
-    substitutes[next_substitute++ % PIDFD_SUBSTITUTES] = (struct substitute){fd, pid, st.st_dev, st.st_ino};
+    substitutes[next_substitute++ % PIDFD_SUBSTITUTES] =
+        (struct substitute){fd, pid, st.st_dev, st.st_ino};
     pthread_mutex_unlock(&substitutes_lock);
     return fd;
 }
@@ -175,8 +176,10 @@ static int pidfd_getfd_fallback(int pidfd, int targetfd, unsigned int flags, int
         fd = -ESRCH;
     }
     if (fd >= 0) {
-        LOG_ONCE(LOG_INFO, "fdpass: pidfd_getfd refused by the kernel (%s); fd %d of pid %d came from its shim",
-                 strerror(err), targetfd, (int)pid);
+        LOG_ONCE(
+            LOG_INFO,
+            "fdpass: pidfd_getfd refused by the kernel (%s); fd %d of pid %d came from its shim",
+            strerror(err), targetfd, (int)pid);
         return fd;
     }
     if (fd != -ENOENT)
@@ -195,7 +198,8 @@ static int pidfd_open_fallback(pid_t pid, unsigned int flags, int err)
     if (err == ENOSYS && (flags & ~(unsigned)O_NONBLOCK) == 0 && pidfd_fallback_allowed())
         fd = pidfd_make_substitute(pid);
     if (fd >= 0) {
-        LOG_ONCE(LOG_INFO, "fdpass: pidfd_open has no kernel support; pid %d gets a substitute", (int)pid);
+        LOG_ONCE(LOG_INFO, "fdpass: pidfd_open has no kernel support; pid %d gets a substitute",
+                 (int)pid);
         return fd;
     }
     errno = err;

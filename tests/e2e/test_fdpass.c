@@ -135,7 +135,8 @@ static void start_exporter(struct exporter *x, const char *mode)
 {
     start(&x->p, NOBODY, true, mode ? ARGS("export", mode) : ARGS("export"));
     read_until(&x->p, "data:", 10000);
-    for (int i = 0; i < 50 && strstr(x->p.text, "data:") && !strchr(strstr(x->p.text, "data:"), '\n'); i++)
+    for (int i = 0;
+         i < 50 && strstr(x->p.text, "data:") && !strchr(strstr(x->p.text, "data:"), '\n'); i++)
         read_until(&x->p, "\x01", 100);
     field(&x->p, "pid:", x->pid, sizeof x->pid);
     field(&x->p, "fd:", x->fd, sizeof x->fd);
@@ -167,7 +168,7 @@ static int server_requests(void)
 
 #define NEED_ROOT()                                                                                \
     do {                                                                                           \
-        if (geteuid() != 0) cr_skip_test("needs root to run the two processes as other users");   \
+        if (geteuid() != 0) cr_skip_test("needs root to run the two processes as other users");    \
     } while (0)
 
 #define EXPECT(p, key, value)                                                                      \

@@ -71,7 +71,8 @@ static int exporter(int argc, char **argv)
     if (!r) r = cudaMallocFromPoolAsync(&p, SIZE, pool, 0);
     if (!r) r = cudaMemcpy(p, host, SIZE, cudaMemcpyHostToDevice);
     if (!r) r = cudaMemPoolExportPointer(&data, p);
-    if (!r) r = cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0);
+    if (!r)
+        r = cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0);
     if (r) {
         printf("export: error %d\n", r);
         return 2;
@@ -114,8 +115,9 @@ static int read_block(int fd, const char *hex)
     void *p = NULL;
     static uint32_t host[SIZE / 4];
     int r = cudaSetDevice(0);
-    if (!r) r = cudaMemPoolImportFromShareableHandle(&pool, (void *)(uintptr_t)fd,
-                                                     cudaMemHandleTypePosixFileDescriptor, 0);
+    if (!r)
+        r = cudaMemPoolImportFromShareableHandle(&pool, (void *)(uintptr_t)fd,
+                                                 cudaMemHandleTypePosixFileDescriptor, 0);
     if (!r) r = cudaMemPoolImportPointer(&p, pool, &data);
     if (!r) r = cudaMemcpy(host, p, SIZE, cudaMemcpyDeviceToHost);
     if (r) {
@@ -170,7 +172,8 @@ static int raw(int argc, char **argv)
     int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "ipcshim-%s-%s.fdpass.%s", argv[2],
                      domain ? domain : "default", argv[3]);
     int s = socket(AF_UNIX, SOCK_STREAM, 0);
-    if (connect(s, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n))) {
+    if (connect(s, (struct sockaddr *)&a,
+                (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n))) {
         printf("raw: connect %s\n", err_name(errno));
         return 0;
     }
@@ -179,7 +182,8 @@ static int raw(int argc, char **argv)
     int32_t err = -1;
     char ctl[CMSG_SPACE(4 * sizeof(int))];
     struct iovec iov = {&err, sizeof err};
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
     if (send(s, &req, sizeof req, 0) != (ssize_t)sizeof req || recvmsg(s, &m, 0) < 0) {
         printf("raw: io %s\n", err_name(errno));
         return 0;
