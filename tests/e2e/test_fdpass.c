@@ -68,7 +68,15 @@ static void start(struct proc *p, uid_t uid, bool shim, const char *const *args)
     snprintf(preload, sizeof preload, "LD_PRELOAD=%s", getenv("IPCSHIM_LIB"));
     snprintf(sim, sizeof sim, "SIMCUDA_MACHINE=%s", machine);
     snprintf(dom, sizeof dom, "IPCSHIM_DOMAIN=%s", machine);
-    const char *env[] = {lib, sim, dom, "IPCSHIM_LOG=info", shim ? preload : NULL, NULL};
+    /* The sanitizers' settings pass on (an ASan build of the shim needs
+     * verify_asan_link_order=0 to be preloaded into a plain program). */
+    char asan[512], ubsan[512];
+    snprintf(asan, sizeof asan, "ASAN_OPTIONS=%s",
+             getenv("ASAN_OPTIONS") ? getenv("ASAN_OPTIONS") : "");
+    snprintf(ubsan, sizeof ubsan, "UBSAN_OPTIONS=%s",
+             getenv("UBSAN_OPTIONS") ? getenv("UBSAN_OPTIONS") : "");
+    const char *env[] = {asan, ubsan, lib, sim, dom, "IPCSHIM_LOG=info", shim ? preload : NULL,
+                         NULL};
     const char *argv[16] = {prog};
     for (int i = 0; args[i] && i < 14; i++)
         argv[i + 1] = args[i];
