@@ -178,8 +178,8 @@ CUresult do_cuMemRelease(CUmemGenericAllocationHandle handle)
         if (r == CUDA_SUCCESS) a->refs--; /* at 0 kept: a further release is a double one */
     } else if (a && !a->double_hit) {
         a->double_hit = true;
-        log_report("ipcshim: VMM allocation %#llx (%llu bytes, created at %s) released twice "
-                   "(cuMemRelease returned %d)\n",
+        log_report("VMM allocation %#llx (%llu bytes, created at %s) released twice "
+                   "(cuMemRelease returned %d)",
                    (unsigned long long)handle, (unsigned long long)a->size,
                    site_text(a->site, buf, sizeof buf), r);
     }
@@ -461,12 +461,12 @@ void vmm_report_exit(void)
     struct vmm_alloc *a, *ta;
     HASH_ITER(hh, allocs, a, ta)
     if (a->imported && a->refs > 0)
-        log_report("ipcshim: VMM allocation %#llx imported at %s never released at exit\n",
+        log_report("VMM allocation %#llx imported at %s never released at exit",
                    (unsigned long long)a->handle, site_text(a->site, buf, sizeof buf));
     struct vmm_map *m, *tm;
     HASH_ITER(hh, maps, m, tm)
     if (!m->shim_import)
-        log_report("ipcshim: VMM mapping %#llx (%llu bytes, mapped at %s) still mapped at exit\n",
+        log_report("VMM mapping %#llx (%llu bytes, mapped at %s) still mapped at exit",
                    (unsigned long long)m->va, (unsigned long long)m->size,
                    site_text(m->site, buf, sizeof buf));
     pthread_mutex_unlock(&vmm_lock);
