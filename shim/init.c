@@ -14,6 +14,9 @@
  *     child inherits consistent tables; parent drops it; child
  *     re-initialises the lock and core's per-process state (its holder
  *     slot is taken again at its next ipc call);
+ *  2b. pthread_atfork, at start-up in every process: the fd server's child
+ *     hook (fdpass_fork_child closes the parent's listening socket and
+ *     forgets its exported fds);
  *  3. atexit: flush the host swap trace, at start-up when IPCSHIM_TRACE
  *     opened one;
  *  4. atexit: ipc_shutdown, at the first tracked export;
@@ -37,6 +40,7 @@
  * is idempotent: whichever of 4 and 7 comes first does the work. */
 #include "shim.h"
 #include "host_swap.h"
+#include "fdpass.h"
 #include "ipc.h"
 
 #include <pthread.h>
@@ -67,6 +71,9 @@ void init_start(void)
     /* 3: right after swap_init opened the trace */
     if (swap_trace_opened()) atexit(flush_trace_at_exit);
     unwind_init();
+    /* 2b: the fd server's child hook (fdpass.c), in every process: the
+     * child must not keep the parent's listening socket open. */
+    pthread_atfork(NULL, NULL, fdpass_fork_child);
 }
 
 /* 4. Runs before the CUDA runtime's own teardown, which registered its exit

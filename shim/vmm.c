@@ -16,7 +16,7 @@
  *   open    a handle with the magic that the registry knows (its 64 bytes,
  *           random nonce included, are the key: a forged one is not found
  *           and goes to the driver, which refuses it as any bad handle):
- *           the exporter's fd (pidfd_getfd, else fdpass), import, reserve,
+ *           the exporter's fd (fdpass), import, reserve,
  *           map, set access; the lease is the open's;
  *   close   unmap, release, free the reservation; the lease drops.
  * The exporter's unmap of an exported mapping is its "free" (ipc_free): the
@@ -25,6 +25,7 @@
  * (vmm_free_block). */
 #include "shim.h"
 #include "callsite.h"
+#include "fdpass.h"
 #include "ipc.h"
 #include "log.h"
 #include "uthash_wrap.h"
@@ -35,14 +36,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
-/* fdpass.c (V2's part of issue 29): the exporter's fd over a local socket.
- * Weak until that part is merged: without it the open tries pidfd_getfd
- * alone. */
-int fdpass_fetch(pid_t pid, int fd) __attribute__((weak));
-void fdpass_note_exported(int fd) __attribute__((weak));
 
 /* The synthetic handle's 64 bytes. The magic never starts a driver handle
  * (NVIDIA's and the simulator's begin with small little-endian words). */
@@ -245,18 +240,6 @@ CUresult do_cuMemUnmap(CUdeviceptr ptr, size_t size)
     return r;
 }
 
-CUresult do_cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
-                                         CUmemAllocationHandleType handleType,
-                                         unsigned long long flags)
-{
-    CUresult r = CALL_REAL_DRIVER(cuMemExportToShareableHandle,
-                                  (shareableHandle, handle, handleType, flags));
-    if (r == CUDA_SUCCESS && shareableHandle && shim_tracking() &&
-        handleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && fdpass_note_exported)
-        fdpass_note_exported(*(int *)shareableHandle);
-    return r;
-}
-
 CUresult do_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
                                            CUmemAllocationHandleType shHandleType)
 {
@@ -313,7 +296,7 @@ static int export_locked(struct vmm_map *m, const struct vmm_alloc *a)
     w->check = vmm_check(w);
     m->export_fd = fd;
     m->export_id = IPC_IDENTITY_VMM | ++export_serial;
-    if (fdpass_note_exported) fdpass_note_exported(fd);
+    fdpass_note_exported(fd);
     return 0;
 }
 
@@ -346,17 +329,14 @@ int vmm_export_legacy(void *handle_out, uint64_t ptr)
     return 0; /* untracked (registry full): the handle still works where the registry does */
 }
 
-/* The exporter's fd: pidfd_getfd where the kernel allows it, else the
- * exporter's shim over fdpass. A new fd, or a negative errno. */
+/* The exporter's fd, from its shim over fdpass (fdpass.c: a peer of the
+ * same user and domain only, an fd it exported only). Not pidfd_getfd:
+ * the shim never calls pidfd_* itself (pidfd.c), and the exporter of a
+ * synthetic handle always runs the fd server. A new fd, or a negative
+ * errno. */
 static int fetch_fd(pid_t pid, int fd)
 {
-    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    if (pidfd >= 0) {
-        int got = (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
-        close(pidfd);
-        if (got >= 0) return got;
-    }
-    return fdpass_fetch ? fdpass_fetch(pid, fd) : -errno;
+    return fdpass_fetch(pid, fd);
 }
 
 /* Undo a partial import. */
