@@ -38,18 +38,17 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-
 /* The synthetic handle's 64 bytes. The magic never starts a driver handle
  * (NVIDIA's and the simulator's begin with small little-endian words). */
 #define VMM_MAGIC 0x314d4d5648535049ull /* "IPSHVMM1" */
 struct vmm_wire {
     uint64_t magic;
-    uint32_t pid;     /* the exporter */
-    int32_t fd;       /* the exported POSIX fd, in the exporter */
-    uint64_t size;    /* the allocation's */
-    uint64_t offset;  /* where the exporter's mapping starts in the allocation */
-    uint64_t length;  /* the exporter's mapping's length */
-    uint64_t nonce;   /* random: the registry knows only the handles it was given */
+    uint32_t pid;    /* the exporter */
+    int32_t fd;      /* the exported POSIX fd, in the exporter */
+    uint64_t size;   /* the allocation's */
+    uint64_t offset; /* where the exporter's mapping starts in the allocation */
+    uint64_t length; /* the exporter's mapping's length */
+    uint64_t nonce;  /* random: the registry knows only the handles it was given */
     int32_t device;
     uint32_t reserved;
     uint64_t check; /* vmm_check of the words before it */
@@ -75,11 +74,11 @@ struct vmm_map {
     uint64_t size, offset;
     CUmemGenericAllocationHandle handle;
     uint32_t site;
-    int export_fd;         /* -1: not exported through legacy IPC */
-    uint64_t export_id;    /* IPC_IDENTITY_VMM | serial while exported */
-    struct vmm_wire wire;  /* the synthetic handle, when exported */
-    bool shim_import;      /* a synthetic handle's open (the shim maps it) */
-    uint64_t reserve;      /* shim_import: the reservation to free at close */
+    int export_fd;        /* -1: not exported through legacy IPC */
+    uint64_t export_id;   /* IPC_IDENTITY_VMM | serial while exported */
+    struct vmm_wire wire; /* the synthetic handle, when exported */
+    bool shim_import;     /* a synthetic handle's open (the shim maps it) */
+    uint64_t reserve;     /* shim_import: the reservation to free at close */
     UT_hash_handle hh;
 };
 
@@ -128,7 +127,8 @@ CUresult do_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     CUresult r = CUDA_ERROR_INVALID_VALUE;
     bool asked = prop && (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     bool added = false;
-    if (shim_tracking() && handle && prop && !asked && prop->type == CU_MEM_ALLOCATION_TYPE_PINNED) {
+    if (shim_tracking() && handle && prop && !asked &&
+        prop->type == CU_MEM_ALLOCATION_TYPE_PINNED) {
         CUmemAllocationProp more = *prop; /* the caller's struct is never changed */
         more.requestedHandleTypes |= CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
         r = real_cuMemCreate(handle, size, &more, flags);
@@ -411,8 +411,10 @@ int vmm_close(uint64_t ptr)
     pthread_mutex_lock(&vmm_lock);
     struct vmm_map *m;
     HASH_FIND(hh, maps, &ptr, sizeof ptr, m);
-    if (m && m->shim_import) HASH_DEL(maps, m);
-    else m = NULL;
+    if (m && m->shim_import)
+        HASH_DEL(maps, m);
+    else
+        m = NULL;
     pthread_mutex_unlock(&vmm_lock);
     if (!m) return -ENOENT;
     import_undo(m->handle, m->reserve, m->wire.size, true);

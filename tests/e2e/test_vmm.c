@@ -84,8 +84,8 @@ Test(vmm, shim_stat_names_the_importer_and_the_kind)
     const char *json = slurp(json_path);
     cr_assert(strstr(json, "\"kind\": \"vmm\"") || strstr(json, "\"kind\":\"vmm\""),
               "no vmm block in:\n%s", json);
-    cr_assert(strstr(json, "\"importers\"") || strstr(json, "\"leases\""),
-              "no importer in:\n%s", json);
+    cr_assert(strstr(json, "\"importers\"") || strstr(json, "\"leases\""), "no importer in:\n%s",
+              json);
 }
 
 Test(vmm, shim_an_import_never_closed_is_reported_at_exit)

@@ -55,7 +55,8 @@ static uint32_t expected_word(size_t i)
 
 static int get_handle(unsigned char out[64], void *ptr)
 {
-    if (!strcmp(cfg.door, "driver")) return (int)cuIpcGetMemHandle((CUipcMemHandle *)out, (CUdeviceptr)ptr);
+    if (!strcmp(cfg.door, "driver"))
+        return (int)cuIpcGetMemHandle((CUipcMemHandle *)out, (CUdeviceptr)ptr);
     return (int)cudaIpcGetMemHandle((cudaIpcMemHandle_t *)out, ptr);
 }
 
@@ -138,15 +139,24 @@ static void parse(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--door") && next) cfg.door = next, i++;
-        else if (!strcmp(a, "--size") && next) cfg.size = strtoull(next, NULL, 10), i++;
-        else if (!strcmp(a, "--during") && next) cfg.during = next, i++;
-        else if (!strcmp(a, "--leak-import")) cfg.leak_import = true;
-        else if (!strcmp(a, "--forged")) cfg.forged = true;
-        else if (!strcmp(a, "--double-release")) cfg.double_release = true;
-        else if (!strcmp(a, "--leave-mapped")) cfg.leave_mapped = true;
-        else if (!strcmp(a, "--malloc")) cfg.malloc_only = true;
-        else fail("usage", -1);
+        if (!strcmp(a, "--door") && next)
+            cfg.door = next, i++;
+        else if (!strcmp(a, "--size") && next)
+            cfg.size = strtoull(next, NULL, 10), i++;
+        else if (!strcmp(a, "--during") && next)
+            cfg.during = next, i++;
+        else if (!strcmp(a, "--leak-import"))
+            cfg.leak_import = true;
+        else if (!strcmp(a, "--forged"))
+            cfg.forged = true;
+        else if (!strcmp(a, "--double-release"))
+            cfg.double_release = true;
+        else if (!strcmp(a, "--leave-mapped"))
+            cfg.leave_mapped = true;
+        else if (!strcmp(a, "--malloc"))
+            cfg.malloc_only = true;
+        else
+            fail("usage", -1);
     }
 }
 
@@ -181,7 +191,8 @@ int main(int argc, char **argv)
     if (prop.requestedHandleTypes) fail("the caller's prop changed", -1);
     r = (int)cuMemAddressReserve(&va, cfg.size, 0, 0, 0);
     if (!r) r = (int)cuMemMap(va, cfg.size, 0, mem, 0);
-    CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CUmemAccessDesc access = {.location = prop.location,
+                              .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     if (!r) r = (int)cuMemSetAccess(va, cfg.size, &access, 1);
     if (r) fail("reserve/map/access", r);
     uint32_t *host = malloc(cfg.size);
