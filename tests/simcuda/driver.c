@@ -77,6 +77,7 @@ static void driver_fork_child(void)
     sim_drv_ctxs = NULL;
     sim_drv_imports = NULL;
     sim_drv_host = NULL;
+    sim_drv_vmm_fork_child();
     memset(sim_drv_primary_refs, 0, sizeof(sim_drv_primary_refs));
     memset(g_faults, 0, sizeof(g_faults));
     memset(&sim_drv_counts, 0, sizeof(sim_drv_counts));
@@ -215,8 +216,8 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
     int rc = sim_attach(name, ndev, capacity, managed, max_allocs);
     if (rc == SIM_OK) {
         static const char *const fail_env[SIMCUDA_FAULT_COUNT] = {
-            SIMCUDA_ENV_FAIL_ALLOC, SIMCUDA_ENV_FAIL_IPC_GET, SIMCUDA_ENV_FAIL_IPC_OPEN,
-            SIMCUDA_ENV_FAIL_IPC_CLOSE, SIMCUDA_ENV_FAIL_LAUNCH};
+            SIMCUDA_ENV_FAIL_ALLOC,     SIMCUDA_ENV_FAIL_IPC_GET, SIMCUDA_ENV_FAIL_IPC_OPEN,
+            SIMCUDA_ENV_FAIL_IPC_CLOSE, SIMCUDA_ENV_FAIL_LAUNCH,  SIMCUDA_ENV_FAIL_VMM_SHAREABLE};
         for (int k = 0; k < SIMCUDA_FAULT_COUNT; k++)
             g_faults[k] = env_uint(fail_env[k], 0, 0, UINT_MAX);
         start_driver_thread();

@@ -219,8 +219,9 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
     case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: /* driver_pool_ipc.c */
         v = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
         break;
-    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
-        v = 0;
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: /* driver_vmm.c */
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+        v = 1;
         break;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS:
         v = 1;

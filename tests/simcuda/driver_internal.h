@@ -212,8 +212,10 @@ struct ptr_info {
     uint64_t serial; /* BUFFER_ID */
     uint32_t flags;  /* SIM_F_* */
     struct sim_ctx *ctx;
-    uint64_t pool_id;  /* PTR_DEVICE, SIM_F_POOL: its pool's machine-wide id */
-    CUmemoryPool pool; /* PTR_IMPORT of a pool import: the imported pool */
+    uint64_t pool_id;                /* PTR_DEVICE, SIM_F_POOL: its pool's machine-wide id */
+    CUmemoryPool pool;               /* PTR_IMPORT of a pool import: the imported pool */
+    unsigned long long handle_types; /* SIM_F_VMM: the allocation's requested handle types */
+    unsigned access; /* SIM_F_VMM: the mapping's CU_MEM_ACCESS_FLAGS_* for its device */
 };
 
 enum access { ANY_MEMORY = 0, DEVICE_ONLY = 1, DEVICE_OR_PINNED = 2 };
@@ -222,5 +224,18 @@ enum access { ANY_MEMORY = 0, DEVICE_ONLY = 1, DEVICE_OR_PINNED = 2 };
 SIM_INTERNAL enum ptr_kind sim_drv_classify(CUdeviceptr p, struct ptr_info *out);
 /* Checks that [p, p + n) may be accessed in `mode` (driver_mem.c). */
 SIM_INTERNAL CUresult sim_drv_check_range(CUdeviceptr p, size_t n, enum access mode);
+
+/* ---- VMM memory (driver_vmm.c) ---- */
+
+/* Fills *out (kind PTR_DEVICE, flags SIM_F_VMM, base and size of the one
+ * mapping) when p lies in a VMM mapping of this process; returns 1, else 0.
+ * Caller holds sim_drv_lock. */
+SIM_INTERNAL int sim_drv_vmm_classify_locked(CUdeviceptr p, struct ptr_info *out);
+/* Checks [p, p + n) (p in a VMM mapping) against this process's adjacent
+ * mappings: CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE (not all mapped) or
+ * CUDA_ERROR_ILLEGAL_ADDRESS (a mapping without access). Takes sim_drv_lock. */
+SIM_INTERNAL CUresult sim_drv_vmm_check_range(CUdeviceptr p, size_t n);
+/* Forgets this process's VMM tables in a fork child. */
+SIM_INTERNAL void sim_drv_vmm_fork_child(void);
 
 #endif /* SIM_DRIVER_INTERNAL_H */

@@ -64,6 +64,10 @@ enum ptr_kind sim_drv_classify(CUdeviceptr p, struct ptr_info *out)
         return out->kind;
     }
     pthread_mutex_lock(&sim_drv_lock);
+    if (sim_drv_vmm_classify_locked(p, out)) { /* a VMM mapping (driver_vmm.c) */
+        pthread_mutex_unlock(&sim_drv_lock);
+        return out->kind;
+    }
     struct host_alloc *h, *tmp;
     HASH_ITER(hh, sim_drv_host, h, tmp)
     {
@@ -102,6 +106,7 @@ CUresult sim_drv_check_range(CUdeviceptr p, size_t n, enum access mode)
     default:
         return CUDA_ERROR_INVALID_VALUE;
     }
+    if (pi.flags & SIM_F_VMM) return sim_drv_vmm_check_range(p, n); /* may span mappings */
     if (n > pi.size || p - pi.base > pi.size - n) return CUDA_ERROR_INVALID_VALUE;
     return CUDA_SUCCESS;
 }
@@ -224,7 +229,7 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute attr, CUdevice
         break;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
         *(unsigned char *)data =
-            pi->kind == PTR_DEVICE && !(pi->flags & (SIM_F_MANAGED | SIM_F_POOL));
+            pi->kind == PTR_DEVICE && !(pi->flags & (SIM_F_MANAGED | SIM_F_POOL | SIM_F_VMM));
         break;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
         *(unsigned char *)data = known && (pi->flags & SIM_F_MANAGED) != 0;
@@ -249,12 +254,17 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute attr, CUdevice
         *(size_t *)data = known ? pi->size : 0;
         break;
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: /* those of its pool (driver_pool.c) */
-        *(unsigned long long *)data = pi->kind == PTR_DEVICE && (pi->flags & SIM_F_POOL)
+        *(unsigned long long *)data = pi->kind != PTR_DEVICE    ? 0
+                                      : (pi->flags & SIM_F_VMM) ? pi->handle_types
+                                      : (pi->flags & SIM_F_POOL)
                                           ? sim_pool_handle_types(pi->pool_id)
                                           : 0;
         break;
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
-        *(unsigned int *)data = known ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE : 0;
+        *(unsigned int *)data = !known ? 0
+                                : (pi->flags & SIM_F_VMM)
+                                    ? pi->access
+                                    : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
         break;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: /* driver_pool.c; an import's: its imported pool */
         *(void **)data = pi->kind == PTR_DEVICE && (pi->flags & SIM_F_POOL)

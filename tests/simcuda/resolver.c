@@ -231,7 +231,20 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuMemPoolExportToShareableHandle, cuMemPoolExportToShareableHandle, 11020, 0)                \
     X(cuMemPoolImportFromShareableHandle, cuMemPoolImportFromShareableHandle, 11020, 0)            \
     X(cuMemPoolExportPointer, cuMemPoolExportPointer, 11020, 0)                                    \
-    X(cuMemPoolImportPointer, cuMemPoolImportPointer, 11020, 0)
+    X(cuMemPoolImportPointer, cuMemPoolImportPointer, 11020, 0)                                    \
+    X(cuMemGetAllocationGranularity, cuMemGetAllocationGranularity, 10020, 0)                      \
+    X(cuMemGetAllocationPropertiesFromHandle, cuMemGetAllocationPropertiesFromHandle, 10020, 0)    \
+    X(cuMemCreate, cuMemCreate, 10020, 0)                                                          \
+    X(cuMemRelease, cuMemRelease, 10020, 0)                                                        \
+    X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, 0)                          \
+    X(cuMemAddressReserve, cuMemAddressReserve, 10020, 0)                                          \
+    X(cuMemAddressFree, cuMemAddressFree, 10020, 0)                                                \
+    X(cuMemMap, cuMemMap, 10020, 0)                                                                \
+    X(cuMemUnmap, cuMemUnmap, 10020, 0)                                                            \
+    X(cuMemSetAccess, cuMemSetAccess, 10020, 0)                                                    \
+    X(cuMemGetAccess, cuMemGetAccess, 10020, 0)                                                    \
+    X(cuMemExportToShareableHandle, cuMemExportToShareableHandle, 10020, 0)                        \
+    X(cuMemImportFromShareableHandle, cuMemImportFromShareableHandle, 10020, 0)
 
 struct sym {
     const char *base;

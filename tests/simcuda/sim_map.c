@@ -13,6 +13,12 @@
 #include "sim_state.h"
 #include "sim_state_internal.h"
 
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 /* Whether some row names allocation `serial` (an open in force, or one
  * being published or backed out). Serials are never reused, so the serial
  * alone names the allocation, even in a row being refilled meanwhile.
@@ -26,6 +32,49 @@ static int serial_mapped(uint64_t serial)
     return 0;
 }
 
+/* Whether some process still has an exported fd of VMM entry a open: a
+ * new description of its fd file asks whether any other description holds
+ * a read lock (every exported fd is a description holding one, and an
+ * OFD lock lasts while any fd of the description is open, in any process).
+ * Unknown (the file cannot be opened) counts as closed. */
+static int vmm_fd_alive(const struct sim_alloc *a)
+{
+    if (!(a->flags & SIM_F_EXPORTED)) return 0;
+    char name[192];
+    sim_vmm_file_name(name, sizeof(name), a->serial);
+    int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    struct flock l = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    int alive = fcntl(fd, F_OFD_GETLK, &l) == 0 && l.l_type != F_UNLCK;
+    close(fd);
+    return alive;
+}
+
+/* VMM entry `index` has no row left: released, with its fd file, unless an
+ * exported fd of it is still open (then it is kept, SIM_F_KEPT, until
+ * sim_vmm_reap_locked finds them all closed). Caller holds the mutex.
+ * Returns 1 when it released. */
+static int vmm_release_locked(uint32_t index)
+{
+    struct sim_alloc *a = sim_entry(index);
+    if (vmm_fd_alive(a)) {
+        if (!(a->flags & SIM_F_KEPT)) {
+            __atomic_fetch_or(&a->flags, SIM_F_KEPT, __ATOMIC_SEQ_CST);
+            sim_m->vmm_fd_kept++;
+        }
+        return 0;
+    }
+    if (a->flags & SIM_F_KEPT) sim_m->vmm_fd_kept--;
+    if (a->flags & SIM_F_EXPORTED) {
+        char name[192];
+        sim_vmm_file_name(name, sizeof(name), a->serial);
+        shm_unlink(name);
+    }
+    a->flags &= ~(SIM_F_EXPORTED | SIM_F_KEPT); /* nobody maps it: nothing to poison */
+    sim_release_locked(index);
+    return 1;
+}
+
 /* Releases LIVE entry `index` if it is still allocation `serial`, kept, and
  * no row names it any more. Idempotent: every closer that may have been the
  * last calls it, the first one to find no row releases. Caller holds the
@@ -34,9 +83,11 @@ static int release_if_unmapped_locked(uint32_t index, uint64_t serial)
 {
     if (index >= sim_m->max_allocs || serial == 0) return 0;
     struct sim_alloc *a = sim_entry(index);
-    if (a->state != SIM_SLOT_LIVE || a->serial != serial || !(LOAD(&a->flags) & SIM_F_KEPT) ||
+    uint32_t f = LOAD(&a->flags);
+    if (a->state != SIM_SLOT_LIVE || a->serial != serial || !(f & (SIM_F_KEPT | SIM_F_VMM)) ||
         serial_mapped(serial))
         return 0;
+    if (f & SIM_F_VMM) return vmm_release_locked(index);
     sim_m->kept--;
     sim_release_locked(index);
     return 1;
@@ -119,9 +170,11 @@ static int row_close(uint32_t r, uint32_t index, uint64_t serial, int locked)
     /* The close's side of the handshake at sim_owner_release_locked. The row is
      * given back only after it: a closer killed in between leaves its row
      * claimed, index intact, for the sweep (sim_unmap_holder_locked). */
-    if (sim_m->free_while_mapped == SIM_FREE_KEEP && index < sim_m->max_allocs) {
+    if (index < sim_m->max_allocs) {
         struct sim_alloc *a = sim_entry(index);
-        if ((LOAD(&a->flags) & SIM_F_KEPT) && LOAD(&a->serial) == serial) {
+        uint32_t f = LOAD(&a->flags);
+        int keeps = sim_m->free_while_mapped == SIM_FREE_KEEP ? (f & SIM_F_KEPT) : 0;
+        if ((keeps || (f & SIM_F_VMM)) && LOAD(&a->serial) == serial) {
             if (!locked) sim_lock();
             release_if_unmapped_locked(index, serial);
             if (!locked) sim_unlock();
@@ -155,7 +208,8 @@ void sim_unmap_holder_locked(uint32_t k, int all, uint64_t ctx_id)
             row_close(r, index, serial, 1);
         } else if (!mine) {
             row_free(r);
-            if (sim_m->free_while_mapped == SIM_FREE_KEEP && index < sim_m->max_allocs)
+            if (index < sim_m->max_allocs && (sim_m->free_while_mapped == SIM_FREE_KEEP ||
+                                              (sim_entry(index)->flags & SIM_F_VMM)))
                 release_if_unmapped_locked(index, sim_entry(index)->serial);
         }
     }
@@ -198,7 +252,7 @@ static int open_valid(const struct sim_alloc *a, uint64_t serial, unsigned dev, 
     if (LOAD(&a->serial) != serial) return 0;
     int ok = LOAD(&a->state) == SIM_SLOT_LIVE && LOAD(&a->device) == dev &&
              LOAD(&a->offset) == offset &&
-             (LOAD(&a->flags) & (SIM_F_EXPORTED | SIM_F_KEPT)) == SIM_F_EXPORTED;
+             (LOAD(&a->flags) & (SIM_F_EXPORTED | SIM_F_KEPT | SIM_F_VMM)) == SIM_F_EXPORTED;
     return ok && LOAD(&a->serial) == serial;
 }
 
@@ -272,4 +326,122 @@ void sim_map_del(uint32_t index, uint64_t serial, uint64_t ctx_id, uint32_t row)
         if (LOAD(&m[r].holder) == tag && LOAD(&m[r].serial) == serial && m[r].index == index &&
             m[r].ctx_id == ctx_id && row_close(r, index, serial, 0))
             return;
+}
+
+/* ---- VMM allocations (sim_state.h, "VMM memory") ---- */
+
+/* Claims and publishes a row of this process for (index, serial). Caller
+ * holds the mutex. Returns the row or SIM_NO_INDEX. */
+static uint32_t vmm_row_locked(uint32_t index, uint64_t serial)
+{
+    uint32_t r = row_claim();
+    if (r == SIM_NO_INDEX) return r;
+    struct sim_map *m = &sim_maps()[r];
+    STORE(&m->index, index);
+    STORE(&m->ctx_id, SIM_VMM_CTX);
+    STORE(&m->kind, (uint64_t)SIM_MAP_VMM);
+    STORE(&m->serial, serial);
+    return r;
+}
+
+int sim_vmm_create(unsigned dev, uint64_t size, uint32_t *index, uint64_t *offset, uint64_t *serial,
+                   uint32_t *row)
+{
+    if (!sim_attached() || dev >= sim_m->ndev) return SIM_EINVAL;
+    int rc = sim_alloc(dev, size, SIM_VMM_CTX, 0, dev, index, offset);
+    if (rc != SIM_OK) return rc;
+    sim_lock();
+    struct sim_alloc *a = sim_entry(*index);
+    /* Ownerless from here: the row below is this process's hold. */
+    sim_own_forget(*index);
+    if (a->holder < sim_m->max_holders) {
+        struct sim_holder *h = &sim_holders()[a->holder];
+        if (h->pid == a->owner_pid && h->live) h->live--;
+    }
+    STORE(&a->holder, SIM_NO_INDEX);
+    STORE(&a->owner_pid, 0);
+    STORE(&a->owner_start, 0);
+    __atomic_fetch_or(&a->flags, SIM_F_VMM, __ATOMIC_SEQ_CST);
+    *serial = a->serial;
+    *row = vmm_row_locked(*index, *serial);
+    if (*row == SIM_NO_INDEX) {
+        sim_release_locked(*index);
+        rc = SIM_ENOMEM;
+    }
+    sim_unlock();
+    return rc;
+}
+
+int sim_vmm_hold(uint32_t index, uint64_t serial, unsigned *dev, uint64_t *offset, uint64_t *size,
+                 uint32_t *row)
+{
+    if (!sim_attached() || index >= sim_m->max_allocs || serial == 0) return SIM_EINVAL;
+    int rc = SIM_EINVAL;
+    sim_lock();
+    struct sim_alloc *a = sim_entry(index);
+    if (a->state == SIM_SLOT_LIVE && a->serial == serial && (a->flags & SIM_F_VMM)) {
+        *row = vmm_row_locked(index, serial);
+        rc = *row == SIM_NO_INDEX ? SIM_ENOMEM : SIM_OK;
+        if (rc == SIM_OK && (a->flags & SIM_F_KEPT)) { /* held again: no longer by the fd alone */
+            __atomic_fetch_and(&a->flags, ~SIM_F_KEPT, __ATOMIC_SEQ_CST);
+            sim_m->vmm_fd_kept--;
+        }
+        *dev = a->device;
+        *offset = a->offset;
+        *size = a->size;
+    }
+    sim_unlock();
+    return rc;
+}
+
+void sim_vmm_drop(uint32_t index, uint64_t serial, uint32_t row)
+{
+    sim_map_del(index, serial, SIM_VMM_CTX, row);
+}
+
+int sim_vmm_fd_open(uint32_t index, uint64_t serial, const void *rec, size_t len)
+{
+    if (!sim_attached() || index >= sim_m->max_allocs) return -1;
+    char name[192];
+    sim_vmm_file_name(name, sizeof(name), serial);
+    int fd = -1;
+    sim_lock();
+    struct sim_alloc *a = sim_entry(index);
+    if (a->state == SIM_SLOT_LIVE && a->serial == serial && (a->flags & SIM_F_VMM)) {
+        if (!(a->flags & SIM_F_EXPORTED)) {
+            int w = shm_open(name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+            if (w >= 0 && pwrite(w, rec, len, 0) == (ssize_t)len) a->flags |= SIM_F_EXPORTED;
+            if (w >= 0) close(w);
+        }
+        /* A new description per export, locked through itself: the lock
+         * lasts while any fd of this description is open (dup, fork,
+         * SCM_RIGHTS included). */
+        if (a->flags & SIM_F_EXPORTED) fd = shm_open(name, O_RDONLY, 0);
+        struct flock l = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+        if (fd >= 0 && fcntl(fd, F_OFD_SETLK, &l) < 0) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    sim_unlock();
+    return fd;
+}
+
+unsigned sim_vmm_reap_locked(int all)
+{
+    unsigned n = 0;
+    for (uint32_t i = 0; i < sim_m->high_water; i++) {
+        struct sim_alloc *a = sim_entry(i);
+        if (a->state != SIM_SLOT_LIVE || !(a->flags & SIM_F_VMM)) continue;
+        if (all) {
+            if (a->flags & SIM_F_EXPORTED) {
+                char name[192];
+                sim_vmm_file_name(name, sizeof(name), a->serial);
+                shm_unlink(name);
+            }
+        } else if ((a->flags & SIM_F_KEPT) && !serial_mapped(a->serial)) {
+            n += (unsigned)vmm_release_locked(i);
+        }
+    }
+    return n;
 }

@@ -478,6 +478,13 @@ void sim_unlock(void)
     pthread_mutex_unlock(&sim_m->lock.mutex);
 }
 
+void sim_vmm_file_name(char *buf, size_t len, uint64_t serial)
+{
+    char base[160];
+    sim_object_name(base, sizeof(base), g_name, -1);
+    snprintf(buf, len, "%s-vmm%llu", base, (unsigned long long)serial);
+}
+
 /* Unlinks the files of this process's machine, pool files first and the
  * segment last, if the segment's name still names the segment this process
  * mapped. Caller holds the mutex and has set SIM_REMOVING. While the
@@ -496,6 +503,7 @@ static void remove_files_locked(void)
     int same = fstat(fd, &st) == 0 && st.st_dev == g_seg_dev && st.st_ino == g_seg_ino;
     close(fd); /* our mapping keeps the inode (and its number) alive meanwhile */
     if (!same) return;
+    sim_vmm_reap_locked(1); /* the fd files of VMM allocations still alive */
     for (unsigned k = 0; k <= sim_m->ndev; k++) {
         char pool[160];
         sim_object_name(pool, sizeof(pool), g_name, (int)pool_at(sim_m, k));
@@ -1048,6 +1056,8 @@ unsigned sim_sweep_locked(void)
         }
         memset(&h[k], 0, sizeof(h[k]));
     }
+    /* VMM memory held by exported fds alone: released once they are closed. */
+    if (sim_m->vmm_fd_kept) released += sim_vmm_reap_locked(0);
     sim_counters.swept += released;
     return released;
 }

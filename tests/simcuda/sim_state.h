@@ -79,7 +79,7 @@
 #define SIM_INTERNAL __attribute__((visibility("hidden")))
 
 #define SIM_MAGIC 0x31414455434d4953ull /* "SIMCUDA1" */
-#define SIM_ABI 4u
+#define SIM_ABI 5u
 #define SIM_MAX_DEVICES SIMCUDA_MAX_DEVICES
 #define SIM_DEFAULT_ALLOCS 2097152u /* table capacity (live allocations, machine-wide), default */
 #define SIM_MAX_ALLOCS 16777216u    /* the most SIMCUDA_MAX_ALLOCS may ask for */
@@ -101,7 +101,11 @@ enum sim_alloc_flags {
     SIM_F_READ_MOSTLY = 1u << 2, /* advice recorded, no effect */
     SIM_F_POOL = 1u << 4,        /* stream-ordered (cuMemAllocAsync): not legacy-IPC capable */
     SIM_F_KEPT = 1u << 3,        /* freed by its owner, kept for its importers (keep mode): no
-                                    owner, not openable, still LIVE and charged */
+                                    owner, not openable, still LIVE and charged; with SIM_F_VMM:
+                                    held by an exported fd alone (no handle, no mapping) */
+    SIM_F_VMM = 1u << 5,         /* cuMemCreate memory: no owner; every process's handles and
+                                    mappings are one SIM_MAP_VMM row; with SIM_F_EXPORTED its
+                                    fd file exists (sim_vmm_export) */
 };
 
 /* What an owner's free does to an allocation some importer still maps. */
@@ -114,6 +118,7 @@ enum sim_free_mode {
 enum sim_map_kind {
     SIM_MAP_IPC = 0,  /* a legacy IPC open (cuIpcOpenMemHandle) */
     SIM_MAP_POOL = 1, /* a pool import (cuMemPoolImportPointer) */
+    SIM_MAP_VMM = 2,  /* one process's handles and mappings of a VMM allocation */
 };
 
 /* One IPC open in force: importer holder, allocation (index, serial) and the
@@ -224,6 +229,7 @@ struct sim_machine {
     uint32_t map_hint;          /* ABI 4: where a claim starts looking for a free row (atomic) */
     uint64_t kept;              /* LIVE entries with SIM_F_KEPT */
     uint64_t kept_frees;        /* owner frees that were kept */
+    uint64_t vmm_fd_kept;       /* ABI 5: LIVE VMM entries held by an exported fd alone */
 };
 
 /* Result codes of the sim_* functions; the driver_*.c files map them to CUresult. */
@@ -347,6 +353,40 @@ SIM_INTERNAL int sim_map_open(uint32_t index, uint64_t serial, unsigned dev, uin
  * is really released (and poisoned): only then is the mutex taken. Caller
  * holds no lock. */
 SIM_INTERNAL void sim_map_del(uint32_t index, uint64_t serial, uint64_t ctx_id, uint32_t row);
+
+/* ---- VMM memory (cuMemCreate; sim_map.c, driver_vmm.c) ----
+ * A VMM allocation has no owner: each process that holds a handle or a
+ * mapping of it holds one SIM_MAP_VMM row (ctx_id SIM_VMM_CTX), and the
+ * allocation is released when no row names it and no exported fd of it is
+ * open anywhere (a read OFD lock on its fd file, sim_vmm_fd_open). Every
+ * call below takes the machine mutex (VMM calls are not hot paths); a
+ * row's close without the mutex (sim_map_del, exit) takes it to release. */
+#define SIM_VMM_CTX UINT64_MAX
+
+/* Reserves `size` bytes of device `dev` as a VMM allocation held by this
+ * process (one row). Sets *index, *offset, *serial, *row. Returns SIM_OK,
+ * SIM_ENOMEM or SIM_EINVAL. Caller holds no lock. */
+SIM_INTERNAL int sim_vmm_create(unsigned dev, uint64_t size, uint32_t *index, uint64_t *offset,
+                                uint64_t *serial, uint32_t *row);
+/* A new hold (row) by this process of LIVE VMM allocation (index, serial),
+ * e.g. an import. Sets *dev, *offset, *size, *row. Returns SIM_OK,
+ * SIM_EINVAL (not that allocation any more, or not VMM) or SIM_ENOMEM
+ * (table of opens full). Caller holds no lock. */
+SIM_INTERNAL int sim_vmm_hold(uint32_t index, uint64_t serial, unsigned *dev, uint64_t *offset,
+                              uint64_t *size, uint32_t *row);
+/* Drops the hold recorded by sim_vmm_create/sim_vmm_hold; the last hold
+ * with no exported fd open releases the allocation. Caller holds no lock. */
+SIM_INTERNAL void sim_vmm_drop(uint32_t index, uint64_t serial, uint32_t row);
+/* A new fd (O_RDONLY, no FD_CLOEXEC, holding a read OFD lock) on the fd
+ * file of VMM allocation (index, serial), which this process holds;
+ * `rec`/`len` are written into the file when it is created. Returns the fd
+ * or -1 (errno). Caller holds no lock. */
+SIM_INTERNAL int sim_vmm_fd_open(uint32_t index, uint64_t serial, const void *rec, size_t len);
+/* Releases the VMM allocations held by an exported fd alone whose fds are
+ * all closed; unlinks the fd files of the machine's LIVE VMM allocations
+ * when `all` (the machine is being removed). Caller holds the mutex.
+ * Returns how many it released. */
+SIM_INTERNAL unsigned sim_vmm_reap_locked(int all);
 
 /* What this process knows of one of its own LIVE allocations. */
 struct sim_own {

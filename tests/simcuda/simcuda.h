@@ -32,6 +32,8 @@ extern "C" {
 #define SIMCUDA_ENV_FAIL_IPC_OPEN "SIMCUDA_FAIL_IPC_OPEN"   /* next N cuIpcOpenMemHandle fail */
 #define SIMCUDA_ENV_FAIL_IPC_CLOSE "SIMCUDA_FAIL_IPC_CLOSE" /* next N cuIpcCloseMemHandle fail */
 #define SIMCUDA_ENV_FAIL_LAUNCH "SIMCUDA_FAIL_LAUNCH"       /* next N kernel launches fail */
+/* next N cuMemCreate calls that ask for a shareable handle type fail */
+#define SIMCUDA_ENV_FAIL_VMM_SHAREABLE "SIMCUDA_FAIL_VMM_SHAREABLE"
 #define SIMCUDA_ENV_MANAGED_MEMORY                                                                 \
     "SIMCUDA_MANAGED_MEMORY" /* managed pool bytes, default 4 x device */
 /* Allocation-table entries (live allocations, machine-wide), a count with
@@ -55,11 +57,13 @@ extern "C" {
 /* Fault kinds for simcuda_inject(); the same counters the SIMCUDA_FAIL_*
  * variables set. */
 enum simcuda_fault {
-    SIMCUDA_FAULT_ALLOC = 0, /* cuMemAlloc*: CUDA_ERROR_OUT_OF_MEMORY */
-    SIMCUDA_FAULT_IPC_GET,   /* cuIpcGetMemHandle: CUDA_ERROR_OUT_OF_MEMORY */
-    SIMCUDA_FAULT_IPC_OPEN,  /* cuIpcOpenMemHandle*: CUDA_ERROR_MAP_FAILED */
-    SIMCUDA_FAULT_IPC_CLOSE, /* cuIpcCloseMemHandle: CUDA_ERROR_INVALID_CONTEXT */
-    SIMCUDA_FAULT_LAUNCH,    /* cuLaunchKernel*: CUDA_ERROR_LAUNCH_FAILED */
+    SIMCUDA_FAULT_ALLOC = 0,     /* cuMemAlloc*: CUDA_ERROR_OUT_OF_MEMORY */
+    SIMCUDA_FAULT_IPC_GET,       /* cuIpcGetMemHandle: CUDA_ERROR_OUT_OF_MEMORY */
+    SIMCUDA_FAULT_IPC_OPEN,      /* cuIpcOpenMemHandle*: CUDA_ERROR_MAP_FAILED */
+    SIMCUDA_FAULT_IPC_CLOSE,     /* cuIpcCloseMemHandle: CUDA_ERROR_INVALID_CONTEXT */
+    SIMCUDA_FAULT_LAUNCH,        /* cuLaunchKernel*: CUDA_ERROR_LAUNCH_FAILED */
+    SIMCUDA_FAULT_VMM_SHAREABLE, /* cuMemCreate asking for a shareable handle type:
+                                    CUDA_ERROR_NOT_SUPPORTED (a driver that refuses it) */
     SIMCUDA_FAULT_COUNT
 };
 

@@ -254,7 +254,7 @@ Test(simcuda, shared_layout_is_pinned)
 {
     /* The segment is shared between builds of this library: any change here
      * must bump SIM_ABI. */
-    cr_assert_eq(SIM_ABI, 4);
+    cr_assert_eq(SIM_ABI, 5);
     cr_assert_eq(sizeof(struct sim_alloc), 96);
     cr_assert_eq(offsetof(struct sim_alloc, offset), 16);
     cr_assert_eq(offsetof(struct sim_alloc, serial), 40);
@@ -271,7 +271,7 @@ Test(simcuda, shared_layout_is_pinned)
     cr_assert_eq(offsetof(struct sim_machine, dev), 184);
     cr_assert_eq(offsetof(struct sim_machine, off_maps), 184 + 64 * SIM_POOLS);
     cr_assert_eq(sizeof(struct sim_map), 32);
-    cr_assert_eq(sizeof(struct sim_machine), 184 + 64 * SIM_POOLS + 40);
+    cr_assert_eq(sizeof(struct sim_machine), 184 + 64 * SIM_POOLS + 48);
     cr_assert_eq(sizeof(CUipcMemHandle), 64);
 }
 
