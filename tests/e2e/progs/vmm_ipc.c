@@ -20,7 +20,8 @@
  * export a cudaMalloc block and print its handle ("malloc-handle: HEX").
  *
  * Output, one fact per line: "export: CODE" (the get-handle's answer; the
- * rest only when it is 0), "handle: HEX", "consumer: RESULT" (pair's
+ * rest only when it is 0), "handle: HEX", "importer-pid: PID",
+ * "consumer: RESULT" (pair's
  * "result" line: ok, poison, wrong, error), "leaker: ok|...".
  * Exit status: 0 done (whatever the export answered), 2 an error. */
 #include <cuda.h>
@@ -84,6 +85,7 @@ static void run_consumer(const char *hex)
         _exit(127);
     }
     close(to[0]), close(from[1]);
+    printf("importer-pid: %d\n", (int)pid);
     FILE *in = fdopen(from[0], "r"), *out = fdopen(to[1], "w");
     while (fgets(line, sizeof line, in)) {
         line[strcspn(line, "\n")] = 0;
@@ -102,24 +104,32 @@ static void run_consumer(const char *hex)
     }
     int status = 0;
     waitpid(pid, &status, 0);
-    printf("consumer-exit: %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128);
+    printf("exit-of-consumer: %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128);
 }
 
-/* A consumer of ours that opens, reads and exits without closing. */
-static void run_leaker(const unsigned char h[64])
+/* A consumer of ours (this program again, a new process: CUDA does not
+ * survive fork) that opens, reads and exits without closing. */
+static void run_leaker(const char *hex)
 {
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
-        void *p = NULL;
-        uint32_t word = 0;
-        int r = open_handle(h, &p);
-        if (!r) r = (int)cudaMemcpy(&word, p, sizeof word, cudaMemcpyDeviceToHost);
-        printf("leaker: %s %d\n", !r && word == expected_word(0) ? "ok" : "error", r);
-        fflush(stdout);
-        exit(0); /* normal exit, the handle still open */
+        execl("/proc/self/exe", "vmm_ipc", "--leaker", hex, (char *)NULL);
+        _exit(127);
     }
     waitpid(pid, NULL, 0);
+}
+static int leaker_main(const char *hex)
+{
+    unsigned char h[64];
+    void *p = NULL;
+    uint32_t word = 0;
+    if (from_hex(hex, h, 64)) fail("handle parse", -1);
+    int r = (int)cudaSetDevice(0);
+    if (!r) r = open_handle(h, &p);
+    if (!r) r = (int)cudaMemcpy(&word, p, sizeof word, cudaMemcpyDeviceToHost);
+    printf("leaker: %s %d\n", !r && word == expected_word(0) ? "ok" : "error", r);
+    return 0; /* normal exit, the handle still open */
 }
 
 static void forged(const unsigned char h[64])
@@ -176,8 +186,9 @@ static void malloc_only(void)
 
 int main(int argc, char **argv)
 {
-    parse(argc, argv);
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc == 3 && !strcmp(argv[1], "--leaker")) return leaker_main(argv[2]);
+    parse(argc, argv);
     int r = (int)cudaSetDevice(0);
     if (!r) r = (int)cudaFree(NULL); /* the primary context, current */
     if (r) fail("init", r);
@@ -208,7 +219,7 @@ int main(int argc, char **argv)
         to_hex(h, 64, hex);
         printf("handle: %s\n", hex);
         run_consumer(hex);
-        if (cfg.leak_import) run_leaker(h);
+        if (cfg.leak_import) run_leaker(hex);
         if (cfg.forged) forged(h);
     }
     cudaGetLastError();
