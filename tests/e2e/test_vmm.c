@@ -162,3 +162,12 @@ Test(vmm, a_cudamalloc_handle_is_the_drivers_byte_for_byte)
     }
     cr_expect_gt(same, 64, "most bytes do not depend on the machine");
 }
+
+/* The importer needs no ptrace rights on the exporter: the fd comes over the
+ * exporter's fd server (fdpass.c), whatever pidfd_getfd would say. */
+Test(vmm, shim_a_non_dumpable_exporters_memory_reaches_the_consumer)
+{
+    run_vmm(true, ARGS("--non-dumpable"));
+    expect_field("export", "0");
+    expect_field("consumer", "ok");
+}

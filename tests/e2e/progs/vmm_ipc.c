@@ -8,7 +8,7 @@
  *
  *   vmm_ipc [--door runtime|driver] [--size BYTES] [--during CMD]
  *           [--leak-import] [--forged] [--double-release] [--leave-mapped]
- *           [--malloc]
+ *           [--malloc] [--non-dumpable]
  *
  * --during: run CMD (sh -c) while the consumer holds the handle open.
  * --leak-import: a second consumer (this program, forked) opens the handle,
@@ -18,6 +18,8 @@
  * allocation twice ("double-release: CODE", the second call's answer).
  * --leave-mapped: exit without unmapping or releasing. --malloc: only
  * export a cudaMalloc block and print its handle ("malloc-handle: HEX").
+ * --non-dumpable: the producer makes itself non-dumpable first (nobody has
+ * ptrace rights on it: pidfd_getfd on it fails with EPERM).
  *
  * Output, one fact per line: "export: CODE" (the get-handle's answer; the
  * rest only when it is 0), "handle: HEX", "importer-pid: PID",
@@ -31,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "hex.h"
@@ -38,8 +41,8 @@
 static struct {
     const char *door, *during;
     size_t size;
-    bool leak_import, forged, double_release, leave_mapped, malloc_only;
-} cfg = {"runtime", NULL, 2u << 20, false, false, false, false, false};
+    bool leak_import, forged, double_release, leave_mapped, malloc_only, non_dumpable;
+} cfg = {"runtime", NULL, 2u << 20, false, false, false, false, false, false};
 
 static void fail(const char *what, int code)
 {
@@ -175,6 +178,8 @@ static void parse(int argc, char **argv)
             cfg.leave_mapped = true;
         else if (!strcmp(a, "--malloc"))
             cfg.malloc_only = true;
+        else if (!strcmp(a, "--non-dumpable"))
+            cfg.non_dumpable = true;
         else
             fail("usage", -1);
     }
@@ -199,6 +204,8 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc == 3 && !strcmp(argv[1], "--leaker")) return leaker_main(argv[2]);
     parse(argc, argv);
+    /* No ptrace rights on us for anyone, as in a hardened exporter. */
+    if (cfg.non_dumpable && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) fail("prctl", -1);
     int r = (int)cudaSetDevice(0);
     if (!r) r = (int)cudaFree(NULL); /* the primary context, current */
     if (r) fail("init", r);
