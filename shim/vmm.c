@@ -27,7 +27,9 @@
 #include "callsite.h"
 #include "fdpass.h"
 #include "ipc.h"
+#include "leak.h"
 #include "log.h"
+#include "options.h"
 #include "uthash_wrap.h"
 
 #include <errno.h>
@@ -95,6 +97,37 @@ static struct vmm_alloc *allocs;
 static struct vmm_map *maps;
 static struct vmm_kept *kept;
 static uint64_t export_serial;
+static pid_t tables_pid; /* the process that filled the tables (a fork's child did not) */
+
+/* Before the first entry a process adds or looks for: drop what a fork
+ * inherited (the parent's handles and mappings mean nothing in the child).
+ * Trap: the child's copies of the parent's exported fds are forgotten, not
+ * closed: by now the child may have closed them and reused the numbers.
+ * vmm_lock held. */
+static void forget_inherited_locked(void)
+{
+    pid_t self = getpid();
+    if (tables_pid == self) return;
+    struct vmm_alloc *a, *ta;
+    HASH_ITER(hh, allocs, a, ta)
+    {
+        HASH_DEL(allocs, a);
+        free(a);
+    }
+    struct vmm_map *m, *tm;
+    HASH_ITER(hh, maps, m, tm)
+    {
+        HASH_DEL(maps, m);
+        free(m);
+    }
+    struct vmm_kept *k, *tk;
+    HASH_ITER(hh, kept, k, tk)
+    {
+        HASH_DEL(kept, k);
+        free(k);
+    }
+    tables_pid = self;
+}
 
 static uint64_t vmm_check(const struct vmm_wire *w)
 {
@@ -147,6 +180,7 @@ CUresult do_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     a->device = prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id : -1;
     a->site = callsite_capture();
     pthread_mutex_lock(&vmm_lock);
+    forget_inherited_locked();
     struct vmm_alloc *old;
     HASH_FIND(hh, allocs, &a->handle, sizeof a->handle, old);
     if (old) { /* a handle value reused after its release */
@@ -204,40 +238,62 @@ CUresult do_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
     m->va = ptr, m->size = size, m->offset = offset, m->handle = handle, m->export_fd = -1;
     m->site = callsite_capture();
     pthread_mutex_lock(&vmm_lock);
+    forget_inherited_locked();
     struct vmm_map *old;
     HASH_FIND(hh, maps, &m->va, sizeof m->va, old);
     if (old) {
         HASH_DEL(maps, old);
         free(old);
     }
+    struct vmm_alloc *a;
+    HASH_FIND(hh, allocs, &handle, sizeof handle, a);
+    if (a && !a->size) a->size = offset + size; /* an import's size: at least this */
     HASH_ADD(hh, maps, va, sizeof m->va, m);
     if (!m->hh.tbl) free(m);
     pthread_mutex_unlock(&vmm_lock);
     return r;
 }
 
+/* One mapping that [ptr, ptr + size) unmapped: out of the table; an exported
+ * one's fd is kept for limbo (vmm_free_block) and its identity returned
+ * (0: none). vmm_lock held. */
+static uint64_t unmapped_locked(struct vmm_map *m)
+{
+    HASH_DEL(maps, m);
+    struct vmm_kept *k = m->export_fd >= 0 ? calloc(1, sizeof *k) : NULL;
+    uint64_t id = 0;
+    if (k) {
+        k->id = m->export_id, k->fd = m->export_fd;
+        HASH_ADD(hh, kept, id, sizeof k->id, k);
+        if (k->hh.tbl)
+            id = k->id;
+        else
+            close(k->fd), free(k);
+    } else if (m->export_fd >= 0) {
+        close(m->export_fd);
+    }
+    free(m);
+    return id;
+}
+
 /* The exporter's unmap of an exported mapping is the export's free: limbo
- * (importers hold it; the driver keeps the memory) or retired now. */
+ * (importers hold it; the driver keeps the memory) or retired now. One
+ * unmap may cover several mappings. */
 CUresult do_cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     CUresult r = CALL_REAL_DRIVER(cuMemUnmap, (ptr, size));
     if (r != CUDA_SUCCESS || !shim_tracking()) return r;
-    pthread_mutex_lock(&vmm_lock);
-    struct vmm_map *m;
-    HASH_FIND(hh, maps, &ptr, sizeof ptr, m);
-    if (m) HASH_DEL(maps, m);
-    struct vmm_kept *k = m && m->export_fd >= 0 ? calloc(1, sizeof *k) : NULL;
-    if (k) {
-        k->id = m->export_id, k->fd = m->export_fd;
-        HASH_ADD(hh, kept, id, sizeof k->id, k);
-        if (!k->hh.tbl) close(k->fd), free(k), k = NULL;
-    } else if (m && m->export_fd >= 0) {
-        close(m->export_fd);
+    for (;;) {
+        uint64_t va = 0, id = 0;
+        pthread_mutex_lock(&vmm_lock);
+        struct vmm_map *m, *tmp;
+        HASH_ITER(hh, maps, m, tmp)
+        if (!m->shim_import && m->va >= ptr && m->va - ptr < size) break;
+        if (m) va = m->va, id = unmapped_locked(m);
+        pthread_mutex_unlock(&vmm_lock);
+        if (!va) return r;
+        if (id && ipc_free(va) != IPC_DONE) vmm_free_block(id);
     }
-    pthread_mutex_unlock(&vmm_lock);
-    if (k && ipc_free(ptr) != IPC_DONE) vmm_free_block(k->id);
-    free(m);
-    return r;
 }
 
 CUresult do_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
@@ -250,6 +306,7 @@ CUresult do_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
     a->handle = *handle, a->refs = 1, a->imported = true, a->device = -1;
     a->site = callsite_capture();
     pthread_mutex_lock(&vmm_lock);
+    forget_inherited_locked();
     struct vmm_alloc *old;
     HASH_FIND(hh, allocs, &a->handle, sizeof a->handle, old);
     if (old) {
@@ -304,6 +361,7 @@ int vmm_export_legacy(void *handle_out, uint64_t ptr)
 {
     if (!shim_tracking() || !handle_out) return -EINVAL;
     pthread_mutex_lock(&vmm_lock);
+    forget_inherited_locked();
     struct vmm_map *m = map_of(ptr);
     struct vmm_alloc *a = NULL;
     if (m) HASH_FIND(hh, allocs, &m->handle, sizeof m->handle, a);
@@ -384,6 +442,7 @@ int vmm_open(const void *handle, uint64_t *out)
     m->va = va + w.offset, m->size = w.length, m->handle = h, m->export_fd = -1;
     m->shim_import = true, m->reserve = va, m->wire = w;
     pthread_mutex_lock(&vmm_lock);
+    forget_inherited_locked();
     HASH_ADD(hh, maps, va, sizeof m->va, m);
     bool added = m->hh.tbl != NULL;
     pthread_mutex_unlock(&vmm_lock);
@@ -435,21 +494,53 @@ int vmm_free_block(uint64_t identity)
 
 /* ---- the exit report ---- */
 
+/* One kind of item left at exit: a summary line (the first item's call
+ * site), or with IPCSHIM_LEAK_REPORT=full one line per item. */
+struct left {
+    int n;
+    uint64_t bytes;
+    uint32_t first_site;
+};
+
+static void left_item(struct left *l, bool full, const char *what, uint64_t id, uint64_t bytes,
+                      uint32_t site)
+{
+    char buf[256];
+    if (!l->n++) l->first_site = site;
+    l->bytes += bytes;
+    if (full)
+        log_report("VMM %s %#llx (%llu bytes) at exit, from %s", what, (unsigned long long)id,
+                   (unsigned long long)bytes, site_text(site, buf, sizeof buf));
+}
+
+static void left_summary(const struct left *l, const char *what)
+{
+    char buf[256];
+    if (l->n)
+        log_report("pid %d exits with %d VMM %s (%llu bytes), the first from %s", (int)getpid(),
+                   l->n, what, (unsigned long long)l->bytes,
+                   site_text(l->first_site, buf, sizeof buf));
+}
+
 void vmm_report_exit(void)
 {
-    if (!shim_tracking()) return;
-    char buf[256];
+    int mode = options_get()->leak_report;
+    /* Tables a fork inherited are the parent's, not this process's. */
+    if (!shim_tracking() || mode == LEAK_REPORT_OFF || tables_pid != getpid()) return;
+    bool full = mode == LEAK_REPORT_FULL;
+    struct left imports = {0}, mappings = {0};
     pthread_mutex_lock(&vmm_lock);
     struct vmm_alloc *a, *ta;
     HASH_ITER(hh, allocs, a, ta)
     if (a->imported && a->refs > 0)
-        log_report("VMM allocation %#llx imported at %s never released at exit",
-                   (unsigned long long)a->handle, site_text(a->site, buf, sizeof buf));
+        left_item(&imports, full, "allocation imported and never released", a->handle, a->size,
+                  a->site);
     struct vmm_map *m, *tm;
     HASH_ITER(hh, maps, m, tm)
-    if (!m->shim_import)
-        log_report("VMM mapping %#llx (%llu bytes, mapped at %s) still mapped at exit",
-                   (unsigned long long)m->va, (unsigned long long)m->size,
-                   site_text(m->site, buf, sizeof buf));
+    if (!m->shim_import) left_item(&mappings, full, "mapping left", m->va, m->size, m->site);
     pthread_mutex_unlock(&vmm_lock);
+    if (!full) {
+        left_summary(&imports, "allocation(s) imported and never released");
+        left_summary(&mappings, "mapping(s) never unmapped");
+    }
 }

@@ -119,7 +119,11 @@ Test(vmm, shim_a_mapping_left_at_exit_is_reported)
 {
     run_vmm(true, ARGS("--leave-mapped"));
     expect_field("consumer", "ok");
-    cr_assert(strstr(slurp(log_path), "still mapped at exit"), "no report in:\n%s", buf);
+    cr_assert(
+        strstr(
+            slurp(log_path),
+            "exits with 1 VMM mapping(s) never unmapped (2097152 bytes), the first from vmm-ipc"),
+        "no report in:\n%s", buf);
 }
 
 Test(vmm, forged_handles_get_the_drivers_answer)
@@ -170,4 +174,20 @@ Test(vmm, shim_a_non_dumpable_exporters_memory_reaches_the_consumer)
     run_vmm(true, ARGS("--non-dumpable"));
     expect_field("export", "0");
     expect_field("consumer", "ok");
+}
+
+/* The ledger of memory a program shares itself (cuMemExportToShareableHandle,
+ * cuMemImportFromShareableHandle): an importer that exits normally without
+ * releasing or unmapping is reported once for each, with its call site. */
+Test(vmm, shim_a_direct_import_never_released_is_reported_at_exit)
+{
+    run_vmm(true, ARGS("--direct"));
+    expect_field("fd-export", "0");
+    expect_field("direct-import", "ok 0");
+    const char *log = slurp(log_path);
+    const char *line = "exits with 1 VMM allocation(s) imported and never released (2097152 bytes)";
+    const char *first = strstr(log, line);
+    cr_assert(first, "no report in:\n%s", log);
+    cr_expect(!strstr(first + strlen(line), "imported and never released"), "once:\n%s", log);
+    cr_expect(strstr(log, "exits with 1 VMM mapping(s) never unmapped"), "no report in:\n%s", log);
 }

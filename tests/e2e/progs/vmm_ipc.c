@@ -8,7 +8,7 @@
  *
  *   vmm_ipc [--door runtime|driver] [--size BYTES] [--during CMD]
  *           [--leak-import] [--forged] [--double-release] [--leave-mapped]
- *           [--malloc] [--non-dumpable]
+ *           [--malloc] [--non-dumpable] [--direct]
  *
  * --during: run CMD (sh -c) while the consumer holds the handle open.
  * --leak-import: a second consumer (this program, forked) opens the handle,
@@ -18,6 +18,10 @@
  * allocation twice ("double-release: CODE", the second call's answer).
  * --leave-mapped: exit without unmapping or releasing. --malloc: only
  * export a cudaMalloc block and print its handle ("malloc-handle: HEX").
+ * --direct: also share the allocation the program's own way (a POSIX fd
+ * from cuMemExportToShareableHandle, taken by pidfd_getfd) with a second
+ * importer (this program again) that maps it and exits normally without
+ * unmapping or releasing it ("fd-export: CODE", "direct-import: ok 0").
  * --non-dumpable: the producer makes itself non-dumpable first (nobody has
  * ptrace rights on it: pidfd_getfd on it fails with EPERM).
  *
@@ -34,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "hex.h"
@@ -41,8 +46,8 @@
 static struct {
     const char *door, *during;
     size_t size;
-    bool leak_import, forged, double_release, leave_mapped, malloc_only, non_dumpable;
-} cfg = {"runtime", NULL, 2u << 20, false, false, false, false, false, false};
+    bool leak_import, forged, double_release, leave_mapped, malloc_only, non_dumpable, direct;
+} cfg = {"runtime", NULL, 2u << 20, false, false, false, false, false, false, false};
 
 static void fail(const char *what, int code)
 {
@@ -135,6 +140,51 @@ static int leaker_main(const char *hex)
     return 0; /* normal exit, the handle still open */
 }
 
+/* Shared the program's own way (a POSIX fd, taken with pidfd_getfd), the
+ * importer exits without unmapping or releasing. */
+static int direct_importer_main(const char *pid_s, const char *fd_s)
+{
+    int r = (int)cudaSetDevice(0);
+    if (!r) r = (int)cudaFree(NULL);
+    int pidfd = (int)syscall(SYS_pidfd_open, atoi(pid_s), 0);
+    int fd = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, atoi(fd_s), 0);
+    CUmemGenericAllocationHandle mem = 0;
+    CUdeviceptr va = 0;
+    if (!r && fd < 0) r = -1;
+    if (!r)
+        r = (int)cuMemImportFromShareableHandle(&mem, (void *)(uintptr_t)fd,
+                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (!r) r = (int)cuMemAddressReserve(&va, cfg.size, 0, 0, 0);
+    if (!r) r = (int)cuMemMap(va, cfg.size, 0, mem, 0);
+    CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+                              .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    if (!r) r = (int)cuMemSetAccess(va, cfg.size, &access, 1);
+    uint32_t word = 0;
+    if (!r) r = (int)cudaMemcpy(&word, (void *)va, sizeof word, cudaMemcpyDeviceToHost);
+    printf("direct-import: %s %d\n", !r && word == expected_word(0) ? "ok" : "error", r);
+    return 0; /* normal exit, imported and mapped */
+}
+
+static void run_direct_importer(CUmemGenericAllocationHandle mem)
+{
+    int fd = -1;
+    int r =
+        (int)cuMemExportToShareableHandle(&fd, mem, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    printf("fd-export: %d\n", r);
+    if (r) return;
+    char pid[16], num[16];
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    snprintf(num, sizeof num, "%d", fd);
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+        execl("/proc/self/exe", "vmm_ipc", "--direct-importer", pid, num, (char *)NULL);
+        _exit(127);
+    }
+    waitpid(child, NULL, 0);
+    close(fd);
+}
+
 static void forged(const unsigned char h[64])
 {
     unsigned char bad[64];
@@ -180,6 +230,8 @@ static void parse(int argc, char **argv)
             cfg.malloc_only = true;
         else if (!strcmp(a, "--non-dumpable"))
             cfg.non_dumpable = true;
+        else if (!strcmp(a, "--direct"))
+            cfg.direct = true;
         else
             fail("usage", -1);
     }
@@ -203,6 +255,8 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc == 3 && !strcmp(argv[1], "--leaker")) return leaker_main(argv[2]);
+    if (argc == 4 && !strcmp(argv[1], "--direct-importer"))
+        return direct_importer_main(argv[2], argv[3]);
     parse(argc, argv);
     /* No ptrace rights on us for anyone, as in a hardened exporter. */
     if (cfg.non_dumpable && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) fail("prctl", -1);
@@ -240,6 +294,7 @@ int main(int argc, char **argv)
         if (cfg.forged) forged(h);
     }
     cudaGetLastError();
+    if (cfg.direct) run_direct_importer(mem);
     if (cfg.leave_mapped) return 0;
     r = (int)cuMemUnmap(va, cfg.size);
     if (!r) r = (int)cuMemRelease(mem);
