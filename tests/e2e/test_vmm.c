@@ -191,3 +191,16 @@ Test(vmm, shim_a_direct_import_never_released_is_reported_at_exit)
     cr_expect(!strstr(first + strlen(line), "imported and never released"), "once:\n%s", log);
     cr_expect(strstr(log, "exits with 1 VMM mapping(s) never unmapped"), "no report in:\n%s", log);
 }
+
+/* A handle of an allocation its exporter unmapped and released (nothing
+ * held it): refused as the driver refuses a bad handle. */
+Test(vmm, shim_a_released_allocations_handle_is_refused)
+{
+    run_vmm(true, ARGS("--stale", "--forged"));
+    expect_field("consumer", "ok");
+    char garbage[64];
+    cr_assert(run_field(&r, "garbage-open", garbage, sizeof garbage), "%s", r.out);
+    char want[80];
+    snprintf(want, sizeof want, "error %s", garbage);
+    expect_field("leaker", want);
+}

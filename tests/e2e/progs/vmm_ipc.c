@@ -8,7 +8,7 @@
  *
  *   vmm_ipc [--door runtime|driver] [--size BYTES] [--during CMD]
  *           [--leak-import] [--forged] [--double-release] [--leave-mapped]
- *           [--malloc] [--non-dumpable] [--direct]
+ *           [--malloc] [--non-dumpable] [--direct] [--stale]
  *
  * --during: run CMD (sh -c) while the consumer holds the handle open.
  * --leak-import: a second consumer (this program, forked) opens the handle,
@@ -22,6 +22,8 @@
  * from cuMemExportToShareableHandle, taken by pidfd_getfd) with a second
  * importer (this program again) that maps it and exits normally without
  * unmapping or releasing it ("fd-export: CODE", "direct-import: ok 0").
+ * --stale: after the producer unmapped and released the allocation, a
+ * consumer of ours opens the old handle ("leaker: error CODE").
  * --non-dumpable: the producer makes itself non-dumpable first (nobody has
  * ptrace rights on it: pidfd_getfd on it fails with EPERM).
  *
@@ -46,8 +48,9 @@
 static struct {
     const char *door, *during;
     size_t size;
-    bool leak_import, forged, double_release, leave_mapped, malloc_only, non_dumpable, direct;
-} cfg = {"runtime", NULL, 2u << 20, false, false, false, false, false, false, false};
+    bool leak_import, forged, double_release, leave_mapped, malloc_only, non_dumpable, direct,
+        stale;
+} cfg = {"runtime", NULL, 2u << 20, false, false, false, false, false, false, false, false};
 
 static void fail(const char *what, int code)
 {
@@ -232,6 +235,8 @@ static void parse(int argc, char **argv)
             cfg.non_dumpable = true;
         else if (!strcmp(a, "--direct"))
             cfg.direct = true;
+        else if (!strcmp(a, "--stale"))
+            cfg.stale = true;
         else
             fail("usage", -1);
     }
@@ -286,7 +291,8 @@ int main(int argc, char **argv)
     char hex[129];
     r = get_handle(h, (void *)va);
     printf("export: %d\n", r);
-    if (!r) {
+    bool exported = !r;
+    if (exported) {
         to_hex(h, 64, hex);
         printf("handle: %s\n", hex);
         run_consumer(hex);
@@ -301,6 +307,7 @@ int main(int argc, char **argv)
     if (!r) r = (int)cuMemAddressFree(va, cfg.size);
     if (r) fail("unmap/release/free", r);
     if (cfg.double_release) printf("double-release: %d\n", (int)cuMemRelease(mem));
+    if (cfg.stale && exported) run_leaker(hex); /* released: "leaker: error CODE" */
     free(host);
     return 0;
 }
