@@ -167,6 +167,7 @@ static void copy_block(struct registry *r, const struct inspect_snapshot *s,
     o->expired = b->expired;
     o->orphaned_ns = state == BLOCK_ORPHANED ? b->orphaned_ns : 0;
     o->pool = (b->rules & BLOCK_KIND_POOL) != 0;
+    o->vmm = (b->rules & BLOCK_KIND_VMM) != 0;
     o->exporter_dead = state == BLOCK_ORPHANED || !o->exporter_current ||
                        !s->holders[m->holder_at[o->exporter]].alive;
 }

@@ -76,6 +76,7 @@ struct inspect_block {
     uint32_t claimed, expired; /* hand-offs claimed by a first open; expired unclaimed */
     uint64_t orphaned_ns;      /* CLOCK_MONOTONIC when orphaned, 0 if not (or unknown) */
     bool pool; /* a stream-ordered pool's export (BLOCK_KIND_POOL), not legacy IPC */
+    bool vmm;  /* legacy IPC on VMM memory, the shim's synthetic handle (BLOCK_KIND_VMM) */
 };
 
 struct inspect_snapshot {

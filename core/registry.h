@@ -269,6 +269,7 @@ struct reg_holder {
 enum {
     BLOCK_RULE_HANDOFF_WINDOW = 1u << 0, /* IPCSHIM_HANDOFF=window */
     BLOCK_KIND_POOL = 1u << 8, /* cudaMemPoolExportPointer (IPC_KIND_POOL), not legacy IPC */
+    BLOCK_KIND_VMM = 1u << 9,  /* legacy IPC on VMM memory (IPC_KIND_VMM, shim/vmm.c) */
 };
 
 /* Three cache lines, laid out by who touches them on the IPC cycle (every

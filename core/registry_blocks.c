@@ -346,7 +346,9 @@ uint32_t reg_block_create(struct registry *r, const struct ipc_handle *hd, uint6
     b->exporter_pid = o->pid, b->claimed = b->expired = 0, b->orphaned_ns = 0; /* observability */
     clear_held(r, idx); /* nobody yet (a free record may hold garbage) */
     b->rules = (options_get()->handoff == HANDOFF_WINDOW ? BLOCK_RULE_HANDOFF_WINDOW : 0) |
-               (kind == IPC_KIND_POOL ? BLOCK_KIND_POOL : 0);
+               (kind == IPC_KIND_POOL  ? BLOCK_KIND_POOL
+                : kind == IPC_KIND_VMM ? BLOCK_KIND_VMM
+                                       : 0);
     memcpy(b->exporter_comm, o->comm, sizeof b->exporter_comm);
     list_push(r, idx, exporter);
     uint32_t bk = bucket_of(r, b->handle);

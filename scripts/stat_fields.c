@@ -33,6 +33,7 @@ struct totals stat_totals(const struct inspect_snapshot *s)
         const struct inspect_block *b = &s->blocks[i];
         t.bytes += b->size;
         t.pool += b->pool;
+        t.vmm += b->vmm;
         if (b->state == BLOCK_LIVE)
             t.live++;
         else if (b->state == BLOCK_LIMBO)
@@ -229,7 +230,7 @@ static struct val stat_block_get(const struct inspect_snapshot *s, const void *r
     case B_ORPHANED_AGE:
         return NULLABLE(b->orphaned_ns != 0, stat_age_ms(s, b->orphaned_ns));
     default:
-        return STR(b->pool ? "pool" : "ipc"); /* B_KIND */
+        return STR(b->pool ? "pool" : b->vmm ? "vmm" : "ipc"); /* B_KIND */
     }
 }
 

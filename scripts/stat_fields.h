@@ -24,7 +24,7 @@ const char *stat_age(uint64_t ms, char *buf, size_t len);
 uint64_t stat_age_ms(const struct inspect_snapshot *s, uint64_t since_ns);
 
 struct totals {
-    uint32_t dead, live, limbo, orphaned, retired, opens, pool;
+    uint32_t dead, live, limbo, orphaned, retired, opens, pool, vmm;
     uint64_t bytes, limbo_bytes, orphaned_bytes;
 };
 

@@ -602,12 +602,12 @@ static void om_registries(struct inspect_snapshot *snaps, const char *const *dom
     }
     printf("# TYPE ipcshim_registry_blocks_by_kind gauge\n# HELP ipcshim_registry_blocks_by_kind "
            "blocks in the registry by how they were exported (ipc: legacy IPC, pool: a "
-           "stream-ordered pool's pointer)\n");
+           "stream-ordered pool's pointer, vmm: legacy IPC on VMM memory)\n");
     for (int d = 0; d < n; d++) {
         struct totals t = stat_totals(&snaps[d]);
-        const char *kind[] = {"ipc", "pool"};
-        uint32_t v[] = {snaps[d].nblocks - t.pool, t.pool};
-        for (int k = 0; k < 2; k++) {
+        const char *kind[] = {"ipc", "pool", "vmm"};
+        uint32_t v[] = {snaps[d].nblocks - t.pool - t.vmm, t.pool, t.vmm};
+        for (int k = 0; k < 3; k++) {
             fputs("ipcshim_registry_blocks_by_kind{domain=", stdout);
             om_value(domains[d]);
             printf(",kind=\"%s\"} %u\n", kind[k], v[k]);

@@ -99,7 +99,8 @@ static const char *const names[SYM_COUNT] = {
      SYM_##name == SYM_cuIpcGetMemHandle || SYM_##name == SYM_cuIpcOpenMemHandle ||                \
      SYM_##name == SYM_cuIpcOpenMemHandle_v2 || SYM_##name == SYM_cudaMemPoolExportPointer ||      \
      SYM_##name == SYM_cudaMemPoolImportPointer || SYM_##name == SYM_cuMemPoolExportPointer ||     \
-     SYM_##name == SYM_cuMemPoolImportPointer)
+     SYM_##name == SYM_cuMemPoolImportPointer || SYM_##name == SYM_cuMemCreate ||                  \
+     SYM_##name == SYM_cuMemMap || SYM_##name == SYM_cuMemImportFromShareableHandle)
 
 /* One entry point: fname, reached through door, running do_##name.
  * Trap (the hot path): fname itself does only the nested check, so that a

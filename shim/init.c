@@ -22,8 +22,8 @@
  *  4. atexit: ipc_shutdown, at the first tracked export;
  *  5. atexit: the importer's leak report (ipc_report_leaks), at the first
  *     tracked open;
- *  6. destructor (default priority): host swap's refused exports and the
- *     IPCSHIM_STATS report;
+ *  6. destructor (default priority): host swap's refused exports, the VMM
+ *     ledger's exit report (vmm.c) and the IPCSHIM_STATS report;
  *  7. destructor(101): ipc_unload.
  *
  * At exit, atexit handlers run newest first, all before the destructors.
@@ -108,11 +108,12 @@ void init_at_first_open(void)
     pthread_once(&once, register_leak_report);
 }
 
-/* 6. Host swap's refused exports, if any (whatever IPCSHIM_STATS says), then
- * the IPCSHIM_STATS report. */
+/* 6. Host swap's refused exports, if any (whatever IPCSHIM_STATS says), the
+ * VMM mappings and imports left, then the IPCSHIM_STATS report. */
 __attribute__((destructor)) static void report_at_exit(void)
 {
     swap_warn_refused();
+    vmm_report_exit();
     api_report_stats();
 }
 

@@ -39,6 +39,7 @@ static uint64_t pointer_attribute(uint64_t ptr, CUpointer_attribute what);
 static int free_block(uint64_t base, int device, uint64_t ctx, uint64_t identity)
 {
     (void)device;
+    if (identity & IPC_IDENTITY_VMM) return vmm_free_block(identity); /* nothing to free */
     if (!REAL(cuMemFree_v2)) return -ENOSYS;
     bool pushed =
         ctx && real_cuCtxPushCurrent_v2 && real_cuCtxPushCurrent_v2((CUcontext)ctx) == CUDA_SUCCESS;
@@ -239,7 +240,14 @@ static int op_open(const struct open_call *call, int kind, uint64_t *out, bool r
             LOG_RATE(LOG_WARN, "open refused: the exporter of this block died");
         return codes->invalid;
     }
-    int result = real_open(out, call);
+    /* A synthetic handle the registry knows (legacy IPC on VMM memory) is
+     * mapped by the shim; one it does not know goes to the driver, which
+     * refuses it as it refuses any bad handle. */
+    int result;
+    if (decision == IPC_REAL && kind == IPC_KIND_LEGACY && vmm_handle_synthetic(h.bytes))
+        result = vmm_open(h.bytes, out) == 0 ? codes->ok : codes->invalid;
+    else
+        result = real_open(out, call);
     if (decision == IPC_REAL) {
         if (result == codes->ok)
             ipc_open_commit(&ticket, *out), init_at_first_open();
@@ -247,6 +255,19 @@ static int op_open(const struct open_call *call, int kind, uint64_t *out, bool r
             ipc_open_abort(&ticket);
     }
     return result;
+}
+
+/* The last close of a synthetic handle's mapping (vmm.c), in each door's
+ * codes. */
+static int vmm_close_runtime(uint64_t p, void *stream)
+{
+    (void)stream;
+    return vmm_close(p) == 0 ? runtime_codes.ok : runtime_codes.invalid;
+}
+static int vmm_close_driver(uint64_t p, void *stream)
+{
+    (void)stream;
+    return vmm_close(p) == 0 ? driver_codes.ok : driver_codes.invalid;
 }
 
 /* Close: only the last local close reaches the driver, after a sync. */
@@ -258,6 +279,8 @@ static int op_close(uint64_t ptr, int (*real_close)(uint64_t, void *),
     int decision = ipc_close_begin(ptr, &ticket);
     if (decision == IPC_DONE) return codes->ok;
     if (decision != IPC_REAL) return real_close(ptr, NULL);
+    if (vmm_is_open(ptr))
+        real_close = codes == &runtime_codes ? vmm_close_runtime : vmm_close_driver;
     return close_for_real(&ticket, ptr, NULL, real_close, codes);
 }
 
@@ -408,7 +431,10 @@ cudaError_t do_cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
     cudaError_t r = real_cudaIpcGetMemHandle(handle, devPtr);
     if (r == cudaSuccess && memory_tracking)
         note_export(handle, (uint64_t)devPtr, IPC_KIND_LEGACY);
-    else if (r != cudaSuccess)
+    else if (r == cudaErrorInvalidValue && vmm_export_legacy(handle, (uint64_t)devPtr) == 0) {
+        r = cudaSuccess;
+        if (REAL(cudaGetLastError)) real_cudaGetLastError(); /* forget the refusal */
+    } else if (r != cudaSuccess)
         explain_refused_export((uint64_t)devPtr, r);
     return r;
 }
@@ -520,6 +546,8 @@ CUresult do_cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     CUresult r = real_cuIpcGetMemHandle(pHandle, dptr);
     if (r == CUDA_SUCCESS && memory_tracking)
         note_export(pHandle, dptr, IPC_KIND_LEGACY);
+    else if (r == CUDA_ERROR_INVALID_VALUE && vmm_export_legacy(pHandle, dptr) == 0)
+        r = CUDA_SUCCESS;
     else if (r != CUDA_SUCCESS)
         explain_refused_export(dptr, r);
     return r;

@@ -3,6 +3,7 @@
  * host records deferred frees. */
 #include "helpers.h"
 #include "ipcshim.h"
+#include "inspect.h"
 #include "liveness.h"
 
 #include <errno.h>
@@ -293,6 +294,35 @@ Test(ipc, deferred_free_gets_the_identity_noted_at_export)
     cr_assert_eq(ipc_collect(), 1);
     cr_assert_eq(fake_free_count(), 2);
     cr_assert_eq(fake_freed_identity[1], 0, "ipc_export: identity unknown, not checked");
+    importer_stop(&im);
+}
+
+/* Legacy IPC on VMM memory (shim/vmm.c): an export of kind IPC_KIND_VMM is
+ * a block of kind VMM that the reports show, its importer holds a lease
+ * like any other, and limbo's deferred free hands the shim's VMM identity
+ * back (the shim then only closes its exported fd: the driver keeps VMM
+ * memory alive while anything holds it). */
+Test(ipc, vmm_export_is_its_own_kind_and_its_identity_reaches_the_host)
+{
+    struct ipc_handle h = make_handle(43);
+    uint64_t id = IPC_IDENTITY_VMM | 7;
+    cr_assert_eq(ipc_export_identity(&h, BASE, 4096, 0, CTX, id, IPC_KIND_VMM), 0);
+    struct importer im;
+    importer_start(&im, h);
+    uint64_t ptr;
+    cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
+    struct inspect_snapshot s;
+    char why[256];
+    cr_assert_eq(inspect_snapshot(test_domain, &s, why, sizeof why), 0, "%s", why);
+    cr_assert_eq(s.nblocks, 1);
+    cr_expect(s.blocks[0].vmm && !s.blocks[0].pool, "shown as a VMM export");
+    cr_expect_eq(s.blocks[0].nleases, 1, "the importer is named by its lease");
+    inspect_free(&s);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE, "the exporter's unmap: limbo while imported");
+    cr_assert_eq(importer_close(&im, ptr), IPC_REAL);
+    cr_assert_eq(ipc_collect(), 1);
+    cr_assert_eq(fake_free_count(), 1);
+    cr_assert_eq(fake_freed_identity[0], id, "the host knows it for the shim's own");
     importer_stop(&im);
 }
 

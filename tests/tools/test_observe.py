@@ -297,6 +297,13 @@ def test_plot_draws_the_dead_pinned_panel_only_with_data():
                              work, "pool")
         check("stream-ordered pool: that panel is left out" not in out, out)
         check(h5 > h4 * 1.1, f"five panels are taller than four: {h5} vs {h4}")
+        check("no process exported VMM memory: that panel is left out" in out, out)
+        # VMM memory shared through legacy IPC (kind "vmm"): its own panel.
+        vmm = dict(block, kind="vmm")
+        out, (w6, h6) = plot(py, [snapshot(1000, [producer, consumer], [block, vmm]),
+                                  snapshot(1500, [pinned], [block, vmm])], work, "vmm")
+        check("no process exported VMM memory" not in out, out)
+        check(h6 > h5 * 1.05, f"six panels are taller than five: {h6} vs {h5}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
