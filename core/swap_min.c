@@ -117,6 +117,9 @@ static void steady(const struct snaps *s, unsigned warmup, struct swap_replay_re
         hi = n;
     }
     r->iterations = n;
+    for (size_t i = 0; i < n && i < SWAP_REPLAY_ITERS; i++)
+        r->iter_bytes[i] = s->c[i].h2d_bytes + s->c[i].d2h_bytes -
+                           (i ? s->c[i - 1].h2d_bytes + s->c[i - 1].d2h_bytes : 0);
     r->steady_iterations = hi - lo;
     if (hi <= lo) return;
     struct swap_counters zero = {0};

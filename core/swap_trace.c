@@ -200,3 +200,45 @@ uint64_t swap_trace_working_set(const struct swap_trace *t, unsigned warmup, uin
     if (max_launch) *max_launch = best_launch;
     return ws;
 }
+
+/* Blocks alive while swap_trace_peak_live walks a trace. */
+struct live {
+    uint64_t id, size;
+    UT_hash_handle hh;
+};
+
+uint64_t swap_trace_peak_live(const struct swap_trace *t)
+{
+    struct live *tab = NULL, *l, *tmp;
+    uint64_t cur = 0, peak = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const struct swap_event *e = &t->ev[i];
+        if (e->kind != SWAP_EV_ACCESS && e->kind != SWAP_EV_FREE) continue;
+        HASH_FIND(hh, tab, &e->block, sizeof(e->block), l);
+        if (e->kind == SWAP_EV_FREE) {
+            if (l) {
+                cur -= l->size;
+                HASH_DEL(tab, l);
+                free(l);
+            }
+            continue;
+        }
+        if (!l) {
+            if (!(l = calloc(1, sizeof(*l)))) {
+                peak = 0;
+                break;
+            }
+            l->id = e->block;
+            HASH_ADD(hh, tab, id, sizeof(l->id), l);
+        }
+        cur = cur - l->size + e->bytes;
+        l->size = e->bytes;
+        if (cur > peak) peak = cur;
+    }
+    HASH_ITER(hh, tab, l, tmp)
+    {
+        HASH_DEL(tab, l);
+        free(l);
+    }
+    return peak;
+}

@@ -64,7 +64,18 @@ int swap_trace_load(const char *path, struct swap_trace *t, size_t *bad_line);
  * launch, the smallest budget under which nothing overflows. */
 uint64_t swap_trace_working_set(const struct swap_trace *t, unsigned warmup, uint64_t *max_launch);
 
+/* Peak live memory: the largest sum of sizes of the blocks alive at once
+ * (touched and not yet freed), over the whole trace. The per-iteration sum
+ * of distinct blocks (swap_trace_working_set) overcounts a trace whose
+ * tensors are freed and reallocated within an iteration. The replay tools
+ * set a budget of --oversub X as this / X. 0 when the trace has no access,
+ * or on -ENOMEM. */
+uint64_t swap_trace_peak_live(const struct swap_trace *t);
+
 /* ---- replay (swap_min.c) ----------------------------------------------- */
+
+/* Iterations whose own bytes a replay reports (iter_bytes). */
+#define SWAP_REPLAY_ITERS 64
 
 struct swap_replay_result {
     struct swap_counters total;
@@ -73,6 +84,9 @@ struct swap_replay_result {
     double steady_bytes;        /* (h2d + d2h) per steady-state iteration */
     double steady_h2d, steady_d2h;
     double clean_weight; /* min: the ranking weight of the cheaper run */
+    /* (h2d + d2h) bytes moved in each of the first SWAP_REPLAY_ITERS
+     * iterations (whole run, warm-up included) */
+    uint64_t iter_bytes[SWAP_REPLAY_ITERS];
 };
 
 /* Run the trace through a fresh policy of kind prm->kind and budget

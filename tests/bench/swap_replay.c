@@ -3,7 +3,8 @@
  * bytes moved, in total and per steady-state iteration, plus the
  * fractional lower bound on host->device bytes; then the whole run (warm-up
  * counts): history over lru and over the best offline schedule found, and
- * the gap between that schedule and the proven lower bound.
+ * the gap between that schedule and the proven lower bound. --oversub X sets
+ * the budget to the trace's peak live memory / X (as swap-real does).
  *   swap-replay TRACE (--budget SIZE[K|M|G] | --oversub X) [--warmup N] */
 #include <errno.h>
 #include <stdio.h>
@@ -90,12 +91,21 @@ int main(int argc, char **argv)
             fprintf(stderr, "swap-replay: %s: %s\n", path, strerror(-rc));
         return 1;
     }
+    /* --oversub X: peak live memory / X, as swap-real (the per-iteration
+     * working set overcounts a trace that frees and reallocates within an
+     * iteration, which made a 1.25x budget move nothing). */
     uint64_t max_launch, ws = swap_trace_working_set(&t, warmup, &max_launch);
-    if (!budget) budget = (uint64_t)((double)ws / oversub);
-    printf("trace %s: %zu events, working set %.1f MiB, largest launch %.1f MiB, budget %.1f MiB "
-           "(%.2fx)\n",
-           path, t.n, mib((double)ws), mib((double)max_launch), mib((double)budget),
-           (double)ws / (double)budget);
+    uint64_t peak = swap_trace_peak_live(&t);
+    if (!budget) budget = (uint64_t)((double)peak / oversub);
+    if (!budget) {
+        fprintf(stderr, "swap-replay: %s: no accesses\n", path);
+        swap_trace_fini(&t);
+        return 1;
+    }
+    printf("trace %s: %zu events, peak live %.1f MiB, working set per iteration %.1f MiB, largest "
+           "launch %.1f MiB, budget %.1f MiB (%.2fx peak)\n",
+           path, t.n, mib((double)peak), mib((double)ws), mib((double)max_launch),
+           mib((double)budget), (double)peak / (double)budget);
     struct swap_replay_result lb;
     if ((rc = swap_replay_lower_bound(&t, budget, warmup, &lb))) goto fail;
     bool equal = equal_sizes(&t);

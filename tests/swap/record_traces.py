@@ -329,6 +329,22 @@ TRACES = {
 }
 
 
+def origin(name, path, iters, min_bytes, op_names):
+    """The header line naming what made this trace: the command that records
+    exactly it (this trace only, its own iterations, bytes and directory).
+    Only a trace made with the defaults into tests/swap/traces is one of the
+    committed set."""
+    cmd = ["python3", "tests/swap/record_traces.py", "--only", name]
+    if iters:
+        cmd += ["--iters", str(iters)]
+    if min_bytes != 64 << 10:
+        cmd += ["--min-bytes", str(min_bytes)]
+    if op_names:
+        cmd += ["--names"]
+    cmd += ["--out", os.path.dirname(path) or "."]
+    return "# origin: %s\n" % " ".join(cmd)
+
+
 def record(name, path, iters=None, min_bytes=64 << 10, op_names=False):
     kind, names, n = TRACES[name]
     torch.set_num_threads(1)
@@ -336,7 +352,7 @@ def record(name, path, iters=None, min_bytes=64 << 10, op_names=False):
         f.write("# ipcshim swap trace v1\n")
         f.write("# %s: %s of %s, %d iterations, torch %s, min bytes %d\n" %
                 (name, kind, "+".join(names), iters or n, torch.__version__, min_bytes))
-        f.write("# regenerate: python3 tests/swap/record_traces.py --out tests/swap/traces\n")
+        f.write(origin(name, path, iters, min_bytes, op_names))
         rec = Recorder(f, min_bytes)
         rec.names = op_names
         run_trace(kind, names, iters or n, rec)
