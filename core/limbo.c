@@ -307,8 +307,10 @@ void limbo_collect_on_untracked_free(void)
 void limbo_collect_if_woken(void)
 {
     if (!local_limbo_pending()) return;
+    /* As limbo_collector_kick reads them: free_limbo checks again under
+     * the local lock. */
     uint32_t me = __atomic_load_n(&ipc_proc.self, __ATOMIC_RELAXED);
-    if (me == REG_NONE || !process_active()) return;
+    if (me == REG_NONE || __atomic_load_n(&ipc_proc.state, __ATOMIC_ACQUIRE) != PROC_ACTIVE) return;
     /* pairs with the fetch_add in registry_wake (the last close's wake) */
     uint32_t wake = __atomic_load_n(&ipc_proc.reg.holders[me].wake, __ATOMIC_ACQUIRE);
     if (wake == __atomic_load_n(&ipc_proc.wake_seen, __ATOMIC_RELAXED)) return;
