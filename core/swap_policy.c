@@ -80,7 +80,11 @@
  * expert does while the expert's recent cost is strictly below the recency
  * shadow's; as mru while the mru shadow costs under 0.8x every other (a
  * loop larger than the budget, before its period is learned: this is what
- * makes warm-up cheap); else by recency. When the pattern changes (an
+ * makes warm-up cheap); else by recency. When a period is first learned,
+ * the prediction shadows (which ranked by recency until then) restart from
+ * the real cache's contents and costs, so the real cache follows a
+ * prediction from that launch on instead of after a window (warm-up
+ * counts). When the pattern changes (an
  * evaluation pass, a second model, a shuffled order) history degrades to
  * lru within a window, and returns to prediction once the new pattern has
  * been learned and proves cheaper. Cost: a few bits of state per block
