@@ -80,7 +80,11 @@
  * expert does while the expert's recent cost is strictly below the recency
  * shadow's; as mru while the mru shadow costs under 0.8x every other (a
  * loop larger than the budget, before its period is learned: this is what
- * makes warm-up cheap); else by recency. When the pattern changes (an
+ * makes warm-up cheap); else by recency. When a period is first learned,
+ * the prediction shadows (which ranked by recency until then) restart from
+ * the real cache's contents and costs, so the real cache follows a
+ * prediction from that launch on instead of after a window (warm-up
+ * counts). When the pattern changes (an
  * evaluation pass, a second model, a shuffled order) history degrades to
  * lru within a window, and returns to prediction once the new pattern has
  * been learned and proves cheaper. Cost: a few bits of state per block
@@ -207,7 +211,8 @@ struct swap_policy {
     double s_long[SH_N]; /* the same over a window of at least two periods */
     int expert;          /* the prediction shadow judged best over s_long */
     double decay;
-    int follow; /* the shadow whose ranking the real cache follows */
+    int follow;           /* the shadow whose ranking the real cache follows */
+    uint64_t last_period; /* the history's period after the previous launch */
 };
 
 int swap_policy_create_params(const struct swap_params *prm, struct swap_policy **out)
@@ -503,6 +508,28 @@ int swap_policy_free(struct swap_policy *p, uint64_t block)
     return 0;
 }
 
+/* A period was just learned: until now every prediction shadow ranked by
+ * recency, so its state and cost are lru's, while the real cache may have
+ * followed mru. Each prediction shadow restarts from what the real cache
+ * holds, charged what the real cache was charged, so that from here on
+ * they compare what following each prediction would add to what was done:
+ * the real cache follows a prediction from the first launch it has one. */
+static void shadows_restart(struct swap_policy *p)
+{
+    int f = p->follow;
+    for (int k = SH_FIRST_PREDICT; k < SH_N; k++) {
+        p->s_cost[k] = p->s_cost[f];
+        p->s_long[k] = p->s_long[f];
+        p->s_resident[k] = p->resident;
+    }
+    for (struct blk *b = p->blocks; b; b = b->hh.next)
+        for (int k = SH_FIRST_PREDICT; k < SH_N; k++) {
+            b->s_res[k] = b->resident;
+            b->s_dirty[k] = b->dirty;
+            b->s_host[k] = b->has_host;
+        }
+}
+
 void swap_policy_next_launch(struct swap_policy *p)
 {
     if (!p) return;
@@ -510,6 +537,9 @@ void swap_policy_next_launch(struct swap_policy *p)
     p->c.launches++;
     if (p->hist) {
         swap_history_next_launch(p->hist);
+        uint64_t period = swap_history_period(p->hist);
+        if (period && !p->last_period) shadows_restart(p);
+        p->last_period = period;
         for (int k = SH_LRU; k < SH_N; k++)
             p->s_cost[k] *= p->decay;
         double lw = 2.0 * (double)swap_history_period(p->hist);

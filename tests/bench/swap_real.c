@@ -78,6 +78,18 @@ static double worst_iteration(const struct swap_replay_result *h,
     return w;
 }
 
+/* With SWAP_REAL_ITERS set: MiB per iteration, history / offline / lru. */
+static void print_iterations(const struct swap_replay_result *h, const struct swap_replay_result *o,
+                             const struct swap_replay_result *l)
+{
+    uint64_t n = h->iterations < SWAP_REPLAY_ITERS ? h->iterations : SWAP_REPLAY_ITERS;
+    printf("    iterations (history/offline/lru MiB):");
+    for (uint64_t i = 0; i < n; i++)
+        printf(" %.0f/%.0f/%.0f", mib((double)h->iter_bytes[i]), mib((double)o->iter_bytes[i]),
+               mib((double)l->iter_bytes[i]));
+    printf("\n");
+}
+
 struct worst {
     double v;
     char trace[256];
@@ -174,6 +186,7 @@ int main(int argc, char **argv)
                         rows ? ",\n" : "", name, oversubs[k], (unsigned long long)ws,
                         (unsigned long long)budget, (unsigned long long)lb.total.h2d_bytes,
                         total(&off), total(&hist), total(&lru), ho, hl, ol);
+            if (getenv("SWAP_REAL_ITERS")) print_iterations(&hist, &off, &lru);
             rows++;
         }
         swap_trace_fini(&t);
