@@ -33,4 +33,11 @@ enum { IPC_KIND_LEGACY = 0, IPC_KIND_POOL = 1, IPC_KIND_VMM = 2 };
  * nothing to free). Real BUFFER_IDs count up from 1 per process. */
 #define IPC_IDENTITY_VMM (1ull << 63)
 
+/* Addresses at or above this are no user address (x86-64 and AArch64 user
+ * space ends far below): the host's ledger-only records and leases (the
+ * shim's direct VMM sharing, shim/vmm.c), which nothing the program frees
+ * or closes can reach. The leak report and watch leave them to the host,
+ * which reports them itself. */
+#define IPC_LEDGER_ADDRESS (1ull << 62)
+
 #endif

@@ -152,7 +152,7 @@ struct leak_report *leak_gather(struct registry *r, uint32_t self)
     struct local_map *m, *mt;
     HASH_ITER(hh, local_maps(), m, mt)
     {
-        if (m->pending || !m->count) continue;
+        if (m->pending || !m->count || m->ptr >= IPC_LEDGER_ADDRESS) continue;
         struct leak_item *it = add_item(lr, ITEM_OPEN);
         if (!it) break;
         it->base = m->ptr;
@@ -342,7 +342,7 @@ void leak_check_locked(struct registry *r, uint32_t self)
     struct local_map *m, *mt;
     HASH_ITER(hh, local_maps(), m, mt)
     {
-        if (m->pending || !m->count) continue;
+        if (m->pending || !m->count || m->ptr >= IPC_LEDGER_ADDRESS) continue;
         open_maps += m->count;
         const struct reg_block *blk;
         if (!exporter_dead(r, m, &blk)) continue;

@@ -431,6 +431,9 @@ static size_t held_by_others(bool handoffs)
         struct reg_block *b = reg_block_at(&ipc_proc.reg, e->block);
         if (!process_owns(b, e->generation) || (b->state != BLOCK_LIVE && b->state != BLOCK_LIMBO))
             continue;
+        /* A ledger-only record (ipc_handle.h): the driver keeps that memory
+         * for its importers; nothing to wait for. */
+        if (e->base >= IPC_LEDGER_ADDRESS) continue;
         if (reg_block_held(&ipc_proc.reg, e->block) ||
             (handoffs && __atomic_load_n(&b->pending, __ATOMIC_RELAXED)))
             held++;

@@ -382,19 +382,7 @@ int fdpass_fetch(pid_t pid, int fd)
     return rc;
 }
 
-/* ---- the export hooks (symbols.def) ---- */
-
-CUresult do_cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
-                                         CUmemAllocationHandleType handleType,
-                                         unsigned long long flags)
-{
-    CUresult rc = CALL_REAL_DRIVER(cuMemExportToShareableHandle,
-                                   (shareableHandle, handle, handleType, flags));
-    if (rc == CUDA_SUCCESS && handleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR &&
-        shareableHandle)
-        fdpass_note_exported(*(int *)shareableHandle);
-    return rc;
-}
+/* ---- the export hook of pools (symbols.def; the VMM one is vmm.c's) ---- */
 
 CUresult do_cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
                                              CUmemAllocationHandleType handleType,

@@ -222,6 +222,8 @@ static int op_open(const struct open_call *call, int kind, uint64_t *out, bool r
     if (!memory_tracking || !out || !call->handle ||
         (call->flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
         return real_open(out, call);
+    /* A direct-sharing ledger key (vmm.c) is no handle: the driver answers. */
+    if (vmm_handle_direct(call->handle)) return real_open(out, call);
     struct ipc_handle h;
     struct ipc_open ticket;
     uint64_t ptr = 0;

@@ -194,6 +194,9 @@ int vmm_close(uint64_t ptr);
 /* The host's free_block for an identity with IPC_IDENTITY_VMM: closes the
  * export's fd (the driver keeps the memory while anything holds it). 0. */
 int vmm_free_block(uint64_t identity);
+/* True when handle (64 bytes) is a direct-sharing ledger key (vmm.c): a
+ * registry key, never a handle a program may open. */
+bool vmm_handle_direct(const void *handle);
 /* At normal exit: the VMM allocations imported and never released, and the
  * mappings left, each once with its call site (log_report). */
 void vmm_report_exit(void);

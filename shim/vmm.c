@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The synthetic handle's 64 bytes. The magic never starts a driver handle
@@ -67,6 +68,8 @@ struct vmm_alloc {
     bool imported;   /* by the program (cuMemImportFromShareableHandle) */
     bool double_hit; /* a double release was reported */
     uint32_t site;   /* call site of its creation or import */
+    uint64_t ledger; /* direct sharing: the export record's or the import lease's pseudo address */
+    uint64_t ledger_id; /* the export record's identity (IPC_IDENTITY_VMM | serial) */
     UT_hash_handle hh;
 };
 
@@ -96,7 +99,7 @@ static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct vmm_alloc *allocs;
 static struct vmm_map *maps;
 static struct vmm_kept *kept;
-static uint64_t export_serial;
+static uint64_t export_serial, import_serial;
 static pid_t tables_pid; /* the process that filled the tables (a fork's child did not) */
 
 /* Before the first entry a process adds or looks for: drop what a fork
@@ -151,6 +154,155 @@ static const char *site_text(uint32_t site, char *buf, size_t len)
     return s && *s ? s : "an unknown call site";
 }
 
+/* ---- direct sharing: the program's own POSIX-fd exports and imports ----
+ * PyTorch's expandable segments, NCCL and UCX share VMM memory themselves:
+ * cuMemExportToShareableHandle, the fd to a peer (pidfd_getfd, SCM_RIGHTS,
+ * fork), cuMemImportFromShareableHandle there. The ledger records that
+ * passively: the export makes (once per exported file) a registry record of
+ * kind vmm owned by the exporter, keyed by the file's identity (struct
+ * vmm_direct_key: st_dev and st_ino); the import, by the same fstat, takes a
+ * lease on it (ipc_import_begin) that its last cuMemRelease ends. Both live
+ * at pseudo addresses (IPC_LEDGER_ADDRESS and up: above any user address,
+ * so no free or close of the program's can ever reach them). The record's "free" is the
+ * exporter's letting go: its last release with no mapping of it left.
+ * Trap: a file identity names one allocation only for a regular file (the
+ * simulator's, a memfd); a device node or an anonymous inode is shared by
+ * every export, so those fds are not recorded (logged once). */
+#define VMM_DIRECT_MAGIC                                                                           \
+    0x315249444d4d5649ull /* "IVMMDIR1": never a driver or synthetic handle                        \
+                           */
+#define VMM_LEDGER_EXPORT IPC_LEDGER_ADDRESS
+#define VMM_LEDGER_IMPORT (IPC_LEDGER_ADDRESS | (1ull << 61))
+#define VMM_LEDGER_STEP (1ull << 21)
+struct vmm_direct_key {
+    uint64_t magic;
+    uint64_t dev, ino;
+    uint64_t zero[4];
+    uint64_t check;
+};
+_Static_assert(sizeof(struct vmm_direct_key) == IPC_HANDLE_BYTES, "a key is a handle's size");
+
+bool vmm_handle_direct(const void *handle)
+{
+    struct vmm_direct_key k;
+    memcpy(&k, handle, sizeof k);
+    return k.magic == VMM_DIRECT_MAGIC && k.check == vmm_check((const struct vmm_wire *)&k);
+}
+
+/* fd's file's key into h. 0, or -1 when it has none of its own. */
+static int direct_key(int fd, struct ipc_handle *h)
+{
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) return -1;
+    if (!S_ISREG(st.st_mode)) {
+        LOG_ONCE(LOG_INFO,
+                 "the driver's VMM POSIX fds are not regular files (mode %#o): direct VMM "
+                 "sharing is not recorded in the ledger",
+                 (unsigned)st.st_mode);
+        return -1;
+    }
+    struct vmm_direct_key k = {.magic = VMM_DIRECT_MAGIC, .dev = st.st_dev, .ino = st.st_ino};
+    k.check = vmm_check((const struct vmm_wire *)&k);
+    memcpy(h->bytes, &k, sizeof k);
+    return 0;
+}
+
+static uint64_t current_ctx(void)
+{
+    CUcontext ctx = NULL;
+    if (REAL(cuCtxGetCurrent)) real_cuCtxGetCurrent(&ctx);
+    return (uint64_t)ctx;
+}
+
+/* After the program's own successful POSIX-fd export of allocation handle:
+ * its record (once per exported file) and one more hand-off. Passive:
+ * nothing is recorded when the file has no identity of its own, the
+ * allocation is not one this process created, or the registry is full. */
+static void vmm_note_direct_export(CUmemGenericAllocationHandle handle, int fd)
+{
+    struct ipc_handle key;
+    if (!shim_tracking() || direct_key(fd, &key)) return;
+    uint64_t base = 0, size = 0, id = 0;
+    int device = -1;
+    pthread_mutex_lock(&vmm_lock);
+    forget_inherited_locked();
+    struct vmm_alloc *a;
+    HASH_FIND(hh, allocs, &handle, sizeof handle, a);
+    if (a && !a->imported && a->refs > 0) {
+        if (!a->ledger) {
+            a->ledger_id = IPC_IDENTITY_VMM | ++export_serial;
+            a->ledger = VMM_LEDGER_EXPORT + export_serial * VMM_LEDGER_STEP;
+        }
+        base = a->ledger, id = a->ledger_id, size = a->size, device = a->device;
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    /* Once per file: the same file exported again counts one more hand-off. */
+    if (base && ipc_export_identity(&key, base, size, device, current_ctx(), id, IPC_KIND_VMM) == 0)
+        init_at_first_export();
+}
+
+/* The program's own export (symbols.def): a POSIX fd is served by fdpass
+ * (fdpass_note_exported) and recorded in the ledger. */
+CUresult do_cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                         CUmemAllocationHandleType handleType,
+                                         unsigned long long flags)
+{
+    CUresult rc = CALL_REAL_DRIVER(cuMemExportToShareableHandle,
+                                   (shareableHandle, handle, handleType, flags));
+    if (rc == CUDA_SUCCESS && handleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR &&
+        shareableHandle) {
+        fdpass_note_exported(*(int *)shareableHandle);
+        vmm_note_direct_export(handle, *(int *)shareableHandle);
+    }
+    return rc;
+}
+
+/* The exporter lets go of a's record when no handle and no mapping of it
+ * are left here: its pseudo address to ipc_free (0: not yet, or none).
+ * vmm_lock held. */
+static uint64_t direct_export_done_locked(struct vmm_alloc *a)
+{
+    if (!a || a->imported || !a->ledger || a->refs > 0) return 0;
+    struct vmm_map *m, *tmp;
+    HASH_ITER(hh, maps, m, tmp)
+    if (m->handle == a->handle && !m->shim_import) return 0;
+    uint64_t base = a->ledger;
+    a->ledger = 0;
+    return base;
+}
+
+/* The end of a direct import's lease (its last release). */
+static void direct_unimport(uint64_t ptr)
+{
+    struct ipc_close t;
+    if (ipc_unimport_begin(ptr, &t) == IPC_REAL) ipc_close_finish(&t);
+}
+
+/* After the program's import of fd as handle h (a new entry of ours): a
+ * lease on the exporter's record, if there is one. */
+static void direct_import(CUmemGenericAllocationHandle h, int fd)
+{
+    struct ipc_handle key;
+    struct ipc_open t;
+    uint64_t ptr = 0;
+    if (direct_key(fd, &key)) return;
+    int rc = ipc_import_begin(&key, current_ctx(), &t, &ptr);
+    if (rc == IPC_REAL) {
+        pthread_mutex_lock(&vmm_lock);
+        ptr = VMM_LEDGER_IMPORT + ++import_serial * VMM_LEDGER_STEP;
+        pthread_mutex_unlock(&vmm_lock);
+        ipc_open_commit(&t, ptr);
+    } else if (rc != IPC_DONE) {
+        return; /* not recorded (an exporter not under the shim), or gone */
+    }
+    pthread_mutex_lock(&vmm_lock);
+    struct vmm_alloc *a;
+    HASH_FIND(hh, allocs, &h, sizeof h, a);
+    if (a && a->imported && a->refs > 0 && !a->ledger) a->ledger = ptr, ptr = 0;
+    pthread_mutex_unlock(&vmm_lock);
+    if (ptr) direct_unimport(ptr); /* released meanwhile */
+}
+
 /* ---- the interposed calls: pass through, note what happened ---- */
 
 CUresult do_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
@@ -183,13 +335,16 @@ CUresult do_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     forget_inherited_locked();
     struct vmm_alloc *old;
     HASH_FIND(hh, allocs, &a->handle, sizeof a->handle, old);
-    if (old) { /* a handle value reused after its release */
+    uint64_t stale = 0; /* a record of the handle's last allocation, still mapped here */
+    if (old) {          /* a handle value reused after its release */
+        stale = old->imported ? 0 : old->ledger;
         HASH_DEL(allocs, old);
         free(old);
     }
     HASH_ADD(hh, allocs, handle, sizeof a->handle, a);
     if (!a->hh.tbl) free(a); /* no memory for the table: left unnoted */
     pthread_mutex_unlock(&vmm_lock);
+    if (stale) ipc_free(stale);
     return r;
 }
 
@@ -200,11 +355,14 @@ CUresult do_cuMemRelease(CUmemGenericAllocationHandle handle)
     CUresult r = CALL_REAL_DRIVER(cuMemRelease, (handle));
     if (!shim_tracking()) return r;
     char buf[256];
+    uint64_t export_done = 0, import_done = 0;
     pthread_mutex_lock(&vmm_lock);
     struct vmm_alloc *a;
     HASH_FIND(hh, allocs, &handle, sizeof handle, a);
     if (a && a->refs > 0) {
         if (r == CUDA_SUCCESS) a->refs--; /* at 0 kept: a further release is a double one */
+        export_done = direct_export_done_locked(a);
+        if (a->imported && !a->refs && a->ledger) import_done = a->ledger, a->ledger = 0;
     } else if (a && !a->double_hit) {
         a->double_hit = true;
         log_report("VMM allocation %#llx (%llu bytes, created at %s) released twice "
@@ -213,6 +371,8 @@ CUresult do_cuMemRelease(CUmemGenericAllocationHandle handle)
                    site_text(a->site, buf, sizeof buf), r);
     }
     pthread_mutex_unlock(&vmm_lock);
+    if (export_done) ipc_free(export_done); /* limbo while importers hold it */
+    if (import_done) direct_unimport(import_done);
     return r;
 }
 
@@ -284,15 +444,22 @@ CUresult do_cuMemUnmap(CUdeviceptr ptr, size_t size)
     CUresult r = CALL_REAL_DRIVER(cuMemUnmap, (ptr, size));
     if (r != CUDA_SUCCESS || !shim_tracking()) return r;
     for (;;) {
-        uint64_t va = 0, id = 0;
+        uint64_t va = 0, id = 0, export_done = 0;
         pthread_mutex_lock(&vmm_lock);
         struct vmm_map *m, *tmp;
         HASH_ITER(hh, maps, m, tmp)
         if (!m->shim_import && m->va >= ptr && m->va - ptr < size) break;
-        if (m) va = m->va, id = unmapped_locked(m);
+        if (m) {
+            CUmemGenericAllocationHandle h = m->handle;
+            va = m->va, id = unmapped_locked(m);
+            struct vmm_alloc *a;
+            HASH_FIND(hh, allocs, &h, sizeof h, a);
+            export_done = direct_export_done_locked(a);
+        }
         pthread_mutex_unlock(&vmm_lock);
         if (!va) return r;
         if (id && ipc_free(va) != IPC_DONE) vmm_free_block(id);
+        if (export_done) ipc_free(export_done);
     }
 }
 
@@ -309,14 +476,22 @@ CUresult do_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
     forget_inherited_locked();
     struct vmm_alloc *old;
     HASH_FIND(hh, allocs, &a->handle, sizeof a->handle, old);
-    if (old) {
+    bool added = false;
+    if (old && old->refs > 0) {
         old->refs++; /* the driver hands back the same handle for a second import */
         free(a);
     } else {
+        if (old) { /* released before: this import starts anew */
+            HASH_DEL(allocs, old);
+            free(old);
+        }
         HASH_ADD(hh, allocs, handle, sizeof a->handle, a);
-        if (!a->hh.tbl) free(a);
+        added = a->hh.tbl != NULL;
+        if (!added) free(a);
     }
     pthread_mutex_unlock(&vmm_lock);
+    if (added && shHandleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        direct_import(*handle, (int)(intptr_t)osHandle);
     return r;
 }
 

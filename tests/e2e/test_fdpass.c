@@ -5,7 +5,10 @@
  * and with the shim the importer gets the fd and reads the exporter's
  * bytes. Old kernels are recreated with a seccomp filter (ENOSYS); hostile
  * peers with a second unprivileged uid and a client that speaks the wire
- * format itself. Needs root (to switch users); skips otherwise. */
+ * format itself. The same hand-off of VMM memory (cuMemCreate + cuMemMap,
+ * as PyTorch's expandable segments share it) is recorded in the VMM
+ * ledger: ipcshim-stat names the importer while it holds the allocation.
+ * Needs root (to switch users); skips otherwise. */
 #include "run.h"
 
 #include <criterion/criterion.h>
@@ -327,4 +330,103 @@ Test(fdpass, kernel_call_that_works_is_untouched)
     EXPECT(&imp, "getfd:", "ok");
     cr_expect_eq(finish(&x.p), 0);
     cr_expect_eq(server_requests(), 0);
+}
+
+/* ipcshim-stat --json of this test's domain, run as nobody (the registry is
+ * per user); its output into text. */
+static void stat_json(char *text, size_t n)
+{
+    char path[160], prog[1024];
+    snprintf(path, sizeof path, "/tmp/%s.json", machine);
+    snprintf(prog, sizeof prog, "%s/scripts/ipcshim-stat", getenv("BUILD_ROOT"));
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int out = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (out < 0 || dup2(out, 1) < 0 || setgroups(0, NULL) ||
+            setresgid(NOBODY, NOBODY, NOBODY) || setresuid(NOBODY, NOBODY, NOBODY))
+            _exit(99);
+        execl(prog, "ipcshim-stat", "--domain", machine, "--json", (char *)NULL);
+        _exit(98);
+    }
+    int ws;
+    waitpid(pid, &ws, 0);
+    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "ipcshim-stat failed (%#x)", ws);
+    FILE *f = fopen(path, "r");
+    size_t got = f ? fread(text, 1, n - 1, f) : 0;
+    text[got] = 0;
+    if (f) fclose(f);
+    unlink(path);
+}
+
+/* True when some block's importers list (before its closing bracket)
+ * holds who. */
+static bool importer_named(const char *json, const char *who)
+{
+    for (const char *at = strstr(json, "\"importers\":["); at;
+         at = strstr(at + 1, "\"importers\":[")) {
+        const char *end = strchr(at, ']'), *hit = strstr(at, who);
+        if (hit && end && hit < end) return true;
+    }
+    return false;
+}
+
+/* The done-when of issue 29: an unprivileged, non-dumpable exporter of VMM
+ * memory (cuMemCreate + cuMemMap + cuMemExportToShareableHandle) and an
+ * unrelated importer of the same user that takes the fd as PyTorch does
+ * (syscall(SYS_pidfd_getfd): EPERM without the shim), imports, maps, sets
+ * access and reads the exporter's bytes; while it holds the allocation
+ * ipcshim-stat --json names it on a record of kind vmm, and after its
+ * release the lease is gone. */
+Test(fdpass, vmm_memory_reaches_the_importer_and_the_ledger_names_it)
+{
+    NEED_ROOT();
+    struct exporter x;
+    struct proc imp;
+    static char json[65536];
+    char who[64];
+    start_exporter(&x, "--vmm");
+    import(&imp, NOBODY, false, ARGS("import", x.pid, x.fd, "-"));
+    EXPECT(&imp, "getfd:", "EPERM"); /* the kernel's refusal is real */
+    start(&imp, NOBODY, true, ARGS("import", x.pid, x.fd, "vmm"));
+    read_until(&imp, "held:", 10000);
+    EXPECT(&imp, "getfd:", "ok");
+    EXPECT(&imp, "read:", "ok");
+    snprintf(who, sizeof who, "\"pid\":%d,", (int)imp.pid);
+    stat_json(json, sizeof json);
+    cr_expect(strstr(json, "\"kind\":\"vmm\""), "no vmm record in:\n%s", json);
+    cr_expect(importer_named(json, who), "importer %d not named in:\n%s", (int)imp.pid, json);
+    cr_assert_eq(write(imp.in, "r", 1), 1);
+    read_until(&imp, "released:", 10000);
+    EXPECT(&imp, "released:", "yes");
+    stat_json(json, sizeof json);
+    cr_expect(!importer_named(json, who), "importer %d still named after its release:\n%s",
+              (int)imp.pid, json);
+    cr_expect_eq(finish(&imp), 0);
+    cr_expect_eq(finish(&x.p), 0);
+}
+
+/* An importer of such memory that exits without releasing it: the exit
+ * report says so once, with the call site of the import. */
+Test(fdpass, vmm_import_never_released_is_reported_once)
+{
+    NEED_ROOT();
+    struct exporter x;
+    struct proc imp;
+    start_exporter(&x, "--vmm");
+    cr_expect_eq(import(&imp, NOBODY, true, ARGS("import", x.pid, x.fd, "vmm", "--leak")), 0);
+    EXPECT(&imp, "read:", "ok");
+    cr_expect_eq(finish(&x.p), 0);
+    FILE *f = fopen(logpath, "r");
+    char line[1024];
+    int reports = 0, others = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        if (strstr(line, "VMM allocation(s) imported and never released") &&
+            strstr(line, "the first from fdpass"))
+            reports++;
+        others += strstr(line, "never closed") != NULL;
+    }
+    if (f) fclose(f);
+    cr_expect_eq(reports, 1, "the import's report, with its call site");
+    cr_expect_eq(others, 0, "reported twice (as a mapping never closed)");
 }

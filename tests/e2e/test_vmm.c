@@ -204,3 +204,28 @@ Test(vmm, shim_a_released_allocations_handle_is_refused)
     snprintf(want, sizeof want, "error %s", garbage);
     expect_field("leaker", want);
 }
+
+/* A driver that refuses the POSIX fd handle type the shim adds to
+ * cuMemCreate (SIMCUDA_FAIL_VMM_SHAREABLE: the next such create fails):
+ * the create is retried exactly as the program asked, so the program gets
+ * its allocation; legacy IPC on it then fails as without the shim
+ * (cudaErrorInvalidValue), and the log says why, once. */
+Test(vmm, shim_a_refused_handle_type_is_retried_as_the_program_asked)
+{
+    char logenv[300];
+    snprintf(logenv, sizeof logenv, "IPCSHIM_LOG_FILE=%s", log_path);
+    for (int shim = 0; shim < 2; shim++) {
+        run_prog(&r, "vmm-ipc", shim,
+                 ENV(logenv, "IPCSHIM_LOG=info", "IPCSHIM_EXIT_WAIT=300ms",
+                     "SIMCUDA_FAIL_VMM_SHAREABLE=1"),
+                 ARGS("--door", "runtime"));
+        cr_assert_eq(r.status, 0, "the allocation failed (shim %d):\n%s", shim, r.out);
+        expect_field("export", "1"); /* cudaErrorInvalidValue, as without the shim */
+    }
+    const char *log = slurp(log_path);
+    const char *line = "cuMemCreate refused the POSIX fd handle type";
+    const char *first = strstr(log, line);
+    cr_assert(first, "no log line in:\n%s", log);
+    cr_expect(!strstr(first + 1, line), "logged twice:\n%s", log);
+    cr_expect(strstr(log, "created without a shareable handle type"), "no reason in:\n%s", log);
+}

@@ -8,13 +8,19 @@
  *     from it, exports the pool fd and the block, makes itself
  *     non-dumpable, prints "pid: P", "fd: F", "file: G" (a regular file it
  *     has open, never exported) and "data: HEX" (the block's export data),
- *     then waits until its stdin closes. --plain: stays dumpable.
+ *     then waits until its stdin closes. --plain: stays dumpable. --vmm:
+ *     the memory comes from cuMemCreate + cuMemMap instead, the fd from
+ *     cuMemExportToShareableHandle, and the data is "vmm".
  *   fdpass import PID FD HEX [--libc] [--seccomp] [--no-read]
  *     pidfd_open + pidfd_getfd (through syscall(2), or glibc's wrappers
  *     with --libc; --seccomp first installs a filter that answers ENOSYS
  *     for both, as an old kernel would); prints "pidfd_open: ok|ERRNO",
  *     "getfd: ok|ERRNO", and when it got an fd and HEX is not "-", imports
- *     the pool and the block and prints "read: ok|wrong|error CODE".
+ *     the pool and the block and prints "read: ok|wrong|error CODE". HEX
+ *     "vmm": cuMemImportFromShareableHandle, reserve, map, set access, read
+ *     (as PyTorch's expandable segments do), then "held: yes"; it waits for
+ *     a byte on stdin (or its end), unmaps and releases, prints "released:
+ *     yes" and waits for stdin's end. --leak: exits holding the import.
  *   fdpass raw UID PID FD
  *     the hostile client: connects straight to the fd server's socket of
  *     user UID (IPCSHIM_DOMAIN's domain) for process PID, asks for FD, and
@@ -26,6 +32,7 @@
 #include <fcntl.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -50,10 +57,55 @@ static const char *err_name(int e)
     return n ? n : "?";
 }
 
+#define VMM_SIZE (2u << 20)
+
+/* One VMM allocation of VMM_SIZE on device 0, mapped readable and writable
+ * at *va (the current context's device). 0 or the first CUresult. */
+static int vmm_map(CUmemGenericAllocationHandle h, CUdeviceptr *va)
+{
+    CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+                              .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    int r = cuMemAddressReserve(va, VMM_SIZE, 0, 0, 0);
+    if (!r) r = cuMemMap(*va, VMM_SIZE, 0, h, 0);
+    if (!r) r = cuMemSetAccess(*va, VMM_SIZE, &access, 1);
+    return r;
+}
+
+/* The exporter's memory from the VMM API, the pattern in it; its fd. */
+static int vmm_export(void)
+{
+    static uint32_t host[SIZE / 4];
+    for (size_t i = 0; i < SIZE / 4; i++)
+        host[i] = word(i);
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+    CUmemGenericAllocationHandle h;
+    CUdeviceptr va;
+    int fd = -1;
+    int r = cuMemCreate(&h, VMM_SIZE, &prop, 0);
+    if (!r) r = vmm_map(h, &va);
+    if (!r) r = cuMemcpyHtoD(va, host, SIZE);
+    if (!r) r = cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (r) printf("export: error %d\n", r);
+    return r ? -1 : fd;
+}
+
 static int exporter(int argc, char **argv)
 {
     int plain = argc > 2 && !strcmp(argv[2], "--plain");
+    int vmm = argc > 2 && !strcmp(argv[2], "--vmm");
     if (cudaSetDevice(0) != cudaSuccess || cudaFree(NULL) != cudaSuccess) return 2;
+    if (vmm) {
+        int fd = vmm_export(), file = open(argv[0], O_RDONLY);
+        if (fd < 0 || prctl(PR_SET_DUMPABLE, 0) != 0) return 2;
+        printf("pid: %d\nfd: %d\nfile: %d\ndata: vmm\n", (int)getpid(), fd, file);
+        fflush(stdout);
+        char c;
+        while (read(0, &c, 1) > 0)
+            ;
+        return 0;
+    }
     struct cudaMemPoolProps props;
     memset(&props, 0, sizeof props);
     props.allocType = cudaMemAllocationTypePinned;
@@ -106,6 +158,40 @@ static int deny_pidfd(void)
     return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
 }
 
+/* The importer's side of --vmm (see the top). */
+static int read_vmm(int fd, bool leak)
+{
+    static uint32_t host[SIZE / 4];
+    CUmemGenericAllocationHandle h;
+    CUdeviceptr va = 0;
+    int r = cudaSetDevice(0) || cudaFree(NULL);
+    if (!r)
+        r = cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd,
+                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (!r) r = vmm_map(h, &va);
+    if (!r) r = cuMemcpyDtoH(host, va, SIZE);
+    if (r) {
+        printf("read: error %d\n", r);
+        return 2;
+    }
+    int ok = 1;
+    for (size_t i = 0; i < SIZE / 4; i++)
+        ok &= host[i] == word(i);
+    printf("read: %s\nheld: yes\n", ok ? "ok" : "wrong");
+    fflush(stdout);
+    if (leak) return ok ? 0 : 1;
+    char c;
+    (void)!read(0, &c, 1);
+    r = cuMemUnmap(va, VMM_SIZE);
+    if (!r) r = cuMemRelease(h);
+    if (!r) r = cuMemAddressFree(va, VMM_SIZE);
+    printf("released: %s\n", r ? "error" : "yes");
+    fflush(stdout);
+    while (read(0, &c, 1) > 0)
+        ;
+    return ok && !r ? 0 : 1;
+}
+
 static int read_block(int fd, const char *hex)
 {
     struct cudaMemPoolPtrExportData data;
@@ -136,8 +222,9 @@ static int importer(int argc, char **argv)
 {
     if (argc < 5) return 2;
     pid_t pid = atoi(argv[2]);
-    int target = atoi(argv[3]), libc = 0, seccomp = 0;
+    int target = atoi(argv[3]), libc = 0, seccomp = 0, leak = 0;
     for (int i = 5; i < argc; i++) {
+        leak |= !strcmp(argv[i], "--leak");
         libc |= !strcmp(argv[i], "--libc");
         seccomp |= !strcmp(argv[i], "--seccomp");
     }
@@ -153,6 +240,7 @@ static int importer(int argc, char **argv)
     if (fd >= 0) printf("cloexec: %s\n", fcntl(fd, F_GETFD) & FD_CLOEXEC ? "yes" : "no");
     fflush(stdout);
     if (fd < 0 || !strcmp(argv[4], "-")) return 0;
+    if (!strcmp(argv[4], "vmm")) return read_vmm(fd, leak);
     return read_block(fd, argv[4]);
 }
 
