@@ -301,6 +301,12 @@ Test(fdpass, exporter_stops_or_dies_mid_request)
     struct proc imp;
     start_exporter(&x, NULL);
     kill(x.p.pid, SIGSTOP);
+    /* kill() returns before every thread has stopped: the server thread
+     * could still answer. The parent hears of the stop once the whole
+     * group has stopped. */
+    int stopped;
+    cr_assert_eq(waitpid(x.p.pid, &stopped, WUNTRACED), x.p.pid);
+    cr_assert(WIFSTOPPED(stopped));
     double t0 = now_ms();
     import(&imp, NOBODY, true, ARGS("import", x.pid, x.fd, "-"));
     EXPECT(&imp, "getfd:", "EPERM");
