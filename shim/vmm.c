@@ -98,6 +98,10 @@ struct vmm_kept {
 static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct vmm_alloc *allocs;
 static struct vmm_map *maps;
+/* Synthetic handles' opens in force: the close path's gate, so that the
+ * close of any other IPC mapping takes no lock here (relaxed: a stale value
+ * only sends a close to the table, which answers). */
+static int shim_imports_open;
 static struct vmm_kept *kept;
 static uint64_t export_serial, import_serial;
 static pid_t tables_pid; /* the process that filled the tables (a fork's child did not) */
@@ -123,6 +127,7 @@ static void forget_inherited_locked(void)
         HASH_DEL(maps, m);
         free(m);
     }
+    __atomic_store_n(&shim_imports_open, 0, __ATOMIC_RELAXED);
     struct vmm_kept *k, *tk;
     HASH_ITER(hh, kept, k, tk)
     {
@@ -620,6 +625,7 @@ int vmm_open(const void *handle, uint64_t *out)
     forget_inherited_locked();
     HASH_ADD(hh, maps, va, sizeof m->va, m);
     bool added = m->hh.tbl != NULL;
+    if (added) __atomic_add_fetch(&shim_imports_open, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&vmm_lock);
     if (!added) {
         free(m);
@@ -632,6 +638,7 @@ int vmm_open(const void *handle, uint64_t *out)
 
 bool vmm_is_open(uint64_t ptr)
 {
+    if (!__atomic_load_n(&shim_imports_open, __ATOMIC_RELAXED)) return false;
     pthread_mutex_lock(&vmm_lock);
     struct vmm_map *m;
     HASH_FIND(hh, maps, &ptr, sizeof ptr, m);
@@ -645,10 +652,12 @@ int vmm_close(uint64_t ptr)
     pthread_mutex_lock(&vmm_lock);
     struct vmm_map *m;
     HASH_FIND(hh, maps, &ptr, sizeof ptr, m);
-    if (m && m->shim_import)
+    if (m && m->shim_import) {
         HASH_DEL(maps, m);
-    else
+        __atomic_sub_fetch(&shim_imports_open, 1, __ATOMIC_RELAXED);
+    } else {
         m = NULL;
+    }
     pthread_mutex_unlock(&vmm_lock);
     if (!m) return -ENOENT;
     import_undo(m->handle, m->reserve, m->wire.size, true);
