@@ -148,6 +148,10 @@
  * share of both others: mru is right for loops larger than the budget and
  * wrong nearly everywhere else, so it must win clearly. */
 #define MRU_MARGIN 0.8
+/* Bounded fallback (see "Robustness"): after this many consecutive launches
+ * that the prediction did not match (swap_history_miss_run), the real cache
+ * follows lru until one matches again, whatever the shadows' costs say. */
+#define FALLBACK_RUN 64
 /* MIN only: a next_use with this bit is the time the block is freed, with
  * no access before (dead). */
 #define DEAD_BIT (1ULL << 63)
@@ -553,6 +557,7 @@ void swap_policy_next_launch(struct swap_policy *p)
         for (int k = SH_FIRST_PREDICT; k < SH_N; k++)
             if (p->s_long[k] < p->s_long[p->expert]) p->expert = k;
         p->follow = p->s_cost[p->expert] < p->s_cost[SH_LRU] ? p->expert : SH_LRU;
+        if (swap_history_miss_run(p->hist) >= FALLBACK_RUN) p->follow = SH_LRU;
         bool mru = true;
         for (int k = 0; k < SH_N; k++)
             if (k != SH_MRU && !(p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[k])) mru = false;
