@@ -76,6 +76,10 @@ uint64_t swap_history_now(const struct swap_history *h);
 
 /* The learned period in launches, 0 while none is learned. */
 uint64_t swap_history_period(const struct swap_history *h);
+/* Consecutive completed launches that recurred neither about a period ago
+ * (phase-corrected) nor by re-anchoring on their context: the prediction
+ * has stopped matching for this many launches (0 while it matches). */
+uint64_t swap_history_miss_run(const struct swap_history *h);
 
 /* Predicted logical time of the block's next access, >= now: now means
  * "later in this launch". SWAP_NEVER when the block was not accessed during

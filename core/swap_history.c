@@ -89,6 +89,8 @@ struct swap_history {
     uint64_t anchor;     /* distance back to the latest launch's context, 0 = none */
     uint64_t anchor_run; /* consecutive launches with about that distance */
     uint64_t ashift;     /* a trusted anchor distance other than the period's, 0 = none */
+    uint64_t miss_run;   /* consecutive launches matched neither near a period back nor by
+                          * re-anchoring (swap_history_miss_run) */
 };
 
 static uint64_t mix64(uint64_t x)
@@ -235,6 +237,11 @@ uint64_t swap_history_now(const struct swap_history *h)
 uint64_t swap_history_period(const struct swap_history *h)
 {
     return h->period;
+}
+
+uint64_t swap_history_miss_run(const struct swap_history *h)
+{
+    return h->miss_run;
 }
 
 size_t swap_history_memory(const struct swap_history *h)
@@ -398,7 +405,7 @@ void swap_history_next_launch(struct swap_history *h)
      * back is a repetition, before a period can be verified (a period is
      * adopted from it) and when an iteration's length changes (the shift
      * follows it). */
-    uint64_t a = anchor_of(h, last), cand = h->anchor;
+    uint64_t a = anchor_of(h, last), cand = h->anchor, raw = a;
     if (a && cand && a + slack(cand) >= cand && a <= cand + slack(cand)) {
         if (h->anchor_run < 2 * ANCHOR_RUN) h->anchor_run++;
         h->anchor = a; /* follows an inserted or dropped launch */
@@ -426,11 +433,26 @@ void swap_history_next_launch(struct swap_history *h)
     h->ashift = 0;
     if (anchored && a + h->period / 4 >= h->period && a <= h->period + h->period / 4) {
         h->shift = a;
+        h->miss_run = 0;
     } else if (h->period) {
         if (anchored) h->ashift = a;
         uint64_t at;
-        if (last >= h->period && find_near(h, sig_of(h, last), last - h->period, h->period, &at))
+        if (last >= h->period && find_near(h, sig_of(h, last), last - h->period, h->period, &at)) {
             h->shift = last - at;
+            h->miss_run = 0;
+        } else if (raw && 2 * raw >= h->period && raw <= 2 * h->period) {
+            /* Re-anchor: the launch's context last ended raw launches ago,
+             * about a period back (an inner loop ran more or fewer times
+             * than one period ago): follow from there at once. */
+            h->shift = raw;
+            h->miss_run = 0;
+        } else if (anchored) {
+            h->miss_run = 0; /* recurs at the trusted anchor: the anchored predictions match */
+        } else {
+            h->miss_run++;
+        }
+    } else {
+        h->miss_run = 0; /* no prediction: ranked by recency anyway */
     }
 }
 

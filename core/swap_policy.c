@@ -52,6 +52,10 @@
  * the anchored predictions ask its window first and the period's only for
  * blocks it did not see; whether that beats the period alone is left to the
  * shadows below. An anchor reaches back at most half the launch ring.
+ * Re-anchoring: a launch that recurs neither about a period back nor at a
+ * trusted anchor is looked up by its context alone; if that last ended
+ * between half a period and two periods ago, the shift moves there at once
+ * (an inner loop that ran more or fewer times than one iteration ago).
  *
  * Freed blocks keep their past (swap_history_retire): a caching allocator
  * gives the same address to the same tensor every iteration, so a new block
@@ -87,7 +91,10 @@
  * counts). When the pattern changes (an
  * evaluation pass, a second model, a shuffled order) history degrades to
  * lru within a window, and returns to prediction once the new pattern has
- * been learned and proves cheaper. Cost: a few bits of state per block
+ * been learned and proves cheaper; and at the latest after FALLBACK_RUN
+ * launches in a row that the prediction did not match (none of the above
+ * found them a period back), the real cache follows lru until one matches
+ * again. Cost: a few bits of state per block
  * and a victim ranking per shadow eviction. On the recorded real traces
  * (docs/swap.md) history never moves more than lru, and far less where the
  * loop repeats.
@@ -148,6 +155,10 @@
  * share of both others: mru is right for loops larger than the budget and
  * wrong nearly everywhere else, so it must win clearly. */
 #define MRU_MARGIN 0.8
+/* Bounded fallback (see "Robustness"): after this many consecutive launches
+ * that the prediction did not match (swap_history_miss_run), the real cache
+ * follows lru until one matches again, whatever the shadows' costs say. */
+#define FALLBACK_RUN 64
 /* MIN only: a next_use with this bit is the time the block is freed, with
  * no access before (dead). */
 #define DEAD_BIT (1ULL << 63)
@@ -553,6 +564,7 @@ void swap_policy_next_launch(struct swap_policy *p)
         for (int k = SH_FIRST_PREDICT; k < SH_N; k++)
             if (p->s_long[k] < p->s_long[p->expert]) p->expert = k;
         p->follow = p->s_cost[p->expert] < p->s_cost[SH_LRU] ? p->expert : SH_LRU;
+        if (swap_history_miss_run(p->hist) >= FALLBACK_RUN) p->follow = SH_LRU;
         bool mru = true;
         for (int k = 0; k < SH_N; k++)
             if (k != SH_MRU && !(p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[k])) mru = false;

@@ -276,3 +276,63 @@ Test(swap_history, a_block_freed_before_its_next_use_is_predicted_to_die)
     cr_expect_eq(swap_history_predict(h, 500), now + P + 2, "next access: the reallocation");
     swap_history_destroy(h);
 }
+
+/* One iteration: 20 launches of blocks 0..19, an inner loop of 5 launches
+ * (blocks 50..54) run `inner` times, then 20 launches of blocks 60..79. */
+static void varying_iteration(struct swap_history *h, int inner)
+{
+    for (int k = 0; k < 20; k++)
+        loop_launch(h, k);
+    for (int r = 0; r < inner; r++)
+        for (int k = 50; k < 55; k++)
+            loop_launch(h, k);
+    for (int k = 60; k < 80; k++)
+        loop_launch(h, k);
+}
+
+/* An inner loop that runs more often than one iteration ago: the launch
+ * after it is looked up again in the history (re-anchored) and the
+ * predictions follow from there at once, not after an anchor's 8 launches. */
+Test(swap_history, a_longer_inner_loop_is_re_anchored_at_once)
+{
+    struct swap_history *h = make(0, 0);
+    varying_iteration(h, 4);
+    varying_iteration(h, 4);
+    varying_iteration(h, 4);
+    cr_assert_eq(swap_history_period(h), 60);
+    for (int k = 0; k < 20; k++)
+        loop_launch(h, k);
+    for (int r = 0; r < 10; r++) /* 30 launches more than one iteration ago */
+        for (int k = 50; k < 55; k++)
+            loop_launch(h, k);
+    loop_launch(h, 60);
+    loop_launch(h, 61);
+    uint64_t now = swap_history_now(h);
+    cr_expect_eq(swap_history_predict(h, 69), now + 7, "block 69 comes 7 launches on");
+    cr_expect_eq(swap_history_miss_run(h), 0);
+    swap_history_destroy(h);
+}
+
+/* Launches that recur nowhere (a new pattern) are counted while the period
+ * is kept: the policy follows lru once FALLBACK_RUN (64) are counted
+ * (swap_policy.c), long before a period of 100 is verified again. */
+Test(swap_history, launches_the_prediction_does_not_match_are_counted)
+{
+    struct swap_history *h = make(0, 0);
+    for (int r = 0; r < 3; r++)
+        for (int k = 0; k < 100; k++)
+            loop_launch(h, k);
+    cr_assert_eq(swap_history_period(h), 100);
+    uint64_t most = 0;
+    for (int i = 0; i < 100 && swap_history_period(h) == 100; i++) {
+        uint64_t b = 1000 + (uint64_t)i;
+        launch(h, &b, 1);
+        uint64_t m = swap_history_miss_run(h);
+        most = m > most ? m : most;
+    }
+    cr_expect_geq(most, 64, "a run of %llu", (unsigned long long)most);
+    for (int k = 0; k < 100; k++)
+        loop_launch(h, k);
+    cr_expect_eq(swap_history_miss_run(h), 0);
+    swap_history_destroy(h);
+}
