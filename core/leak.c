@@ -245,9 +245,9 @@ static void *watch_loop(void *arg)
 
 void leak_watch_start(leak_check_fn *check)
 {
+    if (__atomic_load_n(&watch_started, __ATOMIC_RELAXED)) return; /* every open and export */
     const struct options *o = options_get();
     if (!o->dead_hold_warn && !o->growth_checks) return;
-    if (__atomic_load_n(&watch_started, __ATOMIC_RELAXED)) return;
     if (__atomic_exchange_n(&watch_started, 1, __ATOMIC_ACQ_REL)) return;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
