@@ -263,7 +263,159 @@ def moe(batch=8, seq=32):
     return m, data, lossf
 
 
-MODELS = {"resnet18": resnet, "transformer": transformer, "lstm": lstm, "moe": moe}
+class Seq2Seq(torch.nn.Module if torch else object):
+    """Attention seq2seq RNN: a bidirectional GRU encoder and a GRU decoder
+    with Luong-style attention over the encoder's outputs, trained with
+    teacher forcing. The decoder is a Python loop over the target, whose
+    length differs from batch to batch (an inner loop that varies in count)."""
+
+    def __init__(self, vocab=4000, d=256, hidden=512):
+        super().__init__()
+        self.vocab = vocab
+        self.src_emb = torch.nn.Embedding(vocab, d)
+        self.tgt_emb = torch.nn.Embedding(vocab, d)
+        self.enc = torch.nn.GRU(d, hidden, batch_first=True, bidirectional=True)
+        self.bridge = torch.nn.Linear(2 * hidden, hidden)
+        self.keys = torch.nn.Linear(2 * hidden, hidden)
+        self.cell = torch.nn.GRUCell(d + 2 * hidden, hidden)
+        self.out = torch.nn.Linear(hidden + 2 * hidden, vocab)
+
+    def forward(self, batch):
+        src, tgt_in = batch
+        enc, _ = self.enc(self.src_emb(src))  # (B, S, 2H)
+        keys = self.keys(enc)  # (B, S, H)
+        h = torch.tanh(self.bridge(enc.mean(dim=1)))
+        emb = self.tgt_emb(tgt_in)
+        logits = []
+        for t in range(tgt_in.shape[1]):
+            score = torch.bmm(keys, h.unsqueeze(2))  # (B, S, 1)
+            attn = torch.softmax(score, dim=1)
+            ctx = torch.bmm(attn.transpose(1, 2), enc).squeeze(1)  # (B, 2H)
+            h = self.cell(torch.cat([emb[:, t], ctx], dim=1), h)
+            logits.append(self.out(torch.cat([h, ctx], dim=1)))
+        return torch.stack(logits, dim=1)
+
+
+def seq2seq(batch=32, src=24, tgt=(10, 16)):
+    m = Seq2Seq()
+    g = torch.Generator().manual_seed(2)
+    lossf = torch.nn.CrossEntropyLoss()
+
+    def data():
+        n = int(torch.randint(tgt[0], tgt[1] + 1, (1,), generator=g))
+        x = torch.randint(0, m.vocab, (batch, src), generator=g)
+        y = torch.randint(0, m.vocab, (batch, n + 1), generator=g)
+        return (x, y[:, :-1]), y[:, 1:]
+
+    return m, data, lambda out, y: lossf(out.reshape(-1, m.vocab), y.reshape(-1))
+
+
+class UNet(torch.nn.Module if torch else object):
+    """A small U-Net for segmentation: four levels (32-256 channels), two
+    3x3 conv + batch norm + ReLU per level, max-pool down, transposed conv
+    up, skip connections concatenated."""
+
+    def __init__(self, cin=3, classes=4, widths=(32, 64, 128, 256)):
+        super().__init__()
+
+        def block(a, b):
+            return torch.nn.Sequential(
+                torch.nn.Conv2d(a, b, 3, padding=1), torch.nn.BatchNorm2d(b), torch.nn.ReLU(),
+                torch.nn.Conv2d(b, b, 3, padding=1), torch.nn.BatchNorm2d(b), torch.nn.ReLU())
+
+        self.down = torch.nn.ModuleList()
+        a = cin
+        for w in widths:
+            self.down.append(block(a, w))
+            a = w
+        self.ups = torch.nn.ModuleList(
+            torch.nn.ConvTranspose2d(w, w // 2, 2, stride=2) for w in reversed(widths[1:]))
+        self.up = torch.nn.ModuleList(block(w, w // 2) for w in reversed(widths[1:]))
+        self.head = torch.nn.Conv2d(widths[0], classes, 1)
+
+    def forward(self, x):
+        skips = []
+        for i, blk in enumerate(self.down):
+            x = blk(x)
+            if i + 1 < len(self.down):
+                skips.append(x)
+                x = torch.nn.functional.max_pool2d(x, 2)
+        for up, blk in zip(self.ups, self.up):
+            x = blk(torch.cat([up(x), skips.pop()], dim=1))
+        return self.head(x)
+
+
+def unet(batch=4, res=96, classes=4):
+    m = UNet(classes=classes)
+    x = torch.randn(batch, 3, res, res)
+    y = torch.randint(0, classes, (batch, res, res))
+    return m, lambda: (x, y), torch.nn.CrossEntropyLoss()
+
+
+class Decoder(torch.nn.Module if torch else object):
+    """A small GPT-style transformer decoder (pre-norm, causal attention)
+    whose attention keeps a per-layer key/value cache that grows by one
+    position per generated token (torch.cat, as a dynamic KV cache does)."""
+
+    def __init__(self, vocab=4000, d=512, heads=8, layers=4, ff=2048, ctx=128):
+        super().__init__()
+        self.vocab, self.heads = vocab, heads
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.pos = torch.nn.Embedding(ctx, d)
+        self.ln1 = torch.nn.ModuleList(torch.nn.LayerNorm(d) for _ in range(layers))
+        self.qkv = torch.nn.ModuleList(torch.nn.Linear(d, 3 * d) for _ in range(layers))
+        self.proj = torch.nn.ModuleList(torch.nn.Linear(d, d) for _ in range(layers))
+        self.ln2 = torch.nn.ModuleList(torch.nn.LayerNorm(d) for _ in range(layers))
+        self.mlp = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(d, ff), torch.nn.GELU(), torch.nn.Linear(ff, d))
+            for _ in range(layers))
+        self.lnf = torch.nn.LayerNorm(d)
+        self.head = torch.nn.Linear(d, vocab)
+
+    def forward(self, tokens, start, cache):
+        b, n = tokens.shape
+        x = self.emb(tokens) + self.pos(torch.arange(start, start + n))
+        for i in range(len(self.qkv)):
+            q, k, v = self.qkv[i](self.ln1[i](x)).view(b, n, 3, self.heads, -1).permute(
+                2, 0, 3, 1, 4)
+            if cache[i] is not None:
+                k, v = torch.cat([cache[i][0], k], dim=2), torch.cat([cache[i][1], v], dim=2)
+            cache[i] = (k, v)
+            att = q @ k.transpose(-2, -1) / (k.shape[-1] ** 0.5)
+            if n > 1:
+                att = att.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+            y = (torch.softmax(att, dim=-1) @ v).transpose(1, 2).reshape(b, n, -1)
+            x = x + self.proj[i](y)
+            x = x + self.mlp[i](self.ln2[i](x))
+        return self.head(self.lnf(x[:, -1]))
+
+
+def decoder(batch=8, prompt=32, new=32):
+    m = Decoder()
+    g = torch.Generator().manual_seed(3)
+
+    def data():
+        return torch.randint(0, m.vocab, (batch, prompt), generator=g), new
+
+    return m, data, None
+
+
+def generate(m, data):
+    """One request batch: prefill the prompt, then greedy decoding of `new`
+    tokens one at a time against the growing KV cache."""
+    prompt, new = data()
+    cache = [None] * len(m.qkv)
+    with torch.no_grad():
+        logits = m(prompt, 0, cache)
+        pos = prompt.shape[1]
+        for _ in range(new):
+            tok = logits.argmax(dim=-1, keepdim=True)
+            logits = m(tok, pos, cache)
+            pos += 1
+
+
+MODELS = {"resnet18": resnet, "transformer": transformer, "lstm": lstm, "moe": moe,
+          "seq2seq": seq2seq, "unet": unet, "decoder": decoder}
 
 
 def train_step(m, data, lossf, opt):
@@ -280,11 +432,14 @@ def eval_step(m, data):
         m(x)
 
 
+ADAM = ("transformer", "moe", "seq2seq", "unet")
+
+
 def setup(name, training):
     torch.manual_seed(0)
     m, data, lossf = MODELS[name]()
     m.train(training)
-    opt = (torch.optim.Adam(m.parameters(), lr=1e-4) if name in ("transformer", "moe") else
+    opt = (torch.optim.Adam(m.parameters(), lr=1e-4) if name in ADAM else
            torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9))
     return m, data, lossf, opt
 
@@ -292,9 +447,10 @@ def setup(name, training):
 def run_trace(kind, names, iters, rec):
     """kind: train, infer, phases (train, with an evaluation pass of two
     batches after every third step), interleave (a training step of each
-    model in turn; one iteration is one round). The models are built before
+    model in turn; one iteration is one round), decode (one batch of
+    requests: prefill, then token-by-token generation with a KV cache). The models are built before
     recording starts: initialisation is not part of the trace."""
-    models = [setup(n, kind != "infer") for n in names]
+    models = [setup(n, kind not in ("infer", "decode")) for n in names]
     m, data, lossf, opt = models[0]
     with make_mode(rec):
         for i in range(iters):
@@ -302,6 +458,8 @@ def run_trace(kind, names, iters, rec):
                 train_step(m, data, lossf, opt)
             elif kind == "infer":
                 eval_step(m, data)
+            elif kind == "decode":
+                generate(m, data)
             elif kind == "phases":
                 m.train()
                 train_step(m, data, lossf, opt)
@@ -326,6 +484,11 @@ TRACES = {
     "moe-train": ("train", ["moe"], 16),
     "resnet18-phases": ("phases", ["resnet18"], 18),
     "interleave-resnet18-transformer": ("interleave", ["resnet18", "transformer"], 10),
+    # Recorded after the policy's constants were chosen (issue 32): reported
+    # separately in docs/swap.md ("Traces recorded after the constants...").
+    "seq2seq-attn-train": ("train", ["seq2seq"], 16),
+    "unet-train": ("train", ["unet"], 16),
+    "decoder-kvcache-decode": ("decode", ["decoder"], 12),
 }
 
 
