@@ -94,7 +94,12 @@
  * been learned and proves cheaper; and at the latest after FALLBACK_RUN
  * launches in a row that the prediction did not match (none of the above
  * found them a period back), the real cache follows lru until one matches
- * again. Cost: a few bits of state per block
+ * again. Guard: once a period is known, the real cache's own cost over
+ * the long window is compared with the lru shadow's; where it is higher
+ * (the short window's choice flips by phase, mru included, and each switch
+ * pays for the moves between contents: seq2seq-attn-train at 1.5x), the
+ * real cache follows the expert if its long-window cost is below lru's,
+ * else lru. Cost: a few bits of state per block
  * and a victim ranking per shadow eviction. On the recorded real traces
  * (docs/swap.md) history never moves more than lru, and far less where the
  * loop repeats.
@@ -159,6 +164,11 @@
  * that the prediction did not match (swap_history_miss_run), the real cache
  * follows lru until one matches again, whatever the shadows' costs say. */
 #define FALLBACK_RUN 64
+/* Guard (see "Robustness"): once a period is known, the real cache's own
+ * cost over the long window above this times lru's shadow's makes it leave
+ * mru and the short-window choice. 1.0: chosen after seeing
+ * seq2seq-attn-train (1.01 and 1.02 were no better there). */
+#define GUARD_MARGIN 1.0
 /* MIN only: a next_use with this bit is the time the block is freed, with
  * no access before (dead). */
 #define DEAD_BIT (1ULL << 63)
@@ -224,6 +234,7 @@ struct swap_policy {
     double decay;
     int follow;           /* the shadow whose ranking the real cache follows */
     uint64_t last_period; /* the history's period after the previous launch */
+    double r_long;        /* the real cache's own cost over s_long's window */
 };
 
 int swap_policy_create_params(const struct swap_params *prm, struct swap_policy **out)
@@ -463,6 +474,7 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
             if (v->dirty) {
                 p->c.dirty_evictions++;
                 p->c.d2h_bytes += v->size;
+                p->r_long += (double)v->size;
             }
             v->resident = false;
             v->dirty = false;
@@ -475,6 +487,7 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
             out->fetch = true;
             p->c.faults++;
             p->c.h2d_bytes += size;
+            p->r_long += (double)size;
         } else {
             out->first_touch = true;
             p->c.first_touches++;
@@ -557,6 +570,7 @@ void swap_policy_next_launch(struct swap_policy *p)
         if (lw < SHADOW_WINDOW) lw = SHADOW_WINDOW;
         for (int k = SH_LRU; k < SH_N; k++)
             p->s_long[k] *= 1.0 - 1.0 / lw;
+        p->r_long *= 1.0 - 1.0 / lw;
         /* The prediction shadow that cost least over the long window (ties:
          * the current one); the real cache follows it while it has recently
          * cost less than recency would have, mru while that costs clearly
@@ -569,6 +583,12 @@ void swap_policy_next_launch(struct swap_policy *p)
         for (int k = 0; k < SH_N; k++)
             if (k != SH_MRU && !(p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[k])) mru = false;
         if (mru) p->follow = SH_MRU;
+        /* Guard (see "Robustness"): the real cache itself, not a shadow,
+         * has cost more than lru's shadow over the long window: follow lru,
+         * or the expert where it has cost less than lru over that window;
+         * never mru, and never the short window (it flips by phase). */
+        if (period && p->r_long > GUARD_MARGIN * p->s_long[SH_LRU])
+            p->follow = p->s_long[p->expert] < p->s_long[SH_LRU] ? p->expert : SH_LRU;
     }
 }
 
