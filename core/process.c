@@ -153,6 +153,13 @@ enum { REMOVED_RETRIES = 3 };
 
 int process_ready_locked(void)
 {
+    /* Every export, open, close and free asks: the attached, active,
+     * unforked process answers from its own words (ACTIVE implies ipc_init
+     * ran with the host's free installed and the shim not disabled; the
+     * slow path below gives 0 in this case too). */
+    if (ipc_proc.state == PROC_ACTIVE && ipc_proc.self != REG_NONE && !ipc_proc.shut &&
+        ipc_proc.fork_canary && *ipc_proc.fork_canary)
+        return 0;
     const struct options *opt = options_get();
     if (opt->disable || ipc_proc.shut || !ipc_proc.initialised || !host_free_block())
         return -ENODEV;
