@@ -405,8 +405,13 @@ void limbo_collector_step(void)
     limbo_collect(LIMBO_SWEEP_DUE);
     if (collector_stopping()) return;
     registry_wait(&ipc_proc.reg, me, seen, wait);
-    if (!collector_stopping())
-        limbo_collect(local_limbo_pending() ? LIMBO_SWEEP_LIMBO : LIMBO_SWEEP_DUE);
+    if (collector_stopping()) return;
+    /* A program thread that was running already took this wake
+     * (limbo_collect_if_woken): meeting it at the local lock would only
+     * delay that free. */
+    uint32_t wake = __atomic_load_n(&ipc_proc.reg.holders[me].wake, __ATOMIC_ACQUIRE);
+    if (wake != seen && wake == __atomic_load_n(&ipc_proc.wake_seen, __ATOMIC_RELAXED)) return;
+    limbo_collect(local_limbo_pending() ? LIMBO_SWEEP_LIMBO : LIMBO_SWEEP_DUE);
 }
 
 void limbo_collector_kick(void)
