@@ -2,6 +2,7 @@
  * itself is the step it is started with; this file only starts, stops and
  * forgets the thread. */
 #include "collector.h"
+#include "sys.h"
 #include "log.h"
 #include "options.h"
 
@@ -46,7 +47,7 @@ static void ask_short_slice(void)
     attr.sched_policy = SCHED_OTHER;
     attr.sched_nice = getpriority(PRIO_PROCESS, 0); /* the thread's own, kept */
     attr.sched_runtime = SHORT_SLICE_NS;
-    (void)syscall(SYS_sched_setattr, 0, &attr, 0);
+    (void)sys_call6(SYS_sched_setattr, 0, (long)&attr, 0, 0, 0, 0);
 #endif
 }
 

@@ -5,6 +5,7 @@
  * importers wake an exporter's collector. The sweeps' liveness syscalls run
  * before the lock is taken (find_dead). */
 #include "registry_internal.h"
+#include "sys.h"
 #include "liveness.h"
 #include "log.h"
 
@@ -235,7 +236,7 @@ void registry_wake(struct registry *r, uint32_t idx)
     if (!h) return;
     /* pairs with the holder's seq_cst load of wake before it collects (ipc.c) */
     __atomic_fetch_add(&h->wake, 1, __ATOMIC_SEQ_CST);
-    syscall(SYS_futex, &h->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    sys_call6(SYS_futex, (long)&h->wake, FUTEX_WAKE, INT_MAX, 0, 0, 0);
 }
 
 void registry_wait(struct registry *r, uint32_t idx, uint32_t seen, uint64_t timeout_ns)
@@ -244,5 +245,5 @@ void registry_wait(struct registry *r, uint32_t idx, uint32_t seen, uint64_t tim
     if (!h) return;
     struct timespec ts = {(time_t)(timeout_ns / 1000000000ull), (long)(timeout_ns % 1000000000ull)};
     /* Shared (not FUTEX_PRIVATE): wakers live in other processes. */
-    syscall(SYS_futex, &h->wake, FUTEX_WAIT, seen, &ts, NULL, 0);
+    sys_call6(SYS_futex, (long)&h->wake, FUTEX_WAIT, seen, (long)&ts, 0, 0);
 }

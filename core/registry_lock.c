@@ -7,6 +7,7 @@
  * someone else, and this process's PID namespace, by which a thread id in
  * the lock word (or a holder's pid) is judged. */
 #include "registry_internal.h"
+#include "sys.h"
 #include "liveness.h"
 #include "log.h"
 #include "options.h"
@@ -122,7 +123,7 @@ static bool mark_owner_dead(pthread_mutex_t *m, int word)
     if (!__atomic_compare_exchange_n(&m->__data.__lock, &word, dead, false, __ATOMIC_SEQ_CST,
                                      __ATOMIC_RELAXED))
         return false;
-    syscall(SYS_futex, &m->__data.__lock, FUTEX_WAKE, 1, NULL, NULL, 0);
+    sys_call6(SYS_futex, (long)&m->__data.__lock, FUTEX_WAKE, 1, 0, 0, 0);
     return true;
 #else
     (void)m, (void)word;
@@ -168,8 +169,7 @@ static int lock_slow(struct registry *r)
         int word = lock_word(m), owner = word & FUTEX_TID_MASK;
         /* This very thread never holds the lock while it waits for it (no
          * registry function locks twice): a word naming it is corrupt. */
-        bool bogus =
-            owner && (owner == (int)syscall(SYS_gettid) || owner_verdict(r, owner) == OWNER_BOGUS);
+        bool bogus = owner && (owner == (int)gettid() || owner_verdict(r, owner) == OWNER_BOGUS);
         if (bogus) {
             strikes = owner == last ? strikes + 1 : 1;
             last = owner;
