@@ -5,8 +5,8 @@
  * peer of the same user and domain (SCM_RIGHTS); a process whose
  * pidfd_open / pidfd_getfd the kernel refuses asks the exporter's shim
  * instead. The rules (who may get which fd) are at the top of fdpass.c. */
-#ifndef IPCSHIM_FDPASS_H
-#define IPCSHIM_FDPASS_H
+#ifndef FDPASS_H
+#define FDPASS_H
 
 #include <stdbool.h>
 #include <sys/types.h>

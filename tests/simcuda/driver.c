@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define SIM_DRIVER_VERSION 13000
@@ -122,6 +123,16 @@ uint64_t sim_drv_mix(uint64_t h, uint64_t v)
 {
     h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
     return h * 0xff51afd7ed558ccdull;
+}
+
+int sim_drv_fd_record(void *os_handle, void *rec, size_t len)
+{
+    uintptr_t h = (uintptr_t)os_handle;
+    struct stat st;
+    if (h > INT32_MAX || fstat((int)h, &st) < 0 || !S_ISREG(st.st_mode) ||
+        st.st_size != (off_t)len || pread((int)h, rec, len, 0) != (ssize_t)len)
+        return -1;
+    return 0;
 }
 
 /* ---- initialisation, version, errors ---- */

@@ -178,6 +178,12 @@ SIM_INTERNAL struct obj *sim_drv_obj_find(const void *key, int kind);
 SIM_INTERNAL int sim_drv_obj_add(struct obj *o, int kind);
 /* A hash step for the IPC handles' check words and the device UUIDs. */
 SIM_INTERNAL uint64_t sim_drv_mix(uint64_t h, uint64_t v);
+/* Reads the one record of len bytes that an exported shareable handle (a
+ * POSIX fd passed as os_handle, as cuda.h passes it) holds. 0, or -1 for
+ * anything else: not an fd, not a regular file of exactly len bytes (a
+ * pipe, socket or terminal is refused before any read, so it never
+ * blocks). */
+SIM_INTERNAL int sim_drv_fd_record(void *os_handle, void *rec, size_t len);
 
 /* ---- contexts (driver_ctx.c) and devices (driver_device.c) ---- */
 

@@ -78,31 +78,24 @@ struct ptr_data {
 _Static_assert(sizeof(struct ptr_data) == sizeof(CUmemPoolPtrExportData),
                "pool export data is 64 bytes");
 
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    h ^= h >> 29;
-    return h * 0xbf58476d1ce4e5b9ull;
-}
-
 static uint64_t record_check(const struct pool_record *r)
 {
-    uint64_t c =
-        mix(r->machine_id, ((uint64_t)r->magic << 32) | ((uint64_t)r->abi << 16) | r->device);
-    c = mix(c, r->pool_id);
-    c = mix(c, r->handle_types);
-    return mix(c, (uint64_t)r->exporter_pid);
+    uint64_t c = sim_drv_mix(r->machine_id,
+                             ((uint64_t)r->magic << 32) | ((uint64_t)r->abi << 16) | r->device);
+    c = sim_drv_mix(c, r->pool_id);
+    c = sim_drv_mix(c, r->handle_types);
+    return sim_drv_mix(c, (uint64_t)r->exporter_pid);
 }
 
 static uint64_t data_check(const struct ptr_data *d)
 {
-    uint64_t c =
-        mix(d->machine_id, ((uint64_t)d->magic << 32) | ((uint64_t)d->abi << 16) | d->device);
-    c = mix(c, ((uint64_t)d->index << 32) | d->zero);
-    c = mix(c, d->pool_id);
-    c = mix(c, d->serial);
-    c = mix(c, d->offset);
-    return mix(c, d->size);
+    uint64_t c = sim_drv_mix(d->machine_id,
+                             ((uint64_t)d->magic << 32) | ((uint64_t)d->abi << 16) | d->device);
+    c = sim_drv_mix(c, ((uint64_t)d->index << 32) | d->zero);
+    c = sim_drv_mix(c, d->pool_id);
+    c = sim_drv_mix(c, d->serial);
+    c = sim_drv_mix(c, d->offset);
+    return sim_drv_mix(c, d->size);
 }
 
 /* ---- the pool ---- */
@@ -158,16 +151,8 @@ CUresult CUDAAPI cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void
     if (r != CUDA_SUCCESS) return r;
     if (!pool_out || flags != 0 || handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         return CUDA_ERROR_INVALID_VALUE;
-    uintptr_t h = (uintptr_t)handle;
-    if (h > INT32_MAX) return CUDA_ERROR_INVALID_VALUE;
-    int fd = (int)h;
-    struct stat st;
     struct pool_record rec;
-    /* A regular file of exactly one record: never blocks (a pipe, a socket
-     * or a terminal is refused before any read). */
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size != (off_t)sizeof(rec) ||
-        pread(fd, &rec, sizeof(rec), 0) != (ssize_t)sizeof(rec))
-        return CUDA_ERROR_INVALID_VALUE;
+    if (sim_drv_fd_record(handle, &rec, sizeof rec) != 0) return CUDA_ERROR_INVALID_VALUE;
     if (rec.magic != POOL_FD_MAGIC || rec.abi != SIM_ABI || rec.machine_id != sim_m->machine_id ||
         rec.check != record_check(&rec) || rec.device >= sim_m->ndev || rec.pool_id == 0 ||
         !(rec.handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))

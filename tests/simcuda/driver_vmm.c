@@ -537,15 +537,8 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
     if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         return (shHandleType & VMM_KNOWN_TYPES) ? CUDA_ERROR_NOT_SUPPORTED
                                                 : CUDA_ERROR_INVALID_VALUE;
-    uintptr_t h = (uintptr_t)osHandle;
-    if (h > INT32_MAX) return CUDA_ERROR_INVALID_VALUE;
-    int fd = (int)h;
-    struct stat st;
     struct vmm_record rec;
-    /* A regular file of exactly one record: never blocks on a pipe or socket. */
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size != (off_t)sizeof(rec) ||
-        pread(fd, &rec, sizeof(rec), 0) != (ssize_t)sizeof(rec))
-        return CUDA_ERROR_INVALID_VALUE;
+    if (sim_drv_fd_record(osHandle, &rec, sizeof rec) != 0) return CUDA_ERROR_INVALID_VALUE;
     if (rec.magic != VMM_FD_MAGIC || rec.abi != SIM_ABI || rec.machine_id != sim_m->machine_id ||
         rec.check != record_check(&rec) || rec.zero != 0 || rec.device >= sim_m->ndev ||
         rec.index >= sim_m->max_allocs || rec.serial == 0)
