@@ -22,6 +22,11 @@
  *                                  and from a second fd: the same handle?
  *   pool-import-pointer-twice      one pointer imported twice: the same
  *                                  pointer? how many frees?
+ *   pool-export-order              cudaMemPoolExportPointer's code before
+ *                                  and after the pool's own export, for a
+ *                                  pool made by the runtime and one made by
+ *                                  the driver (the first H200 run refused
+ *                                  every pointer exported before its pool)
  *
  * The coordinator (main) never calls CUDA: it forks an exporter and an
  * importer for each probe (CUDA starts in each child), talks to each over
@@ -32,7 +37,9 @@
  * exits when its coordinator is silent for IDLE_MS or dies (PDEATHSIG), and
  * is SIGALRMed after CHILD_S seconds whatever it does. One allocation of
  * BYTES at a time. */
+#include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
@@ -191,6 +198,92 @@ static void free_one(void *p, const char *how, char *reply, size_t len)
         snprintf(reply, len, "%d %s", r, name(r));
 }
 
+/* ---- pool-export-order: one child, no importer ---- */
+
+/* One pool's story: made by the runtime (driver_create 0) or the driver,
+ * exported before its allocation (pool_first) or after; the pointer's
+ * export code before and after the pool's export, into out. */
+static void export_order_one(bool driver_create, bool pool_first, char *out, size_t len)
+{
+    typedef CUresult (*create_fn)(CUmemoryPool *, const CUmemPoolProps *);
+    typedef CUresult (*export_fn)(CUmemPoolPtrExportData *, CUdeviceptr);
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    create_fn create = lib ? (create_fn)dlsym(lib, "cuMemPoolCreate") : NULL;
+    export_fn export_ptr = lib ? (export_fn)dlsym(lib, "cuMemPoolExportPointer") : NULL;
+    cudaMemPool_t pool = NULL;
+    int r;
+    if (driver_create) {
+        CUmemPoolProps props;
+        memset(&props, 0, sizeof props);
+        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = 0;
+        r = create && export_ptr ? (int)create((CUmemoryPool *)&pool, &props) : -1;
+    } else {
+        struct cudaMemPoolProps props;
+        memset(&props, 0, sizeof props);
+        props.allocType = cudaMemAllocationTypePinned;
+        props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+        props.location.type = cudaMemLocationTypeDevice;
+        props.location.id = 0;
+        r = cudaMemPoolCreate(&pool, &props);
+    }
+    if (r) {
+        snprintf(out, len, "pool-create %d", r);
+        return;
+    }
+    int fd = -1, before = -1, after = -1, pool_export = -1;
+    void *p = NULL;
+    if (pool_first)
+        pool_export = cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0);
+    r = cudaMallocFromPoolAsync(&p, BYTES, pool, stream);
+    if (!r) r = cudaStreamSynchronize(stream);
+    if (r) {
+        snprintf(out, len, "malloc %d", r);
+        return;
+    }
+    struct cudaMemPoolPtrExportData data;
+    if (!pool_first)
+        before = driver_create ? (int)export_ptr((CUmemPoolPtrExportData *)&data, (CUdeviceptr)p)
+                               : cudaMemPoolExportPointer(&data, p);
+    if (!pool_first)
+        pool_export = cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0);
+    after = driver_create ? (int)export_ptr((CUmemPoolPtrExportData *)&data, (CUdeviceptr)p)
+                          : cudaMemPoolExportPointer(&data, p);
+    if (pool_first)
+        snprintf(out, len, "pool exported first %d, then the pointer %d %s", pool_export, after, name(after));
+    else
+        snprintf(out, len, "the pointer before the pool's export %d %s, the pool %d, the pointer after %d %s",
+                 before, name(before), pool_export, after, name(after));
+    if (fd >= 0) close(fd);
+    cudaFree(p);
+    cudaMemPoolDestroy(pool);
+}
+
+static int export_order_child(int sock)
+{
+    char cmd[64], reply[1024], a[256], b[256], c[256];
+    if (msg_recv(sock, cmd, sizeof cmd, NULL, IDLE_MS)) return 0;
+    int r = ctx_init(), types = -1;
+    if (r) {
+        snprintf(reply, sizeof reply, "not run: context %d %s", r, name(r));
+    } else {
+        cudaDeviceGetAttribute(&types, cudaDevAttrMemoryPoolSupportedHandleTypes, 0);
+        export_order_one(false, false, a, sizeof a);
+        export_order_one(false, true, b, sizeof b);
+        export_order_one(true, false, c, sizeof c);
+        snprintf(reply, sizeof reply,
+                 "supported handle types %#x; runtime pool: %s; runtime pool: %s; driver pool: %s", types, a,
+                 b, c);
+    }
+    msg_send(sock, reply, -1);
+    msg_recv(sock, cmd, sizeof cmd, NULL, IDLE_MS);
+    return 0;
+}
+
+static void export_order(void);
+
 /* ---- the exporter: a pool, one allocation of it, its fd ---- */
 
 static int exporter(int sock)
@@ -216,6 +309,11 @@ static int exporter(int sock)
                 props.location.id = 0;
                 step = "pool-create", r = cudaMemPoolCreate(&pool, &props);
             }
+            /* The pool's export first, as cuda.core does: on the first H200
+             * run every pointer exported before its pool was refused. */
+            if (!r)
+                step = "export-pool", r = cudaMemPoolExportToShareableHandle(
+                                          &fd, pool, cudaMemHandleTypePosixFileDescriptor, 0);
             if (!r) step = "malloc", r = cudaMallocFromPoolAsync(&p, BYTES, pool, stream);
             if (!r) {
                 for (size_t i = 0; i < BYTES / 4; i++)
@@ -224,11 +322,9 @@ static int exporter(int sock)
             }
             if (!r) step = "sync", r = cudaStreamSynchronize(stream);
             if (!r) step = "export-pointer", r = cudaMemPoolExportPointer(&data, p);
-            if (!r)
-                step = "export-pool", r = cudaMemPoolExportToShareableHandle(
-                                          &fd, pool, cudaMemHandleTypePosixFileDescriptor, 0);
             if (r) {
                 snprintf(reply, sizeof reply, "error %s %d %s", step, r, name(r));
+                if (fd >= 0) close(fd);
                 fd = -1;
             } else {
                 strcpy(reply, "ok ");
@@ -636,10 +732,19 @@ static void import_twice(void)
     finish(&e, false);
 }
 
+static void export_order(void)
+{
+    struct child c;
+    if (start(&c, export_order_child)) return probe("pool-export-order", "not run (fork failed)");
+    probe("pool-export-order", "%s", ask(&c, "order"));
+    finish(&c, false);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
+    export_order();
     free_while_imported("pool-free-while-imported", "sync", "cudaFree");
     free_while_imported("pool-freeasync-while-imported", "async", "cudaFreeAsync");
     import_after_free();

@@ -195,11 +195,15 @@ static int producer(int sock)
         printf("producer: error pool-create %d\n", r);
         return 2;
     }
+    /* The pool's export before its pointers', as cuda.core does: on the
+     * first H200 run every pointer exported before its pool was refused. */
+    int fd = -1;
+    r = cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0);
     CUdeviceptr ptr[MAX_BLOCKS];
     CUmemPoolPtrExportData data[MAX_BLOCKS];
     size_t words = cfg.size / 4;
     uint32_t *host = malloc(cfg.size);
-    for (int b = 0; b < cfg.blocks; b++) {
+    for (int b = 0; b < cfg.blocks && r == cudaSuccess; b++) {
         void *p = NULL;
         r = cudaMallocFromPoolAsync(&p, cfg.size, pool, s1);
         if (r != cudaSuccess) break;
@@ -212,9 +216,6 @@ static int producer(int sock)
     }
     free(host);
     cudaStreamSynchronize(s1);
-    int fd = -1;
-    if (r == cudaSuccess)
-        r = cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0);
     printf("export: %d\n", r);
     if (r != cudaSuccess || send_exports(sock, fd, data) != 0) return 2;
     close(fd);
