@@ -236,7 +236,8 @@ static void export_order_one(bool driver_create, bool pool_first, char *out, siz
     int fd = -1, before = -1, after = -1, pool_export = -1;
     void *p = NULL;
     if (pool_first)
-        pool_export = cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0);
+        pool_export =
+            cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0);
     r = cudaMallocFromPoolAsync(&p, BYTES, pool, stream);
     if (!r) r = cudaStreamSynchronize(stream);
     if (r) {
@@ -248,13 +249,16 @@ static void export_order_one(bool driver_create, bool pool_first, char *out, siz
         before = driver_create ? (int)export_ptr((CUmemPoolPtrExportData *)&data, (CUdeviceptr)p)
                                : cudaMemPoolExportPointer(&data, p);
     if (!pool_first)
-        pool_export = cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0);
+        pool_export =
+            cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0);
     after = driver_create ? (int)export_ptr((CUmemPoolPtrExportData *)&data, (CUdeviceptr)p)
                           : cudaMemPoolExportPointer(&data, p);
     if (pool_first)
-        snprintf(out, len, "pool exported first %d, then the pointer %d %s", pool_export, after, name(after));
+        snprintf(out, len, "pool exported first %d, then the pointer %d %s", pool_export, after,
+                 name(after));
     else
-        snprintf(out, len, "the pointer before the pool's export %d %s, the pool %d, the pointer after %d %s",
+        snprintf(out, len,
+                 "the pointer before the pool's export %d %s, the pool %d, the pointer after %d %s",
                  before, name(before), pool_export, after, name(after));
     if (fd >= 0) close(fd);
     cudaFree(p);
@@ -274,8 +278,8 @@ static int export_order_child(int sock)
         export_order_one(false, true, b, sizeof b);
         export_order_one(true, false, c, sizeof c);
         snprintf(reply, sizeof reply,
-                 "supported handle types %#x; runtime pool: %s; runtime pool: %s; driver pool: %s", types, a,
-                 b, c);
+                 "supported handle types %#x; runtime pool: %s; runtime pool: %s; driver pool: %s",
+                 types, a, b, c);
     }
     msg_send(sock, reply, -1);
     msg_recv(sock, cmd, sizeof cmd, NULL, IDLE_MS);
