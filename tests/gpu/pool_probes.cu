@@ -22,6 +22,9 @@
  *                                  and from a second fd: the same handle?
  *   pool-import-pointer-twice      one pointer imported twice: the same
  *                                  pointer? how many frees?
+ *   pool-reclaim-in-order          NVIDIA's rule kept (importer frees first):
+ *                                  device memory back after each step, to
+ *                                  the exporter's pool's destruction
  *   pool-export-order              cudaMemPoolExportPointer's code before
  *                                  and after the pool's own export, for a
  *                                  pool made by the runtime and one made by
@@ -434,6 +437,14 @@ static int importer(int sock)
                 snprintf(reply, sizeof reply, "nothing to free");
         } else if (!strcmp(cmd, "settle")) {
             snprintf(reply, sizeof reply, "%zu", ctx_init() ? (size_t)0 : settled(NULL));
+        } else if (!strcmp(cmd, "drop")) { /* cudaMemPoolDestroy of every pool imported */
+            int r = 0;
+            for (int k = 0; k < npools; k++) {
+                int d = cudaMemPoolDestroy(pools[k]);
+                if (!r) r = d;
+            }
+            npools = 0;
+            snprintf(reply, sizeof reply, "%d %s", r, name(r));
         } else {
             if (fd >= 0) close(fd);
             return 0; /* "exit", holding what it imported */
@@ -621,6 +632,35 @@ static void free_while_imported(const char *probe_name, const char *how, const c
 }
 
 /* (b) The exporter frees before the importer imports the pointer. */
+/* NVIDIA's rule kept: the importer frees first, then the exporter; then
+ * the importer destroys its imported pool, then exits, then the exporter
+ * destroys its pool. Device memory as the exporter sees it (its pool
+ * trimmed) after each step, against the allocation live and imported. */
+static void reclaim_in_order(void)
+{
+    struct child e, i;
+    char hex[160], imp[256], ifr[256], efr[256], drop[256], destroy[256];
+    if (pair("pool-reclaim-in-order", &e, &i, hex, true, imp, sizeof imp)) return;
+    double s0 = mib(ask(&e, "settle"));
+    snprintf(ifr, sizeof ifr, "%s", ask(&i, "free sync"));
+    double s1 = mib(ask(&e, "settle"));
+    snprintf(efr, sizeof efr, "%s", ask(&e, "free sync"));
+    double s2 = mib(ask(&e, "settle"));
+    snprintf(drop, sizeof drop, "%s", ask(&i, "drop"));
+    double s3 = mib(ask(&e, "settle"));
+    finish(&i, false);
+    double s4 = mib(ask(&e, "settle"));
+    snprintf(destroy, sizeof destroy, "%s", ask(&e, "destroy"));
+    double s5 = mib(ask(&e, "settle"));
+    probe("pool-reclaim-in-order",
+          "MiB back as the exporter sees it, its pool trimmed: after the importer's cudaFree (%s) "
+          "%+.1f; after the exporter's (%s) %+.1f; after the importer's cudaMemPoolDestroy (%s) "
+          "%+.1f; after the importer's exit %+.1f; after the exporter's cudaMemPoolDestroy (%s) "
+          "%+.1f",
+          ifr, s1 - s0, efr, s2 - s0, drop, s3 - s0, s4 - s0, destroy, s5 - s0);
+    finish(&e, false);
+}
+
 static void import_after_free(void)
 {
     struct child e, i;
@@ -749,6 +789,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
     export_order();
+    reclaim_in_order();
     free_while_imported("pool-free-while-imported", "sync", "cudaFree");
     free_while_imported("pool-freeasync-while-imported", "async", "cudaFreeAsync");
     import_after_free();
