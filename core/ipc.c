@@ -457,9 +457,15 @@ static int open_begin(const struct ipc_handle *h, uint64_t ctx, uint8_t kind, st
         /* A handle this context has open opens again, the same pointer, even
          * after its exporter died: NVIDIA's driver does (H100, driver 580,
          * docs/gpu-validation.md 2026-11-26), and refusing would fail a call
-         * that succeeds without the shim. The mapping stays until closed. */
-        m->count++;
-        leak_note_reopen(m);
+         * that succeeds without the shim. The mapping stays until closed.
+         * The driver counts legacy opens (each needs its close) but not pool
+         * imports: one free ends every import of a pointer, and a second
+         * free is refused (H200, probe pool-import-pointer-twice); counting
+         * those would keep the lease, and the exporter's free, forever. */
+        if (kind != IPC_KIND_POOL) {
+            m->count++;
+            leak_note_reopen(m);
+        }
         *ptr = m->ptr;
         STAT_ADD(opens, 1);
         local_unlock();

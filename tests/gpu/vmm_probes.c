@@ -121,15 +121,34 @@ static void probe_fd_inode(void)
         }
         send_fd(sv[0], a, "fd");
         recv_fd(sv[1], text, sizeof text, &c);
-        struct stat sa, sb, sc;
+        /* A second allocation's export: a file identity names one
+         * allocation only if this one differs (an anonymous inode is
+         * shared by every file of its kind). */
+        CUmemGenericAllocationHandle mem2;
+        CUdeviceptr va2;
+        int d = -1;
+        if (make(&mem2, &va2) ||
+            cuMemExportToShareableHandle(&d, mem2, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0))
+            d = -1;
+        struct stat sa, sb, sc, sd;
+        memset(&sd, 0, sizeof sd);
         fstat(a, &sa), fstat(b, &sb), fstat(c, &sc);
+        if (d >= 0) fstat(d, &sd);
+        char link[128] = "?", path[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%d", a);
+        ssize_t n = readlink(path, link, sizeof link - 1);
+        link[n > 0 ? n : 1] = 0;
         printf("probe vmm-fd-inode: two exports: %s (%lu:%lu, %lu:%lu); after SCM_RIGHTS: %s; "
-               "fds %d %d\n",
+               "another allocation: %s (%lu:%lu); mode %#o, %s; fds %d %d\n",
                sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino ? "same inode" : "different inodes",
                (unsigned long)sa.st_dev, (unsigned long)sa.st_ino, (unsigned long)sb.st_dev,
                (unsigned long)sb.st_ino,
                sa.st_dev == sc.st_dev && sa.st_ino == sc.st_ino ? "same inode" : "different inode",
-               a, b);
+               d < 0                                              ? "not exported"
+               : sa.st_dev == sd.st_dev && sa.st_ino == sd.st_ino ? "same inode"
+                                                                  : "different inode",
+               (unsigned long)sd.st_dev, (unsigned long)sd.st_ino, (unsigned)sa.st_mode, link, a,
+               b);
         fflush(stdout);
         _exit(0);
     }

@@ -142,6 +142,16 @@ static int import_drop(CUdeviceptr ptr, enum sim_map_kind kind)
     return 0;
 }
 
+CUdeviceptr sim_drv_import_existing(unsigned dev, uint32_t index, uint64_t serial, uint64_t ctx_id)
+{
+    pthread_mutex_lock(&sim_drv_lock);
+    struct sim_ctx *c = sim_drv_ctx_by_id_locked(ctx_id);
+    struct import *im = c ? import_find_locked(c, SIM_MAP_POOL, dev, index, serial) : NULL;
+    CUdeviceptr p = im ? im->ptr : 0;
+    pthread_mutex_unlock(&sim_drv_lock);
+    return p;
+}
+
 int sim_drv_import_add(unsigned dev, uint32_t index, uint64_t serial, uint64_t ctx_id,
                        CUdeviceptr ptr, uint64_t size, CUmemoryPool pool, uint32_t row,
                        CUdeviceptr *out)

@@ -147,6 +147,12 @@ unsigned long long sim_pool_handle_types(uint64_t pool_id)
     return p ? p->handle_types : 0;
 }
 
+int sim_pool_exported(uint64_t pool_id)
+{
+    struct sim_mempool *p = pool_id ? created_by_id(pool_id) : NULL;
+    return p ? __atomic_load_n(&p->exported, __ATOMIC_ACQUIRE) : 0;
+}
+
 /* Bytes in use from pool p in this process (imported pools: 0, see README). */
 static uint64_t pool_usage(struct sim_mempool *p)
 {

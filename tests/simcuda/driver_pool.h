@@ -40,6 +40,7 @@ struct sim_mempool {
     uint64_t release_threshold;
     int follow_events, opportunistic, internal_deps;
     uint64_t used_high; /* highest sim_pool_usage seen at an allocation or query */
+    int exported;       /* cuMemPoolExportToShareableHandle succeeded once: its pointers export */
     struct sim_mempool *next;
 };
 

@@ -28,7 +28,9 @@
  *   importer frees it with cuMemFree or cuMemFreeAsync, which unmaps it here
  *   and drops the row; the exporter's allocation is untouched. A second
  *   import of the same allocation in the same context returns the same
- *   pointer and needs its own free.
+ *   pointer, not counted: one free ends both (NVIDIA's driver, H200).
+ * - A pointer exports only once its pool has been exported (NVIDIA's
+ *   driver refuses it before with CUDA_ERROR_INVALID_VALUE, H200).
  * - NVIDIA: "The imported memory must be freed from all importing processes
  *   before being freed in the exporting process." An exporter that frees
  *   first gets what legacy IPC gets under SIMCUDA_FREE_WHILE_MAPPED (the
@@ -135,6 +137,7 @@ CUresult CUDAAPI cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *(int *)handle_out = fd;
+    __atomic_store_n(&p->exported, 1, __ATOMIC_RELEASE);
     return CUDA_SUCCESS;
 }
 
@@ -169,8 +172,10 @@ CUresult CUDAAPI cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void
 /* Any pointer into a live allocation of this process from a pool created
  * with a shareable handle type (interior pointers export the whole
  * allocation, as cuIpcGetMemHandle does here). Default-pool, cuMemAlloc,
- * managed and imported memory, and memory of a pool without a handle type:
- * CUDA_ERROR_INVALID_VALUE. Takes the machine lock (it marks the allocation
+ * managed and imported memory, memory of a pool without a handle type, and
+ * memory of a pool not yet exported by cuMemPoolExportToShareableHandle
+ * (NVIDIA's driver refuses those too: probe pool-export-order, H200,
+ * 2026-11-26): CUDA_ERROR_INVALID_VALUE. Takes the machine lock (it marks the allocation
  * exported, which other processes' imports and the owner's free read). */
 CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
 {
@@ -182,7 +187,8 @@ CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, C
     struct sim_own own;
     if (dev < 0 || (unsigned)dev == SIM_POOL_MANAGED || sim_own_find((unsigned)dev, off, &own) ||
         !(own.flags & SIM_F_POOL) || own.pool_id == 0 ||
-        !(sim_pool_handle_types(own.pool_id) & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+        !(sim_pool_handle_types(own.pool_id) & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ||
+        !sim_pool_exported(own.pool_id))
         return CUDA_ERROR_INVALID_VALUE;
     struct ptr_data d;
     memset(&d, 0, sizeof(d));
@@ -238,6 +244,14 @@ CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool,
     if ((r = sim_drv_stream_ctx(NULL, &cdev, &ctx_id)) != CUDA_SUCCESS) return r;
     uint8_t *win = sim_window(d.device);
     if (!win) return CUDA_ERROR_OUT_OF_MEMORY;
+    /* Imported already in this context: the same pointer, not counted, so
+     * its first free ends it and a second free is refused (NVIDIA's driver:
+     * probe pool-import-pointer-twice, H200, 2026-11-26). */
+    CUdeviceptr again = sim_drv_import_existing(d.device, d.index, d.serial, ctx_id);
+    if (again) {
+        *ptr_out = again;
+        return CUDA_SUCCESS;
+    }
     uint32_t row = 0;
     switch (sim_map_open(d.index, d.serial, d.device, d.offset, ctx_id, SIM_MAP_POOL, &row)) {
     case SIM_OK:

@@ -25,7 +25,9 @@
  *     the hostile client: connects straight to the fd server's socket of
  *     user UID (IPCSHIM_DOMAIN's domain) for process PID, asks for FD, and
  *     prints "raw: connect ERRNO" or "raw: reply ERR fds N". */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -43,6 +45,12 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
+#if __has_include(<sys/pidfd.h>)
+#include <sys/pidfd.h> /* glibc 2.36: pidfd_open, pidfd_getfd (--libc) */
+#else
+int pidfd_open(pid_t pid, unsigned int flags);
+int pidfd_getfd(int pidfd, int targetfd, unsigned int flags);
+#endif
 
 #define SIZE (1 << 16)
 
@@ -120,11 +128,12 @@ static int exporter(int argc, char **argv)
     struct cudaMemPoolPtrExportData data;
     int fd = -1;
     int r = cudaMemPoolCreate(&pool, &props);
+    /* The pool before its pointer: NVIDIA's driver refuses the other order. */
+    if (!r)
+        r = cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0);
     if (!r) r = cudaMallocFromPoolAsync(&p, SIZE, pool, 0);
     if (!r) r = cudaMemcpy(p, host, SIZE, cudaMemcpyHostToDevice);
     if (!r) r = cudaMemPoolExportPointer(&data, p);
-    if (!r)
-        r = cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0);
     if (r) {
         printf("export: error %d\n", r);
         return 2;
