@@ -660,7 +660,7 @@ enum {
 
 /* ---- figure 4: last close -> real free ---------------------------------- */
 
-enum { RC_CLOSE_AT }; /* child's stamp: CLOCK_MONOTONIC just before its close */
+enum { RC_CLOSE_AT, RC_CLOSED_AT }; /* child's stamps: CLOCK_MONOTONIC before and after its close */
 
 static int reclaim_child(struct chan *c)
 {
@@ -689,6 +689,7 @@ static int reclaim_child(struct chan *c)
         seen = door_wait(c, D_TO_CHILD, seen, 0);
         __atomic_store_n(&c->stamp[RC_CLOSE_AT], now_ns(), __ATOMIC_RELEASE);
         CK(cudaIpcCloseMemHandle(p));
+        __atomic_store_n(&c->stamp[RC_CLOSED_AT], now_ns(), __ATOMIC_RELEASE);
         door_open(c, D_TO_PARENT);
     }
     return 0;
@@ -743,6 +744,7 @@ static int fig_reclaim(const struct args *a, const char *self)
     int pid = spawn_self(argv);
     door_wait(c, D_READY, ready, 0);
     double *lat = calloc((size_t)a->samples, sizeof *lat);
+    double *close_lat = calloc((size_t)a->samples, sizeof *close_lat); /* the close call itself */
     long missed = 0;
     probe_reset(); /* the exporter's own waits: the sampling window only */
     uint32_t seen = door_seq(c, D_TO_PARENT);
@@ -814,6 +816,8 @@ static int fig_reclaim(const struct args *a, const char *self)
             break;
         }
         lat[i] = (double)(t_free - t_close) / 1e3;
+        close_lat[i] =
+            (double)(__atomic_load_n(&c->stamp[RC_CLOSED_AT], __ATOMIC_ACQUIRE) - t_close) / 1e3;
     }
     struct probe_lock_stats ereg, esim;
     bool eprobe = probe_stats(&ereg, &esim);
@@ -853,6 +857,7 @@ static int fig_reclaim(const struct args *a, const char *self)
     print_values("reclaim_cut", (double[]){(double)cut}, 1);
     if (taken > 0) {
         print_values("reclaim_us", lat, (size_t)taken);
+        print_values("reclaim_close_us", close_lat, (size_t)taken);
         double m = median(lat, (size_t)taken), p99 = quantile(lat, (size_t)taken, 0.99);
         print_values("reclaim_median_us", &m, 1);
         print_values("reclaim_p99_us", &p99, 1);
