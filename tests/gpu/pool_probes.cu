@@ -201,6 +201,18 @@ static void free_one(void *p, const char *how, char *reply, size_t len)
         snprintf(reply, len, "%d %s", r, name(r));
 }
 
+/* A pinned pool on device 0 that exports as a POSIX fd (the runtime's). */
+static int ipc_pool_create(cudaMemPool_t *pool)
+{
+    struct cudaMemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = 0;
+    return cudaMemPoolCreate(pool, &props);
+}
+
 /* ---- pool-export-order: one child, no importer ---- */
 
 /* One pool's story: made by the runtime (driver_create 0) or the driver,
@@ -224,13 +236,7 @@ static void export_order_one(bool driver_create, bool pool_first, char *out, siz
         props.location.id = 0;
         r = create && export_ptr ? (int)create((CUmemoryPool *)&pool, &props) : -1;
     } else {
-        struct cudaMemPoolProps props;
-        memset(&props, 0, sizeof props);
-        props.allocType = cudaMemAllocationTypePinned;
-        props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
-        props.location.type = cudaMemLocationTypeDevice;
-        props.location.id = 0;
-        r = cudaMemPoolCreate(&pool, &props);
+        r = ipc_pool_create(&pool);
     }
     if (r) {
         snprintf(out, len, "pool-create %d", r);
@@ -307,15 +313,7 @@ static int exporter(int sock)
             const char *step = "context";
             struct cudaMemPoolPtrExportData data;
             r = ctx_init();
-            if (!r) {
-                struct cudaMemPoolProps props;
-                memset(&props, 0, sizeof props);
-                props.allocType = cudaMemAllocationTypePinned;
-                props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
-                props.location.type = cudaMemLocationTypeDevice;
-                props.location.id = 0;
-                step = "pool-create", r = cudaMemPoolCreate(&pool, &props);
-            }
+            if (!r) step = "pool-create", r = ipc_pool_create(&pool);
             /* The pool's export first, as cuda.core does: on the first H200
              * run every pointer exported before its pool was refused. */
             if (!r)
