@@ -67,13 +67,13 @@ SIM_INTERNAL unsigned long long sim_pool_handle_types(uint64_t pool_id);
 /* Whether that pool has been exported by cuMemPoolExportToShareableHandle
  * in this process (NVIDIA's driver exports no pointer before: H200, 2026-11-26). */
 SIM_INTERNAL int sim_pool_exported(uint64_t pool_id);
+/* This context's (ctx_id) pool import of allocation (dev, index, serial):
+ * its pointer, or 0 when there is none (driver_ipc.c). */
+SIM_INTERNAL CUdeviceptr sim_drv_import_existing(unsigned dev, uint32_t index, uint64_t serial,
+                                                 uint64_t ctx_id);
 /* Pool imports (driver_pool_ipc.c), kept with the IPC opens: records one
  * import in context ctx_id (import_add_locked; 0, or -1 when out of memory)
  * and releases one at base pointer p (import_drop; 0, or -1 when none). */
-/* This context's (ctx_id) pool import of allocation (dev, index, serial):
- * its pointer, or 0 when there is none. */
-SIM_INTERNAL CUdeviceptr sim_drv_import_existing(unsigned dev, uint32_t index, uint64_t serial,
-                                                 uint64_t ctx_id);
 SIM_INTERNAL int sim_drv_import_add(unsigned dev, uint32_t index, uint64_t serial, uint64_t ctx_id,
                                     CUdeviceptr ptr, uint64_t size, CUmemoryPool pool, uint32_t row,
                                     CUdeviceptr *out);

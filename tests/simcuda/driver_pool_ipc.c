@@ -175,8 +175,9 @@ CUresult CUDAAPI cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void
  * managed and imported memory, memory of a pool without a handle type, and
  * memory of a pool not yet exported by cuMemPoolExportToShareableHandle
  * (NVIDIA's driver refuses those too: probe pool-export-order, H200,
- * 2026-11-26): CUDA_ERROR_INVALID_VALUE. Takes the machine lock (it marks the allocation
- * exported, which other processes' imports and the owner's free read). */
+ * 2026-11-26): CUDA_ERROR_INVALID_VALUE. Takes the machine lock (it marks
+ * the allocation exported, which other processes' imports and the owner's
+ * free read). */
 CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
 {
     CUresult r = sim_drv_enter();
