@@ -9,8 +9,9 @@ consumer, a second PyTorch process (torch's CUDA initialised first), opens
 it with cudaIpcOpenMemHandle through ctypes on the libcudart torch loaded,
 reads it back with cudaMemcpy and checks the values.
 
-NOT YET RUN ON A GPU: written on a machine without one. Run by
-scripts/gpu-check with and without the shim.
+Run by scripts/gpu-check with and without the shim; on the 2026-11-26
+H200 the export was refused without it (1) and the consumer read every
+value with it (docs/gpu-validation.md).
 
 Prints "export: CODE", then "consumer: ok", "consumer: wrong ..." or
 "consumer: error ..."; exit status 0 when the consumer read what was

@@ -1,14 +1,15 @@
 /* vmm_probes: what the CUDA driver and the kernel do with VMM memory
  * (cuMemCreate + cuMemMap) shared through POSIX fds, in the cases the
  * shim's VMM support (shim/vmm.c, shim/fdpass.c) rests on. Measured without
- * the shim unless scripts/gpu-check runs it under it. NOT YET RUN ON A GPU:
- * written on a machine without one (issue 29, item 5); each answer is a
- * finding to record in docs/gpu-validation.md, not a pass or a fail.
+ * the shim unless scripts/gpu-check runs it under it. Each answer is a
+ * finding to record in docs/gpu-validation.md, not a pass or a fail (the
+ * first ones: the 2026-11-26 H200, whose VMM fds are all /dev/nvidiactl).
  * Prints "probe vmm-NAME: RESULT" lines:
  *
  *   vmm-fd-inode        two cuMemExportToShareableHandle of one allocation,
- *                       and one of them after a trip through SCM_RIGHTS:
- *                       the same inode (st_dev, st_ino)?
+ *                       one of them after a trip through SCM_RIGHTS, and
+ *                       another allocation's: the same inode (st_dev,
+ *                       st_ino)? the file's mode and what it links to
  *   vmm-exporter-killed the exporter SIGKILLed while an importer maps the
  *                       allocation: does the importer still read the data,
  *                       and which pids does nvidia-smi charge before and
