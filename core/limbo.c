@@ -299,6 +299,18 @@ void limbo_collect_on_untracked_free(void)
     if (reg_now_ns() - last > LIMBO_FREE_COLLECT_INTERVAL_NS) limbo_collect(LIMBO_SWEEP_DUE);
 }
 
+/* Claims wake value `wake` for the caller's collect: true for exactly one
+ * of the threads that saw it (a program thread in limbo_collect_if_woken,
+ * or the collector), false when it was claimed already. Its collect starts
+ * after the claim, so after every lease end the value counts; a later end
+ * changes the value and is claimed anew. */
+static bool wake_claim(uint32_t wake)
+{
+    uint32_t seen = __atomic_load_n(&ipc_proc.wake_seen, __ATOMIC_RELAXED);
+    return seen != wake && __atomic_compare_exchange_n(&ipc_proc.wake_seen, &seen, wake, false,
+                                                       __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+}
+
 /* The last close wakes the collector thread (registry_wake), which must
  * then get a CPU: on a loaded machine that is a scheduler's wake-up
  * latency, while a program thread that calls in is running already. Both
@@ -313,9 +325,7 @@ void limbo_collect_if_woken(void)
     if (me == REG_NONE || __atomic_load_n(&ipc_proc.state, __ATOMIC_ACQUIRE) != PROC_ACTIVE) return;
     /* pairs with the fetch_add in registry_wake (the last close's wake) */
     uint32_t wake = __atomic_load_n(&ipc_proc.reg.holders[me].wake, __ATOMIC_ACQUIRE);
-    if (wake == __atomic_load_n(&ipc_proc.wake_seen, __ATOMIC_RELAXED)) return;
-    __atomic_store_n(&ipc_proc.wake_seen, wake, __ATOMIC_RELAXED);
-    free_limbo();
+    if (wake_claim(wake)) free_limbo();
 }
 
 /* The common free needs no registry lock: a live block of ours with no
@@ -404,13 +414,20 @@ void limbo_collector_step(void)
      * lands in between changes the word, so FUTEX_WAIT returns at once. */
     limbo_collect(LIMBO_SWEEP_DUE);
     if (collector_stopping()) return;
-    registry_wait(&ipc_proc.reg, me, seen, wait);
-    if (collector_stopping()) return;
-    /* A program thread that was running already took this wake
-     * (limbo_collect_if_woken): meeting it at the local lock would only
-     * delay that free. */
-    uint32_t wake = __atomic_load_n(&ipc_proc.reg.holders[me].wake, __ATOMIC_ACQUIRE);
-    if (wake != seen && wake == __atomic_load_n(&ipc_proc.wake_seen, __ATOMIC_RELAXED)) return;
+    uint64_t deadline = reg_now_ns() + wait;
+    for (;;) {
+        registry_wait(&ipc_proc.reg, me, seen, wait);
+        if (collector_stopping()) return;
+        uint32_t wake = __atomic_load_n(&ipc_proc.reg.holders[me].wake, __ATOMIC_ACQUIRE);
+        if (wake == seen || wake_claim(wake)) break; /* due, or the wake is ours */
+        /* A program thread that was running already took this wake
+         * (limbo_collect_if_woken): sleep again, until the same deadline,
+         * rather than meet it at the local lock. */
+        seen = wake;
+        uint64_t now = reg_now_ns();
+        if (now >= deadline) break;
+        wait = deadline - now;
+    }
     limbo_collect(local_limbo_pending() ? LIMBO_SWEEP_LIMBO : LIMBO_SWEEP_DUE);
 }
 

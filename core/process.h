@@ -58,9 +58,9 @@ struct ipc_process {
     /* When the last full sweep, collect and limbo sweep ran (CLOCK_MONOTONIC;
      * relaxed atomics, any thread: a stale value only shifts a sweep). */
     uint64_t last_sweep_ns, last_collect_ns, last_limbo_sweep_ns;
-    /* Our holder's wake word as a program thread last collected on it
-     * (limbo_collect_if_woken; relaxed atomics, any thread: a stale value
-     * costs one collect more or waits for the collector). */
+    /* Our holder's wake word as last claimed for a collect (wake_claim in
+     * limbo.c: a CAS, so one thread, a program thread or the collector,
+     * collects each value; any thread, no lock). */
     uint32_t wake_seen;
     /* collector_start was called (local lock). */
     bool collector_asked;

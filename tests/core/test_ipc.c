@@ -765,6 +765,44 @@ Test(ipc, stats_frees_on_the_calling_thread_what_a_last_close_woke)
     importer_stop(&im);
 }
 
+/* A wake a program thread claimed (ipc_stats) sends the collector back to
+ * sleep; the next last close must still wake it and be freed by it, and
+ * every block is freed once. */
+Test(ipc, collector_takes_the_next_wake_after_one_the_program_claimed)
+{
+    test_option("COLLECTOR", "1");
+    struct ipc_handle h1 = make_handle(24), h2 = make_handle(25);
+    cr_assert_eq(ipc_export(&h1, BASE, 100, 0, CTX), 0);
+    cr_assert_eq(ipc_export(&h2, BASE + 0x100000, 100, 0, CTX), 0);
+    struct importer a, b;
+    importer_start(&a, h1);
+    importer_start(&b, h2);
+    uint64_t p1, p2, closing_at;
+    cr_assert_eq(importer_open(&a, 1, &p1), IPC_REAL);
+    cr_assert_eq(importer_open(&b, 1, &p2), IPC_REAL);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
+    cr_assert_eq(ipc_free(BASE + 0x100000), IPC_DONE);
+    sleep_ms(50); /* let the collector settle into its wait */
+    struct ipcshim_stats s = {0};
+    cr_assert_eq(importer_call(&a, CMD_CLOSE, p1, &closing_at), IPC_REAL);
+    ipc_stats(&s); /* this thread claims the first wake (or the collector was first) */
+    for (int i = 0; i < 2000 && fake_free_count() < 1; i++)
+        sleep_ms(1);
+    cr_assert_eq(fake_free_count(), 1);
+    sleep_ms(20); /* the collector, woken too, back asleep */
+    cr_assert_eq(importer_call(&b, CMD_CLOSE, p2, &closing_at), IPC_REAL);
+    for (int i = 0; i < 2000 && fake_free_count() < 2; i++)
+        sleep_ms(1); /* no call of ours: only the collector can free it */
+    cr_assert_eq(fake_free_count(), 2, "the collector took the next wake");
+    uint64_t latency = __atomic_load_n(&fake_last_free_ns, __ATOMIC_SEQ_CST) - closing_at;
+    cr_assert_lt(latency, 100000000ull, "latency %llu ns", (unsigned long long)latency);
+    sleep_ms(20);
+    ipc_stats(&s);
+    cr_assert_eq(fake_free_count(), 2, "each block freed once");
+    importer_stop(&a);
+    importer_stop(&b);
+}
+
 Test(ipc, fork_child_is_a_new_holder)
 {
     struct ipc_handle h = make_handle(22);
