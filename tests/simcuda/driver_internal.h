@@ -72,8 +72,10 @@ SIM_INTERNAL int sim_pool_exported(uint64_t pool_id);
 SIM_INTERNAL CUdeviceptr sim_drv_import_existing(unsigned dev, uint32_t index, uint64_t serial,
                                                  uint64_t ctx_id);
 /* Pool imports (driver_pool_ipc.c), kept with the IPC opens: records one
- * import in context ctx_id (import_add_locked; 0, or -1 when out of memory)
- * and releases one at base pointer p (import_drop; 0, or -1 when none). */
+ * import in context ctx_id (import_add_locked; 0, 1 when this context had
+ * imported it already: the same pointer, uncounted, the caller's row to
+ * give back; -1 when out of memory) and releases one at base pointer p
+ * (import_drop; 0, or -1 when none). */
 SIM_INTERNAL int sim_drv_import_add(unsigned dev, uint32_t index, uint64_t serial, uint64_t ctx_id,
                                     CUdeviceptr ptr, uint64_t size, CUmemoryPool pool, uint32_t row,
                                     CUdeviceptr *out);

@@ -50,11 +50,6 @@ _Static_assert(sizeof(struct evt_handle) == CU_IPC_HANDLE_SIZE, "event handle is
 
 /* ---- IPC ---- */
 
-/* Records one more open of `kind` of allocation (dev, index, serial) in
- * context c, mapped at ptr, from `row` of the machine's table (a second one
- * in the same context counts, and returns the same pointer). Returns the
- * mapping's pointer, or 0 when out of memory (the caller gives the row
- * back). Caller holds sim_drv_lock. */
 /* This context's import of allocation (dev, index, serial), or NULL.
  * Caller holds sim_drv_lock. */
 static struct import *import_find_locked(const struct sim_ctx *c, enum sim_map_kind kind,
@@ -71,11 +66,20 @@ static struct import *import_find_locked(const struct sim_ctx *c, enum sim_map_k
     return im;
 }
 
+/* Records one more open of `kind` of allocation (dev, index, serial) in
+ * context c, mapped at ptr, from `row` of the machine's table. A second
+ * legacy open in the same context counts and returns the same pointer; a
+ * second pool import returns the same pointer uncounted (NVIDIA's driver,
+ * H200: one free ends both) and sets *repeat: the caller gives its row
+ * back. Returns the mapping's pointer, or 0 when out of memory (the caller
+ * gives the row back). Caller holds sim_drv_lock. */
 static CUdeviceptr import_add_locked(struct sim_ctx *c, enum sim_map_kind kind, unsigned dev,
                                      uint32_t index, uint64_t serial, CUdeviceptr ptr,
-                                     uint64_t size, CUmemoryPool pool, uint32_t row)
+                                     uint64_t size, CUmemoryPool pool, uint32_t row, bool *repeat)
 {
     struct import *im = import_find_locked(c, kind, dev, index, serial);
+    *repeat = im && kind == SIM_MAP_POOL;
+    if (*repeat) return im->ptr;
     if (im) {
         im->count++;
         im->row = row;
@@ -156,13 +160,16 @@ int sim_drv_import_add(unsigned dev, uint32_t index, uint64_t serial, uint64_t c
                        CUdeviceptr ptr, uint64_t size, CUmemoryPool pool, uint32_t row,
                        CUdeviceptr *out)
 {
+    bool repeat = false;
     pthread_mutex_lock(&sim_drv_lock);
     struct sim_ctx *c = sim_drv_ctx_by_id_locked(ctx_id);
     CUdeviceptr p =
-        c ? import_add_locked(c, SIM_MAP_POOL, dev, index, serial, ptr, size, pool, row) : 0;
+        c ? import_add_locked(c, SIM_MAP_POOL, dev, index, serial, ptr, size, pool, row, &repeat)
+          : 0;
     pthread_mutex_unlock(&sim_drv_lock);
     if (!p) return -1;
     *out = p;
+    if (repeat) return 1;
     sim_drv_count(&sim_drv_counts.pool_imports);
     return 0;
 }
@@ -263,9 +270,11 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
         return CUDA_SUCCESS;
     }
     }
+    bool repeat; /* never for a legacy open: those count */
     pthread_mutex_lock(&sim_drv_lock);
-    CUdeviceptr p = import_add_locked(c, SIM_MAP_IPC, h.device, h.index, h.serial,
-                                      (CUdeviceptr)(uintptr_t)(win + h.offset), h.size, NULL, row);
+    CUdeviceptr p =
+        import_add_locked(c, SIM_MAP_IPC, h.device, h.index, h.serial,
+                          (CUdeviceptr)(uintptr_t)(win + h.offset), h.size, NULL, row, &repeat);
     pthread_mutex_unlock(&sim_drv_lock);
     if (!p) {
         sim_map_del(h.index, h.serial, c->id, row);

@@ -270,9 +270,13 @@ CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool,
              __atomic_load_n(&a->pool_id, __ATOMIC_SEQ_CST) == d.pool_id && size == d.size &&
              __atomic_load_n(&a->serial, __ATOMIC_SEQ_CST) == d.serial;
     CUdeviceptr out = 0;
-    if (ok &&
-        sim_drv_import_add(d.device, d.index, d.serial, ctx_id,
-                           (CUdeviceptr)(uintptr_t)(win + d.offset), size, pool, row, &out) == 0) {
+    int added =
+        ok ? sim_drv_import_add(d.device, d.index, d.serial, ctx_id,
+                                (CUdeviceptr)(uintptr_t)(win + d.offset), size, pool, row, &out)
+           : -1;
+    if (added >= 0) {
+        if (added == 1)
+            sim_map_del(d.index, d.serial, ctx_id, row); /* a racing repeat: uncounted */
         *ptr_out = out;
         return CUDA_SUCCESS;
     }
