@@ -164,11 +164,6 @@
  * that the prediction did not match (swap_history_miss_run), the real cache
  * follows lru until one matches again, whatever the shadows' costs say. */
 #define FALLBACK_RUN 64
-/* Guard (see "Robustness"): once a period is known, the real cache's own
- * cost over the long window above this times lru's shadow's makes it leave
- * mru and the short-window choice. 1.0: chosen after seeing
- * seq2seq-attn-train (1.01 and 1.02 were no better there). */
-#define GUARD_MARGIN 1.0
 /* MIN only: a next_use with this bit is the time the block is freed, with
  * no access before (dead). */
 #define DEAD_BIT (1ULL << 63)
@@ -196,6 +191,7 @@ struct blk {
     uint64_t size;
     uint64_t last_use;   /* access counter at its latest access (lru order) */
     uint64_t pin_launch; /* launch of its latest access: pinned while == now */
+    uint64_t gap;        /* launches between its two latest accesses (0: one so far) */
     uint64_t next_use;   /* min: true next use after its latest access */
     bool resident, dirty, has_host;
     /* history: its predictions (from the period, anchored) as of launch
@@ -234,7 +230,6 @@ struct swap_policy {
     double decay;
     int follow;           /* the shadow whose ranking the real cache follows */
     uint64_t last_period; /* the history's period after the previous launch */
-    double r_long;        /* the real cache's own cost over s_long's window */
 };
 
 int swap_policy_create_params(const struct swap_params *prm, struct swap_policy **out)
@@ -314,7 +309,9 @@ static int by_score_desc(const void *x, const void *y)
 /* History's prediction for an unpinned block, computed once per launch:
  * the history changes during a launch only by this launch's accesses, whose
  * blocks are pinned (never ranked), and its shifts only between launches,
- * so the six prediction shadows share one walk per block and launch. */
+ * so the six prediction shadows share one walk per block and launch.
+ * From the period (not anchored), the block's own latest gap wins where it
+ * comes sooner (see "Next use": an inner loop). */
 static uint64_t predicted(struct swap_policy *p, struct blk *b, bool anchored, bool *dies)
 {
     if (b->pred_at != p->now + 1) {
@@ -323,6 +320,11 @@ static uint64_t predicted(struct swap_policy *p, struct blk *b, bool anchored, b
         b->pred_at = p->now + 1;
     }
     *dies = b->pred_dies[anchored];
+    uint64_t again = b->pin_launch + b->gap;
+    if (!anchored && b->gap && again > p->now && again < b->pred_next[0]) {
+        *dies = false;
+        return again;
+    }
     return b->pred_next[anchored];
 }
 
@@ -474,7 +476,6 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
             if (v->dirty) {
                 p->c.dirty_evictions++;
                 p->c.d2h_bytes += v->size;
-                p->r_long += (double)v->size;
             }
             v->resident = false;
             v->dirty = false;
@@ -487,7 +488,6 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
             out->fetch = true;
             p->c.faults++;
             p->c.h2d_bytes += size;
-            p->r_long += (double)size;
         } else {
             out->first_touch = true;
             p->c.first_touches++;
@@ -498,6 +498,7 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
     b->resident = true;
     b->dirty = b->dirty || is_write;
     b->last_use = ++p->access_count;
+    if (b->pin_launch != p->now) b->gap = b->pin_launch == NOT_PINNED ? 0 : p->now - b->pin_launch;
     b->pin_launch = p->now;
     b->next_use = next_use;
     return 0;
@@ -570,25 +571,26 @@ void swap_policy_next_launch(struct swap_policy *p)
         if (lw < SHADOW_WINDOW) lw = SHADOW_WINDOW;
         for (int k = SH_LRU; k < SH_N; k++)
             p->s_long[k] *= 1.0 - 1.0 / lw;
-        p->r_long *= 1.0 - 1.0 / lw;
         /* The prediction shadow that cost least over the long window (ties:
-         * the current one); the real cache follows it while it has recently
-         * cost less than recency would have, mru while that costs clearly
-         * less than every other (see "Robustness"). */
+         * the current one). With a period known, the real cache follows it
+         * where it has cost less than lru over that window, else lru: the
+         * long window alone decides (the short one flips by phase, and each
+         * switch pays for the moves between contents). Before a period, by
+         * the short window: the expert while it has recently cost less than
+         * recency, mru while that costs clearly less than every other (see
+         * "Robustness"). */
         for (int k = SH_FIRST_PREDICT; k < SH_N; k++)
             if (p->s_long[k] < p->s_long[p->expert]) p->expert = k;
-        p->follow = p->s_cost[p->expert] < p->s_cost[SH_LRU] ? p->expert : SH_LRU;
-        if (swap_history_miss_run(p->hist) >= FALLBACK_RUN) p->follow = SH_LRU;
-        bool mru = true;
-        for (int k = 0; k < SH_N; k++)
-            if (k != SH_MRU && !(p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[k])) mru = false;
-        if (mru) p->follow = SH_MRU;
-        /* Guard (see "Robustness"): the real cache itself, not a shadow,
-         * has cost more than lru's shadow over the long window: follow lru,
-         * or the expert where it has cost less than lru over that window;
-         * never mru, and never the short window (it flips by phase). */
-        if (period && p->r_long > GUARD_MARGIN * p->s_long[SH_LRU])
+        if (period) {
             p->follow = p->s_long[p->expert] < p->s_long[SH_LRU] ? p->expert : SH_LRU;
+        } else {
+            p->follow = p->s_cost[p->expert] < p->s_cost[SH_LRU] ? p->expert : SH_LRU;
+            bool mru = true;
+            for (int k = 0; k < SH_N; k++)
+                if (k != SH_MRU && !(p->s_cost[SH_MRU] < MRU_MARGIN * p->s_cost[k])) mru = false;
+            if (mru) p->follow = SH_MRU;
+        }
+        if (swap_history_miss_run(p->hist) >= FALLBACK_RUN) p->follow = SH_LRU;
     }
 }
 
