@@ -80,29 +80,29 @@
  * periods. The prediction shadow with the lowest two-period cost is the
  * expert (comparing whole iterations: over a shorter window two rankings
  * that cost the same per iteration alternate, and each switch costs the
- * moves between their contents). The real cache ranks its victims as the
- * expert does while the expert's recent cost is strictly below the recency
- * shadow's; as mru while the mru shadow costs under 0.8x every other (a
- * loop larger than the budget, before its period is learned: this is what
- * makes warm-up cheap); else by recency. When a period is first learned,
- * the prediction shadows (which ranked by recency until then) restart from
- * the real cache's contents and costs, so the real cache follows a
- * prediction from that launch on instead of after a window (warm-up
- * counts). When the pattern changes (an
- * evaluation pass, a second model, a shuffled order) history degrades to
- * lru within a window, and returns to prediction once the new pattern has
- * been learned and proves cheaper; and at the latest after FALLBACK_RUN
+ * moves between their contents). Before a period is known, the real cache
+ * ranks its victims as the expert does while the expert's recent cost is
+ * strictly below the recency shadow's; as mru while the mru shadow costs
+ * under 0.8x every other (a loop larger than the budget: this is what makes
+ * warm-up cheap); else by recency. When a period is first learned, the
+ * prediction shadows (which ranked by recency until then) restart from the
+ * real cache's contents and costs, so the real cache follows a prediction
+ * from that launch on instead of after a window (warm-up counts). From
+ * then on the long window alone decides: the real cache follows the expert
+ * where the expert's two-period cost is below the lru shadow's, else lru;
+ * never mru. (It once also followed the short window, which flips by
+ * phase: mru through a decoder loop, a prediction through backward, lru
+ * after, and every switch paid for the moves between contents; on
+ * seq2seq-attn-train at 1.5x the real cache moved more than lru.) When
+ * the pattern changes (an evaluation pass, a second model, a shuffled
+ * order) history degrades to lru once the expert's long-window cost rises
+ * above lru's, and returns to prediction once the new pattern has been
+ * learned and proves cheaper; and at the latest after FALLBACK_RUN
  * launches in a row that the prediction did not match (none of the above
  * found them a period back), the real cache follows lru until one matches
- * again. Guard: once a period is known, the real cache's own cost over
- * the long window is compared with the lru shadow's; where it is higher
- * (the short window's choice flips by phase, mru included, and each switch
- * pays for the moves between contents: seq2seq-attn-train at 1.5x), the
- * real cache follows the expert if its long-window cost is below lru's,
- * else lru. Cost: a few bits of state per block
- * and a victim ranking per shadow eviction. On the recorded real traces
- * (docs/swap.md) history never moves more than lru, and far less where the
- * loop repeats.
+ * again. Cost: a few bits of state per block and a victim ranking per
+ * shadow eviction. On the recorded real traces (docs/swap.md) history
+ * moves at most 1 % more than lru, and far less where the loop repeats.
  *
  * Next use. If the pattern repeats with period P, what block b does next is
  * what it did one period ago: its predicted next use is t + P, where t is
@@ -112,7 +112,16 @@
  * does not use b: predicted never, evicted first. P is phase-corrected at
  * every launch: if the launch just completed matched a launch P +- d ago,
  * the shift d is applied to the predictions until the next correction (or
- * a trusted anchor sets it).
+ * a trusted anchor sets it). Own gap: where b's latest access came g
+ * launches after the one before it, and its latest access + g is still
+ * ahead and sooner than the period's prediction, that is the prediction
+ * (the shadows from the period use it; the anchored ones do not). An inner
+ * loop whose count differs from one period ago (a decoder run for as many
+ * steps as the batch's target length), or a phase met for the first time
+ * (an evaluation pass that re-reads each layer's weights within a few
+ * launches), is predicted by the blocks' own rhythm where the period's
+ * alignment is off; a block whose gap has passed is predicted by the
+ * period alone.
  *
  * Ranking. The victim is the block with the largest
  *     score = (next_use - now) * (dirty ? 1 : CLEAN_WEIGHT)
