@@ -143,6 +143,7 @@ struct swap_decision {
     size_t n_evict;
     bool fetch;       /* copy the block host->device */
     bool first_touch; /* first access: create on the device, nothing to copy */
+    bool to_host;     /* swap_policy_copy of a new block with no room: create it on the host */
 };
 
 struct swap_policy;
@@ -165,10 +166,20 @@ void swap_policy_destroy(struct swap_policy *p);
 int swap_policy_access(struct swap_policy *p, uint64_t block, uint64_t size, bool is_write,
                        struct swap_decision *out);
 
-/* Replay only, for kind MIN: the same, with the logical time of this block's
- * next access after this one (SWAP_NEVER if none) known from the trace. */
+/* The same for a copy or set (cudaMemcpy*, cudaMemset*), which works
+ * wherever the block is: a block that is not resident stays where it is
+ * (nothing fetched, nothing evicted, a write keeps its host copy current);
+ * a new block is created on the device if it fits without an eviction
+ * (first_touch), else on the host (to_host). A resident block counts as
+ * used. Never -ENOSPC. */
+int swap_policy_copy(struct swap_policy *p, uint64_t block, uint64_t size, bool is_write,
+                     struct swap_decision *out);
+
+/* Replay only, for kind MIN: swap_policy_access (swap_policy_copy when
+ * by_copy), with the logical time of this block's next kernel access after
+ * this one (SWAP_NEVER if none) known from the trace. */
 int swap_policy_access_known(struct swap_policy *p, uint64_t block, uint64_t size, bool is_write,
-                             uint64_t next_use, struct swap_decision *out);
+                             bool by_copy, uint64_t next_use, struct swap_decision *out);
 
 /* The block was freed: it leaves the device budget without a write-back.
  * -ENOENT if the policy never saw it. */

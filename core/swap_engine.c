@@ -88,21 +88,24 @@ struct swap_index *swap_engine_index(struct swap_engine *e)
 }
 
 /* Move b to device (or the host, -1) through the table; the note follows
- * only a successful move. */
-static void move(struct swap_engine *e, struct swap_block *b, int device, uint64_t stream)
+ * only a successful move. placing: b is new (nothing to copy). */
+static void move(struct swap_engine *e, struct swap_block *b, int device, uint64_t stream,
+                 bool placing)
 {
     if (e->ops.move(e->ops.ctx, b->base, b->size, device, stream)) {
         e->c.move_failures++;
         return;
     }
-    if (device < 0)
+    if (placing)
+        e->c.created_bytes += b->charge;
+    else if (device < 0)
         e->c.to_host_bytes += b->charge;
     else
         e->c.to_device_bytes += b->charge;
     b->on_device = device >= 0;
 }
 
-int swap_engine_access(struct swap_engine *e, struct swap_block *b, bool is_write, bool fetch,
+int swap_engine_access(struct swap_engine *e, struct swap_block *b, bool is_write, bool by_copy,
                        uint64_t stream)
 {
     if (!e || !b) return -EINVAL;
@@ -110,15 +113,23 @@ int swap_engine_access(struct swap_engine *e, struct swap_block *b, bool is_writ
     if (!p) return -ENOMEM;
     e->touched |= 1ULL << b->device;
     struct swap_decision d;
-    int rc = swap_policy_access(p, b->base, b->charge, is_write, &d);
+    int rc = by_copy ? swap_policy_copy(p, b->base, b->charge, is_write, &d)
+                     : swap_policy_access(p, b->base, b->charge, is_write, &d);
     if (rc == -ENOSPC) e->c.overflows++;
     if (rc) return rc;
     for (size_t i = 0; i < d.n_evict; i++) {
         struct swap_block *v = swap_index_find(e->index, d.evict[i].block);
-        if (v && v->base == d.evict[i].block && v->on_device) move(e, v, -1, stream);
+        if (v && v->base == d.evict[i].block && v->on_device) move(e, v, -1, stream, false);
     }
-    /* The policy now counts b as resident: placing it keeps the guarantee. */
-    if (fetch && !b->on_device) move(e, b, b->device, stream);
+    if (d.to_host) {
+        /* A new block the copy creates on the host: put it there first, so
+         * that the driver does not create it on the device. */
+        move(e, b, -1, stream, true);
+    } else if ((!by_copy || d.first_touch) && !b->on_device) {
+        /* The policy now counts b as resident: placing it keeps the
+         * guarantee (a new block a copy creates goes there before it). */
+        move(e, b, b->device, stream, d.first_touch);
+    }
     return 0;
 }
 

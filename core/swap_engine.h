@@ -35,7 +35,10 @@ struct swap_ops {
 };
 
 struct swap_engine_counts {
-    uint64_t to_device_bytes, to_host_bytes; /* charged bytes of successful moves */
+    /* charged bytes of successful moves: fetches, evictions, and new blocks
+     * placed before their first access (on the device, or on the host for a
+     * copy with no room: nothing to copy) */
+    uint64_t to_device_bytes, to_host_bytes, created_bytes;
     uint64_t move_failures;
     uint64_t overflows; /* accesses left to demand paging: the launch does not fit */
 };
@@ -64,11 +67,13 @@ struct swap_block *swap_engine_find(const struct swap_engine *e, uint64_t addr);
 struct swap_index *swap_engine_index(struct swap_engine *e);
 
 /* The current launch accesses b: its policy decides; the victims that are
- * on their device are moved to the host first, then, when fetch is set and
- * b is not on its device, b is moved there, all on stream. -ENOSPC: the
- * launch's blocks do not fit the budget; nothing moved, the access is left
- * to demand paging (counted). -ENOMEM. */
-int swap_engine_access(struct swap_engine *e, struct swap_block *b, bool is_write, bool fetch,
+ * on their device are moved to the host first, then b, when it is not on
+ * its device, is moved there, all on stream. by_copy: the access is a copy
+ * or set (swap_policy_copy): b moves only when it is new, to its device
+ * when the policy counts it resident, else to the host, before the copy.
+ * -ENOSPC: the launch's blocks do not fit the budget; nothing moved, the
+ * access is left to demand paging (counted). -ENOMEM. */
+int swap_engine_access(struct swap_engine *e, struct swap_block *b, bool is_write, bool by_copy,
                        uint64_t stream);
 
 /* The current launch is complete: every policy it touched advances. */

@@ -30,9 +30,10 @@ static void next_table_free(struct next_entry **tab)
     }
 }
 
-/* For every access event i: when the same block is next accessed, measured
- * in launches (by_launch) or in event indices, SWAP_NEVER if it is freed
- * first or never accessed again. Scans backwards. */
+/* For every access event i: when the same block is next accessed by a
+ * kernel (copies need no residency: swap_policy_copy), measured in
+ * launches (by_launch) or in event indices, SWAP_NEVER if it is freed first
+ * or never accessed again. Scans backwards. */
 static int next_uses(const struct swap_trace *t, bool by_launch, uint64_t **out)
 {
     uint64_t *next = malloc((t->n ? t->n : 1) * sizeof(*next));
@@ -72,7 +73,7 @@ static int next_uses(const struct swap_trace *t, bool by_launch, uint64_t **out)
             e->next = by_launch ? now | (1ULL << 63) : SWAP_NEVER;
         } else {
             next[i] = e->next;
-            e->next = by_launch ? now : i;
+            if (!ev->is_copy) e->next = by_launch ? now : i;
         }
     }
     next_table_free(&tab);
@@ -152,8 +153,13 @@ static int replay_once(const struct swap_trace *t, const struct swap_params *prm
         struct swap_decision d;
         switch (e->kind) {
         case SWAP_EV_ACCESS:
-            rc = next ? swap_policy_access_known(p, e->block, e->bytes, e->is_write, next[i], &d)
-                      : swap_policy_access(p, e->block, e->bytes, e->is_write, &d);
+            if (next)
+                rc = swap_policy_access_known(p, e->block, e->bytes, e->is_write, e->is_copy,
+                                              next[i], &d);
+            else if (e->is_copy)
+                rc = swap_policy_copy(p, e->block, e->bytes, e->is_write, &d);
+            else
+                rc = swap_policy_access(p, e->block, e->bytes, e->is_write, &d);
             if (rc == -ENOSPC) rc = 0;
             break;
         case SWAP_EV_LAUNCH:
@@ -275,6 +281,10 @@ int swap_replay_lower_bound(const struct swap_trace *t, uint64_t budget, unsigne
             continue;
         }
         if (e->kind != SWAP_EV_ACCESS && e->kind != SWAP_EV_FREE) continue;
+        /* A copy needs no residency: leaving it out only relaxes the
+         * problem (a block first written by a copy is then created by its
+         * first kernel access, for free). */
+        if (e->kind == SWAP_EV_ACCESS && e->is_copy) continue;
         HASH_FIND(hh, tab, &e->block, sizeof(e->block), b);
         if (e->kind == SWAP_EV_FREE) {
             if (b) {

@@ -385,10 +385,15 @@ static int rank_victims(struct swap_policy *p, const struct blk *self, int which
 }
 
 /* Replays one access in shadow cache k (no decision, only its cost). */
-static int shadow_access(struct swap_policy *p, int k, struct blk *b, uint64_t size, bool is_write)
+static int shadow_access(struct swap_policy *p, int k, struct blk *b, uint64_t size, bool is_write,
+                         bool by_copy)
 {
     uint64_t old = b->s_res[k] ? b->size : 0;
     uint64_t after = p->s_resident[k] - old + size;
+    if (by_copy && !b->s_res[k] && (b->s_host[k] || after > p->prm.budget_bytes)) {
+        b->s_host[k] = true; /* see copy_stays_on_host */
+        return 0;
+    }
     if (after > p->prm.budget_bytes) {
         enum rank how = shadows[k].how;
         if (how >= RANK_PREDICT && !swap_history_period(p->hist)) how = RANK_LRU;
@@ -436,8 +441,19 @@ static struct blk *blk_find_or_add(struct swap_policy *p, uint64_t block, uint64
     return b;
 }
 
+/* A copy or set works wherever its block is (the copy engines reach host
+ * memory): one of a block that is not resident moves nothing and evicts
+ * nothing, and the block stays where it is, on the host. A block that has
+ * never been anywhere is created on the device if it fits as it is, else on
+ * the host (out->to_host: the caller places it there before the copy, so
+ * that the driver does not). A kernel access then fetches it as any other. */
+static bool copy_stays_on_host(const struct swap_policy *p, const struct blk *b, uint64_t size)
+{
+    return !b->resident && (b->has_host || p->resident + size > p->prm.budget_bytes);
+}
+
 static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, bool is_write,
-                         uint64_t next_use, struct swap_decision *out)
+                         bool by_copy, uint64_t next_use, struct swap_decision *out)
 {
     if (!p || !out || size == 0) return -EINVAL;
     *out = (struct swap_decision){.evict = p->evict};
@@ -449,7 +465,7 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
     if (!b) return -ENOMEM;
     if (p->hist) {
         for (int k = SH_LRU; k < SH_N; k++) {
-            int rc = shadow_access(p, k, b, size, is_write);
+            int rc = shadow_access(p, k, b, size, is_write, by_copy);
             if (rc) return rc;
         }
     }
@@ -457,7 +473,11 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
      * have been reallocated larger at the same id). */
     uint64_t old = b->resident ? b->size : 0;
     uint64_t after = p->resident - old + size;
-    if (after > p->prm.budget_bytes) {
+    if (by_copy && copy_stays_on_host(p, b, size)) {
+        out->to_host = !b->has_host;
+        b->has_host = true;
+        after = p->resident;
+    } else if (after > p->prm.budget_bytes) {
         uint64_t movable = 0;
         for (struct blk *o = p->blocks; o; o = o->hh.next)
             if (o->resident && o != b && !pinned(p, o)) movable += o->size;
@@ -492,20 +512,24 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
             after -= v->size;
         }
     }
-    if (!b->resident) {
-        if (b->has_host) {
-            out->fetch = true;
-            p->c.faults++;
-            p->c.h2d_bytes += size;
-        } else {
-            out->first_touch = true;
-            p->c.first_touches++;
+    if (out->to_host || (by_copy && !b->resident && b->has_host)) {
+        /* left on the host: a copy there keeps the host copy current */
+    } else {
+        if (!b->resident) {
+            if (b->has_host) {
+                out->fetch = true;
+                p->c.faults++;
+                p->c.h2d_bytes += size;
+            } else {
+                out->first_touch = true;
+                p->c.first_touches++;
+            }
         }
+        b->resident = true;
+        b->dirty = b->dirty || is_write;
     }
     p->resident = after;
     b->size = size;
-    b->resident = true;
-    b->dirty = b->dirty || is_write;
     b->last_use = ++p->access_count;
     if (b->pin_launch != p->now) b->gap = b->pin_launch == NOT_PINNED ? 0 : p->now - b->pin_launch;
     b->pin_launch = p->now;
@@ -517,14 +541,21 @@ int swap_policy_access(struct swap_policy *p, uint64_t block, uint64_t size, boo
                        struct swap_decision *out)
 {
     if (p && p->prm.kind == SWAP_POLICY_MIN) return -EINVAL;
-    return access_common(p, block, size, is_write, SWAP_NEVER, out);
+    return access_common(p, block, size, is_write, false, SWAP_NEVER, out);
+}
+
+int swap_policy_copy(struct swap_policy *p, uint64_t block, uint64_t size, bool is_write,
+                     struct swap_decision *out)
+{
+    if (p && p->prm.kind == SWAP_POLICY_MIN) return -EINVAL;
+    return access_common(p, block, size, is_write, true, SWAP_NEVER, out);
 }
 
 int swap_policy_access_known(struct swap_policy *p, uint64_t block, uint64_t size, bool is_write,
-                             uint64_t next_use, struct swap_decision *out)
+                             bool by_copy, uint64_t next_use, struct swap_decision *out)
 {
     if (!p || p->prm.kind != SWAP_POLICY_MIN) return -EINVAL;
-    return access_common(p, block, size, is_write, next_use, out);
+    return access_common(p, block, size, is_write, by_copy, next_use, out);
 }
 
 int swap_policy_free(struct swap_policy *p, uint64_t block)

@@ -37,8 +37,8 @@ int swap_trace_write_event(FILE *f, const struct swap_event *e)
     int n;
     switch (e->kind) {
     case SWAP_EV_ACCESS:
-        n = fprintf(f, "A 0x%" PRIx64 " %" PRIu64 " %c\n", e->block, e->bytes,
-                    e->is_write ? 'w' : 'r');
+        n = fprintf(f, "A 0x%" PRIx64 " %" PRIu64 " %c%s\n", e->block, e->bytes,
+                    e->is_write ? 'w' : 'r', e->is_copy ? " c" : "");
         break;
     case SWAP_EV_FREE:
         n = fprintf(f, "F 0x%" PRIx64 "\n", e->block);
@@ -91,9 +91,10 @@ static bool parse_line(char *s, struct swap_event *e)
         s += 1;
         if (*s++ != ' ') return false;
         if (!parse_u64(&s, &e->block) || !parse_u64(&s, &e->bytes) || e->bytes == 0) return false;
-        if ((s[0] != 'r' && s[0] != 'w') || s[1] != '\0') return false;
+        if (s[0] != 'r' && s[0] != 'w') return false;
         e->is_write = s[0] == 'w';
-        return true;
+        e->is_copy = s[1] == ' ' && s[2] == 'c' && s[3] == '\0';
+        return s[1] == '\0' || e->is_copy;
     default:
         return false;
     }

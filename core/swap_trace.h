@@ -6,6 +6,9 @@
  *
  *   # ipcshim swap trace v1         header (written; optional on read)
  *   A <block> <bytes> <r|w>         the current launch accesses block
+ *   A <block> <bytes> <r|w> c       the same by a copy or set (the shim's
+ *                                   cudaMemcpy*, cudaMemset*: they work
+ *                                   wherever the block is, swap.h)
  *   L                               the current launch is complete
  *   F <block>                       block freed
  *   I                               iteration boundary (generators only)
@@ -37,6 +40,7 @@ struct swap_event {
     uint64_t bytes; /* ACCESS */
     uint8_t kind;   /* enum swap_event_kind */
     bool is_write;  /* ACCESS */
+    bool is_copy;   /* ACCESS: by a copy or set, not a kernel */
 };
 
 /* A growable array of events. Zero-initialised is empty and valid. */

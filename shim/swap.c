@@ -251,22 +251,23 @@ void swap_init(void)
     __atomic_store_n(&swap_enabled, true, __ATOMIC_RELEASE);
 }
 
-static void trace_event(char kind, const struct swap_block *b, bool is_write)
+static void trace_event(char kind, const struct swap_block *b, bool is_write, bool by_copy)
 {
     if (!trace) return;
     struct swap_event e = {.kind = (uint8_t)kind,
                            .block = b ? b->base : 0,
                            .bytes = b ? b->charge : 0,
-                           .is_write = is_write};
+                           .is_write = is_write,
+                           .is_copy = by_copy};
     swap_trace_write_event(trace, &e);
 }
 
 /* Report one access of the current launch to the engine, which applies the
  * decision through cuda_move. Under swap_lock. */
-static void access_block(struct swap_block *b, bool is_write, bool fetch, CUstream stream)
+static void access_block(struct swap_block *b, bool is_write, bool by_copy, CUstream stream)
 {
-    int rc = swap_engine_access(engine, b, is_write, fetch, (uint64_t)(uintptr_t)stream);
-    trace_event(SWAP_EV_ACCESS, b, is_write);
+    int rc = swap_engine_access(engine, b, is_write, by_copy, (uint64_t)(uintptr_t)stream);
+    trace_event(SWAP_EV_ACCESS, b, is_write, by_copy);
     if (rc == -ENOSPC)
         LOG_ONCE(
             LOG_WARN,
@@ -426,7 +427,7 @@ static void before_launch(enum fn_kind kind, const void *fn, void **args, void *
     }
     if (args && (!l || !l->known) && !extra) counts.launches_no_layout++;
     for (size_t i = 0; i < t.n; i++)
-        access_block(t.block[i], true, true, stream);
+        access_block(t.block[i], true, false, stream);
     if (t.n) counts.launches_scanned++;
     end_launch(t.n);
     pthread_mutex_unlock(&swap_lock);
@@ -440,8 +441,8 @@ static void record_copy(uint64_t dst, uint64_t src, CUstream stream)
     struct swap_block *s = src ? swap_engine_find(engine, src) : NULL;
     struct swap_block *d = dst ? swap_engine_find(engine, dst) : NULL;
     size_t n = 0;
-    if (s) access_block(s, false, false, stream), n++;
-    if (d) access_block(d, true, false, stream), n++;
+    if (s) access_block(s, false, true, stream), n++;
+    if (d) access_block(d, true, true, stream), n++;
     if (n) counts.copies_recorded++;
     end_launch(n);
     pthread_mutex_unlock(&swap_lock);
@@ -508,14 +509,13 @@ void swap_report(void)
         (unsigned long long)counts.copies_recorded);
     log_report("swap: faults (fetches a launch needed) %llu, first touches %llu, evictions %llu "
                "(%llu dirty), "
-               "prefetched to device %llu bytes, to host %llu bytes, prefetch failures %llu, over "
-               "budget %llu, "
-               "exports refused %llu",
+               "prefetched to device %llu bytes, to host %llu bytes, new blocks placed %llu bytes, "
+               "prefetch failures %llu, over budget %llu, exports refused %llu",
                (unsigned long long)sum.faults, (unsigned long long)sum.first_touches,
                (unsigned long long)sum.evictions, (unsigned long long)sum.dirty_evictions,
                (unsigned long long)own.to_device_bytes, (unsigned long long)own.to_host_bytes,
-               (unsigned long long)own.move_failures, (unsigned long long)own.overflows,
-               (unsigned long long)counts.refused_exports);
+               (unsigned long long)own.created_bytes, (unsigned long long)own.move_failures,
+               (unsigned long long)own.overflows, (unsigned long long)counts.refused_exports);
     if (trace) fflush(trace);
     pthread_mutex_unlock(&swap_lock);
 }

@@ -6,6 +6,7 @@
  * documented error; ordinary blocks export, and IPC pairs keep working with
  * swap on in both processes. */
 #include "run.h"
+#include "swap_trace.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -95,6 +96,65 @@ Test(swap, training_at_1_5x_budget_is_correct_bounded_and_history_beats_lru)
     cr_expect_lt(hist.fetches, lru.fetches, "history %llu fetches, lru %llu", hist.fetches,
                  lru.fetches);
     cr_expect_lt(hist.h2d, lru.h2d, "history %llu bytes to device, lru %llu", hist.h2d, lru.h2d);
+}
+
+/* The number after `key` in the first line of the file at path that has it. */
+static unsigned long long number_after(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no log at %s", path);
+    char line[1024];
+    const char *at = NULL;
+    while (!at && fgets(line, sizeof line, f))
+        at = strstr(line, key);
+    fclose(f);
+    cr_assert(at, "no \"%s\" in %s", key, path);
+    return strtoull(at + strlen(key), NULL, 10);
+}
+
+/* The trace the shim writes is what its policy saw, copies marked: replayed
+ * at the same budget, the policy's fetches and write-backs are the bytes
+ * the shim moved, exactly (docs/swap.md, "The shim's bytes and the
+ * replay's"). Every block train's kernels touch is written (the shim
+ * records kernels as writing all their blocks), so every eviction is a
+ * write-back and the shim's bytes to the host are the replay's too. */
+Test(swap, the_shims_moves_are_the_replay_of_its_trace)
+{
+    need_train();
+    char trace[256], log[256], env_trace[300], env_log[300];
+    snprintf(trace, sizeof trace, "/tmp/ipcshim-swap-exact-%d.trace", (int)getpid());
+    snprintf(log, sizeof log, "/tmp/ipcshim-swap-exact-%d.log", (int)getpid());
+    unlink(trace), unlink(log);
+    snprintf(env_trace, sizeof env_trace, "IPCSHIM_TRACE=%s", trace);
+    snprintf(env_log, sizeof env_log, "IPCSHIM_LOG_FILE=%s", log);
+    const uint64_t budget = 26431488; /* tests/swap/traces/e2e-train.trace.xz's */
+    struct run_result r;
+    run_prog(&r, "train", true,
+             ENV("IPCSHIM_DEVICE_BUDGET=26431488", "IPCSHIM_SWAP_MIN_BYTES=64K",
+                 "IPCSHIM_SWAP_POLICY=history", "IPCSHIM_STATS=1", env_trace, env_log),
+             ARGS("--iters", "6"));
+    cr_assert_eq(r.status, 0, "%s", r.out);
+    unsigned long long fetched = number_after(log, "prefetched to device ");
+    unsigned long long to_host = number_after(log, "to host ");
+    unsigned long long faults = number_after(log, "faults (fetches a launch needed) ");
+    struct swap_trace t = {0};
+    size_t bad = 0;
+    cr_assert_eq(swap_trace_load(trace, &t, &bad), 0, "trace line %zu", bad);
+    size_t copies = 0;
+    for (size_t i = 0; i < t.n; i++)
+        copies += t.ev[i].kind == SWAP_EV_ACCESS && t.ev[i].is_copy;
+    cr_expect_gt(copies, 0, "the fills, the batches and the read-backs are copies");
+    struct swap_params prm = {.kind = SWAP_POLICY_HISTORY, .budget_bytes = budget};
+    struct swap_replay_result h;
+    cr_assert_eq(swap_replay(&t, &prm, 0, &h), 0);
+    cr_expect_gt(h.total.h2d_bytes, 0, "the budget made the shim swap");
+    cr_expect_eq(h.total.faults, faults);
+    cr_expect_eq(h.total.h2d_bytes, fetched, "replay %llu bytes fetched, shim %llu",
+                 (unsigned long long)h.total.h2d_bytes, fetched);
+    cr_expect_eq(h.total.d2h_bytes, to_host, "replay %llu bytes written back, shim %llu",
+                 (unsigned long long)h.total.d2h_bytes, to_host);
+    swap_trace_fini(&t);
+    unlink(trace), unlink(log);
 }
 
 Test(swap, without_a_budget_swap_stays_off)

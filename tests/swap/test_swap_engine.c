@@ -44,7 +44,7 @@ static int launch(struct swap_engine *e, const uint64_t *bases, int n, uint64_t 
     for (int i = 0; i < n && !rc; i++) {
         struct swap_block *b = swap_engine_find(e, bases[i]);
         cr_assert(b, "block %#llx", (unsigned long long)bases[i]);
-        rc = swap_engine_access(e, b, true, true, stream);
+        rc = swap_engine_access(e, b, true, false, stream);
     }
     swap_engine_end_launch(e);
     return rc;
@@ -95,8 +95,10 @@ Test(swap_engine, evicts_before_fetching_and_stays_under_the_budget)
     struct swap_counters pc;
     struct swap_engine_counts c;
     swap_engine_counters(e, &pc, &c);
-    cr_expect_eq(c.to_device_bytes, 18ull * MB, "every access of an lru loop is a move");
+    cr_expect_eq(c.created_bytes, 6ull * MB, "the first round creates the blocks");
+    cr_expect_eq(c.to_device_bytes, 12ull * MB, "every later access of an lru loop is a fetch");
     cr_expect_eq(c.to_host_bytes, 14ull * MB);
+    cr_expect_eq(c.to_device_bytes, pc.h2d_bytes, "the engine's fetches are the policy's");
     cr_expect_eq(pc.launches, 18);
     swap_engine_destroy(e);
 }
@@ -108,13 +110,13 @@ Test(swap_engine, a_failed_move_leaves_the_block_where_it_was)
     cr_assert_eq(swap_engine_add(e, 0x200000, MB, 0, 4096), 0);
     struct swap_block *b = swap_engine_find(e, 0x200000 + 12);
     cr_assert(b, "interior addresses find the block");
-    cr_assert_eq(swap_engine_access(e, b, false, true, 0), 0);
+    cr_assert_eq(swap_engine_access(e, b, false, false, 0), 0);
     cr_expect(!b->on_device, "the move failed: not noted as placed");
     struct swap_engine_counts c;
     swap_engine_counters(e, NULL, &c);
     cr_expect_eq(c.move_failures, 1);
     swap_engine_end_launch(e);
-    cr_assert_eq(swap_engine_access(e, b, false, true, 0), 0);
+    cr_assert_eq(swap_engine_access(e, b, false, false, 0), 0);
     cr_expect(b->on_device, "the next launch fetches it");
     swap_engine_destroy(e);
 }
@@ -153,5 +155,53 @@ Test(swap_engine, devices_have_their_own_budget_and_removal_frees_it)
     cr_assert_eq(swap_engine_add(e, c, 2 * MB, 0, 4096), 0);
     cr_assert_eq(launch(e, &c, 1, 0), 0);
     cr_expect_eq(l.n, 3, "fits without evicting");
+    swap_engine_destroy(e);
+}
+
+/* One copy (or set) of the block at base, a "launch" of its own. */
+static void copy(struct swap_engine *e, uint64_t base, bool is_write)
+{
+    struct swap_block *b = swap_engine_find(e, base);
+    cr_assert(b, "block %#llx", (unsigned long long)base);
+    cr_assert_eq(swap_engine_access(e, b, is_write, true, 0), 0);
+    swap_engine_end_launch(e);
+}
+
+/* Copies work wherever the block is (swap_policy_copy): a new block is
+ * created on the device while it fits, else on the host, before the copy;
+ * a copy of an evicted block moves nothing and evicts nothing; a launch
+ * then fetches it. The moves are the policy's: created bytes apart, the
+ * bytes to the device are its fetches, and nothing is placed beyond what it
+ * counts resident. */
+Test(swap_engine, copies_create_new_blocks_where_they_fit_and_move_nothing_else)
+{
+    struct move_log l = {0};
+    struct swap_engine *e = make(&l, SWAP_POLICY_LRU, 2 * MB);
+    uint64_t a = 0x1000000, b = 0x2000000, c = 0x3000000;
+    for (uint64_t x = a; x <= c; x += 0x1000000)
+        cr_assert_eq(swap_engine_add(e, x, MB, 0, 4096), 0);
+    copy(e, a, true); /* fills: a and b fit, c does not */
+    copy(e, b, true);
+    copy(e, c, true);
+    cr_assert_eq(l.n, 3);
+    cr_expect(l.m[0].device == 0 && l.m[1].device == 0, "a and b are created on the device");
+    cr_expect_eq(l.m[2].base, c);
+    cr_expect_eq(l.m[2].device, -1, "c is created on the host: nothing was evicted for it");
+    cr_expect_eq(swap_engine_resident_bytes(e, 0), 2 * MB);
+    cr_assert_eq(launch(e, &c, 1, 0), 0); /* a kernel: evicts a, fetches c */
+    cr_assert_eq(l.n, 5);
+    cr_expect(l.m[3].base == a && l.m[3].device == -1);
+    cr_expect(l.m[4].base == c && l.m[4].device == 0);
+    copy(e, a, false); /* a read-back of an evicted block: no move, no eviction */
+    copy(e, a, true);
+    cr_expect_eq(l.n, 5, "copies of a block on the host move nothing");
+    cr_expect_leq(swap_engine_placed_bytes(e, 0), swap_engine_resident_bytes(e, 0));
+    struct swap_counters pc;
+    struct swap_engine_counts own;
+    swap_engine_counters(e, &pc, &own);
+    cr_expect_eq(own.created_bytes, 3ull * MB, "a and b on the device, c on the host");
+    cr_expect_eq(own.to_device_bytes, pc.h2d_bytes, "the engine's fetches are the policy's");
+    cr_expect_eq(own.to_host_bytes, pc.d2h_bytes, "and its evictions (a was dirty)");
+    cr_expect_eq(pc.faults, 1);
     swap_engine_destroy(e);
 }

@@ -27,7 +27,7 @@ static struct swap_decision touch(struct swap_policy *p, uint64_t b, uint64_t si
 static struct swap_decision touch_known(struct swap_policy *p, uint64_t b, uint64_t next)
 {
     struct swap_decision d;
-    cr_assert_eq(swap_policy_access_known(p, b, SZ, false, next, &d), 0);
+    cr_assert_eq(swap_policy_access_known(p, b, SZ, false, false, next, &d), 0);
     swap_policy_next_launch(p);
     return d;
 }
@@ -40,7 +40,7 @@ Test(swap_policy, create_rejects_bad_arguments)
     p = make(SWAP_POLICY_LRU, 10);
     struct swap_decision d;
     cr_expect_eq(swap_policy_access(p, 1, 0, false, &d), -EINVAL);
-    cr_expect_eq(swap_policy_access_known(p, 1, 5, false, 3, &d), -EINVAL);
+    cr_expect_eq(swap_policy_access_known(p, 1, 5, false, false, 3, &d), -EINVAL);
     swap_policy_destroy(p);
     p = make(SWAP_POLICY_MIN, 10);
     cr_expect_eq(swap_policy_access(p, 1, 5, false, &d), -EINVAL);
@@ -64,7 +64,8 @@ Test(swap_policy, min_prefers_a_clean_victim_at_similar_distance)
 {
     struct swap_policy *p = make(SWAP_POLICY_MIN, 2 * SZ);
     struct swap_decision d;
-    cr_assert_eq(swap_policy_access_known(p, 'A', SZ, true, 10, &d), 0); /* dirty, furthest */
+    cr_assert_eq(swap_policy_access_known(p, 'A', SZ, true, false, 10, &d),
+                 0); /* dirty, furthest */
     swap_policy_next_launch(p);
     touch_known(p, 'B', 8); /* clean, a little nearer */
     d = touch_known(p, 'C', SWAP_NEVER);
@@ -116,8 +117,8 @@ Test(swap_policy, history_learns_the_period_and_matches_min)
         for (int b = 0; b < n; b++) {
             touch(h, b, SZ, b % 2);
             struct swap_decision d;
-            cr_assert_eq(swap_policy_access_known(m, b, SZ, b % 2, (uint64_t)(r * n + b + n), &d),
-                         0);
+            cr_assert_eq(
+                swap_policy_access_known(m, b, SZ, b % 2, false, (uint64_t)(r * n + b + n), &d), 0);
             swap_policy_next_launch(m);
         }
         swap_policy_counters(h, &c);
@@ -171,6 +172,53 @@ Test(swap_policy, dirty_evictions_write_back_and_clean_ones_do_not)
     cr_expect_eq(c.h2d_bytes, SZ);
     cr_expect_eq(c.faults, 1);
     swap_policy_destroy(p);
+}
+
+/* One copy of one block (min: through access_known, fed no next use). */
+static struct swap_decision copy(struct swap_policy *p, bool min, uint64_t b, bool w)
+{
+    struct swap_decision d;
+    cr_assert_eq(min ? swap_policy_access_known(p, b, SZ, w, true, SWAP_NEVER, &d)
+                     : swap_policy_copy(p, b, SZ, w, &d),
+                 0);
+    swap_policy_next_launch(p);
+    return d;
+}
+
+/* A copy (or set) works wherever its block is (swap_policy_copy), for
+ * every kind: a new block is created on the device while it fits, else on
+ * the host; a copy of a block on the host fetches nothing and evicts
+ * nothing (a write keeps the host copy current); a kernel then fetches it.
+ * MIN, fed the true next uses, does the same through access_known. */
+Test(swap_policy, copies_work_where_the_block_is)
+{
+    for (int k = SWAP_POLICY_LRU; k <= SWAP_POLICY_MIN; k++) {
+        struct swap_policy *p = make((enum swap_policy_kind)k, 2 * SZ);
+        bool min = k == SWAP_POLICY_MIN;
+        struct swap_decision d;
+        const char *name = swap_policy_kind_name((enum swap_policy_kind)k);
+        d = copy(p, min, 'A', true);
+        cr_expect(d.first_touch && !d.to_host, "%s: A fits: created on the device", name);
+        d = copy(p, min, 'B', true);
+        d = copy(p, min, 'C', true);
+        cr_expect(d.to_host && !d.first_touch && d.n_evict == 0,
+                  "%s: C does not fit: created on the host, nothing evicted", name);
+        cr_expect(!swap_policy_is_resident(p, 'C'), "%s", name);
+        d = copy(p, min, 'C', false);
+        cr_expect(!d.to_host && !d.fetch && d.n_evict == 0, "%s: a read-back moves nothing", name);
+        cr_assert_eq(min ? swap_policy_access_known(p, 'C', SZ, false, false, SWAP_NEVER, &d)
+                         : swap_policy_access(p, 'C', SZ, false, &d),
+                     0);
+        swap_policy_next_launch(p);
+        cr_expect(d.fetch && d.n_evict == 1, "%s: a kernel fetches C, evicting one", name);
+        cr_expect(swap_policy_is_resident(p, 'C'), "%s", name);
+        struct swap_counters c;
+        swap_policy_counters(p, &c);
+        cr_expect_eq(c.faults, 1, "%s", name);
+        cr_expect_eq(c.h2d_bytes, SZ, "%s", name);
+        cr_expect_eq(c.overflows, 0, "%s", name);
+        swap_policy_destroy(p);
+    }
 }
 
 Test(swap_policy, blocks_of_the_current_launch_are_pinned)
@@ -240,7 +288,8 @@ Test(swap_policy, budget_is_never_exceeded)
                 bool w = xorshift() % 3 == 0;
                 struct swap_decision d;
                 int rc = kind == SWAP_POLICY_MIN
-                             ? swap_policy_access_known(p, b, size, w, launch + xorshift() % 50, &d)
+                             ? swap_policy_access_known(p, b, size, w, false,
+                                                        launch + xorshift() % 50, &d)
                              : swap_policy_access(p, b, size, w, &d);
                 cr_assert(rc == 0 || rc == -ENOSPC, "rc %d", rc);
                 cr_assert_leq(swap_policy_resident_bytes(p), budget);

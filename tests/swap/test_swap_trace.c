@@ -8,13 +8,20 @@
 #include "swap_gen.h"
 #include "swap_trace.h"
 
-static void push(struct swap_trace *t, char kind, uint64_t block, uint64_t bytes, bool w)
+static void push_copy(struct swap_trace *t, char kind, uint64_t block, uint64_t bytes, bool w,
+                      bool copy)
 {
     cr_assert_eq(swap_trace_push(t, (struct swap_event){.kind = (uint8_t)kind,
                                                         .block = block,
                                                         .bytes = bytes,
-                                                        .is_write = w}),
+                                                        .is_write = w,
+                                                        .is_copy = copy}),
                  0);
+}
+
+static void push(struct swap_trace *t, char kind, uint64_t block, uint64_t bytes, bool w)
+{
+    push_copy(t, kind, block, bytes, w, false);
 }
 
 static bool same(const struct swap_trace *a, const struct swap_trace *b)
@@ -23,7 +30,7 @@ static bool same(const struct swap_trace *a, const struct swap_trace *b)
     for (size_t i = 0; i < a->n; i++) {
         const struct swap_event *x = &a->ev[i], *y = &b->ev[i];
         if (x->kind != y->kind || x->block != y->block || x->bytes != y->bytes ||
-            x->is_write != y->is_write)
+            x->is_write != y->is_write || x->is_copy != y->is_copy)
             return false;
     }
     return true;
@@ -35,6 +42,9 @@ Test(swap_trace, writer_and_reader_round_trip)
     push(&t, 'A', 0x7f0012340000ULL, 4096, false);
     push(&t, 'A', 1, UINT64_MAX, true);
     push(&t, 'L', 0, 0, false);
+    push_copy(&t, 'A', 0x7f0012340000ULL, 4096, true, true); /* a copy or set */
+    push_copy(&t, 'A', 2, 8192, false, true);
+    push(&t, 'L', 0, 0, false);
     push(&t, 'F', 0x7f0012340000ULL, 0, false);
     push(&t, 'I', 0, 0, false);
     char *buf = NULL;
@@ -43,6 +53,7 @@ Test(swap_trace, writer_and_reader_round_trip)
     cr_assert_eq(swap_trace_write(f, &t), 0);
     fclose(f);
     cr_expect(strstr(buf, "A 0x7f0012340000 4096 r\n") != NULL, "%s", buf);
+    cr_expect(strstr(buf, "A 0x7f0012340000 4096 w c\n") != NULL, "%s", buf);
     f = fmemopen(buf, len, "r");
     cr_assert_eq(swap_trace_read(f, &u, NULL), 0);
     fclose(f);
@@ -54,8 +65,10 @@ Test(swap_trace, writer_and_reader_round_trip)
 
 Test(swap_trace, reader_is_strict)
 {
-    const char *bad[] = {"A 12 0 r\n", "A 12 10 x\n", "A 12 10\n",         "Q\n",
-                         "L x\n",      "F\n",         "A 12 10 r extra\n", "A -1 10 r\n"};
+    const char *bad[] = {
+        "A 12 0 r\n",    "A 12 10 x\n",       "A 12 10\n",   "Q\n",          "L x\n",
+        "F\n",           "A 12 10 r extra\n", "A -1 10 r\n", "A 12 10 rc\n", "A 12 10 r c x\n",
+        "A 12 10 r d\n", "A 12 10 r \n"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char text[128];
         snprintf(text, sizeof(text), "# c\n\nA 1 2 w\n%s", bad[i]);
