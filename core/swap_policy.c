@@ -115,13 +115,16 @@
  * a trusted anchor sets it). Own gap: where b's latest access came g
  * launches after the one before it, and its latest access + g is still
  * ahead and sooner than the period's prediction, that is the prediction
- * (the shadows from the period use it; the anchored ones do not). An inner
- * loop whose count differs from one period ago (a decoder run for as many
- * steps as the batch's target length), or a phase met for the first time
- * (an evaluation pass that re-reads each layer's weights within a few
- * launches), is predicted by the blocks' own rhythm where the period's
- * alignment is off; a block whose gap has passed is predicted by the
- * period alone.
+ * (the shadows from the period use it; the anchored ones do not). A block
+ * in a burst (read by three or more launches in a row: the three kernels
+ * of a decoder step that use the output projection) has for g the gap
+ * before the burst: its rhythm is the step's, not the burst's one launch.
+ * An inner loop whose count differs from one period ago (a decoder run for
+ * as many steps as the batch's target length), or a phase met for the
+ * first time (an evaluation pass that re-reads each layer's weights within
+ * a few launches), is predicted by the blocks' own rhythm where the
+ * period's alignment is off; a block whose gap has passed is predicted by
+ * the period alone.
  *
  * Ranking. The victim is the block with the largest
  *     score = (next_use - now) * (dirty ? 1 : CLEAN_WEIGHT)
@@ -201,6 +204,8 @@ struct blk {
     uint64_t last_use;   /* access counter at its latest access (lru order) */
     uint64_t pin_launch; /* launch of its latest access: pinned while == now */
     uint64_t gap;        /* launches between its two latest accesses (0: one so far) */
+    uint64_t wide_gap;   /* the latest of its gaps over one launch (0: none yet) */
+    uint32_t burst;      /* how many of its latest gaps in a row were one launch */
     uint64_t next_use;   /* min: true next use after its latest access */
     bool resident, dirty, has_host;
     /* history: its predictions (from the period, anchored) as of launch
@@ -329,8 +334,11 @@ static uint64_t predicted(struct swap_policy *p, struct blk *b, bool anchored, b
         b->pred_at = p->now + 1;
     }
     *dies = b->pred_dies[anchored];
-    uint64_t again = b->pin_launch + b->gap;
-    if (!anchored && b->gap && again > p->now && again < b->pred_next[0]) {
+    /* In a burst (read by three or more launches in a row) the rhythm is
+     * the gap before the burst. */
+    uint64_t gap = b->burst >= 2 && b->wide_gap ? b->wide_gap : b->gap;
+    uint64_t again = b->pin_launch + gap;
+    if (!anchored && gap && again > p->now && again < b->pred_next[0]) {
         *dies = false;
         return again;
     }
@@ -531,7 +539,11 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
     p->resident = after;
     b->size = size;
     b->last_use = ++p->access_count;
-    if (b->pin_launch != p->now) b->gap = b->pin_launch == NOT_PINNED ? 0 : p->now - b->pin_launch;
+    if (b->pin_launch != p->now) {
+        b->gap = b->pin_launch == NOT_PINNED ? 0 : p->now - b->pin_launch;
+        b->burst = b->gap == 1 ? b->burst + 1 : 0;
+        if (b->gap > 1) b->wide_gap = b->gap;
+    }
     b->pin_launch = p->now;
     b->next_use = next_use;
     return 0;

@@ -521,8 +521,10 @@ Test(swap_policy, history_predicts_from_the_second_iteration_on_a_real_trace)
  * every switch (1.089x lru). With a period known the long window alone
  * decides (follow the expert where it has cost less than lru over two
  * periods), and the decoder loop, whose count varies from one iteration to
- * the next, is predicted by each block's own gap: 0.76x lru now, 1.17x the
- * offline schedule. Byte counts of a deterministic replay, not timings. */
+ * the next, is predicted by each block's own gap, the gap before a burst
+ * for a block three launches in a row read (the output projection): 0.70x
+ * lru now, 1.07x the offline schedule (1.56x before). Byte counts of a
+ * deterministic replay, not timings. */
 Test(swap_policy, history_follows_the_long_window_and_own_gaps_on_seq2seq)
 {
     struct swap_trace t = {0};
@@ -530,8 +532,8 @@ Test(swap_policy, history_follows_the_long_window_and_own_gaps_on_seq2seq)
     uint64_t budget = (uint64_t)((double)swap_trace_peak_live(&t) / 1.5);
     double h = whole(&t, SWAP_POLICY_HISTORY, budget), l = whole(&t, SWAP_POLICY_LRU, budget);
     double m = whole(&t, SWAP_POLICY_MIN, budget);
-    cr_expect_leq(h, 0.80 * l, "history %.0f, lru %.0f", h, l);
-    cr_expect_leq(h, 1.20 * m, "history %.0f, min %.0f", h, m);
+    cr_expect_leq(h, 0.75 * l, "history %.0f, lru %.0f", h, l);
+    cr_expect_leq(h, 1.10 * m, "history %.0f, min %.0f", h, m);
     swap_trace_fini(&t);
 }
 
