@@ -481,9 +481,10 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
      * have been reallocated larger at the same id). */
     uint64_t old = b->resident ? b->size : 0;
     uint64_t after = p->resident - old + size;
-    if (by_copy && copy_stays_on_host(p, b, size)) {
+    bool on_host = by_copy && copy_stays_on_host(p, b, size);
+    if (on_host) {
         out->to_host = !b->has_host;
-        b->has_host = true;
+        b->has_host = true; /* a copy there keeps the host copy current */
         after = p->resident;
     } else if (after > p->prm.budget_bytes) {
         uint64_t movable = 0;
@@ -520,19 +521,17 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
             after -= v->size;
         }
     }
-    if (out->to_host || (by_copy && !b->resident && b->has_host)) {
-        /* left on the host: a copy there keeps the host copy current */
-    } else {
-        if (!b->resident) {
-            if (b->has_host) {
-                out->fetch = true;
-                p->c.faults++;
-                p->c.h2d_bytes += size;
-            } else {
-                out->first_touch = true;
-                p->c.first_touches++;
-            }
+    if (!on_host && !b->resident) {
+        if (b->has_host) {
+            out->fetch = true;
+            p->c.faults++;
+            p->c.h2d_bytes += size;
+        } else {
+            out->first_touch = true;
+            p->c.first_touches++;
         }
+    }
+    if (!on_host) {
         b->resident = true;
         b->dirty = b->dirty || is_write;
     }
