@@ -25,8 +25,9 @@
  * are made under it (they only enqueue work). Kernels are recorded as
  * writing every block they touch: a launch does not say which parameters it
  * writes. Copies and sets record the source as read and the destination as
- * written, and never fetch (a copy works wherever the block is; the next
- * launch fetches it). */
+ * written, and neither fetch nor evict (a copy works wherever the block is;
+ * the next launch fetches it); a new block a copy touches is placed first,
+ * on the device if it fits, else on the host (swap_policy_copy). */
 #include "host_swap.h"
 #include "log.h"
 #include "options.h"
