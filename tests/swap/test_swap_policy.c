@@ -488,6 +488,16 @@ Test(swap_policy, history_picks_the_cheapest_prediction_on_two_real_models_in_tu
     swap_trace_fini(&t);
 }
 
+/* Replays t whole (warm-up counted) through a fresh policy of kind at its
+ * peak live memory / oversub (as swap-real does). */
+static void replay_at(const struct swap_trace *t, enum swap_policy_kind kind, double oversub,
+                      struct swap_replay_result *r)
+{
+    uint64_t budget = (uint64_t)((double)swap_trace_peak_live(t) / oversub);
+    struct swap_params prm = {.kind = kind, .budget_bytes = budget};
+    cr_assert_eq(swap_replay(t, &prm, 0, r), 0);
+}
+
 /* The recorded transformer training trace at 1.5x: once the period is
  * learned (8 launches into the second iteration), history follows the
  * prediction at once (the prediction shadows restart from the real
@@ -499,13 +509,10 @@ Test(swap_policy, history_predicts_from_the_second_iteration_on_a_real_trace)
 {
     struct swap_trace t = {0};
     load_real("transformer-train", &t);
-    uint64_t budget = (uint64_t)((double)swap_trace_peak_live(&t) / 1.5);
-    struct swap_params prm = {.kind = SWAP_POLICY_HISTORY, .budget_bytes = budget};
     struct swap_replay_result h, h2, m;
-    cr_assert_eq(swap_replay(&t, &prm, 0, &h), 0);
-    cr_assert_eq(swap_replay(&t, &prm, 0, &h2), 0);
-    prm.kind = SWAP_POLICY_MIN;
-    cr_assert_eq(swap_replay(&t, &prm, 0, &m), 0);
+    replay_at(&t, SWAP_POLICY_HISTORY, 1.5, &h);
+    replay_at(&t, SWAP_POLICY_HISTORY, 1.5, &h2);
+    replay_at(&t, SWAP_POLICY_MIN, 1.5, &m);
     cr_assert_geq(h.iterations, 3);
     double hi = (double)h.iter_bytes[1], mi = (double)m.iter_bytes[1];
     cr_expect_leq(hi, 1.10 * mi, "iteration 2: history %.0f, min %.0f", hi, mi);
@@ -548,12 +555,9 @@ Test(swap_policy, history_predicts_a_first_evaluation_pass_from_its_own_gaps)
 {
     struct swap_trace t = {0};
     load_real("resnet18-phases", &t);
-    uint64_t budget = (uint64_t)((double)swap_trace_peak_live(&t) / 2.0);
-    struct swap_params prm = {.kind = SWAP_POLICY_HISTORY, .budget_bytes = budget};
     struct swap_replay_result h, m;
-    cr_assert_eq(swap_replay(&t, &prm, 0, &h), 0);
-    prm.kind = SWAP_POLICY_MIN;
-    cr_assert_eq(swap_replay(&t, &prm, 0, &m), 0);
+    replay_at(&t, SWAP_POLICY_HISTORY, 2.0, &h);
+    replay_at(&t, SWAP_POLICY_MIN, 2.0, &m);
     cr_assert_geq(h.iterations, 8);
     int passes = 0;
     for (uint64_t i = 3; i + 1 < h.iterations && i < SWAP_REPLAY_ITERS; i += 4) {
