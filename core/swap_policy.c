@@ -460,6 +460,49 @@ static bool copy_stays_on_host(const struct swap_policy *p, const struct blk *b,
     return !b->resident && (b->has_host || p->resident + size > p->prm.budget_bytes);
 }
 
+/* Evicts the real cache's victims for b (ranked as the followed shadow
+ * ranks them) until *after, the resident bytes once b is in, fits the
+ * budget; fills out's eviction list. -ENOSPC (counted) when even every
+ * unpinned block would not make room: nothing is evicted. -ENOMEM. */
+static int make_room(struct swap_policy *p, const struct blk *b, uint64_t *after,
+                     struct swap_decision *out)
+{
+    uint64_t movable = 0;
+    for (struct blk *o = p->blocks; o; o = o->hh.next)
+        if (o->resident && o != b && !pinned(p, o)) movable += o->size;
+    if (*after - movable > p->prm.budget_bytes) {
+        p->c.overflows++;
+        return -ENOSPC;
+    }
+    enum rank how = RANK_LRU;
+    double cw = p->clean_weight;
+    if (p->prm.kind == SWAP_POLICY_MIN) how = RANK_PREDICT;
+    if (p->prm.kind == SWAP_POLICY_HISTORY) {
+        how = shadows[p->follow].how;
+        cw = shadows[p->follow].clean_weight;
+        if (how >= RANK_PREDICT && !swap_history_period(p->hist)) how = RANK_LRU;
+    }
+    int n = rank_victims(p, b, -1, how, cw);
+    if (n < 0) return n;
+    if (grow((void **)&p->evict, &p->evict_cap, (size_t)n, sizeof(*p->evict))) return -ENOMEM;
+    out->evict = p->evict;
+    for (int i = 0; i<n && * after> p->prm.budget_bytes; i++) {
+        struct blk *v = p->cand[i].b;
+        p->evict[out->n_evict++] =
+            (struct swap_evict){.block = v->id, .bytes = v->size, .writeback = v->dirty};
+        p->c.evictions++;
+        if (v->dirty) {
+            p->c.dirty_evictions++;
+            p->c.d2h_bytes += v->size;
+        }
+        v->resident = false;
+        v->dirty = false;
+        v->has_host = true;
+        *after -= v->size;
+    }
+    return 0;
+}
+
 static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, bool is_write,
                          bool by_copy, uint64_t next_use, struct swap_decision *out)
 {
@@ -487,39 +530,8 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
         b->has_host = true; /* a copy there keeps the host copy current */
         after = p->resident;
     } else if (after > p->prm.budget_bytes) {
-        uint64_t movable = 0;
-        for (struct blk *o = p->blocks; o; o = o->hh.next)
-            if (o->resident && o != b && !pinned(p, o)) movable += o->size;
-        if (after - movable > p->prm.budget_bytes) {
-            p->c.overflows++;
-            return -ENOSPC;
-        }
-        enum rank how = RANK_LRU;
-        double cw = p->clean_weight;
-        if (p->prm.kind == SWAP_POLICY_MIN) how = RANK_PREDICT;
-        if (p->prm.kind == SWAP_POLICY_HISTORY) {
-            how = shadows[p->follow].how;
-            cw = shadows[p->follow].clean_weight;
-            if (how >= RANK_PREDICT && !swap_history_period(p->hist)) how = RANK_LRU;
-        }
-        int n = rank_victims(p, b, -1, how, cw);
-        if (n < 0) return n;
-        if (grow((void **)&p->evict, &p->evict_cap, (size_t)n, sizeof(*p->evict))) return -ENOMEM;
-        out->evict = p->evict;
-        for (int i = 0; i < n && after > p->prm.budget_bytes; i++) {
-            struct blk *v = p->cand[i].b;
-            p->evict[out->n_evict++] =
-                (struct swap_evict){.block = v->id, .bytes = v->size, .writeback = v->dirty};
-            p->c.evictions++;
-            if (v->dirty) {
-                p->c.dirty_evictions++;
-                p->c.d2h_bytes += v->size;
-            }
-            v->resident = false;
-            v->dirty = false;
-            v->has_host = true;
-            after -= v->size;
-        }
+        int rc = make_room(p, b, &after, out);
+        if (rc) return rc;
     }
     if (!on_host && !b->resident) {
         if (b->has_host) {
