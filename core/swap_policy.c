@@ -69,10 +69,11 @@
  *
  * Robustness (phases, interleaving, shuffles). Prediction from the past is
  * only as good as the repetition. So the history kind also replays every
- * access in eight shadow caches, at no cost to the device: one ranked by
+ * access in eleven shadow caches, at no cost to the device: one ranked by
  * recency alone (what lru would hold), one by reverse recency (mru: evict
- * the most recently used unpinned block), and six by prediction alone: from
- * the period, or anchored (above), each under clean weights 1, 2 and 4
+ * the most recently used unpinned block), and nine by prediction alone: from
+ * the period, anchored (above), or from the period or a block's own rhythm
+ * where that comes sooner ("Next use"), each under clean weights 1, 2 and 4
  * ("Ranking": which weight is best depends on how many blocks a workload
  * writes, and differs between traces by up to 30% of the traffic). Each
  * counts the bytes it would have moved, decayed by 1 - 1/SHADOW_WINDOW per
@@ -115,7 +116,9 @@
  * a trusted anchor sets it). Own gap: where b's latest access came g
  * launches after the one before it, and its latest access + g is still
  * ahead and sooner than the period's prediction, that is the prediction
- * (the shadows from the period use it; the anchored ones do not). A block
+ * (the rhythm shadows; whether it beats the period alone is the shadows'
+ * to judge: it does on a decoder loop, it does not where gaps alternate,
+ * a weight read in forward and again soon in backward). A block
  * in a burst (read by three or more launches in a row: the three kernels
  * of a decoder step that use the output projection) has for g the gap
  * before the burst: its rhythm is the step's, not the burst's one launch.
@@ -182,13 +185,14 @@
 
 /* How the real cache and each shadow rank victims: recency, reverse
  * recency, prediction from the period, prediction asking a trusted anchor
- * first (swap_history_predict_use). */
-enum rank { RANK_LRU, RANK_MRU, RANK_PREDICT, RANK_ANCHOR };
+ * first (swap_history_predict_use), prediction from the period or a
+ * block's own rhythm where that comes sooner (see "Next use"). */
+enum rank { RANK_LRU, RANK_MRU, RANK_PREDICT, RANK_ANCHOR, RANK_RHYTHM };
 
 /* Shadow caches of the history kind (see "Robustness"): what each way of
  * ranking alone would have kept resident. lru first, mru second, then the
  * predictions, each under a clean weight (see "Ranking"). */
-#define SH_N 8
+#define SH_N 11
 enum { SH_LRU, SH_MRU, SH_FIRST_PREDICT };
 static const struct shadow_kind {
     enum rank how;
@@ -196,6 +200,7 @@ static const struct shadow_kind {
 } shadows[SH_N] = {
     {RANK_LRU, 0},       {RANK_MRU, 0},      {RANK_PREDICT, 2.0}, {RANK_PREDICT, 1.0},
     {RANK_PREDICT, 4.0}, {RANK_ANCHOR, 2.0}, {RANK_ANCHOR, 1.0},  {RANK_ANCHOR, 4.0},
+    {RANK_RHYTHM, 2.0},  {RANK_RHYTHM, 1.0}, {RANK_RHYTHM, 4.0},
 };
 
 struct blk {
@@ -323,11 +328,12 @@ static int by_score_desc(const void *x, const void *y)
 /* History's prediction for an unpinned block, computed once per launch:
  * the history changes during a launch only by this launch's accesses, whose
  * blocks are pinned (never ranked), and its shifts only between launches,
- * so the six prediction shadows share one walk per block and launch.
- * From the period (not anchored), the block's own latest gap wins where it
- * comes sooner (see "Next use": an inner loop). */
-static uint64_t predicted(struct swap_policy *p, struct blk *b, bool anchored, bool *dies)
+ * so the nine prediction shadows share one walk per block and launch.
+ * how: RANK_PREDICT, RANK_ANCHOR or RANK_RHYTHM (the period's prediction,
+ * or the block's own latest gap where that comes sooner: "Next use"). */
+static uint64_t predicted(struct swap_policy *p, struct blk *b, enum rank how, bool *dies)
 {
+    bool anchored = how == RANK_ANCHOR;
     if (b->pred_at != p->now + 1) {
         for (int a = 0; a < 2; a++)
             b->pred_next[a] = swap_history_predict_use(p->hist, b->id, a, &b->pred_dies[a]);
@@ -338,7 +344,7 @@ static uint64_t predicted(struct swap_policy *p, struct blk *b, bool anchored, b
      * the gap before the burst. */
     uint64_t gap = b->burst >= 2 && b->wide_gap ? b->wide_gap : b->gap;
     uint64_t again = b->pin_launch + gap;
-    if (!anchored && gap && again > p->now && again < b->pred_next[0]) {
+    if (how == RANK_RHYTHM && gap && again > p->now && again < b->pred_next[0]) {
         *dies = false;
         return again;
     }
@@ -373,9 +379,8 @@ static int rank_victims(struct swap_policy *p, const struct blk *self, int which
             score = dirty ? dist * clean_weight : 2e30;
         } else {
             bool dies = false;
-            uint64_t next = p->prm.kind == SWAP_POLICY_MIN
-                                ? b->next_use
-                                : predicted(p, b, how == RANK_ANCHOR, &dies);
+            uint64_t next =
+                p->prm.kind == SWAP_POLICY_MIN ? b->next_use : predicted(p, b, how, &dies);
             if (dies) {
                 /* Predicted to be freed before its next use: as MIN's dead. */
                 double dist = (double)(next - p->now);
