@@ -397,14 +397,28 @@ static int rank_victims(struct swap_policy *p, const struct blk *self, int which
     return (int)n;
 }
 
+/* A copy or set works wherever its block is (the copy engines reach host
+ * memory): one of a block that is not resident moves nothing and evicts
+ * nothing, and the block stays where it is, on the host. A block that has
+ * never been anywhere is created on the device if it fits as it is, else on
+ * the host (out->to_host: the caller places it there before the copy, so
+ * that the driver does not). A kernel access then fetches it as any other.
+ * after: the cache's resident bytes with the block in; for the real cache
+ * and every shadow alike. */
+static bool copy_stays_on_host(const struct swap_policy *p, bool resident, bool on_host,
+                               uint64_t after)
+{
+    return !resident && (on_host || after > p->prm.budget_bytes);
+}
+
 /* Replays one access in shadow cache k (no decision, only its cost). */
 static int shadow_access(struct swap_policy *p, int k, struct blk *b, uint64_t size, bool is_write,
                          bool by_copy)
 {
     uint64_t old = b->s_res[k] ? b->size : 0;
     uint64_t after = p->s_resident[k] - old + size;
-    if (by_copy && !b->s_res[k] && (b->s_host[k] || after > p->prm.budget_bytes)) {
-        b->s_host[k] = true; /* see copy_stays_on_host */
+    if (by_copy && copy_stays_on_host(p, b->s_res[k], b->s_host[k], after)) {
+        b->s_host[k] = true;
         return 0;
     }
     if (after > p->prm.budget_bytes) {
@@ -452,17 +466,6 @@ static struct blk *blk_find_or_add(struct swap_policy *p, uint64_t block, uint64
         return NULL;
     }
     return b;
-}
-
-/* A copy or set works wherever its block is (the copy engines reach host
- * memory): one of a block that is not resident moves nothing and evicts
- * nothing, and the block stays where it is, on the host. A block that has
- * never been anywhere is created on the device if it fits as it is, else on
- * the host (out->to_host: the caller places it there before the copy, so
- * that the driver does not). A kernel access then fetches it as any other. */
-static bool copy_stays_on_host(const struct swap_policy *p, const struct blk *b, uint64_t size)
-{
-    return !b->resident && (b->has_host || p->resident + size > p->prm.budget_bytes);
 }
 
 /* Evicts the real cache's victims for b (ranked as the followed shadow
@@ -529,7 +532,7 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
      * have been reallocated larger at the same id). */
     uint64_t old = b->resident ? b->size : 0;
     uint64_t after = p->resident - old + size;
-    bool on_host = by_copy && copy_stays_on_host(p, b, size);
+    bool on_host = by_copy && copy_stays_on_host(p, b->resident, b->has_host, after);
     if (on_host) {
         out->to_host = !b->has_host;
         b->has_host = true; /* a copy there keeps the host copy current */

@@ -10,7 +10,6 @@
 #ifndef SYS_H
 #define SYS_H
 
-#include <errno.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
