@@ -221,6 +221,34 @@ Test(swap_policy, copies_work_where_the_block_is)
     }
 }
 
+/* One access that needs more victims than next_victim scans for (it then
+ * sorts the rest): they come in the policy's order all the same, oldest
+ * first for LRU, ties broken alike. */
+Test(swap_policy, an_access_that_evicts_many_blocks_takes_them_in_order)
+{
+    struct swap_policy *p = make(SWAP_POLICY_LRU, 20 * SZ);
+    for (uint64_t b = 1; b <= 20; b++)
+        touch(p, b, SZ, true);
+    struct swap_decision d = touch(p, 100, 13 * SZ, false);
+    cr_assert_eq(d.n_evict, 13);
+    for (uint64_t i = 0; i < 13; i++) {
+        cr_expect_eq(d.evict[i].block, i + 1, "victim %lu is block %lu", (unsigned long)i,
+                     (unsigned long)d.evict[i].block);
+        cr_expect(d.evict[i].writeback);
+    }
+    /* Blocks touched in one launch tie on their last use: the first scored
+     * goes first, in the scan and in the sort alike. */
+    struct swap_decision e;
+    for (uint64_t b = 200; b < 220; b++)
+        cr_assert_eq(swap_policy_access(p, b, SZ, false, &e), 0);
+    swap_policy_next_launch(p);
+    struct swap_decision f = touch(p, 300, 19 * SZ, false);
+    cr_assert_eq(f.n_evict, 19);
+    for (size_t i = 1; i < f.n_evict; i++)
+        cr_expect_lt(f.evict[i - 1].block, f.evict[i].block);
+    swap_policy_destroy(p);
+}
+
 Test(swap_policy, blocks_of_the_current_launch_are_pinned)
 {
     struct swap_policy *p = make(SWAP_POLICY_LRU, 3 * SZ);
