@@ -39,7 +39,7 @@ def test_without_a_gpu_it_says_so():
 def test_whole_run_on_the_simulator_prints_the_validation_block():
     with tempfile.TemporaryDirectory() as tmp:
         md = os.path.join(tmp, "validation.md")
-        status, out, err = run([SCRIPT, "--simulator", os.environ["SIMCUDA_DIR"], "--markdown", md],
+        status, out, err = run([SCRIPT, "--simulator", os.environ["SIMCUDA_DIR"], "--swap", "--markdown", md],
                                env={"GPU_CHECK_DIR": os.path.join(BUILD, "gpu-check")}, timeout=600)
         eq(status, 0, f"gpu-check --simulator:\n{out}\n{err}")
         check(re.search(r"^\d+ passed, 0 failed$", out, re.M), out)
@@ -62,6 +62,14 @@ def test_whole_run_on_the_simulator_prints_the_validation_block():
                 check(f"| pool {door}: shim, free {when} | pass |" in text, f"pool {door} {when} in:\n{text}")
         for name in ("consumer SIGKILLed holding imports", "pool destroyed while imported"):
             check(f"| pool: shim, {name} | pass |" in text, f"pool: shim, {name} in:\n{text}")
+        # --swap: the training loop keeps its checksum under each policy and
+        # budget, and every probe of the driver's move costs printed a line.
+        for policy in ("history", "lru"):
+            for over in ("1.5", "2"):
+                check(f"| swap: {policy} at {over}x, same checksum | pass |" in text, f"swap {policy} {over} in:\n{text}")
+        for probe in ("swap-move-256K", "swap-move-2048K", "swap-move-16384K", "swap-overlap", "swap-pattern",
+                      "swap-pattern-side", "swap-duplex"):
+            check(f"- **{probe}**:" in text, f"probe {probe} in:\n{text}")
 
 
 if __name__ == "__main__":
