@@ -83,7 +83,7 @@ struct swap_history {
     uint64_t retired;     /* retired records */
     uint64_t sweep_at;    /* sweep the retired records when there are this many */
     /* anchors: context (two consecutive signatures) -> latest launch that
-     * ended it, a lossy open table of ctx_cap slots (a power of two) */
+     * ended it, an open table of ctx_cap slots (a power of two; anchor_of) */
     struct hist_ctx *ctx;
     uint64_t ctx_cap;
     uint64_t anchor;     /* distance back to the latest launch's context, 0 = none */
@@ -379,19 +379,43 @@ static void detect_period(struct swap_history *h)
     h->period = best_p;
 }
 
+/* Whether context slot c still answers for launch `last`: in the rings,
+ * and no further back than half the launch ring (the longest period
+ * swap.h promises to learn). An empty slot (key 0) never does. */
+static bool ctx_usable(const struct swap_history *h, const struct hist_ctx *c, uint64_t last)
+{
+    return c->key && c->time >= oldest_launch(h) && c->time >= oldest_event_time(h) &&
+           2 * (last - c->time) <= h->sig_cap;
+}
+
 /* Anchor of launch `last` (just completed): how far back the same context
- * (its signature after its predecessor's) last ended, 0 if never, no
- * longer in the rings, or further back than half the launch ring (the
- * longest period swap.h promises to learn); then records this occurrence. */
+ * (its signature after its predecessor's) last ended, 0 if never or no
+ * longer usable; then records this occurrence.
+ * Trap: signatures hash block addresses, which the driver places somewhere
+ * else in every run. A table that lost a context to a colliding one (as a
+ * direct-mapped one did) made the same program move other bytes in other
+ * runs (2026-11-27 H100: 1 run in 4). So a context is looked for in
+ * CTX_PROBE slots from its home and takes a stale one, or the oldest only
+ * when all are usable: at most sig_cap / 2 contexts are usable at once, in
+ * 2 * sig_cap slots, so in practice none is lost and the answers depend on
+ * the order of accesses alone. */
+#define CTX_PROBE 16
 static uint64_t anchor_of(struct swap_history *h, uint64_t last)
 {
     uint64_t key = mix64(sig_of(h, last) ^ mix64(last ? sig_of(h, last - 1) + 1 : 0)) | 1;
-    struct hist_ctx *c = &h->ctx[key & (h->ctx_cap - 1)];
-    uint64_t dist = 0;
-    if (c->key == key && c->time >= oldest_launch(h) && c->time >= oldest_event_time(h) &&
-        2 * (last - c->time) <= h->sig_cap)
-        dist = last - c->time;
-    *c = (struct hist_ctx){.key = key, .time = last};
+    struct hist_ctx *found = NULL, *stale = NULL, *oldest = NULL;
+    for (uint64_t i = 0; i < CTX_PROBE && !found; i++) {
+        struct hist_ctx *c = &h->ctx[(key + i) & (h->ctx_cap - 1)];
+        if (c->key == key)
+            found = c;
+        else if (!stale && !ctx_usable(h, c, last))
+            stale = c;
+        else if (!oldest || c->time < oldest->time)
+            oldest = c;
+    }
+    uint64_t dist = found && ctx_usable(h, found, last) ? last - found->time : 0;
+    struct hist_ctx *slot = found ? found : stale ? stale : oldest;
+    *slot = (struct hist_ctx){.key = key, .time = last};
     return dist;
 }
 

@@ -564,8 +564,11 @@ Test(swap_policy, history_predicts_from_the_second_iteration_on_a_real_trace)
  * periods), and the decoder loop, whose count varies from one iteration to
  * the next, is predicted by each block's own gap, the gap before a burst
  * for a block three launches in a row read (the output projection), in
- * the rhythm shadows: 0.71x lru now, 1.09x the offline schedule (1.56x
- * before). Byte counts of a deterministic replay, not timings. */
+ * the rhythm shadows: 0.75x lru now, 1.14x the offline schedule (1.56x
+ * before; 1.09x while the anchors' table lost contexts to collisions of
+ * address hashes, which made the figure depend on where the driver put
+ * the blocks: swap_history.c, anchor_of). Byte counts of a deterministic
+ * replay, not timings. */
 Test(swap_policy, history_follows_the_long_window_and_own_gaps_on_seq2seq)
 {
     struct swap_trace t = {0};
@@ -574,8 +577,35 @@ Test(swap_policy, history_follows_the_long_window_and_own_gaps_on_seq2seq)
     double h = whole(&t, SWAP_POLICY_HISTORY, budget), l = whole(&t, SWAP_POLICY_LRU, budget);
     double m = whole(&t, SWAP_POLICY_MIN, budget);
     cr_expect_leq(h, 0.75 * l, "history %.0f, lru %.0f", h, l);
-    cr_expect_leq(h, 1.10 * m, "history %.0f, min %.0f", h, m);
+    cr_expect_leq(h, 1.15 * m, "history %.0f, min %.0f", h, m);
     swap_trace_fini(&t);
+}
+
+/* The driver puts a program's blocks elsewhere in every run (on the
+ * 2026-11-27 H100, the whole managed heap by 0x42f2000000 and 0x83d8000000
+ * between three runs of train): the bytes history moves depend on the
+ * order of accesses alone. The anchors' table once lost contexts to hash
+ * collisions of addresses, and one run in four moved other bytes. */
+Test(swap_policy, history_moves_the_same_bytes_wherever_the_blocks_are)
+{
+    static const char *const names[] = {"seq2seq-attn-train", "e2e-train"};
+    static const uint64_t shifts[] = {0x42f2000000ull, 0x83d8000000ull, 0x3d1000ull};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        struct swap_trace t = {0};
+        load_real(names[i], &t);
+        uint64_t budget = (uint64_t)((double)swap_trace_peak_live(&t) / 1.5);
+        double at_home = whole(&t, SWAP_POLICY_HISTORY, budget);
+        for (size_t k = 0; k < sizeof shifts / sizeof *shifts; k++) {
+            for (size_t e = 0; e < t.n; e++)
+                if (t.ev[e].block) t.ev[e].block += shifts[k];
+            double moved = whole(&t, SWAP_POLICY_HISTORY, budget);
+            cr_expect_eq(moved, at_home, "%s shifted by %#llx: %.0f bytes, %.0f at home", names[i],
+                         (unsigned long long)shifts[k], moved, at_home);
+            for (size_t e = 0; e < t.n; e++)
+                if (t.ev[e].block) t.ev[e].block -= shifts[k];
+        }
+        swap_trace_fini(&t);
+    }
 }
 
 /* The recorded ResNet-18 training with 4 micro-batches accumulated per
