@@ -55,6 +55,31 @@ static CUmemLocation where(int device)
     return l;
 }
 
+/* n managed blocks of size bytes (NULL entries where an allocation failed). */
+static float **alloc_blocks(int n, size_t size)
+{
+    float **b = (float **)calloc(n, sizeof *b);
+    for (int i = 0; b && i < n; i++)
+        if (cudaMallocManaged((void **)&b[i], size, cudaMemAttachGlobal) != cudaSuccess)
+            b[i] = NULL;
+    return b;
+}
+
+static void free_blocks(float **b, int n)
+{
+    for (int i = 0; b && i < n; i++)
+        if (b[i]) cudaFree(b[i]);
+    free(b);
+}
+
+/* Evicts (device < 0) or fetches block p the shim's way: the advise, then
+ * the prefetch on stream s. */
+static void move_one(float *p, size_t size, int device, cudaStream_t s)
+{
+    cuMemAdvise((CUdeviceptr)p, size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, where(device));
+    cuMemPrefetchAsync((CUdeviceptr)p, size, where(device), 0, (CUstream)s);
+}
+
 /* Moves every block to device (-1: the host) on stream s, with the shim's
  * advise first when advise is set; returns the milliseconds until the
  * stream is done, or -1 after printing the first failure. */
@@ -95,10 +120,11 @@ static double gbps(size_t bytes, double ms)
 static void probe_move(size_t size, int device)
 {
     int n = (int)(TOTAL / size);
-    float **b = (float **)calloc(n, sizeof *b);
+    float **b = alloc_blocks(n, size);
     for (int i = 0; i < n; i++)
-        if (cudaMallocManaged((void **)&b[i], size, cudaMemAttachGlobal) != cudaSuccess) {
+        if (!b || !b[i]) {
             printf("probe swap-move-%zuK: cudaMallocManaged failed at block %d\n", size >> 10, i);
+            free_blocks(b, n);
             return;
         }
     move_all(b, n, size, device, 0, 0);
@@ -121,9 +147,7 @@ static void probe_move(size_t size, int device)
            "a placed block %.1f us a call\n",
            size >> 10, n, gbps(TOTAL, d2h), gbps(TOTAL, h2d), gbps(TOTAL, d2h_a),
            gbps(TOTAL, h2d_a), 1e3 * advise / n, 1e3 * again / n);
-    for (int i = 0; i < n; i++)
-        cudaFree(b[i]);
-    free(b);
+    free_blocks(b, n);
 }
 
 /* swap-overlap: a kernel of about 50 ms on one stream, TOTAL bytes
@@ -132,9 +156,7 @@ static void probe_overlap(int device)
 {
     size_t size = 4u << 20;
     int n = (int)(TOTAL / size);
-    float **b = (float **)calloc(n, sizeof *b);
-    for (int i = 0; i < n; i++)
-        cudaMallocManaged((void **)&b[i], size, cudaMemAttachGlobal);
+    float **b = alloc_blocks(n, size);
     cudaStream_t k, c;
     cudaStreamCreateWithFlags(&k, cudaStreamNonBlocking);
     cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking);
@@ -156,9 +178,7 @@ static void probe_overlap(int device)
     printf("probe swap-overlap: kernel alone %.1f ms, %u MiB fetched alone %.1f ms, both on two "
            "streams %.1f ms\n",
            kernel, TOTAL >> 20, fetch, both);
-    for (int i = 0; i < n; i++)
-        cudaFree(b[i]);
-    free(b);
+    free_blocks(b, n);
     cudaStreamDestroy(k);
     cudaStreamDestroy(c);
 }
@@ -171,9 +191,7 @@ static void probe_pattern(int device)
 {
     size_t size = 4u << 20;
     int n = 48;
-    float **b = (float **)calloc(n, sizeof *b);
-    for (int i = 0; i < n; i++)
-        cudaMallocManaged((void **)&b[i], size, cudaMemAttachGlobal);
+    float **b = alloc_blocks(n, size);
     cudaStream_t s;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     move_all(b, n, size, device, 1, s);
@@ -184,19 +202,15 @@ static void probe_pattern(int device)
     cudaStreamSynchronize(s);
     double resident = (now_ms() - t0) / (4 * n);
     for (int i = n / 2; i < n; i++) {
-        cuMemAdvise((CUdeviceptr)b[i], size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, where(-1));
-        cuMemPrefetchAsync((CUdeviceptr)b[i], size, where(-1), 0, (CUstream)s);
+        move_one(b[i], size, -1, s);
     }
     cudaStreamSynchronize(s);
     t0 = now_ms();
     for (int r = 0; r < 4; r++)
         for (int i = 0; i < n; i++) {
             int out = (i + n / 2) % n;
-            cuMemAdvise((CUdeviceptr)b[out], size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, where(-1));
-            cuMemPrefetchAsync((CUdeviceptr)b[out], size, where(-1), 0, (CUstream)s);
-            cuMemAdvise((CUdeviceptr)b[i], size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
-                        where(device));
-            cuMemPrefetchAsync((CUdeviceptr)b[i], size, where(device), 0, (CUstream)s);
+            move_one(b[out], size, -1, s);
+            move_one(b[i], size, device, s);
             launch_touch(b[i], size, s);
         }
     cudaStreamSynchronize(s);
@@ -205,9 +219,7 @@ static void probe_pattern(int device)
         "probe swap-pattern: per 4 MiB block, launch alone %.3f ms; evict one + fetch one + launch "
         "on one stream %.3f ms (%.1f GB/s each way)\n",
         resident, swapped, gbps(size, swapped));
-    for (int i = 0; i < n; i++)
-        cudaFree(b[i]);
-    free(b);
+    free_blocks(b, n);
     cudaStreamDestroy(s);
 }
 
@@ -217,11 +229,7 @@ static void probe_duplex(int device)
 {
     size_t size = 4u << 20;
     int n = (int)(TOTAL / size) / 2;
-    float **out = (float **)calloc(n, sizeof *out), **in = (float **)calloc(n, sizeof *in);
-    for (int i = 0; i < n; i++) {
-        cudaMallocManaged((void **)&out[i], size, cudaMemAttachGlobal);
-        cudaMallocManaged((void **)&in[i], size, cudaMemAttachGlobal);
-    }
+    float **out = alloc_blocks(n, size), **in = alloc_blocks(n, size);
     cudaStream_t a, c;
     cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
     cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking);
@@ -240,10 +248,8 @@ static void probe_duplex(int device)
     cudaDeviceSynchronize();
     double t0 = now_ms();
     for (int i = 0; i < n; i++) {
-        cuMemAdvise((CUdeviceptr)out[i], size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, where(-1));
-        cuMemPrefetchAsync((CUdeviceptr)out[i], size, where(-1), 0, (CUstream)a);
-        cuMemAdvise((CUdeviceptr)in[i], size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, where(device));
-        cuMemPrefetchAsync((CUdeviceptr)in[i], size, where(device), 0, (CUstream)c);
+        move_one(out[i], size, -1, a);
+        move_one(in[i], size, device, c);
     }
     cudaDeviceSynchronize();
     double both = now_ms() - t0;
@@ -251,12 +257,8 @@ static void probe_duplex(int device)
         "probe swap-duplex: %u MiB to the host alone %.1f ms, %u MiB to the device alone %.1f ms, "
         "both on two streams %.1f ms\n",
         (unsigned)(n * (size >> 20)), evict, (unsigned)(n * (size >> 20)), fetch, both);
-    for (int i = 0; i < n; i++) {
-        cudaFree(out[i]);
-        cudaFree(in[i]);
-    }
-    free(out);
-    free(in);
+    free_blocks(out, n);
+    free_blocks(in, n);
     cudaStreamDestroy(a);
     cudaStreamDestroy(c);
 }
@@ -268,9 +270,7 @@ static void probe_pattern_side(int device)
 {
     size_t size = 4u << 20;
     int n = 48;
-    float **b = (float **)calloc(n, sizeof *b);
-    for (int i = 0; i < n; i++)
-        cudaMallocManaged((void **)&b[i], size, cudaMemAttachGlobal);
+    float **b = alloc_blocks(n, size);
     cudaStream_t s, side;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
@@ -278,8 +278,7 @@ static void probe_pattern_side(int device)
     cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
     move_all(b, n, size, device, 1, s);
     for (int i = n / 2; i < n; i++) {
-        cuMemAdvise((CUdeviceptr)b[i], size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, where(-1));
-        cuMemPrefetchAsync((CUdeviceptr)b[i], size, where(-1), 0, (CUstream)s);
+        move_one(b[i], size, -1, s);
     }
     cudaStreamSynchronize(s);
     double t0 = now_ms();
@@ -288,11 +287,8 @@ static void probe_pattern_side(int device)
             int out = (i + n / 2) % n;
             cudaEventRecord(ev, s);
             cudaStreamWaitEvent(side, ev, 0);
-            cuMemAdvise((CUdeviceptr)b[out], size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, where(-1));
-            cuMemPrefetchAsync((CUdeviceptr)b[out], size, where(-1), 0, (CUstream)side);
-            cuMemAdvise((CUdeviceptr)b[i], size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
-                        where(device));
-            cuMemPrefetchAsync((CUdeviceptr)b[i], size, where(device), 0, (CUstream)s);
+            move_one(b[out], size, -1, side);
+            move_one(b[i], size, device, s);
             launch_touch(b[i], size, s);
         }
     cudaDeviceSynchronize();
@@ -301,9 +297,7 @@ static void probe_pattern_side(int device)
         "probe swap-pattern-side: per 4 MiB block, evictions on a second stream %.3f ms (%.1f GB/s "
         "each way)\n",
         swapped, gbps(size, swapped));
-    for (int i = 0; i < n; i++)
-        cudaFree(b[i]);
-    free(b);
+    free_blocks(b, n);
     cudaEventDestroy(ev);
     cudaStreamDestroy(s);
     cudaStreamDestroy(side);
