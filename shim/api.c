@@ -39,11 +39,11 @@ static void fill_stats(struct ipcshim_stats *s)
     s->version = IPCSHIM_STATS_VERSION;
     s->size = sizeof *s;
     if (shim_tracking()) ipc_stats(s);
-    for (int id = 0; id < SYM_COUNT; id++) {
-        s->calls_runtime += entry_calls(id, DOOR_RUNTIME);
-        s->calls_driver += entry_calls(id, DOOR_DRIVER);
-        s->calls_resolver += entry_calls(id, DOOR_RESOLVER);
-    }
+    long long calls[DOOR_COUNT];
+    entry_calls_by_door(calls);
+    s->calls_runtime = calls[DOOR_RUNTIME];
+    s->calls_driver = calls[DOOR_DRIVER];
+    s->calls_resolver = calls[DOOR_RESOLVER];
 }
 
 SHIM_EXPORT int ipcshim_stats(struct ipcshim_stats *out, size_t size)

@@ -11,6 +11,7 @@
 #include "callsite.h"
 
 #include <pthread.h>
+#include <string.h>
 #include <stdlib.h>
 
 __thread int shim_depth __attribute__((tls_model("initial-exec")));
@@ -179,6 +180,19 @@ EARLY_SAFE void *entry_exported(enum symbol_id id)
 EARLY_SAFE const char *entry_name(enum symbol_id id)
 {
     return names[id];
+}
+
+void entry_calls_by_door(long long out[DOOR_COUNT])
+{
+    memset(out, 0, DOOR_COUNT * sizeof *out);
+    pthread_mutex_lock(&counts_lock);
+    for (int id = 0; id < SYM_COUNT; id++)
+        for (int d = 0; d < DOOR_COUNT; d++) {
+            out[d] += retired.n[id][d] + __atomic_load_n(&fallback.n[id][d], __ATOMIC_RELAXED);
+            for (struct counts *c = all_counts; c; c = c->next)
+                out[d] += __atomic_load_n(&c->n[id][d], __ATOMIC_RELAXED);
+        }
+    pthread_mutex_unlock(&counts_lock);
 }
 
 long long entry_calls(enum symbol_id id, enum door door)

@@ -133,6 +133,9 @@ void *entry_via_resolver(enum symbol_id id);
 void *entry_exported(enum symbol_id id);
 const char *entry_name(enum symbol_id id);
 long long entry_calls(enum symbol_id id, enum door door);
+/* Every entry point's calls, summed per door, under one lock (ipcshim_stats,
+ * which programs may poll). */
+void entry_calls_by_door(long long out[DOOR_COUNT]);
 
 /* init.c: the lifecycle (start-up order and every process hook). */
 
