@@ -182,25 +182,29 @@ EARLY_SAFE const char *entry_name(enum symbol_id id)
     return names[id];
 }
 
+/* Calls of id through door from every thread, the exited ones too. counts_lock held. */
+static long long calls_locked(enum symbol_id id, enum door door)
+{
+    long long n = retired.n[id][door] + __atomic_load_n(&fallback.n[id][door], __ATOMIC_RELAXED);
+    for (struct counts *c = all_counts; c; c = c->next)
+        n += __atomic_load_n(&c->n[id][door], __ATOMIC_RELAXED);
+    return n;
+}
+
 void entry_calls_by_door(long long out[DOOR_COUNT])
 {
     memset(out, 0, DOOR_COUNT * sizeof *out);
     pthread_mutex_lock(&counts_lock);
     for (int id = 0; id < SYM_COUNT; id++)
-        for (int d = 0; d < DOOR_COUNT; d++) {
-            out[d] += retired.n[id][d] + __atomic_load_n(&fallback.n[id][d], __ATOMIC_RELAXED);
-            for (struct counts *c = all_counts; c; c = c->next)
-                out[d] += __atomic_load_n(&c->n[id][d], __ATOMIC_RELAXED);
-        }
+        for (int d = 0; d < DOOR_COUNT; d++)
+            out[d] += calls_locked(id, d);
     pthread_mutex_unlock(&counts_lock);
 }
 
 long long entry_calls(enum symbol_id id, enum door door)
 {
     pthread_mutex_lock(&counts_lock);
-    long long n = retired.n[id][door] + __atomic_load_n(&fallback.n[id][door], __ATOMIC_RELAXED);
-    for (struct counts *c = all_counts; c; c = c->next)
-        n += __atomic_load_n(&c->n[id][door], __ATOMIC_RELAXED);
+    long long n = calls_locked(id, door);
     pthread_mutex_unlock(&counts_lock);
     return n;
 }
