@@ -242,6 +242,7 @@ struct swap_policy {
     struct cand *cand;
     size_t cand_cap;
     size_t cand_n;     /* scored by the last rank_victims */
+    size_t cand_best;  /* among them, the first victim (when cand_n > 0) */
     size_t cand_taken; /* victims next_victim gave since */
     /* history: shadow caches, their resident bytes and their recent cost
      * (bytes they would have moved, decayed per launch) */
@@ -356,6 +357,16 @@ static uint64_t predicted(struct swap_policy *p, struct blk *b, enum rank how, b
     return b->pred_next[anchored];
 }
 
+/* Appends candidate b to p->cand (room made by the caller), keeping
+ * p->cand_best the first victim so far: the first call of next_victim then
+ * needs no scan. */
+static void add_cand(struct swap_policy *p, size_t *n, struct blk *b, double score)
+{
+    p->cand[*n] = (struct cand){.b = b, .score = score, .order = (uint32_t)*n};
+    if (*n == 0 || victim_order(&p->cand[*n], &p->cand[p->cand_best]) < 0) p->cand_best = *n;
+    (*n)++;
+}
+
 /* Scores every unpinned block other than self that is resident in cache
  * `which` (-1: the real one; else a shadow) into p->cand, by `how`
  * (clean_weight: see "Ranking"); returns how many, or -ENOMEM. Take the
@@ -389,17 +400,14 @@ static int rank_victims(struct swap_policy *p, const struct blk *self, int which
             if (dies) {
                 /* Predicted to be freed before its next use: as MIN's dead. */
                 double dist = (double)(next - p->now);
-                p->cand[n] = (struct cand){
-                    .b = b, .score = dirty ? dist * clean_weight : 2e30, .order = (uint32_t)n};
-                n++;
+                add_cand(p, &n, b, dirty ? dist * clean_weight : 2e30);
                 continue;
             }
             double dist = next == SWAP_NEVER ? 1e30 : (double)(next - p->now);
             score = dirty ? dist : dist * clean_weight;
             if (next == SWAP_NEVER && !dirty) score = 2e30; /* free to drop */
         }
-        p->cand[n] = (struct cand){.b = b, .score = score, .order = (uint32_t)n};
-        n++;
+        add_cand(p, &n, b, score);
     }
     p->cand_n = n;
     p->cand_taken = 0;
@@ -423,7 +431,9 @@ static struct blk *next_victim(struct swap_policy *p)
         p->cand_n = left;
     }
     struct cand *best = NULL;
-    if (p->cand_taken >= SCANNED_VICTIMS) {
+    if (p->cand_taken == 0) {
+        if (p->cand_n) best = &p->cand[p->cand_best];
+    } else if (p->cand_taken >= SCANNED_VICTIMS) {
         size_t i = p->cand_taken - SCANNED_VICTIMS;
         if (i < p->cand_n) best = &p->cand[i];
     } else {
