@@ -156,7 +156,7 @@ COMMANDS = {
         Run("IPCSHIM_LOG=debug IPCSHIM_LOG_FILE=$PWD/ipcshim.log ipcshim-run -- {pair}", "consumer 0: ok"),
     "grep -h 'ipcshim\\[' /tmp/ipcshim.log": Run("grep -h 'ipcshim\\[' ipcshim.log", "debug: attached to"),
     "IPCSHIM_STATS=1 ipcshim-run -- ./producer | ipcshim-run -- ./consumer": Run(None, ": exports 1, "),
-    "IPCSHIM_STATS=1 ipcshim-run -- ./producer | (sleep 1; ipcshim-run -- ./consumer)":
+    "IPCSHIM_STATS=1 ipcshim-run -- ./producer | (sleep 0.3; ipcshim-run -- ./consumer)":
         Run(None, "deferred frees 1, reclaimed 1 blocks"),
     "IPCSHIM_LOG=info ipcshim-run -- valgrind --trace-children=yes --error-exitcode=99 "
     "--suppressions=/usr/share/ipcshim/ipcshim.supp ./program":
