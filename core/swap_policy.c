@@ -431,11 +431,11 @@ static struct blk *next_victim(struct swap_policy *p)
         p->cand_n = left;
     }
     struct cand *best = NULL;
-    if (p->cand_taken == 0) {
-        if (p->cand_n) best = &p->cand[p->cand_best];
-    } else if (p->cand_taken >= SCANNED_VICTIMS) {
+    if (p->cand_taken >= SCANNED_VICTIMS) {
         size_t i = p->cand_taken - SCANNED_VICTIMS;
         if (i < p->cand_n) best = &p->cand[i];
+    } else if (p->cand_taken == 0) {
+        if (p->cand_n) best = &p->cand[p->cand_best]; /* found as they were scored */
     } else {
         for (size_t i = 0; i < p->cand_n; i++) {
             struct cand *c = &p->cand[i];
