@@ -241,9 +241,10 @@ struct swap_policy {
     size_t evict_cap;
     struct cand *cand;
     size_t cand_cap;
-    size_t cand_n;     /* scored by the last rank_victims */
-    size_t cand_best;  /* among them, the first victim (when cand_n > 0) */
-    size_t cand_taken; /* victims next_victim gave since */
+    uint64_t pinned_resident; /* bytes of the current launch's blocks on the device */
+    size_t cand_n;            /* scored by the last rank_victims */
+    size_t cand_best;         /* among them, the first victim (when cand_n > 0) */
+    size_t cand_taken;        /* victims next_victim gave since */
     /* history: shadow caches, their resident bytes and their recent cost
      * (bytes they would have moved, decayed per launch) */
     uint64_t s_resident[SH_N];
@@ -306,6 +307,13 @@ void swap_policy_set_clean_weight(struct swap_policy *p, double w)
 static bool pinned(const struct swap_policy *p, const struct blk *b)
 {
     return b->pin_launch == p->now;
+}
+
+/* What b adds to p->pinned_resident: its size while it is on the device
+ * and pinned. */
+static uint64_t pin_charge(const struct swap_policy *p, const struct blk *b)
+{
+    return b->resident && pinned(p, b) ? b->size : 0;
 }
 
 static int grow(void **arr, size_t *cap, size_t need, size_t elem)
@@ -526,9 +534,10 @@ static struct blk *blk_find_or_add(struct swap_policy *p, uint64_t block, uint64
 static int make_room(struct swap_policy *p, const struct blk *b, uint64_t *after,
                      struct swap_decision *out)
 {
-    uint64_t movable = 0;
-    for (struct blk *o = p->blocks; o; o = o->hh.next)
-        if (o->resident && o != b && !pinned(p, o)) movable += o->size;
+    /* What evictions could free: every resident block but b and the
+     * current launch's. */
+    uint64_t movable =
+        p->resident - p->pinned_resident - (b->resident && !pinned(p, b) ? b->size : 0);
     if (*after - movable > p->prm.budget_bytes) {
         p->c.overflows++;
         return -ENOSPC;
@@ -572,6 +581,7 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
     }
     struct blk *b = blk_find_or_add(p, block, size);
     if (!b) return -ENOMEM;
+    uint64_t charged = pin_charge(p, b);
     if (p->hist) {
         for (int k = SH_LRU; k < SH_N; k++) {
             int rc = shadow_access(p, k, b, size, is_write, by_copy);
@@ -615,6 +625,7 @@ static int access_common(struct swap_policy *p, uint64_t block, uint64_t size, b
     }
     b->pin_launch = p->now;
     b->next_use = next_use;
+    p->pinned_resident = p->pinned_resident - charged + pin_charge(p, b);
     return 0;
 }
 
@@ -647,6 +658,7 @@ int swap_policy_free(struct swap_policy *p, uint64_t block)
     HASH_FIND(hh, p->blocks, &block, sizeof(block), b);
     if (!b) return -ENOENT;
     if (b->resident) p->resident -= b->size;
+    p->pinned_resident -= pin_charge(p, b);
     for (int k = SH_LRU; k < SH_N; k++)
         if (b->s_res[k]) p->s_resident[k] -= b->size;
     HASH_DEL(p->blocks, b);
@@ -680,6 +692,7 @@ void swap_policy_next_launch(struct swap_policy *p)
 {
     if (!p) return;
     p->now++;
+    p->pinned_resident = 0; /* nothing is pinned in a new launch */
     p->c.launches++;
     if (p->hist) {
         swap_history_next_launch(p->hist);
