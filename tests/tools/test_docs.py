@@ -40,8 +40,11 @@ PAIR = os.path.join(os.environ["E2E_BIN_DIR"], "pair-runtime") + " --free while-
 # A registry left behind, as only killed processes leave one now (a clean
 # last process out removes it): leaky-runtime's importer, whose exporter it
 # killed itself, is killed once it says so. {leaky} is filled in later.
-KILLED_LEFTOVER = ("IPCSHIM_DOMAIN={domain} ipcshim-run -- {{leaky}} exporter-killed 65536 30000 > killed.out & "
-                   "for i in $(seq 300); do grep -q importer killed.out && break; sleep 0.1; done; "
+# A file of its own per domain: two commands use this, and the second's
+# loop once read the first's "importer" before its own program had
+# truncated the shared file, and killed it before it made its registry.
+KILLED_LEFTOVER = ("IPCSHIM_DOMAIN={domain} ipcshim-run -- {{leaky}} exporter-killed 65536 30000 > killed-{domain}.out & "
+                   "for i in $(seq 300); do grep -q importer killed-{domain}.out && break; sleep 0.1; done; "
                    "kill -9 $! && wait $!")
 
 
