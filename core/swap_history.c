@@ -8,7 +8,10 @@
  *   number stored in the slot and ends the walk.
  * - a launch ring: one 64-bit signature per completed launch (a hash of the
  *   ordered (block, read/write) list it touched; sizes are left out so that
- *   shape jitter does not change it), for the last max_launches launches.
+ *   shape jitter does not change it), for the last max_launches launches;
+ *   and beside it a loose signature, the same with each block first
+ *   accessed in that launch since its allocation hashed by its size instead
+ *   (see "Loose signatures" below).
  * - a uthash table with one fixed-size record per live block (its latest
  *   event), kept after a free while its events are in the ring (a free is
  *   an event of its own).
@@ -45,6 +48,9 @@
  * must find their context at the same distance back before that distance
  * is trusted. */
 #define ANCHOR_RUN 8
+/* Loose signatures: what a block new in its launch hashes as, beside its
+ * size (so that it never equals an id's hash by design). */
+#define LOOSE_TAG 0x5bd1e9955bd1e995ULL
 
 struct hist_event {
     uint64_t seq; /* which write of this slot; a link to another seq is stale */
@@ -61,6 +67,7 @@ struct hist_block {
     uint64_t last_seq;
     uint64_t bytes; /* size at its latest access */
     bool retired;   /* freed; the past stays for an allocation reusing the id */
+    uint64_t born;  /* launch of the first access of its current allocation */
     UT_hash_handle hh;
 };
 
@@ -76,6 +83,8 @@ struct swap_history {
     uint32_t sig_cap;
     uint64_t now;     /* current launch; launches < now are complete */
     uint64_t cur_sig; /* signature of the current launch so far */
+    uint64_t *loose;  /* loose[t % sig_cap]: loose signatures, as sig */
+    uint64_t cur_loose;
     struct hist_block *blocks;
     uint64_t period;      /* 0 = none learned */
     uint64_t shift;       /* the period as seen at the latest launch (phase-corrected) */
@@ -113,11 +122,12 @@ int swap_history_create(uint32_t max_events, uint32_t max_launches, struct swap_
     h->sig_cap = max_launches ? max_launches : SWAP_HISTORY_DEFAULT_LAUNCHES;
     h->ev = calloc(h->ev_cap, sizeof(*h->ev));
     h->sig = calloc(h->sig_cap, sizeof(*h->sig));
+    h->loose = calloc(h->sig_cap, sizeof(*h->loose));
     h->ctx_cap = 16;
     while (h->ctx_cap < 2 * (uint64_t)h->sig_cap)
         h->ctx_cap *= 2;
     h->ctx = calloc(h->ctx_cap, sizeof(*h->ctx));
-    if (!h->ev || !h->sig || !h->ctx) {
+    if (!h->ev || !h->sig || !h->loose || !h->ctx) {
         swap_history_destroy(h);
         return -ENOMEM;
     }
@@ -139,6 +149,7 @@ void swap_history_destroy(struct swap_history *h)
     }
     free(h->ev);
     free(h->sig);
+    free(h->loose);
     free(h->ctx);
     free(h);
 }
@@ -159,6 +170,7 @@ int swap_history_record(struct swap_history *h, uint64_t block, uint64_t bytes, 
         if (!b) return -ENOMEM;
         b->id = block;
         b->last_seq = NO_SEQ;
+        b->born = h->now;
         HASH_ADD(hh, h->blocks, id, sizeof(b->id), b);
         if (!UTH_ADDED(b, hh)) {
             free(b);
@@ -170,6 +182,7 @@ int swap_history_record(struct swap_history *h, uint64_t block, uint64_t bytes, 
          * allocator hands the same address to the same tensor every
          * iteration) continues its past; another size is another role. */
         b->retired = false;
+        b->born = h->now;
         h->retired--;
         if (b->bytes != bytes) b->last_seq = NO_SEQ;
     }
@@ -183,7 +196,11 @@ int swap_history_record(struct swap_history *h, uint64_t block, uint64_t bytes, 
                              .prev_seq = b->last_seq,
                              .is_write = is_write};
     b->last_seq = seq;
-    h->cur_sig = mix64(h->cur_sig ^ mix64(block * 2 + (is_write ? 1 : 0)));
+    uint64_t id_part = block * 2 + (is_write ? 1 : 0);
+    h->cur_sig = mix64(h->cur_sig ^ mix64(id_part));
+    uint64_t loose_part =
+        b->born == h->now ? (bytes * 2 + (is_write ? 1 : 0)) ^ LOOSE_TAG : id_part;
+    h->cur_loose = mix64(h->cur_loose ^ mix64(loose_part));
     return 0;
 }
 
@@ -247,7 +264,8 @@ uint64_t swap_history_miss_run(const struct swap_history *h)
 size_t swap_history_memory(const struct swap_history *h)
 {
     size_t n = sizeof(*h) + (size_t)h->ev_cap * sizeof(*h->ev) +
-               (size_t)h->sig_cap * sizeof(*h->sig) + (size_t)h->ctx_cap * sizeof(*h->ctx);
+               (size_t)h->sig_cap * (sizeof(*h->sig) + sizeof(*h->loose)) +
+               (size_t)h->ctx_cap * sizeof(*h->ctx);
     n += (size_t)HASH_COUNT(h->blocks) * sizeof(struct hist_block);
     if (h->blocks) n += HASH_OVERHEAD(hh, h->blocks);
     return n;
@@ -419,10 +437,34 @@ static uint64_t anchor_of(struct swap_history *h, uint64_t last)
     return dist;
 }
 
+/* Loose signatures. A caching allocator settles after a step or two: in
+ * the first iteration it gives some activations other addresses than in
+ * all later ones (dcgan-train: 28 of its second iteration's 120 launches
+ * touch the same blocks as the first's, 103-107 between later ones), so by
+ * id most launches of the second iteration do not recur one iteration
+ * back, and an anchor formed only in the third. Whether launch `last`
+ * recurs about d launches back with the blocks new in it taken by size:
+ * such a launch counts neither for an anchor at d nor against it. Loose
+ * signatures never propose a distance (the same shapes recur every layer:
+ * signing every block by size learned periods of one layer). */
+static bool loose_recurs(const struct swap_history *h, uint64_t last, uint64_t d)
+{
+    uint64_t s = h->loose[last % h->sig_cap];
+    for (uint64_t k = 0; k <= slack(d); k++) {
+        uint64_t t = last - d - k;
+        if (last >= d + k && t >= oldest_launch(h) && h->loose[t % h->sig_cap] == s) return true;
+        t = last - d + k;
+        if (k && d > k && t >= oldest_launch(h) && h->loose[t % h->sig_cap] == s) return true;
+    }
+    return false;
+}
+
 void swap_history_next_launch(struct swap_history *h)
 {
     h->sig[h->now % h->sig_cap] = h->cur_sig;
+    h->loose[h->now % h->sig_cap] = h->cur_loose;
     h->cur_sig = 0;
+    h->cur_loose = 0;
     h->now++;
     uint64_t last = h->now - 1;
     /* Anchors: a run of launches that all recur at about the same distance
@@ -433,6 +475,8 @@ void swap_history_next_launch(struct swap_history *h)
     if (a && cand && a + slack(cand) >= cand && a <= cand + slack(cand)) {
         if (h->anchor_run < 2 * ANCHOR_RUN) h->anchor_run++;
         h->anchor = a; /* follows an inserted or dropped launch */
+    } else if (cand && loose_recurs(h, last, cand)) {
+        /* the same launch but for where new blocks were put: no evidence */
     } else if (h->anchor_run > 0) {
         h->anchor_run--; /* an odd launch (or one that recurs elsewhere) */
     } else {

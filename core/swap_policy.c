@@ -40,8 +40,10 @@
  * signature after its predecessor's; a table remembers where each context
  * last ended, so every launch knows how far back it last occurred (its
  * anchor). When 8 launches (net of odd ones: a launch that agrees adds one,
- * one that does not takes one away) recur at about the same distance, that
- * distance is trusted: it becomes the period if none is known yet (a loop
+ * one that does not takes one away, one that agrees only once the blocks
+ * new in it are taken by size, an allocator that placed them elsewhere,
+ * neither: "Loose signatures" in swap_history.c) recur at about the same
+ * distance, that distance is trusted: it becomes the period if none is known yet (a loop
  * is learned 8 launches into its second pass instead of a quarter of a
  * period in), and it replaces the period's shift while it lies within a
  * quarter of the period (an iteration that grew or shrank: an optimizer
