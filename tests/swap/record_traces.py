@@ -477,16 +477,106 @@ def gan_step(gen, critic, opt_g, opt_d, real, z):
     opt_g.step()
 
 
+class GPT(torch.nn.Module if torch else object):
+    """A small decoder-only language model (GPT-2's shape, scaled down):
+    token and position embeddings, pre-norm blocks with causal attention,
+    the output head tied to the token embedding."""
+
+    def __init__(self, vocab=2000, d=384, heads=6, layers=4, ctx=128):
+        super().__init__()
+        self.tok = torch.nn.Embedding(vocab, d)
+        self.pos = torch.nn.Embedding(ctx, d)
+        layer = torch.nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.1, batch_first=True,
+                                                 norm_first=True, activation="gelu")
+        self.blocks = torch.nn.TransformerEncoder(layer, layers)
+        self.norm = torch.nn.LayerNorm(d)
+        self.mask = torch.nn.Transformer.generate_square_subsequent_mask(ctx)
+
+    def forward(self, x):
+        n = x.shape[1]
+        h = self.tok(x) + self.pos(torch.arange(n))
+        h = self.norm(self.blocks(h, mask=self.mask[:n, :n]))
+        return h @ self.tok.weight.t()
+
+
+def gpt(batch=4, seq=128, vocab=2000):
+    """Next-token training on fresh random batches, with the gradient norm
+    clipped before each step (as language models are trained)."""
+    m = GPT(vocab=vocab, ctx=seq)
+    g = torch.Generator().manual_seed(6)
+    lossf = torch.nn.CrossEntropyLoss()
+
+    def data():
+        x = torch.randint(0, vocab, (batch, seq + 1), generator=g)
+        return x[:, :-1].contiguous(), x[:, 1:].contiguous()
+
+    return m, data, lambda out, y: lossf(out.reshape(-1, vocab), y.reshape(-1))
+
+
+class VAE(torch.nn.Module if torch else object):
+    """Convolutional variational autoencoder on 3x64x64 images: a strided
+    convolution encoder to a mean and a log-variance, a sample, and a
+    transposed-convolution decoder back to the image."""
+
+    def __init__(self, z=128, w=64):
+        super().__init__()
+        c = torch.nn
+        self.enc = c.Sequential(
+            c.Conv2d(3, w, 4, 2, 1), c.ReLU(), c.Conv2d(w, 2 * w, 4, 2, 1), c.ReLU(),
+            c.Conv2d(2 * w, 4 * w, 4, 2, 1), c.ReLU(), c.Conv2d(4 * w, 8 * w, 4, 2, 1), c.ReLU(),
+            c.Flatten())
+        self.mu, self.logvar = c.Linear(8 * w * 16, z), c.Linear(8 * w * 16, z)
+        self.up = c.Linear(z, 8 * w * 16)
+        self.dec = c.Sequential(
+            c.Unflatten(1, (8 * w, 4, 4)), c.ConvTranspose2d(8 * w, 4 * w, 4, 2, 1), c.ReLU(),
+            c.ConvTranspose2d(4 * w, 2 * w, 4, 2, 1), c.ReLU(),
+            c.ConvTranspose2d(2 * w, w, 4, 2, 1), c.ReLU(), c.ConvTranspose2d(w, 3, 4, 2, 1))
+
+    def forward(self, x):
+        h = self.enc(x)
+        mu, logvar = self.mu(h), self.logvar(h)
+        zs = mu + torch.randn_like(mu) * torch.exp(0.5 * logvar)
+        return self.dec(self.up(zs)), mu, logvar
+
+
+def vae(batch=16, res=64):
+    m = VAE()
+    g = torch.Generator().manual_seed(7)
+
+    def data():
+        x = torch.rand(batch, 3, res, res, generator=g)
+        return x, x
+
+    def lossf(out, x):
+        rec, mu, logvar = out
+        kl = -0.5 * torch.mean(1 + logvar - mu * mu - logvar.exp())
+        return torch.nn.functional.mse_loss(rec, x) + kl
+
+    return m, data, lossf
+
+
+def mobilenet(batch=8, res=96):
+    import torchvision
+
+    m = torchvision.models.mobilenet_v2(num_classes=100)
+    x = torch.randn(batch, 3, res, res)
+    y = torch.randint(0, 100, (batch,))
+    return m, lambda: (x, y), torch.nn.CrossEntropyLoss()
+
+
 MODELS = {"resnet18": resnet, "transformer": transformer, "lstm": lstm, "moe": moe,
           "seq2seq": seq2seq, "unet": unet, "decoder": decoder,
-          "transformer_varlen": transformer_varlen}
+          "transformer_varlen": transformer_varlen, "gpt": gpt, "vae": vae,
+          "mobilenet": mobilenet}
 
 
-def train_step(m, data, lossf, opt):
+def train_step(m, data, lossf, opt, clip=None):
     x, y = data()
     opt.zero_grad(set_to_none=True)
     loss = lossf(m(x), y)
     loss.backward()
+    if clip:
+        torch.nn.utils.clip_grad_norm_(m.parameters(), clip)
     opt.step()
 
 
@@ -496,16 +586,21 @@ def eval_step(m, data):
         m(x)
 
 
-ADAM = ("transformer", "moe", "seq2seq", "unet", "transformer_varlen")
+ADAM = ("transformer", "moe", "seq2seq", "unet", "transformer_varlen", "vae")
+# Trained with AdamW and the gradient norm clipped to this.
+ADAMW_CLIP = {"gpt": 1.0}
 
 
 def setup(name, training):
     torch.manual_seed(0)
     m, data, lossf = MODELS[name]()
     m.train(training)
+    if name in ADAMW_CLIP:
+        opt = torch.optim.AdamW(m.parameters(), lr=3e-4, weight_decay=0.1)
+        return m, data, lossf, opt, ADAMW_CLIP[name]
     opt = (torch.optim.Adam(m.parameters(), lr=1e-4) if name in ADAM else
            torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9))
-    return m, data, lossf, opt
+    return m, data, lossf, opt, None
 
 
 def run_gan(iters, rec, batch=16):
@@ -535,11 +630,11 @@ def run_trace(kind, names, iters, rec):
     if kind == "gan":
         return run_gan(iters, rec)
     models = [setup(n, kind not in ("infer", "decode")) for n in names]
-    m, data, lossf, opt = models[0]
+    m, data, lossf, opt, clip = models[0]
     with make_mode(rec):
         for i in range(iters):
             if kind == "train":
-                train_step(m, data, lossf, opt)
+                train_step(m, data, lossf, opt, clip)
             elif kind == "infer":
                 eval_step(m, data)
             elif kind == "decode":
@@ -584,6 +679,11 @@ TRACES = {
     "transformer-varlen-train": ("train", ["transformer_varlen"], 16),
     "dcgan-train": ("gan", ["dcgan"], 16),
     "resnet18-accum-train": ("accum", ["resnet18"], 16),
+    # Recorded after issue 32's sixth part chose its rules (converging on the
+    # followed shadow, loose signatures, MRU_STAY): reported separately.
+    "gpt-train": ("train", ["gpt"], 16),
+    "vae-train": ("train", ["vae"], 16),
+    "mobilenet-train": ("train", ["mobilenet"], 16),
 }
 
 
