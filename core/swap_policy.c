@@ -247,7 +247,6 @@ struct cand {
     struct blk *b;  /* NULL once next_victim took it */
     double score;   /* larger = evict first */
     uint32_t order; /* position when scored: the last tie-break */
-    bool stray;     /* held by the real cache but not by the shadow it converges to */
 };
 
 struct swap_policy {
@@ -276,8 +275,8 @@ struct swap_policy {
     double decay;
     int follow;            /* the shadow whose ranking the real cache follows */
     uint64_t follow_since; /* the launch from which it has followed that one */
-    int converge_to;       /* rank_victims of the real cache: a shadow whose contents it
-                            * converges to (see "Converging"), -1: none */
+    int converge_to;       /* rank_victims of the real cache: only the blocks this shadow
+                            * does not hold (see "Converging"), -1: all */
     uint64_t last_period;  /* the history's period after the previous launch */
 };
 
@@ -355,13 +354,11 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
-/* Victim order, a total one: strays first (see "Converging"); then the
- * larger score; on a tie (e.g. all "never") the older last use; then the
- * order scored. */
+/* Victim order, a total one: the larger score; on a tie (e.g. all "never")
+ * the older last use; then the order scored. */
 static int victim_order(const void *x, const void *y)
 {
     const struct cand *a = x, *b = y;
-    if (a->stray != b->stray) return a->stray ? -1 : 1;
     if (a->score != b->score) return a->score > b->score ? -1 : 1;
     if (a->b->last_use != b->b->last_use) return a->b->last_use < b->b->last_use ? -1 : 1;
     return a->order < b->order ? -1 : a->order > b->order;
@@ -398,10 +395,7 @@ static uint64_t predicted(struct swap_policy *p, struct blk *b, enum rank how, b
  * needs no scan. */
 static void add_cand(struct swap_policy *p, size_t *n, struct blk *b, double score)
 {
-    p->cand[*n] = (struct cand){.b = b,
-                                .score = score,
-                                .order = (uint32_t)*n,
-                                .stray = p->converge_to >= 0 && !b->s_res[p->converge_to]};
+    p->cand[*n] = (struct cand){.b = b, .score = score, .order = (uint32_t)*n};
     if (*n == 0 || victim_order(&p->cand[*n], &p->cand[p->cand_best]) < 0) p->cand_best = *n;
     (*n)++;
 }
@@ -419,6 +413,7 @@ static int rank_victims(struct swap_policy *p, const struct blk *self, int which
     for (struct blk *b = p->blocks; b; b = b->hh.next) {
         bool res = which < 0 ? b->resident : b->s_res[which];
         if (!res || b == self || pinned(p, b)) continue;
+        if (which < 0 && p->converge_to >= 0 && b->s_res[p->converge_to]) continue;
         bool dirty = which < 0 ? b->dirty : b->s_dirty[which];
         double score;
         if (how == RANK_LRU) {
@@ -575,32 +570,38 @@ static int make_room(struct swap_policy *p, const struct blk *b, uint64_t *after
     }
     enum rank how = RANK_LRU;
     double cw = p->clean_weight;
+    int converge = -1;
     if (p->prm.kind == SWAP_POLICY_MIN) how = RANK_PREDICT;
     if (p->prm.kind == SWAP_POLICY_HISTORY) {
         how = shadows[p->follow].how;
         cw = shadows[p->follow].clean_weight;
         uint64_t period = swap_history_period(p->hist);
         if (how >= RANK_PREDICT && !period) how = RANK_LRU;
-        if (period && p->now - p->follow_since >= CONVERGE_PERIODS * period)
-            p->converge_to = p->follow;
+        if (period && p->now - p->follow_since >= CONVERGE_PERIODS * period) converge = p->follow;
     }
-    int n = rank_victims(p, b, -1, how, cw);
-    p->converge_to = -1;
-    if (n < 0) return n;
-    if (grow((void **)&p->evict, &p->evict_cap, (size_t)n, sizeof(*p->evict))) return -ENOMEM;
-    out->evict = p->evict;
-    for (struct blk *v; *after > p->prm.budget_bytes && (v = next_victim(p));) {
-        p->evict[out->n_evict++] =
-            (struct swap_evict){.block = v->id, .bytes = v->size, .writeback = v->dirty};
-        p->c.evictions++;
-        if (v->dirty) {
-            p->c.dirty_evictions++;
-            p->c.d2h_bytes += v->size;
+    /* Converging: first the blocks the followed shadow does not hold, in
+     * the ranking's order; then, if that was not enough, all of them. */
+    for (int pass = converge >= 0 ? 0 : 1; pass < 2 && *after > p->prm.budget_bytes; pass++) {
+        p->converge_to = pass == 0 ? converge : -1;
+        int n = rank_victims(p, b, -1, how, cw);
+        p->converge_to = -1;
+        if (n < 0) return n;
+        if (grow((void **)&p->evict, &p->evict_cap, out->n_evict + (size_t)n, sizeof(*p->evict)))
+            return -ENOMEM;
+        out->evict = p->evict;
+        for (struct blk *v; *after > p->prm.budget_bytes && (v = next_victim(p));) {
+            p->evict[out->n_evict++] =
+                (struct swap_evict){.block = v->id, .bytes = v->size, .writeback = v->dirty};
+            p->c.evictions++;
+            if (v->dirty) {
+                p->c.dirty_evictions++;
+                p->c.d2h_bytes += v->size;
+            }
+            v->resident = false;
+            v->dirty = false;
+            v->has_host = true;
+            *after -= v->size;
         }
-        v->resident = false;
-        v->dirty = false;
-        v->has_host = true;
-        *after -= v->size;
     }
     return 0;
 }
