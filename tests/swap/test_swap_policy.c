@@ -532,6 +532,17 @@ static void replay_at(const struct swap_trace *t, enum swap_policy_kind kind, do
     cr_assert_eq(swap_replay(t, &prm, 0, r), 0);
 }
 
+/* Loads the committed trace `name` into t and replays it whole at
+ * `oversub` through history (into h) and a policy of kind `other` (into o). */
+static void replay_history_and(const char *name, enum swap_policy_kind other, double oversub,
+                               struct swap_trace *t, struct swap_replay_result *h,
+                               struct swap_replay_result *o)
+{
+    load_real(name, t);
+    replay_at(t, SWAP_POLICY_HISTORY, oversub, h);
+    replay_at(t, other, oversub, o);
+}
+
 /* The recorded transformer training trace at 1.5x: once the period is
  * learned (8 launches into the second iteration), history follows the
  * prediction at once (the prediction shadows restart from the real
@@ -618,12 +629,25 @@ Test(swap_policy, history_moves_the_same_bytes_wherever_the_blocks_are)
 Test(swap_policy, history_keeps_the_periods_prediction_under_gradient_accumulation)
 {
     struct swap_trace t = {0};
-    load_real("resnet18-accum-train", &t);
     struct swap_replay_result h, m;
-    replay_at(&t, SWAP_POLICY_HISTORY, 2.0, &h);
-    replay_at(&t, SWAP_POLICY_MIN, 2.0, &m);
+    replay_history_and("resnet18-accum-train", SWAP_POLICY_MIN, 2.0, &t, &h, &m);
     cr_expect_leq(moved(&h), 1.06 * moved(&m), "whole run: history %.0f, min %.0f", moved(&h),
                   moved(&m));
+    swap_trace_fini(&t);
+}
+
+/* Replays the committed trace `name` at `oversub` through history and lru
+ * and expects history's bytes in iteration `i` (0: the first) to be at most
+ * `share` of lru's. */
+static void expect_iteration_under_lru(const char *name, double oversub, uint64_t i, double share)
+{
+    struct swap_trace t = {0};
+    struct swap_replay_result h, l;
+    replay_history_and(name, SWAP_POLICY_LRU, oversub, &t, &h, &l);
+    cr_assert_gt(h.iterations, i + 1);
+    double hi = (double)h.iter_bytes[i], li = (double)l.iter_bytes[i];
+    cr_expect_leq(hi, share * li, "%s at %.2fx, iteration %llu: history %.0f, lru %.0f", name,
+                  oversub, (unsigned long long)i + 1, hi, li);
     swap_trace_fini(&t);
 }
 
@@ -636,15 +660,7 @@ Test(swap_policy, history_keeps_the_periods_prediction_under_gradient_accumulati
  * deterministic replay, not timings. */
 Test(swap_policy, history_does_not_flip_between_mru_and_lru_in_the_first_iteration)
 {
-    struct swap_trace t = {0};
-    load_real("transformer-varlen-train", &t);
-    struct swap_replay_result h, l;
-    replay_at(&t, SWAP_POLICY_HISTORY, 2.0, &h);
-    replay_at(&t, SWAP_POLICY_LRU, 2.0, &l);
-    cr_assert_geq(h.iterations, 2);
-    double hi = (double)h.iter_bytes[0], li = (double)l.iter_bytes[0];
-    cr_expect_leq(hi, 0.8 * li, "iteration 1: history %.0f, lru %.0f", hi, li);
-    swap_trace_fini(&t);
+    expect_iteration_under_lru("transformer-varlen-train", 2.0, 0, 0.8);
 }
 
 /* The recorded DCGAN trace at 1.25x: the caching allocator puts some
@@ -657,15 +673,7 @@ Test(swap_policy, history_does_not_flip_between_mru_and_lru_in_the_first_iterati
  * before). Byte counts of a deterministic replay, not timings. */
 Test(swap_policy, history_learns_across_an_allocator_that_moved_the_first_iterations_blocks)
 {
-    struct swap_trace t = {0};
-    load_real("dcgan-train", &t);
-    struct swap_replay_result h, l;
-    replay_at(&t, SWAP_POLICY_HISTORY, 1.25, &h);
-    replay_at(&t, SWAP_POLICY_LRU, 1.25, &l);
-    cr_assert_geq(h.iterations, 3);
-    double hi = (double)h.iter_bytes[1], li = (double)l.iter_bytes[1];
-    cr_expect_leq(hi, 0.8 * li, "iteration 2: history %.0f, lru %.0f", hi, li);
-    swap_trace_fini(&t);
+    expect_iteration_under_lru("dcgan-train", 1.25, 1, 0.8);
 }
 
 /* The recorded DCGAN trace at 2x: the real cache follows one prediction
@@ -679,10 +687,8 @@ Test(swap_policy, history_learns_across_an_allocator_that_moved_the_first_iterat
 Test(swap_policy, history_converges_to_the_shadow_it_follows)
 {
     struct swap_trace t = {0};
-    load_real("dcgan-train", &t);
     struct swap_replay_result h, m;
-    replay_at(&t, SWAP_POLICY_HISTORY, 2.0, &h);
-    replay_at(&t, SWAP_POLICY_MIN, 2.0, &m);
+    replay_history_and("dcgan-train", SWAP_POLICY_MIN, 2.0, &t, &h, &m);
     cr_assert_geq(h.iterations, 16);
     for (uint64_t i = 11; i < 15; i++) {
         double hi = (double)h.iter_bytes[i], mi = (double)m.iter_bytes[i];
@@ -702,10 +708,8 @@ Test(swap_policy, history_converges_to_the_shadow_it_follows)
 Test(swap_policy, history_predicts_a_first_evaluation_pass_from_its_own_gaps)
 {
     struct swap_trace t = {0};
-    load_real("resnet18-phases", &t);
     struct swap_replay_result h, m;
-    replay_at(&t, SWAP_POLICY_HISTORY, 2.0, &h);
-    replay_at(&t, SWAP_POLICY_MIN, 2.0, &m);
+    replay_history_and("resnet18-phases", SWAP_POLICY_MIN, 2.0, &t, &h, &m);
     cr_assert_geq(h.iterations, 8);
     int passes = 0;
     for (uint64_t i = 3; i + 1 < h.iterations && i < SWAP_REPLAY_ITERS; i += 4) {
