@@ -40,20 +40,20 @@
  * signature after its predecessor's; a table remembers where each context
  * last ended, so every launch knows how far back it last occurred (its
  * anchor). When 8 launches (net of odd ones: a launch that agrees adds one,
- * one that does not takes one away, one that agrees only once the blocks
- * new in it are taken by size, an allocator that placed them elsewhere,
- * neither: "Loose signatures" in swap_history.c) recur at about the same
- * distance, that distance is trusted: it becomes the period if none is known yet (a loop
- * is learned 8 launches into its second pass instead of a quarter of a
+ * one that does not takes one away, one that agrees only once the blocks new
+ * in it are taken by size, an allocator that placed them elsewhere, neither:
+ * "Loose signatures" in swap_history.c) recur at about the same distance,
+ * that distance is trusted: it becomes the period if none is known yet (a
+ * loop is learned 8 launches into its second pass instead of a quarter of a
  * period in), and it replaces the period's shift while it lies within a
  * quarter of the period (an iteration that grew or shrank: an optimizer
  * creates its state in step 0, so step 0 is shorter than the next ones, and
  * the +-4 phase correction cannot follow that). A trusted anchor at another
  * distance (the previous training step across an evaluation pass, a
- * micro-batch inside an accumulation step) is kept as a second opinion:
- * the anchored predictions ask its window first and the period's only for
- * blocks it did not see; whether that beats the period alone is left to the
- * shadows below. An anchor reaches back at most half the launch ring.
+ * micro-batch inside an accumulation step) is kept as a second opinion: the
+ * anchored predictions ask its window first and the period's only for blocks
+ * it did not see; whether that beats the period alone is left to the shadows
+ * below. An anchor reaches back at most half the launch ring.
  * Re-anchoring: a launch that recurs neither about a period back nor at a
  * trusted anchor is looked up by its context alone; if that last ended
  * between half a period and two periods ago, the shift moves there at once
@@ -72,38 +72,40 @@
  * Robustness (phases, interleaving, shuffles). Prediction from the past is
  * only as good as the repetition. So the history kind also replays every
  * access in eleven shadow caches, at no cost to the device: one ranked by
- * recency alone (what lru would hold), one by reverse recency (mru: evict
- * the most recently used unpinned block), and nine by prediction alone: from
- * the period, anchored (above), or from the period or a block's own rhythm
- * where that comes sooner ("Next use"), each under clean weights 1, 2 and 4
+ * recency alone (what lru would hold), one by reverse recency (mru: evict the
+ * most recently used unpinned block), and nine by prediction alone: from the
+ * period, anchored (above), or from the period or a block's own rhythm where
+ * that comes sooner ("Next use"), each under clean weights 1, 2 and 4
  * ("Ranking": which weight is best depends on how many blocks a workload
  * writes, and differs between traces by up to 30% of the traffic). Each
  * counts the bytes it would have moved, decayed by 1 - 1/SHADOW_WINDOW per
  * launch (a window of ~256 launches), and once more over a window of two
  * periods. The prediction shadow with the lowest two-period cost is the
- * expert (comparing whole iterations: over a shorter window two rankings
- * that cost the same per iteration alternate, and each switch costs the
- * moves between their contents). Before a period is known, the real cache
- * ranks its victims as the expert does while the expert's recent cost is
- * strictly below the recency shadow's; as mru from when the mru shadow
- * costs under 0.8x every other (a loop larger than the budget: this is what
- * makes warm-up cheap) while it costs under 0.9x; else by recency. When a period is first learned,
- * the prediction shadows (which ranked by recency until then) restart from the real cache's
- * contents and costs, so the real cache follows a prediction from that launch on instead of after a
- * window (warm-up counts). From then on the long window alone decides: the real cache follows the
- * expert where the expert's two-period cost is below the lru shadow's, else lru; never mru. (It
- * once also followed the short window, which flips by phase: mru through a decoder loop, a
- * prediction through backward, lru after, and every switch paid for the moves between contents; on
- * seq2seq-attn-train at 1.5x the real cache moved more than lru.) When
- * the pattern changes (an evaluation pass, a second model, a shuffled
- * order) history degrades to lru once the expert's long-window cost rises
- * above lru's, and returns to prediction once the new pattern has been
- * learned and proves cheaper; and at the latest after FALLBACK_RUN
- * launches in a row that the prediction did not match (none of the above
- * found them a period back), the real cache follows lru until one matches
- * again. Cost: a few bits of state per block and a victim ranking per
- * shadow eviction. On the recorded real traces (docs/swap.md) history
- * moves at most 1 % more than lru, and far less where the loop repeats.
+ * expert (comparing whole iterations: over a shorter window two rankings that
+ * cost the same per iteration alternate, and each switch costs the moves
+ * between their contents). Before a period is known, the real cache ranks its
+ * victims as the expert does while the expert's recent cost is strictly below
+ * the recency shadow's; as mru from when the mru shadow costs under 0.8x
+ * every other (a loop larger than the budget: this is what makes warm-up
+ * cheap) while it costs under 0.9x; else by recency. When a period is first
+ * learned, the prediction shadows (which ranked by recency until then)
+ * restart from the real cache's contents and costs, so the real cache follows
+ * a prediction from that launch on instead of after a window (warm-up
+ * counts). From then on the long window alone decides: the real cache follows
+ * the expert where the expert's two-period cost is below the lru shadow's,
+ * else lru; never mru. (It once also followed the short window, which flips
+ * by phase: mru through a decoder loop, a prediction through backward, lru
+ * after, and every switch paid for the moves between contents; on
+ * seq2seq-attn-train at 1.5x the real cache moved more than lru.) When the
+ * pattern changes (an evaluation pass, a second model, a shuffled order)
+ * history degrades to lru once the expert's long-window cost rises above
+ * lru's, and returns to prediction once the new pattern has been learned and
+ * proves cheaper; and at the latest after FALLBACK_RUN launches in a row that
+ * the prediction did not match (none of the above found them a period back),
+ * the real cache follows lru until one matches again. Cost: a few bits of
+ * state per block and a victim ranking per shadow eviction. On the recorded
+ * real traces (docs/swap.md) history moves at most 1 % more than lru, and far
+ * less where the loop repeats.
  *
  * Converging. Following a shadow's ranking is not holding its contents: the
  * real cache arrives at a shadow with what it kept under another ranking
