@@ -451,10 +451,13 @@ static bool loose_recurs(const struct swap_history *h, uint64_t last, uint64_t d
 {
     uint64_t s = h->loose[last % h->sig_cap];
     for (uint64_t k = 0; k <= slack(d); k++) {
-        uint64_t t = last - d - k;
-        if (last >= d + k && t >= oldest_launch(h) && h->loose[t % h->sig_cap] == s) return true;
-        t = last - d + k;
-        if (k && d > k && t >= oldest_launch(h) && h->loose[t % h->sig_cap] == s) return true;
+        /* last - d -+ k, where that is a completed launch still in the ring */
+        if (last >= d + k && last - d - k >= oldest_launch(h) &&
+            h->loose[(last - d - k) % h->sig_cap] == s)
+            return true;
+        if (k && d > k && last + k >= d && last + k - d >= oldest_launch(h) &&
+            h->loose[(last + k - d) % h->sig_cap] == s)
+            return true;
     }
     return false;
 }
