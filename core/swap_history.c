@@ -368,6 +368,40 @@ static void try_candidate(const struct swap_history *h, uint64_t P, uint64_t n, 
  * longer one replaces a shorter one only if it repeats clearly better
  * (accumulation: the micro-batch repeats, the optimizer step only once per
  * full period). */
+/* Whether a check of period P can run: the launch ring holds enough
+ * launches (n) and the event ring reaches back far enough (covered). */
+static bool verifiable(uint64_t P, uint64_t n, uint64_t covered)
+{
+    return needed(P) <= n && P + PHASE_SLACK + 1 <= covered;
+}
+
+/* Whether detect_period keeps the current period although the check did
+ * not pass it, best_p being what passed instead (0: nothing): a trusted
+ * anchor still finds the launches about a period back, and best_p, if
+ * any, is about a multiple of the period. An inner loop whose count varies
+ * from one iteration to the next (a decoder run for as many steps as the
+ * batch's target length) moves an iteration's launches further from the
+ * last one's than the check's +-4, while the anchors follow them; two or
+ * more iterations back, lengths may happen to add up (seq2seq-attn-train
+ * took 4,735 launches, two iterations, at launch 17,094, and moved more
+ * than lru in the two iterations after). A multiple that beats a period
+ * which passes (a full step under gradient accumulation) still wins. */
+static bool keep_anchored_period(const struct swap_history *h, uint64_t best_p, uint64_t n,
+                                 uint64_t covered)
+{
+    uint64_t P = h->period, a = h->anchor;
+    if (!P || best_p == P || !a || h->anchor_run < ANCHOR_RUN || a + P / 4 < P || a > P + P / 4 ||
+        !verifiable(P, n, covered))
+        return false;
+    if (best_p) {
+        uint64_t k = (best_p + P / 2) / P, off = best_p > k * P ? best_p - k * P : k * P - best_p;
+        if (best_p <= P + P / 2 || k < 2 || off > best_p / 10) return false;
+    }
+    uint64_t window = n - P - PHASE_SLACK;
+    if (window > n / 2) window = n / 2;
+    return match_share(h, P, window, (uint64_t)((1.0 - MATCH_MIN) * (double)window)) < MATCH_MIN;
+}
+
 static void detect_period(struct swap_history *h)
 {
     uint64_t first = oldest_launch(h), last = h->now - 1, s = sig_of(h, last);
@@ -378,13 +412,12 @@ static void detect_period(struct swap_history *h)
     for (uint64_t t = last; t-- > first && nc < MAX_CANDIDATES;) {
         if (sig_of(h, t) != s) continue;
         uint64_t P = last - t;
-        if (needed(P) > n || P + PHASE_SLACK + 1 > covered) break;
+        if (!verifiable(P, n, covered)) break;
         cand[nc++] = P;
     }
     uint64_t best_p = 0;
     double best = 0.0;
-    bool current_done =
-        !h->period || needed(h->period) > n || h->period + PHASE_SLACK + 1 > covered;
+    bool current_done = !h->period || !verifiable(h->period, n, covered);
     for (int i = 0; i <= nc; i++) {
         uint64_t P = i < nc ? cand[i] : UINT64_MAX;
         if (!current_done && h->period <= P) {
@@ -393,6 +426,7 @@ static void detect_period(struct swap_history *h)
         }
         if (i < nc) try_candidate(h, P, n, &best_p, &best);
     }
+    if (keep_anchored_period(h, best_p, n, covered)) best_p = h->period;
     if (best_p != h->period) h->shift = best_p;
     h->period = best_p;
 }

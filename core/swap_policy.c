@@ -34,7 +34,12 @@
  * not exact: a mixture of experts routes data-dependent token counts, so
  * its activations change size (and id) every step; a wrong period is
  * caught by the shadows below. Detection runs every 8 launches until a
- * period is found, then every period to confirm or replace it.
+ * period is found, then every period to confirm or replace it. A period
+ * that fails the check is kept while a trusted anchor (below) still finds
+ * its launches about a period back and nothing but a multiple of it
+ * passes: an inner loop whose count varies moves an iteration's launches
+ * beyond the +-4, and several iterations back lengths may add up alike
+ * (keep_anchored_period in swap_history.c).
  *
  * Anchors: learning without waiting a period. A launch's context is its
  * signature after its predecessor's; a table remembers where each context

@@ -248,6 +248,35 @@ Test(swap_history, blocks_placed_elsewhere_do_not_hide_the_period)
     swap_history_destroy(h);
 }
 
+/* An iteration: 30 launches of their own, an inner loop of 10 to 16 steps
+ * of 3 launches (the count drawn per iteration, as a decoder runs for as
+ * many steps as the batch's target length), 30 more. One iteration's
+ * launches land up to 18 launches from where the last one's did, further
+ * than the period check's +-4, but a trusted anchor follows them; several
+ * iterations back, lengths may add up alike (4 and 5 iterations here):
+ * the period stays one iteration long instead of jumping to such a
+ * multiple. */
+Test(swap_history, a_varying_inner_loop_keeps_a_period_of_one_iteration)
+{
+    static const int steps[] = {10, 14, 12, 10, 16, 12, 14, 10, 12, 16, 10, 14, 12, 16, 10, 12};
+    struct swap_history *h = make(0, 0);
+    for (int it = 0; it < 16; it++) {
+        for (uint64_t k = 0; k < 30; k++)
+            launch(h, &k, 1);
+        for (int s = 0; s < steps[it]; s++)
+            for (uint64_t k = 0; k < 3; k++) {
+                uint64_t b[2] = {100 + k, 200 + (uint64_t)s};
+                launch(h, b, 2);
+            }
+        for (uint64_t k = 300; k < 330; k++)
+            launch(h, &k, 1);
+        if (it >= 2)
+            cr_expect_leq(swap_history_period(h), 30 + 3 * 16 + 30, "after iteration %d: %llu",
+                          it + 1, (unsigned long long)swap_history_period(h));
+    }
+    swap_history_destroy(h);
+}
+
 /* The first iteration is shorter than the next ones (an optimizer creates
  * its state in step 0): predictions follow the new length as soon as a run
  * of launches recurs at it, not one period later. */

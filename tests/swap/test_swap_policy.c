@@ -575,8 +575,11 @@ Test(swap_policy, history_predicts_from_the_second_iteration_on_a_real_trace)
  * periods), and the decoder loop, whose count varies from one iteration to
  * the next, is predicted by each block's own gap, the gap before a burst
  * for a block three launches in a row read (the output projection), in
- * the rhythm shadows: 0.75x lru now, 1.14x the offline schedule (1.56x
- * before; 1.09x while the anchors' table lost contexts to collisions of
+ * the rhythm shadows. A period the anchors still see is kept when its
+ * check fails for that varying count, instead of a multiple of it that
+ * happens to match (swap_history.c, keep_anchored_period): 0.71x lru now,
+ * 1.08x the offline schedule (1.14x before that; 1.56x before the long
+ * window; 1.09x while the anchors' table lost contexts to collisions of
  * address hashes, which made the figure depend on where the driver put
  * the blocks: swap_history.c, anchor_of). Byte counts of a deterministic
  * replay, not timings. */
@@ -588,7 +591,7 @@ Test(swap_policy, history_follows_the_long_window_and_own_gaps_on_seq2seq)
     double h = whole(&t, SWAP_POLICY_HISTORY, budget), l = whole(&t, SWAP_POLICY_LRU, budget);
     double m = whole(&t, SWAP_POLICY_MIN, budget);
     cr_expect_leq(h, 0.75 * l, "history %.0f, lru %.0f", h, l);
-    cr_expect_leq(h, 1.15 * m, "history %.0f, min %.0f", h, m);
+    cr_expect_leq(h, 1.10 * m, "history %.0f, min %.0f", h, m);
     swap_trace_fini(&t);
 }
 
