@@ -183,6 +183,38 @@ static void probe_overlap(int device)
     cudaStreamDestroy(c);
 }
 
+/* The second half of n blocks of size bytes, on the device, moved to the
+ * host on s (the pattern probes start from there). */
+static void evict_half(float **b, int n, size_t size, cudaStream_t s)
+{
+    for (int i = n / 2; i < n; i++)
+        move_one(b[i], size, -1, s);
+    cudaStreamSynchronize(s);
+}
+
+/* ms per block of four passes over n blocks of size bytes, half on the
+ * device: for each block, evict the one half a cycle ahead, fetch this
+ * one and launch over it on s; the eviction on `side` instead (after ev
+ * recorded on s) unless side is NULL. */
+static double pattern_ms(float **b, int n, size_t size, int device, cudaStream_t s,
+                         cudaStream_t side, cudaEvent_t ev)
+{
+    double t0 = now_ms();
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < n; i++) {
+            int out = (i + n / 2) % n;
+            if (side) {
+                cudaEventRecord(ev, s);
+                cudaStreamWaitEvent(side, ev, 0);
+            }
+            move_one(b[out], size, -1, side ? side : s);
+            move_one(b[i], size, device, s);
+            launch_touch(b[i], size, s);
+        }
+    cudaDeviceSynchronize();
+    return (now_ms() - t0) / (4 * n);
+}
+
 /* swap-pattern: 48 blocks of 4 MiB, half of them on the device; for each
  * block, on one stream: evict the block half a cycle ahead, fetch this one,
  * launch over it (what the shim does when a loop's working set is twice
@@ -201,20 +233,8 @@ static void probe_pattern(int device)
             launch_touch(b[i], size, s);
     cudaStreamSynchronize(s);
     double resident = (now_ms() - t0) / (4 * n);
-    for (int i = n / 2; i < n; i++) {
-        move_one(b[i], size, -1, s);
-    }
-    cudaStreamSynchronize(s);
-    t0 = now_ms();
-    for (int r = 0; r < 4; r++)
-        for (int i = 0; i < n; i++) {
-            int out = (i + n / 2) % n;
-            move_one(b[out], size, -1, s);
-            move_one(b[i], size, device, s);
-            launch_touch(b[i], size, s);
-        }
-    cudaStreamSynchronize(s);
-    double swapped = (now_ms() - t0) / (4 * n);
+    evict_half(b, n, size, s);
+    double swapped = pattern_ms(b, n, size, device, s, NULL, NULL);
     printf(
         "probe swap-pattern: per 4 MiB block, launch alone %.3f ms; evict one + fetch one + launch "
         "on one stream %.3f ms (%.1f GB/s each way)\n",
@@ -277,22 +297,8 @@ static void probe_pattern_side(int device)
     cudaEvent_t ev;
     cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
     move_all(b, n, size, device, 1, s);
-    for (int i = n / 2; i < n; i++) {
-        move_one(b[i], size, -1, s);
-    }
-    cudaStreamSynchronize(s);
-    double t0 = now_ms();
-    for (int r = 0; r < 4; r++)
-        for (int i = 0; i < n; i++) {
-            int out = (i + n / 2) % n;
-            cudaEventRecord(ev, s);
-            cudaStreamWaitEvent(side, ev, 0);
-            move_one(b[out], size, -1, side);
-            move_one(b[i], size, device, s);
-            launch_touch(b[i], size, s);
-        }
-    cudaDeviceSynchronize();
-    double swapped = (now_ms() - t0) / (4 * n);
+    evict_half(b, n, size, s);
+    double swapped = pattern_ms(b, n, size, device, s, side, ev);
     printf(
         "probe swap-pattern-side: per 4 MiB block, evictions on a second stream %.3f ms (%.1f GB/s "
         "each way)\n",
