@@ -282,8 +282,6 @@ struct swap_policy {
     double decay;
     int follow;            /* the shadow whose ranking the real cache follows */
     uint64_t follow_since; /* the launch from which it has followed that one */
-    int converge_to;       /* rank_victims of the real cache: only the blocks this shadow
-                            * does not hold (see "Converging"), -1: all */
     uint64_t last_period;  /* the history's period after the previous launch */
 };
 
@@ -298,7 +296,6 @@ int swap_policy_create_params(const struct swap_params *prm, struct swap_policy 
     p->clean_weight = CLEAN_WEIGHT;
     p->decay = 1.0 - 1.0 / SHADOW_WINDOW;
     p->expert = SH_FIRST_PREDICT;
-    p->converge_to = -1;
     if (prm->kind == SWAP_POLICY_HISTORY) {
         int rc = swap_history_create(prm->history_events, prm->history_launches, &p->hist);
         if (rc) {
@@ -408,11 +405,12 @@ static void add_cand(struct swap_policy *p, size_t *n, struct blk *b, double sco
 }
 
 /* Scores every unpinned block other than self that is resident in cache
- * `which` (-1: the real one; else a shadow) into p->cand, by `how`
- * (clean_weight: see "Ranking"); returns how many, or -ENOMEM. Take the
- * victims in order with next_victim. */
-static int rank_victims(struct swap_policy *p, const struct blk *self, int which, enum rank how,
-                        double clean_weight)
+ * `which` (-1: the real one; else a shadow), and not in shadow not_held_by
+ * (-1: wherever; see "Converging"), into p->cand, by `how` (clean_weight:
+ * see "Ranking"); returns how many, or -ENOMEM. Take the victims in order
+ * with next_victim. */
+static int rank_victims(struct swap_policy *p, const struct blk *self, int which, int not_held_by,
+                        enum rank how, double clean_weight)
 {
     size_t n = 0;
     if (grow((void **)&p->cand, &p->cand_cap, HASH_COUNT(p->blocks), sizeof(*p->cand)))
@@ -420,7 +418,7 @@ static int rank_victims(struct swap_policy *p, const struct blk *self, int which
     for (struct blk *b = p->blocks; b; b = b->hh.next) {
         bool res = which < 0 ? b->resident : b->s_res[which];
         if (!res || b == self || pinned(p, b)) continue;
-        if (which < 0 && p->converge_to >= 0 && b->s_res[p->converge_to]) continue;
+        if (not_held_by >= 0 && b->s_res[not_held_by]) continue;
         bool dirty = which < 0 ? b->dirty : b->s_dirty[which];
         double score;
         if (how == RANK_LRU) {
@@ -517,7 +515,7 @@ static int shadow_access(struct swap_policy *p, int k, struct blk *b, uint64_t s
     if (after > p->prm.budget_bytes) {
         enum rank how = shadows[k].how;
         if (how >= RANK_PREDICT && !swap_history_period(p->hist)) how = RANK_LRU;
-        int n = rank_victims(p, b, k, how, shadows[k].clean_weight);
+        int n = rank_victims(p, b, k, -1, how, shadows[k].clean_weight);
         if (n < 0) return n;
         for (struct blk *v; after > p->prm.budget_bytes && (v = next_victim(p));) {
             if (v->s_dirty[k]) {
@@ -589,9 +587,7 @@ static int make_room(struct swap_policy *p, const struct blk *b, uint64_t *after
     /* Converging: first the blocks the followed shadow does not hold, in
      * the ranking's order; then, if that was not enough, all of them. */
     for (int pass = converge >= 0 ? 0 : 1; pass < 2 && *after > p->prm.budget_bytes; pass++) {
-        p->converge_to = pass == 0 ? converge : -1;
-        int n = rank_victims(p, b, -1, how, cw);
-        p->converge_to = -1;
+        int n = rank_victims(p, b, -1, pass == 0 ? converge : -1, how, cw);
         if (n < 0) return n;
         if (grow((void **)&p->evict, &p->evict_cap, out->n_evict + (size_t)n, sizeof(*p->evict)))
             return -ENOMEM;
