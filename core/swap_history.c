@@ -285,10 +285,12 @@ static uint64_t oldest_event_time(const struct swap_history *h)
     return h->ev[seq % h->ev_cap].time;
 }
 
-static bool sig_at(const struct swap_history *h, uint64_t t, uint64_t *out)
+/* Launch t's entry in `ring` (h->sig or h->loose), if t is a completed
+ * launch still in the ring. */
+static bool sig_at(const struct swap_history *h, const uint64_t *ring, uint64_t t, uint64_t *out)
 {
     if (t >= h->now || t < oldest_launch(h)) return false;
-    *out = h->sig[t % h->sig_cap];
+    *out = ring[t % h->sig_cap];
     return true;
 }
 
@@ -305,18 +307,18 @@ static uint64_t slack(uint64_t P)
     return P / 2 < PHASE_SLACK ? (P ? (P - 1) / 2 : 0) : PHASE_SLACK;
 }
 
-/* Time of a launch with signature s within slack(P) of target, closest
- * first; false if none. */
-static bool find_near(const struct swap_history *h, uint64_t s, uint64_t target, uint64_t P,
-                      uint64_t *found)
+/* Time of a launch with signature s in `ring` (h->sig or h->loose) within
+ * slack(P) of target, closest first; false if none. */
+static bool find_near(const struct swap_history *h, const uint64_t *ring, uint64_t s,
+                      uint64_t target, uint64_t P, uint64_t *found)
 {
     for (uint64_t d = 0; d <= slack(P); d++) {
         uint64_t v;
-        if (sig_at(h, target - d, &v) && v == s && target >= d) {
+        if (sig_at(h, ring, target - d, &v) && v == s && target >= d) {
             *found = target - d;
             return true;
         }
-        if (d && sig_at(h, target + d, &v) && v == s) {
+        if (d && sig_at(h, ring, target + d, &v) && v == s) {
             *found = target + d;
             return true;
         }
@@ -331,7 +333,7 @@ static double match_share(const struct swap_history *h, uint64_t P, uint64_t win
 {
     uint64_t last = h->now - 1, miss = 0, dummy;
     for (uint64_t i = last - window + 1; i <= last; i++) {
-        if (!find_near(h, sig_of(h, i), i - P, P, &dummy) && ++miss > max_miss) return 0.0;
+        if (!find_near(h, h->sig, sig_of(h, i), i - P, P, &dummy) && ++miss > max_miss) return 0.0;
     }
     return 1.0 - (double)miss / (double)window;
 }
@@ -483,17 +485,8 @@ static uint64_t anchor_of(struct swap_history *h, uint64_t last)
  * signing every block by size learned periods of one layer). */
 static bool loose_recurs(const struct swap_history *h, uint64_t last, uint64_t d)
 {
-    uint64_t s = h->loose[last % h->sig_cap];
-    for (uint64_t k = 0; k <= slack(d); k++) {
-        /* last - d -+ k, where that is a completed launch still in the ring */
-        if (last >= d + k && last - d - k >= oldest_launch(h) &&
-            h->loose[(last - d - k) % h->sig_cap] == s)
-            return true;
-        if (k && d > k && last + k >= d && last + k - d >= oldest_launch(h) &&
-            h->loose[(last + k - d) % h->sig_cap] == s)
-            return true;
-    }
-    return false;
+    uint64_t at;
+    return last >= d && find_near(h, h->loose, h->loose[last % h->sig_cap], last - d, d, &at);
 }
 
 void swap_history_next_launch(struct swap_history *h)
@@ -542,7 +535,8 @@ void swap_history_next_launch(struct swap_history *h)
     } else if (h->period) {
         if (anchored) h->ashift = a;
         uint64_t at;
-        if (last >= h->period && find_near(h, sig_of(h, last), last - h->period, h->period, &at)) {
+        if (last >= h->period &&
+            find_near(h, h->sig, sig_of(h, last), last - h->period, h->period, &at)) {
             h->shift = last - at;
             h->miss_run = 0;
         } else if (raw && 2 * raw >= h->period && raw <= 2 * h->period) {
