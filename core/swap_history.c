@@ -561,9 +561,10 @@ void swap_history_next_launch(struct swap_history *h)
  * across a phase), the anchor's window is asked first and the period's
  * only for a block the anchor's window did not see. */
 static uint64_t predict_event(const struct swap_history *h, uint64_t block, bool accesses_only,
-                              bool anchored, bool *dies)
+                              bool anchored, bool *dies, bool *no_past)
 {
     *dies = false;
+    *no_past = false;
     if (!h->period) return SWAP_NEVER;
     struct hist_block *b;
     HASH_FIND(hh, h->blocks, &block, sizeof(block), b);
@@ -574,8 +575,8 @@ static uint64_t predict_event(const struct swap_history *h, uint64_t block, bool
     uint64_t earliest = SWAP_NEVER, aearliest = SWAP_NEVER;
     bool adies = false;
     int steps = 0;
-    for (const struct hist_event *e = event_at(h, b->last_seq); e && e->time >= lo;
-         e = event_at(h, e->prev_seq)) {
+    const struct hist_event *e;
+    for (e = event_at(h, b->last_seq); e && e->time >= lo; e = event_at(h, e->prev_seq)) {
         if (accesses_only && e->is_free) continue;
         if (e->time >= from) {
             earliest = e->time;
@@ -590,6 +591,8 @@ static uint64_t predict_event(const struct swap_history *h, uint64_t block, bool
             return h->now + 1;
         }
     }
+    /* The chain ended inside the window: nothing of the block before it. */
+    *no_past = !e && earliest != SWAP_NEVER;
     if (aearliest != SWAP_NEVER) {
         *dies = adies;
         return aearliest + h->ashift;
@@ -599,12 +602,12 @@ static uint64_t predict_event(const struct swap_history *h, uint64_t block, bool
 
 uint64_t swap_history_predict(const struct swap_history *h, uint64_t block)
 {
-    bool dies;
-    return predict_event(h, block, true, false, &dies);
+    bool dies, no_past;
+    return predict_event(h, block, true, false, &dies, &no_past);
 }
 
 uint64_t swap_history_predict_use(const struct swap_history *h, uint64_t block, bool anchored,
-                                  bool *dies)
+                                  bool *dies, bool *no_past)
 {
-    return predict_event(h, block, false, anchored, dies);
+    return predict_event(h, block, false, anchored, dies, no_past);
 }

@@ -183,6 +183,13 @@ Test(swap_history, a_freed_block_reused_at_the_same_size_keeps_its_past)
     swap_history_retire(h, 1001);
     cr_assert_eq(swap_history_record(h, 1001, 128, true), 0);
     cr_expect_eq(swap_history_predict(h, 1001), now + P, "no past: only its own access now");
+    bool dies, no_past;
+    cr_expect_eq(swap_history_predict_use(h, 1001, false, &dies, &no_past), now + P);
+    cr_expect(no_past, "what the period predicts for 1001 is its access now, one period on");
+    swap_history_predict_use(h, 1005, false, &dies, &no_past);
+    cr_expect_not(no_past, "1005 was used a period ago");
+    swap_history_predict_use(h, 1000, false, &dies, &no_past);
+    cr_expect_not(no_past, "1000 continues the past of its id");
     swap_history_destroy(h);
 }
 
@@ -318,14 +325,15 @@ Test(swap_history, a_block_freed_before_its_next_use_is_predicted_to_die)
     launch(h, b1, 2);
     uint64_t b2[2] = {100, 500};
     launch(h, b2, 2); /* reallocated at its id and size: its past continues */
-    bool dies = true;
-    cr_expect_eq(swap_history_predict_use(h, 500, false, &dies), now + 8);
+    bool dies = true, no_past = true;
+    cr_expect_eq(swap_history_predict_use(h, 500, false, &dies, &no_past), now + 8);
+    cr_expect_not(no_past);
     cr_expect_not(dies, "read at 8 first");
     for (int k = 3; k <= 8; k++) {
         uint64_t b[2] = {100, k == 8 ? 500 : (uint64_t)k};
         launch(h, b, 2);
     }
-    cr_expect_eq(swap_history_predict_use(h, 500, false, &dies), now + 11);
+    cr_expect_eq(swap_history_predict_use(h, 500, false, &dies, &no_past), now + 11);
     cr_expect(dies, "freed before launch 11, before its next use");
     cr_expect_eq(swap_history_predict(h, 500), now + P + 2, "next access: the reallocation");
     swap_history_destroy(h);
