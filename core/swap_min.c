@@ -14,6 +14,9 @@
 
 #include "uthash_wrap.h"
 
+/* As swap_policy.c's DEAD_BIT: a next use with it is the block's free. */
+#define DEAD_BIT_PAST (1ULL << 63)
+
 struct next_entry {
     uint64_t id;
     uint64_t next; /* next access: logical time (min) or event index (bound) */
@@ -208,6 +211,109 @@ int swap_replay(const struct swap_trace *t, const struct swap_params *prm, unsig
         struct swap_replay_result one;
         rc = replay_once(t, prm, next, weights[k], warmup, &one);
         if (!rc && (k == 0 || cost(&one, warmup) < cost(r, warmup))) *r = one;
+    }
+    free(next);
+    return rc;
+}
+
+/* ---- the previous iteration as the future -------------------------------- */
+
+/* One block's kernel accesses and frees in one iteration: offsets in
+ * launches from the iteration's start, in order, a free flagged with
+ * DEAD_BIT_PAST. */
+struct past_entry {
+    uint64_t id;
+    uint64_t *at;
+    size_t n, cap;
+    UT_hash_handle hh;
+};
+
+static void past_free(struct past_entry **tab)
+{
+    struct past_entry *e, *tmp;
+    HASH_ITER(hh, *tab, e, tmp)
+    {
+        HASH_DEL(*tab, e);
+        free(e->at);
+        free(e);
+    }
+}
+
+static int past_note(struct past_entry **tab, uint64_t id, uint64_t at)
+{
+    struct past_entry *e;
+    HASH_FIND(hh, *tab, &id, sizeof(id), e);
+    if (!e) {
+        if (!(e = calloc(1, sizeof(*e)))) return -ENOMEM;
+        e->id = id;
+        HASH_ADD(hh, *tab, id, sizeof(e->id), e);
+        if (!UTH_ADDED(e, hh)) {
+            free(e);
+            return -ENOMEM;
+        }
+    }
+    if (e->n == e->cap) {
+        size_t cap = e->cap ? 2 * e->cap : 4;
+        uint64_t *a = realloc(e->at, cap * sizeof(*a));
+        if (!a) return -ENOMEM;
+        e->at = a;
+        e->cap = cap;
+    }
+    e->at[e->n++] = at;
+    return 0;
+}
+
+/* The next use the previous iteration `prev` (of `len` launches) predicts
+ * for block id accessed at offset `off` of an iteration that started at
+ * launch `start` (see swap_replay_past). */
+static uint64_t past_predict(struct past_entry *prev, uint64_t len, uint64_t id, uint64_t start,
+                             uint64_t off)
+{
+    struct past_entry *e;
+    HASH_FIND(hh, prev, &id, sizeof(id), e);
+    if (!e) return SWAP_NEVER;
+    for (size_t k = 0; k < e->n; k++) {
+        uint64_t at = e->at[k] & ~DEAD_BIT_PAST;
+        if (at < off || (at == off && !(e->at[k] & DEAD_BIT_PAST))) continue;
+        return (start + at) | (e->at[k] & DEAD_BIT_PAST);
+    }
+    return (start + len + (e->at[0] & ~DEAD_BIT_PAST)) | (e->at[0] & DEAD_BIT_PAST);
+}
+
+int swap_replay_past(const struct swap_trace *t, const struct swap_params *prm,
+                     struct swap_replay_result *r)
+{
+    if (!t || !prm || !r || prm->kind != SWAP_POLICY_MIN) return -EINVAL;
+    uint64_t *next;
+    int rc = next_uses(t, true, &next);
+    if (rc) return rc;
+    struct past_entry *prev = NULL, *cur = NULL;
+    uint64_t now = 0, start = 0, len = 0, iter = 0;
+    for (size_t i = 0; i < t->n && !rc; i++) {
+        const struct swap_event *e = &t->ev[i];
+        if (e->kind == SWAP_EV_LAUNCH) {
+            now++;
+        } else if (e->kind == SWAP_EV_ITER) {
+            past_free(&prev);
+            prev = cur;
+            cur = NULL;
+            len = now - start;
+            start = now;
+            iter++;
+        } else if (e->kind == SWAP_EV_FREE) {
+            rc = past_note(&cur, e->block, (now - start) | DEAD_BIT_PAST);
+        } else if (e->kind == SWAP_EV_ACCESS) {
+            if (iter) next[i] = past_predict(prev, len, e->block, start, now - start);
+            if (!e->is_copy) rc = past_note(&cur, e->block, now - start);
+        }
+    }
+    past_free(&prev);
+    past_free(&cur);
+    static const double weights[] = {1.0, 1.5, 2.0, 3.0, 4.0, 8.0};
+    for (size_t k = 0; k < sizeof(weights) / sizeof(weights[0]) && !rc; k++) {
+        struct swap_replay_result one;
+        rc = replay_once(t, prm, next, weights[k], 0, &one);
+        if (!rc && (k == 0 || cost(&one, 0) < cost(r, 0))) *r = one;
     }
     free(next);
     return rc;

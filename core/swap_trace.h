@@ -103,6 +103,19 @@ struct swap_replay_result {
 int swap_replay(const struct swap_trace *t, const struct swap_params *prm, unsigned warmup,
                 struct swap_replay_result *r);
 
+/* MIN fed, from the second iteration (I lines) on, the next uses that the
+ * previous iteration predicts instead of the true ones: a block's next use
+ * is where its next kernel access (or its free: dead) came in the previous
+ * iteration, at the same offset from the iteration's start, else its first
+ * one there an iteration on; never if the previous iteration did not use
+ * it. The first iteration gets the true next uses, so the second starts
+ * from the offline schedule's state. What a prediction that knew the
+ * period from the first launch of the second iteration, exactly aligned,
+ * could do with the blocks' ids as they are (docs/swap.md, "Issue 32,
+ * seventh part"). prm->kind must be SWAP_POLICY_MIN. -EINVAL, -ENOMEM. */
+int swap_replay_past(const struct swap_trace *t, const struct swap_params *prm,
+                     struct swap_replay_result *r);
+
 /* Lower bound on the host->device bytes any schedule moves under budget:
  * fractional byte-level Belady (evict the bytes whose next access is
  * furthest, one access at a time, partial blocks allowed). Exact as a bound

@@ -186,7 +186,18 @@ int main(int argc, char **argv)
                         rows ? ",\n" : "", name, oversubs[k], (unsigned long long)ws,
                         (unsigned long long)budget, (unsigned long long)lb.total.h2d_bytes,
                         total(&off), total(&hist), total(&lru), ho, hl, ol);
-            if (getenv("SWAP_REAL_ITERS")) print_iterations(&hist, &off, &lru);
+            if (getenv("SWAP_REAL_ITERS")) {
+                print_iterations(&hist, &off, &lru);
+                struct swap_replay_result past;
+                prm.kind = SWAP_POLICY_MIN;
+                if (!swap_replay_past(&t, &prm, &past)) {
+                    printf("    previous iteration as the future (MiB):");
+                    for (uint64_t j = 0; j < past.iterations && j < SWAP_REPLAY_ITERS; j++)
+                        printf(" %.0f", mib((double)past.iter_bytes[j]));
+                    printf("  worst iteration >= 2 %.3f, whole %.3f\n",
+                           worst_iteration(&past, &off), ratio(total(&past), total(&off)));
+                }
+            }
             rows++;
         }
         swap_trace_fini(&t);

@@ -173,3 +173,49 @@ Test(swap_trace, working_set_and_largest_launch)
     cr_expect_eq(swap_trace_working_set(&t, 1, NULL), 5);
     swap_trace_fini(&t);
 }
+
+/* A loop of `launches` launches, launch k reading block k of 1 MiB, for
+ * `iters` iterations (an I line after each); from iteration `renamed_from`
+ * on, block 0 is block 100 (an allocator that put it elsewhere). */
+static void loop_trace(struct swap_trace *t, int launches, int iters, int renamed_from)
+{
+    for (int i = 0; i < iters; i++) {
+        for (int k = 0; k < launches; k++) {
+            uint64_t b = k == 0 && i >= renamed_from ? 100 : (uint64_t)k;
+            push(t, 'A', b, 1 << 20, false);
+            push(t, 'L', 0, 0, false);
+        }
+        push(t, 'I', 0, 0, false);
+    }
+}
+
+/* swap_replay_past: the previous iteration as the future. Where the
+ * iterations repeat exactly it is MIN itself but for the last iteration
+ * (MIN sees the end coming); a block at an id the previous iteration did
+ * not use is predicted never used again, evicted first and fetched back. */
+Test(swap_trace, the_previous_iteration_as_the_future)
+{
+    struct swap_params prm = {.kind = SWAP_POLICY_MIN, .budget_bytes = 6u << 20};
+    struct swap_replay_result min, past;
+    struct swap_trace t = {0};
+    loop_trace(&t, 8, 5, 99);
+    cr_assert_eq(swap_replay(&t, &prm, 0, &min), 0);
+    cr_assert_eq(swap_replay_past(&t, &prm, &past), 0);
+    cr_assert_eq(past.iterations, 5);
+    for (int i = 0; i < 4; i++)
+        cr_expect_eq(past.iter_bytes[i], min.iter_bytes[i], "iteration %d", i + 1);
+    swap_trace_fini(&t);
+
+    struct swap_trace r = {0};
+    loop_trace(&r, 8, 5, 1);
+    cr_assert_eq(swap_replay(&r, &prm, 0, &min), 0);
+    cr_assert_eq(swap_replay_past(&r, &prm, &past), 0);
+    cr_expect_eq(past.iter_bytes[0], min.iter_bytes[0], "the first iteration gets the truth");
+    cr_expect_gt(past.iter_bytes[1] + past.iter_bytes[2], min.iter_bytes[1] + min.iter_bytes[2],
+                 "block 100 has no past in the second iteration");
+    for (int i = 3; i < 4; i++)
+        cr_expect_eq(past.iter_bytes[i], min.iter_bytes[i], "iteration %d", i + 1);
+    prm.kind = SWAP_POLICY_LRU;
+    cr_expect_eq(swap_replay_past(&r, &prm, &past), -EINVAL);
+    swap_trace_fini(&r);
+}
