@@ -17,6 +17,10 @@
  * then one `goal` line per target (ok|miss; printed, never asserted):
  *   goal swap-offline: worst history/offline W (TRACE at Xx) <= 1.10 ok|miss
  *   goal swap-lru: worst history/lru W (TRACE at Xx) <= 1.02 ok|miss
+ * With SWAP_REAL_ITERS set, each row is followed by its MiB per iteration
+ * (history/offline/lru) and by those of swap_replay_past, the previous
+ * iteration taken as the future (docs/swap.md, "What predicting from the
+ * previous iteration can reach").
  * Usage: swap-real [--json FILE] TRACE... */
 #include <errno.h>
 #include <stdio.h>
