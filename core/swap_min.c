@@ -14,8 +14,9 @@
 
 #include "uthash_wrap.h"
 
-/* As swap_policy.c's DEAD_BIT: a next use with it is the block's free. */
-#define DEAD_BIT_PAST (1ULL << 63)
+/* As swap_policy.c's DEAD_BIT (and next_uses' flag): a next use with it
+ * is the time the block is freed. */
+#define DEAD_BIT_MIN (1ULL << 63)
 
 struct next_entry {
     uint64_t id;
@@ -73,7 +74,7 @@ static int next_uses(const struct swap_trace *t, bool by_launch, uint64_t **out)
         if (ev->kind == SWAP_EV_FREE) {
             /* by launch (min): the time it dies, flagged (swap_policy.c ranks
              * a dead block by it); by event (the bound): never needed again */
-            e->next = by_launch ? now | (1ULL << 63) : SWAP_NEVER;
+            e->next = by_launch ? now | DEAD_BIT_MIN : SWAP_NEVER;
         } else {
             next[i] = e->next;
             if (!ev->is_copy) e->next = by_launch ? now : i;
@@ -195,6 +196,22 @@ static double cost(const struct swap_replay_result *r, unsigned warmup)
     return warmup ? r->steady_bytes : (double)(r->total.h2d_bytes + r->total.d2h_bytes);
 }
 
+/* MIN fed next[] (one next use per event), under each clean weight of the
+ * family (see swap_policy.c, "The MIN bound": from plain Belady, 1, to
+ * strongly write-back-averse, 8); the cheapest run into r. */
+static int replay_min_family(const struct swap_trace *t, const struct swap_params *prm,
+                             const uint64_t *next, unsigned warmup, struct swap_replay_result *r)
+{
+    static const double weights[] = {1.0, 1.5, 2.0, 3.0, 4.0, 8.0};
+    int rc = 0;
+    for (size_t k = 0; k < sizeof(weights) / sizeof(weights[0]) && !rc; k++) {
+        struct swap_replay_result one;
+        rc = replay_once(t, prm, next, weights[k], warmup, &one);
+        if (!rc && (k == 0 || cost(&one, warmup) < cost(r, warmup))) *r = one;
+    }
+    return rc;
+}
+
 int swap_replay(const struct swap_trace *t, const struct swap_params *prm, unsigned warmup,
                 struct swap_replay_result *r)
 {
@@ -202,16 +219,7 @@ int swap_replay(const struct swap_trace *t, const struct swap_params *prm, unsig
     if (prm->kind != SWAP_POLICY_MIN) return replay_once(t, prm, NULL, 0, warmup, r);
     uint64_t *next;
     int rc = next_uses(t, true, &next);
-    if (rc) return rc;
-    /* See swap_policy.c, "The MIN bound": the best of a family of offline
-     * furthest-next-use schedules, from plain Belady (1) to strongly
-     * write-back-averse (8). */
-    static const double weights[] = {1.0, 1.5, 2.0, 3.0, 4.0, 8.0};
-    for (size_t k = 0; k < sizeof(weights) / sizeof(weights[0]) && !rc; k++) {
-        struct swap_replay_result one;
-        rc = replay_once(t, prm, next, weights[k], warmup, &one);
-        if (!rc && (k == 0 || cost(&one, warmup) < cost(r, warmup))) *r = one;
-    }
+    if (!rc) rc = replay_min_family(t, prm, next, warmup, r);
     free(next);
     return rc;
 }
@@ -220,7 +228,7 @@ int swap_replay(const struct swap_trace *t, const struct swap_params *prm, unsig
 
 /* One block's kernel accesses and frees in one iteration: offsets in
  * launches from the iteration's start, in order, a free flagged with
- * DEAD_BIT_PAST. */
+ * DEAD_BIT_MIN. */
 struct past_entry {
     uint64_t id;
     uint64_t *at;
@@ -273,11 +281,11 @@ static uint64_t past_predict(struct past_entry *prev, uint64_t len, uint64_t id,
     HASH_FIND(hh, prev, &id, sizeof(id), e);
     if (!e) return SWAP_NEVER;
     for (size_t k = 0; k < e->n; k++) {
-        uint64_t at = e->at[k] & ~DEAD_BIT_PAST;
-        if (at < off || (at == off && !(e->at[k] & DEAD_BIT_PAST))) continue;
-        return (start + at) | (e->at[k] & DEAD_BIT_PAST);
+        uint64_t at = e->at[k] & ~DEAD_BIT_MIN;
+        if (at < off || (at == off && !(e->at[k] & DEAD_BIT_MIN))) continue;
+        return (start + at) | (e->at[k] & DEAD_BIT_MIN);
     }
-    return (start + len + (e->at[0] & ~DEAD_BIT_PAST)) | (e->at[0] & DEAD_BIT_PAST);
+    return (start + len + (e->at[0] & ~DEAD_BIT_MIN)) | (e->at[0] & DEAD_BIT_MIN);
 }
 
 int swap_replay_past(const struct swap_trace *t, const struct swap_params *prm,
@@ -301,7 +309,7 @@ int swap_replay_past(const struct swap_trace *t, const struct swap_params *prm,
             start = now;
             iter++;
         } else if (e->kind == SWAP_EV_FREE) {
-            rc = past_note(&cur, e->block, (now - start) | DEAD_BIT_PAST);
+            rc = past_note(&cur, e->block, (now - start) | DEAD_BIT_MIN);
         } else if (e->kind == SWAP_EV_ACCESS) {
             if (iter) next[i] = past_predict(prev, len, e->block, start, now - start);
             if (!e->is_copy) rc = past_note(&cur, e->block, now - start);
@@ -309,12 +317,7 @@ int swap_replay_past(const struct swap_trace *t, const struct swap_params *prm,
     }
     past_free(&prev);
     past_free(&cur);
-    static const double weights[] = {1.0, 1.5, 2.0, 3.0, 4.0, 8.0};
-    for (size_t k = 0; k < sizeof(weights) / sizeof(weights[0]) && !rc; k++) {
-        struct swap_replay_result one;
-        rc = replay_once(t, prm, next, weights[k], 0, &one);
-        if (!rc && (k == 0 || cost(&one, 0) < cost(r, 0))) *r = one;
-    }
+    if (!rc) rc = replay_min_family(t, prm, next, 0, r);
     free(next);
     return rc;
 }
