@@ -111,8 +111,9 @@ int swap_replay(const struct swap_trace *t, const struct swap_params *prm, unsig
  * it. The first iteration gets the true next uses, so the second starts
  * from the offline schedule's state. What a prediction that knew the
  * period from the first launch of the second iteration, exactly aligned,
- * could do with the blocks' ids as they are (docs/swap.md, "Issue 32,
- * seventh part"). prm->kind must be SWAP_POLICY_MIN. -EINVAL, -ENOMEM. */
+ * could do with the blocks' ids as they are (docs/swap.md, "What
+ * predicting from the previous iteration can reach"). prm->kind must be
+ * SWAP_POLICY_MIN. -EINVAL, -ENOMEM. */
 int swap_replay_past(const struct swap_trace *t, const struct swap_params *prm,
                      struct swap_replay_result *r);
 
