@@ -95,8 +95,8 @@ uint64_t swap_history_predict(const struct swap_history *h, uint64_t block);
  * and a dirty one need not be written back if it stays until then). With
  * anchored, a trusted anchor (the recent launches recur together at some
  * other distance than the period: a phase, a micro-batch) is asked first,
- * the period only for a block the anchor's window did not see. *no_past is
- * set when the history holds no event of the block before the window
+ * the period only for a block the anchor's window did not see. *no_past
+ * (no_past may be NULL) is set when the history holds no event of the block before the window
  * searched: a new address, whose prediction (its first access + the
  * period) only says that it comes back next period. */
 uint64_t swap_history_predict_use(const struct swap_history *h, uint64_t block, bool anchored,

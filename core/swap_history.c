@@ -364,12 +364,6 @@ static void try_candidate(const struct swap_history *h, uint64_t P, uint64_t n, 
     }
 }
 
-/* Learn the period. Candidates: the current period, if any (so that one
- * odd launch does not make it forgotten), and the distances back to earlier
- * launches with the latest launch's signature. Verified shortest first; a
- * longer one replaces a shorter one only if it repeats clearly better
- * (accumulation: the micro-batch repeats, the optimizer step only once per
- * full period). */
 /* Whether a check of period P can run: the launch ring holds enough
  * launches (n) and the event ring reaches back far enough (covered). */
 static bool verifiable(uint64_t P, uint64_t n, uint64_t covered)
@@ -404,6 +398,12 @@ static bool keep_anchored_period(const struct swap_history *h, uint64_t best_p, 
     return match_share(h, P, window, (uint64_t)((1.0 - MATCH_MIN) * (double)window)) < MATCH_MIN;
 }
 
+/* Learn the period. Candidates: the current period, if any (so that one
+ * odd launch does not make it forgotten), and the distances back to earlier
+ * launches with the latest launch's signature. Verified shortest first; a
+ * longer one replaces a shorter one only if it repeats clearly better
+ * (accumulation: the micro-batch repeats, the optimizer step only once per
+ * full period). */
 static void detect_period(struct swap_history *h)
 {
     uint64_t first = oldest_launch(h), last = h->now - 1, s = sig_of(h, last);
@@ -563,6 +563,8 @@ void swap_history_next_launch(struct swap_history *h)
 static uint64_t predict_event(const struct swap_history *h, uint64_t block, bool accesses_only,
                               bool anchored, bool *dies, bool *no_past)
 {
+    bool ignored;
+    if (!no_past) no_past = &ignored;
     *dies = false;
     *no_past = false;
     if (!h->period) return SWAP_NEVER;
@@ -602,8 +604,8 @@ static uint64_t predict_event(const struct swap_history *h, uint64_t block, bool
 
 uint64_t swap_history_predict(const struct swap_history *h, uint64_t block)
 {
-    bool dies, no_past;
-    return predict_event(h, block, true, false, &dies, &no_past);
+    bool dies;
+    return predict_event(h, block, true, false, &dies, NULL);
 }
 
 uint64_t swap_history_predict_use(const struct swap_history *h, uint64_t block, bool anchored,

@@ -258,7 +258,7 @@ struct blk {
     /* history: its predictions (from the period, anchored) as of launch
      * pred_at - 1 (0: none yet); see predicted() */
     uint64_t pred_at, pred_next[2];
-    bool pred_dies[2], pred_no_past[2];
+    bool pred_dies[2], pred_no_past; /* no_past: of the period's prediction */
     /* history: the shadow caches (shadows[] below), see "Robustness" */
     bool s_res[SH_N], s_dirty[SH_N], s_host[SH_N];
     UT_hash_handle hh;
@@ -393,8 +393,8 @@ static uint64_t predicted(struct swap_policy *p, struct blk *b, enum rank how, b
     bool anchored = how == RANK_ANCHOR;
     if (b->pred_at != p->now + 1) {
         for (int a = 0; a < 2; a++)
-            b->pred_next[a] =
-                swap_history_predict_use(p->hist, b->id, a, &b->pred_dies[a], &b->pred_no_past[a]);
+            b->pred_next[a] = swap_history_predict_use(p->hist, b->id, a, &b->pred_dies[a],
+                                                       a ? NULL : &b->pred_no_past);
         b->pred_at = p->now + 1;
     }
     *dies = b->pred_dies[anchored];
@@ -411,7 +411,7 @@ static uint64_t predicted(struct swap_policy *p, struct blk *b, enum rank how, b
     /* A block with no past: see "Next use". */
     uint64_t idle = b->pin_launch < p->now ? p->now - b->pin_launch : 0;
     uint64_t back = p->now + IDLE_FACTOR * idle;
-    if (b->pred_no_past[0] && back < next) {
+    if (b->pred_no_past && back < next) {
         *dies = false;
         next = back;
     }
