@@ -180,7 +180,10 @@ int swap_policy_copy(struct swap_policy *p, uint64_t block, uint64_t size, bool 
 
 /* Replay only, for kind MIN: swap_policy_access (swap_policy_copy when
  * by_copy), with the logical time of this block's next kernel access after
- * this one (SWAP_NEVER if none) known from the trace. */
+ * this one (SWAP_NEVER if none) known from the trace; or, with
+ * SWAP_DEAD_BIT set, the time the block is freed with no access before
+ * (dead). */
+#define SWAP_DEAD_BIT (1ULL << 63)
 int swap_policy_access_known(struct swap_policy *p, uint64_t block, uint64_t size, bool is_write,
                              bool by_copy, uint64_t next_use, struct swap_decision *out);
 

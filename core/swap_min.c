@@ -14,10 +14,6 @@
 
 #include "uthash_wrap.h"
 
-/* As swap_policy.c's DEAD_BIT (and next_uses' flag): a next use with it
- * is the time the block is freed. */
-#define DEAD_BIT_MIN (1ULL << 63)
-
 struct next_entry {
     uint64_t id;
     uint64_t next; /* next access: logical time (min) or event index (bound) */
@@ -74,7 +70,7 @@ static int next_uses(const struct swap_trace *t, bool by_launch, uint64_t **out)
         if (ev->kind == SWAP_EV_FREE) {
             /* by launch (min): the time it dies, flagged (swap_policy.c ranks
              * a dead block by it); by event (the bound): never needed again */
-            e->next = by_launch ? now | DEAD_BIT_MIN : SWAP_NEVER;
+            e->next = by_launch ? now | SWAP_DEAD_BIT : SWAP_NEVER;
         } else {
             next[i] = e->next;
             if (!ev->is_copy) e->next = by_launch ? now : i;
@@ -228,7 +224,7 @@ int swap_replay(const struct swap_trace *t, const struct swap_params *prm, unsig
 
 /* One block's kernel accesses and frees in one iteration: offsets in
  * launches from the iteration's start, in order, a free flagged with
- * DEAD_BIT_MIN. */
+ * SWAP_DEAD_BIT. */
 struct past_entry {
     uint64_t id;
     uint64_t *at;
@@ -281,11 +277,11 @@ static uint64_t past_predict(struct past_entry *prev, uint64_t len, uint64_t id,
     HASH_FIND(hh, prev, &id, sizeof(id), e);
     if (!e) return SWAP_NEVER;
     for (size_t k = 0; k < e->n; k++) {
-        uint64_t at = e->at[k] & ~DEAD_BIT_MIN;
-        if (at < off || (at == off && !(e->at[k] & DEAD_BIT_MIN))) continue;
-        return (start + at) | (e->at[k] & DEAD_BIT_MIN);
+        uint64_t at = e->at[k] & ~SWAP_DEAD_BIT;
+        if (at < off || (at == off && !(e->at[k] & SWAP_DEAD_BIT))) continue;
+        return (start + at) | (e->at[k] & SWAP_DEAD_BIT);
     }
-    return (start + len + (e->at[0] & ~DEAD_BIT_MIN)) | (e->at[0] & DEAD_BIT_MIN);
+    return (start + len + (e->at[0] & ~SWAP_DEAD_BIT)) | (e->at[0] & SWAP_DEAD_BIT);
 }
 
 int swap_replay_past(const struct swap_trace *t, const struct swap_params *prm,
@@ -309,7 +305,7 @@ int swap_replay_past(const struct swap_trace *t, const struct swap_params *prm,
             start = now;
             iter++;
         } else if (e->kind == SWAP_EV_FREE) {
-            rc = past_note(&cur, e->block, (now - start) | DEAD_BIT_MIN);
+            rc = past_note(&cur, e->block, (now - start) | SWAP_DEAD_BIT);
         } else if (e->kind == SWAP_EV_ACCESS) {
             if (iter) next[i] = past_predict(prev, len, e->block, start, now - start);
             if (!e->is_copy) rc = past_note(&cur, e->block, now - start);

@@ -221,9 +221,6 @@
  * rows within 1.10x of the offline schedule; 2 puts 49; 1 moves 1.3 % more
  * than lru on resnet18-phases at 1.25x. */
 #define IDLE_FACTOR 4
-/* MIN only: a next_use with this bit is the time the block is freed, with
- * no access before (dead). */
-#define DEAD_BIT (1ULL << 63)
 
 /* How the real cache and each shadow rank victims: recency, reverse
  * recency, prediction from the period, prediction asking a trusted anchor
@@ -450,11 +447,11 @@ static int rank_victims(struct swap_policy *p, const struct blk *self, int which
         } else if (how == RANK_MRU) {
             score = (double)b->last_use;
         } else if (p->prm.kind == SWAP_POLICY_MIN && b->next_use != SWAP_NEVER &&
-                   (b->next_use & DEAD_BIT)) {
+                   (b->next_use & SWAP_DEAD_BIT)) {
             /* Dead (freed before any use): dropping it clean is free; a
              * dirty one costs one write-back, like a clean block's refetch,
              * and frees room only until the free. */
-            double dist = (double)((b->next_use & ~DEAD_BIT) - p->now);
+            double dist = (double)((b->next_use & ~SWAP_DEAD_BIT) - p->now);
             score = dirty ? dist * clean_weight : 2e30;
         } else {
             bool dies = false;

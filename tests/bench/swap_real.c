@@ -11,12 +11,12 @@
  * is cheaper (each is a feasible schedule; the column `best` says which).
  * The ratios:
  *   hist/off   history over the best offline schedule (the goal: <= 1.10)
- *   hist/lru   history over lru (the goal: <= 1.02)
+ *   hist/lru   history over lru (the goal: <= 1.01)
  *   off/lb     the gap between the two offline figures: the optimum lies
  *              between lb and offline
  * then one `goal` line per target (ok|miss; printed, never asserted):
  *   goal swap-offline: worst history/offline W (TRACE at Xx) <= 1.10 ok|miss
- *   goal swap-lru: worst history/lru W (TRACE at Xx) <= 1.02 ok|miss
+ *   goal swap-lru: worst history/lru W (TRACE at Xx) <= 1.01 ok|miss
  * With SWAP_REAL_ITERS set, each row is followed by its MiB per iteration
  * (history/offline/lru) and by those of swap_replay_past, the previous
  * iteration taken as the future (docs/swap.md, "What predicting from the
