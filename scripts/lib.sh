@@ -59,6 +59,15 @@ optional_test_deps() {
     command -v spin >/dev/null 2>&1 || want+=(spin) # tests/model: the lease protocol's model check
     command -v valgrind >/dev/null 2>&1 || want+=(valgrind) # tests/e2e/test_valgrind.c: memcheck over an e2e pair
     grep -q 'libunwind\.so\.8 ' < <(ldconfig -p 2>/dev/null) || want+=(libunwind8) # no pipe: grep -q ends it early
+    # tests/e2e/test_preloads.py: what operators preload beside the shim
+    local lib pkg
+    for lib in libjemalloc.so.2:libjemalloc2 libtcmalloc.so.4:libgoogle-perftools4 \
+               libmimalloc.so.2:libmimalloc2.0 libeatmydata.so.1:eatmydata libasan.so.8:libasan8 \
+               libubsan.so.1:libubsan1; do
+        pkg=${lib#*:} lib=${lib%%:*}
+        grep -q "${lib//./\\.} " < <(ldconfig -p 2>/dev/null) || want+=("$pkg")
+    done
+    ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || want+=(libfaketime)
     echo "${want[*]}"
 }
 

@@ -36,4 +36,9 @@ bool fdpass_listening(pid_t pid);
  * child's (closes the inherited listening socket). */
 void fdpass_fork_child(void);
 
+/* pidfd.c: find the next pidfd_open, pidfd_getfd and syscall (libc's, or a
+ * later preload's); from the constructor (init.c), before which the
+ * interposers call the kernel directly. */
+void pidfd_resolve_at_load(void);
+
 #endif

@@ -7,8 +7,10 @@
  * fork handlers, host swap, the unwinder. Nothing initialises on the side.
  *
  * The hooks, in the order they are registered:
- *  1. constructor (at load): notes that libc is initialised, for the dlsym
- *     door (resolve.c), which may run earlier than any other code here;
+ *  1. constructor (at load): finds the next syscall and pidfd_* (pidfd.c,
+ *     whose interposers call the kernel directly until then), and notes that
+ *     libc is initialised, for the dlsym door (resolve.c), which may run
+ *     earlier than any other code here;
  *  2. pthread_atfork, at start-up right after ipc_init, in a tracking
  *     process: prepare holds core's local lock across fork, so that the
  *     child inherits consistent tables; parent drops it; child
@@ -51,6 +53,7 @@ int init_libraries_initialised;
 /* 1. Runs after libc's initialiser (this library depends on libc). */
 __attribute__((constructor)) static void init_at_load(void)
 {
+    pidfd_resolve_at_load();
     __atomic_store_n(&init_libraries_initialised, 1, __ATOMIC_RELEASE);
 }
 

@@ -27,8 +27,8 @@
 #include "shim.h"
 #include "log.h"
 #include "options.h"
+#include "sys.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -51,27 +51,38 @@ typedef long (*syscall_fn)(long, ...);
 typedef int (*pidfd_open_fn)(pid_t, unsigned int);
 typedef int (*pidfd_getfd_fn)(int, int, unsigned int);
 
-/* The next definition after the shim (RTLD_NEXT), by version so that the
- * shim's own dlsym door is not involved. */
-EARLY_SAFE static void *pidfd_next(const char *name)
+/* The next definitions after the shim (libc's, or a later preloaded
+ * library's), found at load by pidfd_resolve_at_load. Until then, and where
+ * there is none (glibc < 2.36 has no pidfd_* wrappers), the kernel is called
+ * directly. Trap: allocators call syscall() inside their own initialisation,
+ * under their own lock (jemalloc's open, tcmalloc's mmap), possibly before
+ * any constructor: nothing on these paths may allocate, lock or look a
+ * symbol up (a failed lookup builds its error message with malloc). */
+static syscall_fn next_syscall;
+static pidfd_open_fn next_pidfd_open;
+static pidfd_getfd_fn next_pidfd_getfd;
+
+void pidfd_resolve_at_load(void)
 {
-    static const char *versions[] = {"GLIBC_2.36", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.39"};
-    for (unsigned i = 0; i < sizeof versions / sizeof *versions; i++) {
-        void *p = dlvsym(RTLD_NEXT, name, versions[i]);
-        if (p) return p;
-    }
-    return NULL;
+    __atomic_store_n(&next_pidfd_open, (pidfd_open_fn)resolve_next_libc("pidfd_open"),
+                     __ATOMIC_RELEASE);
+    __atomic_store_n(&next_pidfd_getfd, (pidfd_getfd_fn)resolve_next_libc("pidfd_getfd"),
+                     __ATOMIC_RELEASE);
+    __atomic_store_n(&next_syscall, (syscall_fn)resolve_next_libc("syscall"), __ATOMIC_RELEASE);
 }
 
-EARLY_SAFE static syscall_fn real_syscall(void)
+/* syscall(n, a..f) as libc's answers it: through the next definition, else
+ * straight to the kernel with libc's convention (-1 and errno). */
+EARLY_SAFE static long call_syscall(long n, long a, long b, long c, long d, long e, long f)
 {
-    static syscall_fn fn;
-    syscall_fn f = __atomic_load_n(&fn, __ATOMIC_ACQUIRE);
-    if (!f) {
-        f = (syscall_fn)pidfd_next("syscall");
-        __atomic_store_n(&fn, f, __ATOMIC_RELEASE);
+    syscall_fn next = __atomic_load_n(&next_syscall, __ATOMIC_ACQUIRE);
+    if (next) return next(n, a, b, c, d, e, f);
+    long rc = sys_call6(n, a, b, c, d, e, f);
+    if (rc < 0 && rc > -4096) {
+        errno = (int)-rc;
+        return -1;
     }
-    return f;
+    return rc;
 }
 
 /* ---- substitutes for pidfd_open's ENOSYS ---- */
@@ -210,30 +221,24 @@ static int pidfd_open_fallback(pid_t pid, unsigned int flags, int err)
 
 SHIM_EXPORT int pidfd_open(pid_t pid, unsigned int flags)
 {
-    static pidfd_open_fn next;
-    if (!next) next = (pidfd_open_fn)pidfd_next("pidfd_open");
-    syscall_fn sys = real_syscall();
-    int rc = next ? next(pid, flags) : sys ? (int)sys(SYS_pidfd_open, (long)pid, (long)flags) : -1;
-    if (!next && !sys) errno = ENOSYS;
+    pidfd_open_fn next = __atomic_load_n(&next_pidfd_open, __ATOMIC_ACQUIRE);
+    int rc = next ? next(pid, flags) : (int)call_syscall(SYS_pidfd_open, pid, flags, 0, 0, 0, 0);
     return rc >= 0 ? rc : pidfd_open_fallback(pid, flags, errno);
 }
 
 SHIM_EXPORT int pidfd_getfd(int pidfd, int targetfd, unsigned int flags)
 {
-    static pidfd_getfd_fn next;
-    if (!next) next = (pidfd_getfd_fn)pidfd_next("pidfd_getfd");
-    syscall_fn sys = real_syscall();
-    int rc = next  ? next(pidfd, targetfd, flags)
-             : sys ? (int)sys(SYS_pidfd_getfd, (long)pidfd, (long)targetfd, (long)flags)
-                   : -1;
-    if (!next && !sys) errno = ENOSYS;
+    pidfd_getfd_fn next = __atomic_load_n(&next_pidfd_getfd, __ATOMIC_ACQUIRE);
+    int rc = next ? next(pidfd, targetfd, flags)
+                  : (int)call_syscall(SYS_pidfd_getfd, pidfd, targetfd, flags, 0, 0, 0);
     return rc >= 0 ? rc : pidfd_getfd_fallback(pidfd, targetfd, flags, errno);
 }
 
 /* Trap: every library of the process reaches this, often for futex and
- * gettid, some before any constructor ran: it must stay a pass-through
- * that touches nothing but the real syscall for every other number, and
- * keep errno as the real one left it. Six arguments are read whatever the
+ * gettid, some before any constructor ran and some inside their own
+ * initialisation (see next_syscall): it must stay a pass-through that
+ * touches nothing but the real syscall for every other number, and keep
+ * errno as the real one left it. Six arguments are read whatever the
  * caller passed, as glibc's own syscall does (no_sanitize: reading an
  * argument slot the caller did not fill is not a bug here). */
 SHIM_EXPORT EARLY_SAFE long syscall(long number, ...)
@@ -243,12 +248,7 @@ SHIM_EXPORT EARLY_SAFE long syscall(long number, ...)
     long a = va_arg(ap, long), b = va_arg(ap, long), c = va_arg(ap, long);
     long d = va_arg(ap, long), e = va_arg(ap, long), f = va_arg(ap, long);
     va_end(ap);
-    syscall_fn sys = real_syscall();
-    if (!sys) {
-        errno = ENOSYS;
-        return -1;
-    }
-    long rc = sys(number, a, b, c, d, e, f);
+    long rc = call_syscall(number, a, b, c, d, e, f);
     if (rc >= 0 || (number != SYS_pidfd_open && number != SYS_pidfd_getfd)) return rc;
     if (number == SYS_pidfd_open) return pidfd_open_fallback((pid_t)a, (unsigned)b, errno);
     return pidfd_getfd_fallback((int)a, (int)b, (unsigned)c, errno);

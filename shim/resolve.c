@@ -50,18 +50,26 @@ static const struct {
 };
 
 void *(*real_dlsym)(void *, const char *);
-static pthread_once_t dlsym_once = PTHREAD_ONCE_INIT;
 static pthread_once_t all_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t resolve_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned long long objects_seen; /* dlpi_adds when the slots were last filled */
 int resolve_done;
 
+EARLY_SAFE static const struct link_map *shim_link_map(void);
+
+/* Finds the real dlsym (the shim interposes dlsym) without the loader: see
+ * resolve_next_libc. Idempotent and lock-free, so it may run on the dlsym
+ * door's first call, inside another library's initialisation. Only where
+ * the shim is not in the main namespace (a dlmopen) does it ask the loader,
+ * by version. */
 EARLY_SAFE static void find_real_dlsym(void)
 {
-    /* dlsym is interposed below, so the real one is found by version. */
+    if (__atomic_load_n(&real_dlsym, __ATOMIC_ACQUIRE)) return;
+    void *(*p)(void *, const char *) = (void *(*)(void *, const char *))resolve_next_libc("dlsym");
     static const char *versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
-    for (unsigned i = 0; i < sizeof versions / sizeof *versions && !real_dlsym; i++)
-        real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    for (unsigned i = 0; i < sizeof versions / sizeof *versions && !p && !shim_link_map(); i++)
+        p = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    __atomic_store_n(&real_dlsym, p, __ATOMIC_RELEASE);
 }
 
 /* True if p is one of the shim's own functions (exported or resolver twin). */
@@ -191,7 +199,7 @@ void resolve_missing(void)
  * init_start (memory and core, fork handlers, host swap, unwinder). */
 static void resolve_once(void)
 {
-    pthread_once(&dlsym_once, find_real_dlsym);
+    find_real_dlsym();
     options_get();
     if (!real_dlsym) {
         LOG_ONCE(LOG_ERROR,
@@ -354,23 +362,47 @@ done:
     }
 }
 
+/* The first definition of name in an object after `self` in the loader's
+ * list (its load order), as the dynamic linker would bind RTLD_NEXT. The
+ * vDSO is skipped: it defines time() and friends, but the loader never
+ * binds to it. */
+EARLY_SAFE static void *definition_after(const struct link_map *self, const char *name)
+{
+    ElfW(Addr) vdso = (ElfW(Addr))getauxval(AT_SYSINFO_EHDR);
+    for (const struct link_map *m = self->l_next; m; m = m->l_next) {
+        if (m->l_addr == vdso || !m->l_name || !m->l_name[0]) continue;
+        void *p = object_symbol(m, name);
+        if (p) return p;
+    }
+    return NULL;
+}
+
+/* The shim's own entry in the main namespace's list of loaded objects,
+ * found by its dynamic section; NULL when it was loaded elsewhere (dlmopen).
+ * Reads the list the loader publishes for debuggers: no lock, no call. */
+EARLY_SAFE static const struct link_map *shim_link_map(void)
+{
+    extern ElfW(Dyn) _DYNAMIC[];
+    for (const struct link_map *m = _r_debug.r_map; m; m = m->l_next)
+        if (m->l_ld == _DYNAMIC) return m;
+    return NULL;
+}
+
+EARLY_SAFE void *resolve_next_libc(const char *name)
+{
+    const struct link_map *self = shim_link_map();
+    return self ? definition_after(self, name) : NULL;
+}
+
 /* dlsym(RTLD_NEXT, name) answered for the object at `caller`, as the dynamic
- * linker would without the shim in between: the definition in the first
- * object loaded after the caller that defines name. The vDSO is skipped:
- * it defines time() and friends, but the loader never binds to it. */
+ * linker would without the shim in between. */
 EARLY_SAFE static void *next_definition(const void *caller, const char *name)
 {
     Dl_info info;
     struct link_map *self = NULL;
     if (!dladdr1(caller, &info, (void **)&self, RTLD_DL_LINKMAP) || !self)
         return real_dlsym(RTLD_NEXT, name);
-    ElfW(Addr) vdso = (ElfW(Addr))getauxval(AT_SYSINFO_EHDR);
-    for (struct link_map *m = self->l_next; m; m = m->l_next) {
-        if (m->l_addr == vdso || !m->l_name || !m->l_name[0]) continue;
-        void *p = object_symbol(m, name);
-        if (p) return p;
-    }
-    return NULL;
+    return definition_after(self, name);
 }
 
 /* The dlsym door. It may run before anything else in the shim (a sanitizer
@@ -382,7 +414,7 @@ EARLY_SAFE static void *next_definition(const void *caller, const char *name)
 SHIM_EXPORT EARLY_SAFE __attribute__((noinline)) void *dlsym(void *handle, const char *name)
 {
     const void *caller = __builtin_return_address(0);
-    pthread_once(&dlsym_once, find_real_dlsym);
+    find_real_dlsym();
     if (!real_dlsym) return NULL;
     if (handle == RTLD_NEXT) return next_definition(caller, name);
     void *p = real_dlsym(handle, name);

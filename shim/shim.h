@@ -101,6 +101,14 @@ enum symbol_id {
  * start-up, which goes no further without it. */
 extern void *(*real_dlsym)(void *, const char *);
 
+/* The first definition of a libc-level name in an object loaded after the
+ * shim (what dlsym(RTLD_NEXT, name) answers from here), read from the
+ * loaded objects' own symbol tables: it neither allocates, nor locks, nor
+ * asks the loader, so it may run before any constructor and inside another
+ * library's initialisation (an allocator's, under its own lock). NULL when
+ * no such object defines name, or the shim is not in the main namespace. */
+void *resolve_next_libc(const char *name);
+
 /* Resolve every real function once (thread-safe, idempotent, never fails:
  * missing functions stay NULL and one warning is logged). The check is
  * inline: it runs on every intercepted call. */
