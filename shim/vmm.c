@@ -20,7 +20,9 @@
  *           map, set access; the lease is the open's;
  *   close   unmap, release, free the reservation; the lease drops.
  * The exporter's unmap of an exported mapping is its "free" (ipc_free): the
- * record goes to limbo while importers hold it; the driver itself keeps
+ * record moves off the address (ipc_export_move: the program may map and
+ * export another allocation there at once) and goes to limbo while
+ * importers hold it; the driver itself keeps
  * the memory alive, so limbo's deferred free only closes the exported fd
  * (vmm_free_block). */
 #include "shim.h"
@@ -179,6 +181,8 @@ static const char *site_text(uint32_t site, char *buf, size_t len)
 #define VMM_LEDGER_EXPORT IPC_LEDGER_ADDRESS
 #define VMM_LEDGER_IMPORT (IPC_LEDGER_ADDRESS | (1ull << 61))
 #define VMM_LEDGER_STEP (1ull << 21)
+/* A legacy export's record once its mapping is gone (do_cuMemUnmap). */
+#define VMM_LEDGER_MOVED (IPC_LEDGER_ADDRESS | (1ull << 60))
 struct vmm_direct_key {
     uint64_t magic;
     uint64_t dev, ino;
@@ -463,7 +467,14 @@ CUresult do_cuMemUnmap(CUdeviceptr ptr, size_t size)
         }
         pthread_mutex_unlock(&vmm_lock);
         if (!va) return r;
-        if (id && ipc_free(va) != IPC_DONE) vmm_free_block(id);
+        if (id) {
+            /* The record leaves the address, which the program may map
+             * another allocation at and export while this one's importers
+             * hold it (the driver keeps it for them). */
+            uint64_t at = VMM_LEDGER_MOVED + (id & ~IPC_IDENTITY_VMM) * VMM_LEDGER_STEP;
+            if (ipc_export_move(va, at) != 0) at = va;
+            if (ipc_free(at) != IPC_DONE) vmm_free_block(id);
+        }
         if (export_done) ipc_free(export_done);
     }
 }

@@ -5,7 +5,8 @@
  * reads what was written, ipcshim-stat names the importer and the kind,
  * and the ledger reports a double release, an import never closed and a
  * mapping left at exit. Bad input gets the driver's own answer; a cudaMalloc
- * block's handle stays the driver's, byte for byte. */
+ * block's handle stays the driver's, byte for byte; an address reused
+ * while an importer holds the old allocation exports again. */
 #include "run.h"
 
 #include <criterion/criterion.h>
@@ -228,4 +229,22 @@ Test(vmm, shim_a_refused_handle_type_is_retried_as_the_program_asked)
     cr_assert(first, "no log line in:\n%s", log);
     cr_expect(!strstr(first + 1, line), "logged twice:\n%s", log);
     cr_expect(strstr(log, "created without a shareable handle type"), "no reason in:\n%s", log);
+}
+
+/* An address reused after an export (issue 46 item 4), as an expandable
+ * segment does when it shrinks and grows: B exported and held open by an
+ * importer, unmapped and released by its exporter, a new allocation C
+ * mapped at the same address and exported. The driver keeps B for its
+ * importer, so the address is not taken: C's export succeeds and reaches
+ * its consumer, and B's importer still reads B. */
+Test(vmm, shim_an_address_reused_after_an_export_exports_again)
+{
+    const char *doors[] = {"runtime", "driver"};
+    for (int i = 0; i < 2; i++) {
+        run_vmm(true, ARGS("--reuse", "--door", doors[i]));
+        expect_field("export", "0");
+        expect_field("reuse-export", "0");
+        expect_field("consumer", "ok");
+        expect_field("holder", "ok 0");
+    }
 }

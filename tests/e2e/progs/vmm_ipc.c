@@ -8,7 +8,7 @@
  *
  *   vmm_ipc [--door runtime|driver] [--size BYTES] [--during CMD]
  *           [--leak-import] [--forged] [--double-release] [--leave-mapped]
- *           [--malloc] [--non-dumpable] [--direct] [--stale]
+ *           [--malloc] [--non-dumpable] [--direct] [--stale] [--reuse]
  *
  * --during: run CMD (sh -c) while the consumer holds the handle open.
  * --leak-import: a second consumer (this program, forked) opens the handle,
@@ -26,6 +26,13 @@
  * consumer of ours opens the old handle ("leaker: error CODE").
  * --non-dumpable: the producer makes itself non-dumpable first (nobody has
  * ptrace rights on it: pidfd_getfd on it fails with EPERM).
+ * --reuse: the address reused after an export, as an expandable segment
+ * shrinks and grows (issue 46 item 4): allocation B (the inverted pattern)
+ * is exported and a holder of ours (this program again) opens it; the
+ * producer unmaps and releases B while the holder keeps it, maps a new
+ * allocation C (pair's pattern) at the same address and exports that
+ * ("reuse-export: CODE") to pair's consumer; then the holder reads B
+ * ("holder: ok|wrong|error CODE").
  *
  * Output, one fact per line: "export: CODE" (the get-handle's answer; the
  * rest only when it is 0), "handle: HEX", "importer-pid: PID",
@@ -49,8 +56,8 @@ static struct {
     const char *door, *during;
     size_t size;
     bool leak_import, forged, double_release, leave_mapped, malloc_only, non_dumpable, direct,
-        stale;
-} cfg = {"runtime", NULL, 2u << 20, false, false, false, false, false, false, false, false};
+        stale, reuse;
+} cfg = {"runtime", NULL, 2u << 20, false, false, false, false, false, false, false, false, false};
 
 static void fail(const char *what, int code)
 {
@@ -141,6 +148,90 @@ static int leaker_main(const char *hex)
     if (!r) r = (int)cudaMemcpy(&word, p, sizeof word, cudaMemcpyDeviceToHost);
     printf("leaker: %s %d\n", !r && word == expected_word(0) ? "ok" : "error", r);
     return 0; /* normal exit, the handle still open */
+}
+
+/* --reuse's holder: opens the handle, says "opened", waits for a line on
+ * stdin, reads every word (the inverted pattern), says "holder: ...",
+ * closes. */
+static int holder_main(const char *hex)
+{
+    unsigned char h[64];
+    void *p = NULL;
+    char line[16];
+    if (from_hex(hex, h, 64)) fail("handle parse", -1);
+    int r = (int)cudaSetDevice(0);
+    if (!r) r = open_handle(h, &p);
+    printf("%s\n", r ? "open failed" : "opened");
+    if (!fgets(line, sizeof line, stdin)) r = -1;
+    uint32_t *host = malloc(cfg.size);
+    if (!r) r = host ? (int)cudaMemcpy(host, p, cfg.size, cudaMemcpyDeviceToHost) : -1;
+    bool right = !r;
+    for (size_t i = 0; right && i < cfg.size / 4; i++)
+        right = host[i] == ~expected_word(i);
+    printf("holder: %s %d\n", r ? "error" : right ? "ok" : "wrong", r);
+    if (p) cudaIpcCloseMemHandle(p);
+    free(host);
+    return 0;
+}
+
+/* Maps a new allocation (pair's pattern) at va, which nothing maps. */
+static CUmemGenericAllocationHandle map_new(CUdeviceptr va, const CUmemAllocationProp *prop,
+                                            const uint32_t *host)
+{
+    CUmemGenericAllocationHandle mem;
+    int r = (int)cuMemCreate(&mem, cfg.size, prop, 0);
+    if (!r) r = (int)cuMemMap(va, cfg.size, 0, mem, 0);
+    CUmemAccessDesc access = {.location = prop->location,
+                              .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    if (!r) r = (int)cuMemSetAccess(va, cfg.size, &access, 1);
+    if (!r) r = (int)cudaMemcpy((void *)va, host, cfg.size, cudaMemcpyHostToDevice);
+    if (r) fail("the second allocation", r);
+    return mem;
+}
+
+/* --reuse, after B (mem at va, the inverted pattern) was exported as hex:
+ * returns C's handle (mapped at va). */
+static CUmemGenericAllocationHandle reuse(CUmemGenericAllocationHandle mem, CUdeviceptr va,
+                                          const char *hex, const CUmemAllocationProp *prop,
+                                          uint32_t *host)
+{
+    int to[2], from[2];
+    char line[256], size[32];
+    snprintf(size, sizeof size, "%zu", cfg.size);
+    if (pipe(to) || pipe(from)) fail("pipe", -1);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(to[0], 0), dup2(from[1], 1);
+        close(to[1]), close(from[0]);
+        execl("/proc/self/exe", "vmm_ipc", "--holder", hex, size, (char *)NULL);
+        _exit(127);
+    }
+    close(to[0]), close(from[1]);
+    FILE *in = fdopen(from[0], "r"), *out = fdopen(to[1], "w");
+    if (!fgets(line, sizeof line, in) || strcmp(line, "opened\n")) fail("the holder's open", -1);
+    int r = (int)cuMemUnmap(va, cfg.size);
+    if (!r) r = (int)cuMemRelease(mem);
+    if (r) fail("unmap/release of the first allocation", r);
+    for (size_t i = 0; i < cfg.size / 4; i++)
+        host[i] = expected_word(i);
+    CUmemGenericAllocationHandle c = map_new(va, prop, host);
+    unsigned char h[64];
+    char chex[129];
+    r = get_handle(h, (void *)va);
+    printf("reuse-export: %d\n", r);
+    if (!r) {
+        to_hex(h, 64, chex);
+        run_consumer(chex);
+    }
+    cudaGetLastError();
+    fputs("read\n", out), fflush(out);
+    while (fgets(line, sizeof line, in))
+        fputs(line, stdout);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    fclose(in), fclose(out);
+    return c;
 }
 
 /* Shared the program's own way (a POSIX fd, taken with pidfd_getfd), the
@@ -237,6 +328,8 @@ static void parse(int argc, char **argv)
             cfg.direct = true;
         else if (!strcmp(a, "--stale"))
             cfg.stale = true;
+        else if (!strcmp(a, "--reuse"))
+            cfg.reuse = true;
         else
             fail("usage", -1);
     }
@@ -260,6 +353,8 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc == 3 && !strcmp(argv[1], "--leaker")) return leaker_main(argv[2]);
+    if (argc == 4 && !strcmp(argv[1], "--holder"))
+        return cfg.size = strtoull(argv[3], NULL, 10), holder_main(argv[2]);
     if (argc == 4 && !strcmp(argv[1], "--direct-importer"))
         return direct_importer_main(argv[2], argv[3]);
     parse(argc, argv);
@@ -284,7 +379,7 @@ int main(int argc, char **argv)
     if (r) fail("reserve/map/access", r);
     uint32_t *host = malloc(cfg.size);
     for (size_t i = 0; host && i < cfg.size / 4; i++)
-        host[i] = expected_word(i);
+        host[i] = cfg.reuse ? ~expected_word(i) : expected_word(i);
     r = host ? (int)cudaMemcpy((void *)va, host, cfg.size, cudaMemcpyHostToDevice) : -1;
     if (r) fail("write", r);
     unsigned char h[64];
@@ -295,7 +390,10 @@ int main(int argc, char **argv)
     if (exported) {
         to_hex(h, 64, hex);
         printf("handle: %s\n", hex);
-        run_consumer(hex);
+        if (cfg.reuse)
+            mem = reuse(mem, va, hex, &prop, host);
+        else
+            run_consumer(hex);
         if (cfg.leak_import) run_leaker(hex);
         if (cfg.forged) forged(h);
     }
