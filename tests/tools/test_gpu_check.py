@@ -61,6 +61,8 @@ def test_whole_run_on_the_simulator_prints_the_validation_block():
         check(not re.search(r"^- \*\*pool-[^*]*\*\*: (not run|.*no answer)", text, re.M), text)
         check("| consumer SIGKILLed: shim reclaims its lease | pass |" in text, text)
         check("| pool: without shim, free while reading | info | consumer: " in text, text)
+        for name in ("address reused after an export exports again", "ledger names each direct importer"):
+            check(f"| vmm: shim, {name} | pass |" in text, f"vmm: shim, {name} in:\n{text}")
         check(re.search(r"^\| torch suite: skipped \| skip \| (PyTorch's test_multiprocessing.py not carried|torch not "
                         r"installed, or without CUDA)", text, re.M), text)
         for door in ("runtime", "driver", "resolver"):
