@@ -863,6 +863,15 @@ bool ipc_limbo_pending(void)
     return local_limbo_pending();
 }
 
+int ipc_export_move(uint64_t base, uint64_t new_base)
+{
+    local_lock();
+    struct local_export *e = local_export_find(base);
+    int rc = !e ? -ENOENT : local_export_find(new_base) ? -EEXIST : local_export_move(e, new_base);
+    local_unlock();
+    return rc;
+}
+
 bool ipc_in_limbo(uint64_t base)
 {
     if (!local_limbo_pending()) return false;

@@ -158,6 +158,15 @@ int ipc_free(uint64_t ptr);
  * without ipc_free (the hot path of every untracked free). */
 bool ipc_free_passes(uint64_t ptr);
 
+/* Moves this process's export record at base to new_base, a pseudo
+ * address (IPC_LEDGER_ADDRESS and up) that nothing else uses, so that base
+ * can be exported anew while the record lives on (in limbo): VMM memory,
+ * whose address the program may map another allocation at while the
+ * driver keeps the old one for its importers. Later calls (ipc_free, limbo)
+ * name the record by new_base. 0, -ENOENT (no export at base), -EEXIST
+ * (new_base taken), or -EBUSY (not moved). */
+int ipc_export_move(uint64_t base, uint64_t new_base);
+
 /* True when this process has blocks in limbo (a relaxed load, no lock). */
 bool ipc_limbo_pending(void);
 

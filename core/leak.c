@@ -196,7 +196,7 @@ struct leak_report *leak_gather(struct registry *r, uint32_t self)
         }
         struct leak_item *it = &lr->items[lr->n - 1];
         if (it->kind == ITEM_UNOPENED) it->since_ns = e->export_ns;
-        it->base = e->base;
+        it->base = b->base; /* where it was exported (a moved record: ipc_export_move) */
         it->bytes = e->size;
         it->pending = pending;
         it->expired = b->expired;

@@ -218,6 +218,25 @@ void local_export_del(struct local_export *e)
     local_export_free(e);
 }
 
+int local_export_move(struct local_export *e, uint64_t base)
+{
+    /* Trap: an add may grow the bucket array, and a failed growth leaves the
+     * item out of the table (it stays on the limbo list: a dangling record).
+     * With growth held off for this one add, adding to a table that lives on
+     * (its anchor) allocates nothing and cannot fail; a table without its
+     * anchor would be freed by the delete, so that one is not touched. */
+    if (HASH_COUNT(exports) < 2) return -EBUSY;
+    HASH_DELETE(hh, exports, e);
+    filter_change(e->base, -1);
+    e->base = base;
+    unsigned noexpand = exports->hh.tbl->noexpand;
+    exports->hh.tbl->noexpand = 1;
+    HASH_ADD(hh, exports, base, sizeof e->base, e);
+    exports->hh.tbl->noexpand = noexpand;
+    filter_change(base, +1);
+    return 0;
+}
+
 void local_limbo_add(struct local_export *e)
 {
     if (e->in_limbo) return;

@@ -99,6 +99,9 @@ struct local_export *local_export_new(void);
 void local_export_free(struct local_export *e);
 int local_export_add(struct local_export *e);  /* 0 or -ENOMEM; sets has_exports */
 void local_export_del(struct local_export *e); /* also leaves limbo; frees e */
+/* Re-keys e (in the table) by base, which no record of the table has: 0,
+ * or -EBUSY (nothing changed) when the table has no anchor. */
+int local_export_move(struct local_export *e, uint64_t base);
 void local_limbo_add(struct local_export *e);
 struct local_export *local_limbo_head(void);
 /* Written under the local lock, readable without it (each on its own: a

@@ -20,7 +20,9 @@
  *           map, set access; the lease is the open's;
  *   close   unmap, release, free the reservation; the lease drops.
  * The exporter's unmap of an exported mapping is its "free" (ipc_free): the
- * record goes to limbo while importers hold it; the driver itself keeps
+ * record moves off the address (ipc_export_move: the program may map and
+ * export another allocation there at once) and goes to limbo while
+ * importers hold it; the driver itself keeps
  * the memory alive, so limbo's deferred free only closes the exported fd
  * (vmm_free_block). */
 #include "shim.h"
@@ -33,12 +35,12 @@
 #include "uthash_wrap.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* The synthetic handle's 64 bytes. The magic never starts a driver handle
@@ -70,6 +72,7 @@ struct vmm_alloc {
     uint32_t site;   /* call site of its creation or import */
     uint64_t ledger; /* direct sharing: the export record's or the import lease's pseudo address */
     uint64_t ledger_id; /* the export record's identity (IPC_IDENTITY_VMM | serial) */
+    uint64_t lock;      /* direct sharing: the key's lock offset (direct_mark) */
     UT_hash_handle hh;
 };
 
@@ -163,26 +166,39 @@ static const char *site_text(uint32_t site, char *buf, size_t len)
  * PyTorch's expandable segments, NCCL and UCX share VMM memory themselves:
  * cuMemExportToShareableHandle, the fd to a peer (pidfd_getfd, SCM_RIGHTS,
  * fork), cuMemImportFromShareableHandle there. The ledger records that
- * passively: the export makes (once per exported file) a registry record of
- * kind vmm owned by the exporter, keyed by the file's identity (struct
- * vmm_direct_key: st_dev and st_ino); the import, by the same fstat, takes a
- * lease on it (ipc_import_begin) that its last cuMemRelease ends. Both live
- * at pseudo addresses (IPC_LEDGER_ADDRESS and up: above any user address,
- * so no free or close of the program's can ever reach them). The record's "free" is the
- * exporter's letting go: its last release with no mapping of it left.
- * Trap: a file identity names one allocation only for a regular file (the
- * simulator's, a memfd); a device node or an anonymous inode is shared by
- * every export, so those fds are not recorded (logged once). */
+ * passively: the export makes (once per allocation) a registry record of
+ * kind vmm owned by the exporter; the import takes a lease on it
+ * (ipc_import_begin) that its last cuMemRelease ends. Both live at pseudo
+ * addresses (IPC_LEDGER_ADDRESS and up: above any user address, so no free
+ * or close of the program's can ever reach them). The record's "free" is
+ * the exporter's letting go: its last release with no mapping of it left.
+ *
+ * The key: NVIDIA's driver hands out every such fd as a new open of
+ * /dev/nvidiactl, one inode for every allocation, and finds the allocation
+ * from the open file description; an fd number differs per process. So the
+ * exporter marks the description itself: a read OFD lock at an offset
+ * drawn once per allocation (struct vmm_direct_key's lock, far above any
+ * offset a program or the simulator locks). The lock lives exactly as long
+ * as the description, goes wherever the fd goes (dup, fork, SCM_RIGHTS,
+ * pidfd_getfd), and the importer reads it back from its own fd's
+ * /proc/self/fdinfo ("lock:" lines list the locks its description holds),
+ * with no ptrace rights and no syscall a container's seccomp filter
+ * refuses (kcmp). A read lock conflicts with no one's. */
 #define VMM_DIRECT_MAGIC                                                                           \
     0x315249444d4d5649ull /* "IVMMDIR1": never a driver or synthetic handle                        \
                            */
 #define VMM_LEDGER_EXPORT IPC_LEDGER_ADDRESS
 #define VMM_LEDGER_IMPORT (IPC_LEDGER_ADDRESS | (1ull << 61))
 #define VMM_LEDGER_STEP (1ull << 21)
+/* A legacy export's record once its mapping is gone (do_cuMemUnmap). */
+#define VMM_LEDGER_MOVED (IPC_LEDGER_ADDRESS | (1ull << 60))
+/* The direct keys' lock offsets: [2^62, 2^63 - 2]. */
+#define VMM_LOCK_BASE (1ull << 62)
+#define VMM_LOCK_SPAN ((1ull << 62) - 2)
 struct vmm_direct_key {
     uint64_t magic;
-    uint64_t dev, ino;
-    uint64_t zero[4];
+    uint64_t lock; /* the lock's offset */
+    uint64_t zero[5];
     uint64_t check;
 };
 _Static_assert(sizeof(struct vmm_direct_key) == IPC_HANDLE_BYTES, "a key is a handle's size");
@@ -194,22 +210,67 @@ bool vmm_handle_direct(const void *handle)
     return k.magic == VMM_DIRECT_MAGIC && k.check == vmm_check((const struct vmm_wire *)&k);
 }
 
-/* fd's file's key into h. 0, or -1 when it has none of its own. */
-static int direct_key(int fd, struct ipc_handle *h)
+static void direct_key_of(uint64_t lock, struct ipc_handle *h)
 {
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) return -1;
-    if (!S_ISREG(st.st_mode)) {
-        LOG_ONCE(LOG_INFO,
-                 "the driver's VMM POSIX fds are not regular files (mode %#o): direct VMM "
-                 "sharing is not recorded in the ledger",
-                 (unsigned)st.st_mode);
-        return -1;
-    }
-    struct vmm_direct_key k = {.magic = VMM_DIRECT_MAGIC, .dev = st.st_dev, .ino = st.st_ino};
+    struct vmm_direct_key k = {.magic = VMM_DIRECT_MAGIC, .lock = lock};
     k.check = vmm_check((const struct vmm_wire *)&k);
     memcpy(h->bytes, &k, sizeof k);
-    return 0;
+}
+
+/* A new allocation's lock offset (random: one inode holds every process's
+ * marks on the real driver). */
+static uint64_t direct_lock_new(void)
+{
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != sizeof r)
+        r = ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&r ^ ++export_serial;
+    return VMM_LOCK_BASE + r % VMM_LOCK_SPAN;
+}
+
+/* Marks fd's description with lock. 0, or -1 (logged once). */
+static int direct_mark(int fd, uint64_t lock)
+{
+    struct flock l = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = (off_t)lock, .l_len = 1};
+    if (fcntl(fd, F_OFD_SETLK, &l) == 0) return 0;
+    LOG_ONCE(LOG_INFO,
+             "the driver's VMM POSIX fds take no lock (errno %d): direct VMM sharing is not "
+             "recorded in the ledger",
+             errno);
+    return -1;
+}
+
+/* The key fd's description carries (direct_mark), read from
+ * /proc/self/fdinfo/fd into h. 0, or -1 when it carries none. */
+static int direct_key(int fd, struct ipc_handle *h)
+{
+    char path[64], buf[4096];
+    if (fd < 0) return -1;
+    snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
+    int in = open(path, O_RDONLY | O_CLOEXEC);
+    if (in < 0) return -1;
+    ssize_t n = read(in, buf, sizeof buf - 1);
+    close(in);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    /* "lock:\t1: OFDLCK  ADVISORY  READ  -1 00:1a:7 START END" */
+    for (char *line = strstr(buf, "lock:"); line; line = strstr(line + 1, "lock:")) {
+        char *eol = strchr(line, '\n');
+        if (eol) *eol = 0;
+        char *last = strrchr(line, ' ');
+        char *prev = last;
+        while (prev && prev > line && prev[-1] != ' ')
+            prev--;
+        unsigned long long start = 0, end = 0;
+        bool ours = strstr(line, "OFDLCK") && strstr(line, "READ") && last && prev > line &&
+                    sscanf(prev, "%llu %llu", &start, &end) == 2 && start == end &&
+                    start >= VMM_LOCK_BASE && start - VMM_LOCK_BASE < VMM_LOCK_SPAN;
+        if (eol) *eol = '\n';
+        if (ours) {
+            direct_key_of(start, h);
+            return 0;
+        }
+    }
+    return -1;
 }
 
 static uint64_t current_ctx(void)
@@ -219,15 +280,15 @@ static uint64_t current_ctx(void)
     return (uint64_t)ctx;
 }
 
-/* After the program's own successful POSIX-fd export of allocation handle:
- * its record (once per exported file) and one more hand-off. Passive:
- * nothing is recorded when the file has no identity of its own, the
- * allocation is not one this process created, or the registry is full. */
+/* After the program's own successful POSIX-fd export of allocation handle
+ * as fd: the fd's description marked with the allocation's key, its record
+ * (once per allocation) and one more hand-off. Passive: nothing is
+ * recorded when the allocation is not one this process created, the fd
+ * takes no lock, or the registry is full. */
 static void vmm_note_direct_export(CUmemGenericAllocationHandle handle, int fd)
 {
-    struct ipc_handle key;
-    if (!shim_tracking() || direct_key(fd, &key)) return;
-    uint64_t base = 0, size = 0, id = 0;
+    if (!shim_tracking() || fd < 0) return;
+    uint64_t base = 0, size = 0, id = 0, lock = 0;
     int device = -1;
     pthread_mutex_lock(&vmm_lock);
     forget_inherited_locked();
@@ -237,12 +298,16 @@ static void vmm_note_direct_export(CUmemGenericAllocationHandle handle, int fd)
         if (!a->ledger) {
             a->ledger_id = IPC_IDENTITY_VMM | ++export_serial;
             a->ledger = VMM_LEDGER_EXPORT + export_serial * VMM_LEDGER_STEP;
+            a->lock = direct_lock_new();
         }
-        base = a->ledger, id = a->ledger_id, size = a->size, device = a->device;
+        base = a->ledger, id = a->ledger_id, size = a->size, device = a->device, lock = a->lock;
     }
     pthread_mutex_unlock(&vmm_lock);
-    /* Once per file: the same file exported again counts one more hand-off. */
-    if (base && ipc_export_identity(&key, base, size, device, current_ctx(), id, IPC_KIND_VMM) == 0)
+    if (!base || direct_mark(fd, lock)) return;
+    struct ipc_handle key;
+    direct_key_of(lock, &key);
+    /* Once per allocation: exported again, one more hand-off. */
+    if (ipc_export_identity(&key, base, size, device, current_ctx(), id, IPC_KIND_VMM) == 0)
         init_at_first_export();
 }
 
@@ -463,7 +528,14 @@ CUresult do_cuMemUnmap(CUdeviceptr ptr, size_t size)
         }
         pthread_mutex_unlock(&vmm_lock);
         if (!va) return r;
-        if (id && ipc_free(va) != IPC_DONE) vmm_free_block(id);
+        if (id) {
+            /* The record leaves the address, which the program may map
+             * another allocation at and export while this one's importers
+             * hold it (the driver keeps it for them). */
+            uint64_t at = VMM_LEDGER_MOVED + (id & ~IPC_IDENTITY_VMM) * VMM_LEDGER_STEP;
+            if (ipc_export_move(va, at) != 0) at = va;
+            if (ipc_free(at) != IPC_DONE) vmm_free_block(id);
+        }
         if (export_done) ipc_free(export_done);
     }
 }

@@ -328,6 +328,41 @@ Test(ipc, vmm_export_is_its_own_kind_and_its_identity_reaches_the_host)
     importer_stop(&im);
 }
 
+/* A record moved off its address (ipc_export_move, the shim's unmap of an
+ * exported VMM mapping): the address is no export of ours any more, so a
+ * new allocation there is exported as a record of its own while the moved
+ * one waits in limbo for its importer, keeps the address it was exported
+ * from, and is freed through the host by its new name. */
+Test(ipc, a_moved_record_frees_its_address_for_a_new_export)
+{
+    struct ipc_handle b = make_handle(44), c = make_handle(45);
+    uint64_t moved = IPC_LEDGER_ADDRESS | (1ull << 60) | (1ull << 21);
+    cr_assert_eq(ipc_export_identity(&b, BASE, 4096, 0, CTX, IPC_IDENTITY_VMM | 1, IPC_KIND_VMM),
+                 0);
+    struct importer im;
+    importer_start(&im, b);
+    uint64_t ptr;
+    cr_assert_eq(importer_open(&im, 1, &ptr), IPC_REAL);
+    cr_assert_eq(ipc_export_move(BASE + 1, moved), -ENOENT, "no export there");
+    cr_assert_eq(ipc_export_move(BASE, moved), 0);
+    cr_assert_eq(ipc_free(moved), IPC_DONE, "limbo while imported");
+    cr_expect(!ipc_in_limbo(BASE), "the address is not taken");
+    cr_assert_eq(ipc_export_identity(&c, BASE, 4096, 0, CTX, IPC_IDENTITY_VMM | 2, IPC_KIND_VMM),
+                 0);
+    struct registry v;
+    open_view(&v);
+    cr_expect_eq(records_with(&v, &b), 1, "the moved record lives on");
+    cr_expect_eq(records_with(&v, &c), 1, "the new export is a record of its own");
+    for (uint32_t i = 0; i < v.max_blocks; i++)
+        if (v.blocks[i].state != BLOCK_FREE && !memcmp(v.blocks[i].handle, b.bytes, 64))
+            cr_expect_eq(v.blocks[i].base, BASE, "shown at the address it was exported from");
+    cr_assert_eq(importer_close(&im, ptr), IPC_REAL);
+    cr_assert_eq(ipc_collect(), 1);
+    cr_assert_eq(fake_freed_identity[0], IPC_IDENTITY_VMM | 1, "the moved one went");
+    cr_assert_neq(ipc_free(BASE), IPC_PASS, "the new one is an export of its own");
+    importer_stop(&im);
+}
+
 Test(ipc, free_with_nothing_holding_is_real)
 {
     test_option("HANDOFF_TIMEOUT", "0ms");

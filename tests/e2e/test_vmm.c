@@ -5,7 +5,8 @@
  * reads what was written, ipcshim-stat names the importer and the kind,
  * and the ledger reports a double release, an import never closed and a
  * mapping left at exit. Bad input gets the driver's own answer; a cudaMalloc
- * block's handle stays the driver's, byte for byte. */
+ * block's handle stays the driver's, byte for byte; an address reused
+ * while an importer holds the old allocation exports again. */
 #include "run.h"
 
 #include <criterion/criterion.h>
@@ -228,4 +229,67 @@ Test(vmm, shim_a_refused_handle_type_is_retried_as_the_program_asked)
     cr_assert(first, "no log line in:\n%s", log);
     cr_expect(!strstr(first + 1, line), "logged twice:\n%s", log);
     cr_expect(strstr(log, "created without a shareable handle type"), "no reason in:\n%s", log);
+}
+
+/* An address reused after an export (issue 46 item 4), as an expandable
+ * segment does when it shrinks and grows: B exported and held open by an
+ * importer, unmapped and released by its exporter, a new allocation C
+ * mapped at the same address and exported. The driver keeps B for its
+ * importer, so the address is not taken: C's export succeeds and reaches
+ * its consumer, and B's importer still reads B. */
+Test(vmm, shim_an_address_reused_after_an_export_exports_again)
+{
+    const char *doors[] = {"runtime", "driver"};
+    for (int i = 0; i < 2; i++) {
+        run_vmm(true, ARGS("--reuse", "--door", doors[i]));
+        expect_field("export", "0");
+        expect_field("reuse-export", "0");
+        expect_field("consumer", "ok");
+        expect_field("holder", "ok 0");
+    }
+}
+
+/* Which "importers" array of ipcshim-stat's JSON names pid (0, 1, ...; -1
+ * none). */
+static int importers_naming(const char *json, const char *pid)
+{
+    char who[64];
+    snprintf(who, sizeof who, "\"pid\":%s,", pid);
+    int k = 0;
+    for (const char *at = strstr(json, "\"importers\":["); at;
+         at = strstr(at + 1, "\"importers\":["), k++) {
+        const char *end = strchr(at, ']'), *hit = strstr(at, who);
+        if (hit && end && hit < end) return k;
+    }
+    return -1;
+}
+
+/* Direct sharing as NVIDIA's driver makes it (issue 46 item 5): every
+ * exported fd is a new description of one file (tests/simcuda/README.md,
+ * VMM), so a file's identity names no allocation. Allocation A exported
+ * twice, to importers 1 and 2, B once, to importer 3, over SCM_RIGHTS, each
+ * fd closed by the exporter once sent: the ledger has A's record naming 1
+ * and 2, and B's naming 3. */
+Test(vmm, shim_stat_names_each_direct_importer_on_its_own_allocation)
+{
+    char during[1024], pid[3][32], key[32];
+    const char *root = getenv("BUILD_ROOT");
+    cr_assert(root);
+    snprintf(during, sizeof during, "env -u LD_PRELOAD %s/scripts/ipcshim-stat --json > %s", root,
+             json_path);
+    run_vmm(true, ARGS("--scm", "--during", during));
+    expect_field("during", "0");
+    for (int n = 0; n < 3; n++) {
+        snprintf(key, sizeof key, "scm-import-%d", n + 1);
+        expect_field(key, "ok 0");
+        snprintf(key, sizeof key, "scm-importer-%d", n + 1);
+        cr_assert(run_field(&r, key, pid[n], sizeof pid[n]), "%s", r.out);
+    }
+    const char *json = slurp(json_path);
+    cr_expect(strstr(json, "\"kind\":\"vmm\""), "no vmm record in:\n%s", json);
+    int a1 = importers_naming(json, pid[0]), a2 = importers_naming(json, pid[1]),
+        b3 = importers_naming(json, pid[2]);
+    cr_expect(a1 >= 0 && b3 >= 0, "an importer is not named in:\n%s", json);
+    cr_expect_eq(a1, a2, "A's two importers are named on one record:\n%s", json);
+    cr_expect_neq(a1, b3, "B's importer is named on a record of its own:\n%s", json);
 }

@@ -24,10 +24,14 @@
  * - Access: a mapping starts with no access (NVIDIA: cuMemSetAccess must be
  *   called before use); copies and sets on it fail with
  *   CUDA_ERROR_ILLEGAL_ADDRESS until then (a guess, README "VMM").
- * - Export: a POSIX fd is a new description of the allocation's fd file (a
- *   small record: magic, ABI, machine id, index, serial, size, check word)
- *   that holds a read OFD lock; the allocation stays alive while any such
- *   description is open (sim_map.c, vmm_fd_alive).
+ * - Export: a POSIX fd is a new open file description of the machine's one
+ *   VMM fd file, as NVIDIA's driver hands out a new open of /dev/nvidiactl
+ *   (one inode for every allocation): the description's position names the
+ *   allocation's record (magic, ABI, machine id, index, serial, size, check
+ *   word), and it holds a read OFD lock on that record; the allocation
+ *   stays alive while any such description is open (sim_map.c,
+ *   vmm_fd_alive). Import finds the allocation from the description (its
+ *   position), never from the file's identity.
  * This process's handles, reservations and mappings are process-local
  * tables under sim_drv_lock (lock order: sim_drv_lock, then the machine
  * mutex, which only create, import, export and the last release take).
@@ -521,6 +525,27 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
     return r;
 }
 
+/* The record that fd (osHandle) names: the machine's VMM fd file (the same
+ * inode), at the description's position. 0, or -1 for any other fd (never
+ * blocks: a pipe or socket fails the inode check first). */
+static int fd_record(void *os_handle, struct vmm_record *rec)
+{
+    uintptr_t h = (uintptr_t)os_handle;
+    char name[192];
+    struct stat st, mine;
+    if (h > INT32_MAX || fstat((int)h, &st) < 0) return -1;
+    sim_vmm_file_name(name, sizeof(name));
+    int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    int same = fstat(fd, &mine) == 0 && mine.st_dev == st.st_dev && mine.st_ino == st.st_ino;
+    close(fd);
+    off_t at = same ? lseek((int)h, 0, SEEK_CUR) : -1;
+    if (at < 0 || at % SIM_VMM_RECORD ||
+        pread((int)h, rec, sizeof(*rec), at) != (ssize_t)sizeof(*rec))
+        return -1;
+    return 0;
+}
+
 /* osHandle is the fd itself, cast to a pointer. Anything but an exported
  * fd of a live VMM allocation of this machine (another file, a pipe, a
  * closed fd, a forged record): CUDA_ERROR_INVALID_VALUE; a handle type
@@ -538,7 +563,7 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
         return (shHandleType & VMM_KNOWN_TYPES) ? CUDA_ERROR_NOT_SUPPORTED
                                                 : CUDA_ERROR_INVALID_VALUE;
     struct vmm_record rec;
-    if (sim_drv_fd_record(osHandle, &rec, sizeof rec) != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (fd_record(osHandle, &rec) != 0) return CUDA_ERROR_INVALID_VALUE;
     if (rec.magic != VMM_FD_MAGIC || rec.abi != SIM_ABI || rec.machine_id != sim_m->machine_id ||
         rec.check != record_check(&rec) || rec.zero != 0 || rec.device >= sim_m->ndev ||
         rec.index >= sim_m->max_allocs || rec.serial == 0)

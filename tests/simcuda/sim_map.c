@@ -32,32 +32,50 @@ static int serial_mapped(uint64_t serial)
     return 0;
 }
 
-/* Whether some process still has an exported fd of VMM entry a open: a
- * new description of its fd file asks whether any other description holds
- * a read lock (every exported fd is a description holding one, and an
- * OFD lock lasts while any fd of the description is open, in any process).
- * Unknown (the file cannot be opened) counts as closed. */
-static int vmm_fd_alive(const struct sim_alloc *a)
+/* Whether some process still has an exported fd of VMM entry `index` open:
+ * a new description of the fd file asks whether any other description
+ * holds a read lock on the entry's record (every exported fd is a
+ * description holding one, and an OFD lock lasts while any fd of the
+ * description is open, in any process). Unknown (the file cannot be
+ * opened) counts as closed. */
+static int vmm_fd_alive(uint32_t index)
 {
-    if (!(a->flags & SIM_F_EXPORTED)) return 0;
+    if (!(sim_entry(index)->flags & SIM_F_EXPORTED)) return 0;
     char name[192];
-    sim_vmm_file_name(name, sizeof(name), a->serial);
+    sim_vmm_file_name(name, sizeof(name));
     int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0) return 0;
-    struct flock l = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    struct flock l = {.l_type = F_WRLCK,
+                      .l_whence = SEEK_SET,
+                      .l_start = (off_t)index * SIM_VMM_RECORD,
+                      .l_len = SIM_VMM_RECORD};
     int alive = fcntl(fd, F_OFD_GETLK, &l) == 0 && l.l_type != F_UNLCK;
     close(fd);
     return alive;
 }
 
-/* VMM entry `index` has no row left: released, with its fd file, unless an
+/* Clears VMM entry `index`'s record in the fd file (nothing names it any
+ * more: no description holds its lock). Caller holds the mutex. */
+static void vmm_record_clear(uint32_t index)
+{
+    char name[192], zero[SIM_VMM_RECORD] = {0};
+    sim_vmm_file_name(name, sizeof(name));
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) return;
+    if (pwrite(fd, zero, sizeof(zero), (off_t)index * SIM_VMM_RECORD) < 0) {
+        /* nothing to do: the record names a serial that is never reused */
+    }
+    close(fd);
+}
+
+/* VMM entry `index` has no row left: released, with its record, unless an
  * exported fd of it is still open (then it is kept, SIM_F_KEPT, until
  * sim_vmm_reap_locked finds them all closed). Caller holds the mutex.
  * Returns 1 when it released. */
 static int vmm_release_locked(uint32_t index)
 {
     struct sim_alloc *a = sim_entry(index);
-    if (vmm_fd_alive(a)) {
+    if (vmm_fd_alive(index)) {
         if (!(a->flags & SIM_F_KEPT)) {
             __atomic_fetch_or(&a->flags, SIM_F_KEPT, __ATOMIC_SEQ_CST);
             sim_m->vmm_fd_kept++;
@@ -65,11 +83,7 @@ static int vmm_release_locked(uint32_t index)
         return 0;
     }
     if (a->flags & SIM_F_KEPT) sim_m->vmm_fd_kept--;
-    if (a->flags & SIM_F_EXPORTED) {
-        char name[192];
-        sim_vmm_file_name(name, sizeof(name), a->serial);
-        shm_unlink(name);
-    }
+    if (a->flags & SIM_F_EXPORTED) vmm_record_clear(index);
     a->flags &= ~(SIM_F_EXPORTED | SIM_F_KEPT); /* nobody maps it: nothing to poison */
     sim_release_locked(index);
     return 1;
@@ -401,24 +415,26 @@ void sim_vmm_drop(uint32_t index, uint64_t serial, uint32_t row)
 
 int sim_vmm_fd_open(uint32_t index, uint64_t serial, const void *rec, size_t len)
 {
-    if (!sim_attached() || index >= sim_m->max_allocs) return -1;
+    if (!sim_attached() || index >= sim_m->max_allocs || len > SIM_VMM_RECORD) return -1;
     char name[192];
-    sim_vmm_file_name(name, sizeof(name), serial);
+    sim_vmm_file_name(name, sizeof(name));
+    off_t at = (off_t)index * SIM_VMM_RECORD;
     int fd = -1;
     sim_lock();
     struct sim_alloc *a = sim_entry(index);
     if (a->state == SIM_SLOT_LIVE && a->serial == serial && (a->flags & SIM_F_VMM)) {
         if (!(a->flags & SIM_F_EXPORTED)) {
-            int w = shm_open(name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-            if (w >= 0 && pwrite(w, rec, len, 0) == (ssize_t)len) a->flags |= SIM_F_EXPORTED;
+            int w = shm_open(name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+            if (w >= 0 && pwrite(w, rec, len, at) == (ssize_t)len) a->flags |= SIM_F_EXPORTED;
             if (w >= 0) close(w);
         }
-        /* A new description per export, locked through itself: the lock
-         * lasts while any fd of this description is open (dup, fork,
-         * SCM_RIGHTS included). */
+        /* A new description of the one file per export, whose position
+         * names the record, locked through itself: the lock lasts while any
+         * fd of this description is open (dup, fork, SCM_RIGHTS included). */
         if (a->flags & SIM_F_EXPORTED) fd = shm_open(name, O_RDONLY, 0);
-        struct flock l = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-        if (fd >= 0 && fcntl(fd, F_OFD_SETLK, &l) < 0) {
+        struct flock l = {
+            .l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = at, .l_len = SIM_VMM_RECORD};
+        if (fd >= 0 && (lseek(fd, at, SEEK_SET) != at || fcntl(fd, F_OFD_SETLK, &l) < 0)) {
             close(fd);
             fd = -1;
         }
@@ -429,19 +445,18 @@ int sim_vmm_fd_open(uint32_t index, uint64_t serial, const void *rec, size_t len
 
 unsigned sim_vmm_reap_locked(int all)
 {
+    if (all) {
+        char name[192];
+        sim_vmm_file_name(name, sizeof(name));
+        shm_unlink(name);
+        return 0;
+    }
     unsigned n = 0;
     for (uint32_t i = 0; i < sim_m->high_water; i++) {
         struct sim_alloc *a = sim_entry(i);
-        if (a->state != SIM_SLOT_LIVE || !(a->flags & SIM_F_VMM)) continue;
-        if (all) {
-            if (a->flags & SIM_F_EXPORTED) {
-                char name[192];
-                sim_vmm_file_name(name, sizeof(name), a->serial);
-                shm_unlink(name);
-            }
-        } else if ((a->flags & SIM_F_KEPT) && !serial_mapped(a->serial)) {
+        if (a->state == SIM_SLOT_LIVE && (a->flags & SIM_F_VMM) && (a->flags & SIM_F_KEPT) &&
+            !serial_mapped(a->serial))
             n += (unsigned)vmm_release_locked(i);
-        }
     }
     return n;
 }

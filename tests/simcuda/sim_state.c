@@ -478,11 +478,11 @@ void sim_unlock(void)
     pthread_mutex_unlock(&sim_m->lock.mutex);
 }
 
-void sim_vmm_file_name(char *buf, size_t len, uint64_t serial)
+void sim_vmm_file_name(char *buf, size_t len)
 {
     char base[160];
     sim_object_name(base, sizeof(base), g_name, -1);
-    snprintf(buf, len, "%s-vmm%llu", base, (unsigned long long)serial);
+    snprintf(buf, len, "%s-vmmfd", base);
 }
 
 /* Unlinks the files of this process's machine, pool files first and the
@@ -503,7 +503,7 @@ static void remove_files_locked(void)
     int same = fstat(fd, &st) == 0 && st.st_dev == g_seg_dev && st.st_ino == g_seg_ino;
     close(fd); /* our mapping keeps the inode (and its number) alive meanwhile */
     if (!same) return;
-    sim_vmm_reap_locked(1); /* the fd files of VMM allocations still alive */
+    sim_vmm_reap_locked(1); /* the VMM fd file */
     for (unsigned k = 0; k <= sim_m->ndev; k++) {
         char pool[160];
         sim_object_name(pool, sizeof(pool), g_name, (int)pool_at(sim_m, k));

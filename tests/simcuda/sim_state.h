@@ -358,7 +358,8 @@ SIM_INTERNAL void sim_map_del(uint32_t index, uint64_t serial, uint64_t ctx_id, 
  * A VMM allocation has no owner: each process that holds a handle or a
  * mapping of it holds one SIM_MAP_VMM row (ctx_id SIM_VMM_CTX), and the
  * allocation is released when no row names it and no exported fd of it is
- * open anywhere (a read OFD lock on its fd file, sim_vmm_fd_open). Every
+ * open anywhere (a read OFD lock on its record in the machine's one VMM fd
+ * file, sim_vmm_fd_open). Every
  * call below takes the machine mutex (VMM calls are not hot paths); a
  * row's close without the mutex (sim_map_del, exit) takes it to release. */
 #define SIM_VMM_CTX UINT64_MAX
@@ -377,15 +378,22 @@ SIM_INTERNAL int sim_vmm_hold(uint32_t index, uint64_t serial, unsigned *dev, ui
 /* Drops the hold recorded by sim_vmm_create/sim_vmm_hold; the last hold
  * with no exported fd open releases the allocation. Caller holds no lock. */
 SIM_INTERNAL void sim_vmm_drop(uint32_t index, uint64_t serial, uint32_t row);
-/* A new fd (O_RDONLY, no FD_CLOEXEC, holding a read OFD lock) on the fd
- * file of VMM allocation (index, serial), which this process holds;
- * `rec`/`len` are written into the file when it is created. Returns the fd
- * or -1 (errno). Caller holds no lock. */
+/* The shm name of this process's machine's VMM fd file (sim_state.c). */
+SIM_INTERNAL void sim_vmm_file_name(char *buf, size_t len);
+/* Each VMM allocation's record in the machine's VMM fd file: SIM_VMM_RECORD
+ * bytes at index * SIM_VMM_RECORD. */
+#define SIM_VMM_RECORD 64
+/* A new fd (O_RDONLY, no FD_CLOEXEC) on the machine's VMM fd file, a new
+ * description per call, as NVIDIA's driver opens /dev/nvidiactl anew for
+ * each export: positioned at the record of VMM allocation (index, serial),
+ * which this process holds, and holding a read OFD lock on it; `rec`/`len`
+ * (len <= SIM_VMM_RECORD) are the record, written at the allocation's first
+ * export. Returns the fd or -1 (errno). Caller holds no lock. */
 SIM_INTERNAL int sim_vmm_fd_open(uint32_t index, uint64_t serial, const void *rec, size_t len);
 /* Releases the VMM allocations held by an exported fd alone whose fds are
- * all closed; unlinks the fd files of the machine's LIVE VMM allocations
- * when `all` (the machine is being removed). Caller holds the mutex.
- * Returns how many it released. */
+ * all closed; unlinks the machine's VMM fd file instead when `all` (the
+ * machine is being removed). Caller holds the mutex. Returns how many it
+ * released. */
 SIM_INTERNAL unsigned sim_vmm_reap_locked(int all);
 
 /* What this process knows of one of its own LIVE allocations. */

@@ -39,8 +39,4 @@ SIM_INTERNAL void sim_owner_release_locked(uint32_t index);
  * the mutex (sim_map.c). */
 SIM_INTERNAL void sim_unmap_holder_locked(uint32_t k, int all, uint64_t ctx_id);
 
-/* The shm name of the fd file of VMM allocation `serial` of this
- * process's machine (sim_state.c). */
-SIM_INTERNAL void sim_vmm_file_name(char *buf, size_t len, uint64_t serial);
-
 #endif /* SIM_STATE_INTERNAL_H */

@@ -5,7 +5,8 @@
  * input; POSIX fd export and import in another process (the fd crosses by
  * SCM_RIGHTS); the documented lifetime (memory lives while any handle,
  * mapping or exported fd does, in any process); importer death; legacy IPC
- * refused on VMM memory; forged fds.
+ * refused on VMM memory; forged fds; every exported fd a new description of
+ * one file (as NVIDIA's driver opens /dev/nvidiactl anew for each).
  *
  * As in test_pool_ipc.c: each test runs on its own machine (SIMCUDA_MACHINE
  * = test name + pid, unlinked in .fini); second processes are fork()
@@ -22,6 +23,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -483,16 +485,82 @@ Test(simvmm, open_fd_keeps_memory)
     cr_assert_eq(used_bytes(), before + GRAN, "fd2 is still open");
     /* Keep the record to forge an import of the released allocation. */
     char rec[64];
-    ssize_t n = pread(fd2, rec, sizeof(rec), 0);
+    off_t at = lseek(fd2, 0, SEEK_CUR);
+    ssize_t n = pread(fd2, rec, sizeof(rec), at);
     cr_assert_gt(n, 0);
+    char name[256];
+    snprintf(name, sizeof name, "/proc/self/fd/%d", fd2);
+    int again = open(name, O_RDONLY); /* a new description of the same file */
     close(fd2);
     cr_assert_eq(used_bytes(), before, "the last fd's close lets it go");
+    cr_assert_geq(again, 0);
+    cr_assert_eq(lseek(again, at, SEEK_SET), at);
+    FAILS(cuMemImportFromShareableHandle(&h2, (void *)(uintptr_t)again, POSIX_FD),
+          CUDA_ERROR_INVALID_VALUE);
+    close(again);
     int copy = memfd_create("forged", 0);
-    cr_assert_eq(write(copy, rec, (size_t)n), n);
+    cr_assert_eq(pwrite(copy, rec, (size_t)n, at), n);
+    cr_assert_eq(lseek(copy, at, SEEK_SET), at);
     FAILS(cuMemImportFromShareableHandle(&h2, (void *)(uintptr_t)copy, POSIX_FD),
           CUDA_ERROR_INVALID_VALUE);
     close(copy);
     OK(cuMemAddressFree(va, GRAN));
+}
+
+/* NVIDIA's driver hands out every exported fd as a new open of
+ * /dev/nvidiactl (the H200, issue 46): one inode for every allocation, the
+ * allocation found from the open file description. So here: two
+ * allocations' fds are one file, each export is a description of its own,
+ * and each imports its own allocation. */
+Test(simvmm, fds_are_descriptions_of_one_file)
+{
+    OK(init0());
+    CUmemAllocationProp prop = prop_of(POSIX_FD);
+    CUmemGenericAllocationHandle h[2], back[2];
+    CUdeviceptr va[2];
+    int fd[3];
+    for (int i = 0; i < 2; i++) {
+        OK(cuMemCreate(&h[i], GRAN, &prop, 0));
+        OK(reserve_map(h[i], GRAN, &va[i]));
+        OK(cuMemsetD32(va[i], PATTERN + (unsigned)i, GRAN / 4));
+        OK(cuMemExportToShareableHandle(&fd[i], h[i], POSIX_FD, 0));
+    }
+    OK(cuMemExportToShareableHandle(&fd[2], h[0], POSIX_FD, 0));
+    struct stat st[3];
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(fstat(fd[i], &st[i]), 0);
+    cr_expect(st[0].st_dev == st[1].st_dev && st[0].st_ino == st[1].st_ino,
+              "two allocations' fds: one file");
+    cr_expect(st[0].st_ino == st[2].st_ino, "a second export: the same file");
+    /* A description of its own per export: an OFD lock taken through one
+     * conflicts with the other's (a lock never conflicts with its own
+     * description's). */
+    struct flock l = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 1ll << 40, .l_len = 1};
+    cr_assert_eq(fcntl(fd[0], F_OFD_SETLK, &l), 0);
+    l.l_type = F_WRLCK;
+    cr_assert_eq(fcntl(fd[2], F_OFD_GETLK, &l), 0);
+    cr_expect_neq(l.l_type, F_UNLCK, "the second export is a new description");
+    l = (struct flock){.l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = 1ll << 40, .l_len = 1};
+    cr_assert_eq(fcntl(fd[0], F_OFD_SETLK, &l), 0);
+    for (int i = 0; i < 2; i++) {
+        OK(cuMemUnmap(va[i], GRAN));
+        OK(cuMemRelease(h[i]));
+    }
+    for (int i = 0; i < 2; i++) {
+        OK(cuMemImportFromShareableHandle(&back[i], (void *)(uintptr_t)fd[i], POSIX_FD));
+        OK(cuMemMap(va[i], GRAN, 0, back[i], 0));
+        CUmemAccessDesc d = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        OK(cuMemSetAccess(va[i], GRAN, &d, 1));
+        cr_expect_eq(word_at(va[i]), PATTERN + (unsigned)i, "fd %d names its own allocation", i);
+    }
+    cr_expect_neq(back[0], back[1]);
+    for (int i = 0; i < 2; i++) {
+        OK(cuMemUnmap(va[i], GRAN));
+        OK(cuMemRelease(back[i]));
+        OK(cuMemAddressFree(va[i], GRAN));
+    }
+    for (int i = 0; i < 3; i++)
+        close(fd[i]);
 }
 
 Test(simvmm, forged_fds_refused)

@@ -247,6 +247,12 @@ COMMANDS = {
                                            "downloads from Debian's registry; the no-GPU path is tested by tools-gpu_check"),
     "scripts/gpu-check --markdown gpu-run.md": Covered("tests/tools/test_gpu_check.py", "--markdown",
                                                        "run on the simulated driver (--simulator)"),
+    "scripts/gpu-check --prepare --torch-suite ~/pytorch/test/test_multiprocessing.py":
+        Covered("scripts/gpu-check", "pip download -q --only-binary=:all: -d .carry/torch expecttest pytest",
+                "downloads from PyPI and needs PyTorch's file; the runner is tested by tools-gpu_check"),
+    "scripts/gpu-check --torch-only --torch-filter 'cuda|event' --torch-limit 30":
+        Covered("tests/tools/test_gpu_check.py", "--torch-only",
+                "needs torch with CUDA; --torch-only runs on the simulated driver (its row skips)"),
     # docs/swap.md
     "IPCSHIM_DEVICE_BUDGET=12G scripts/ipcshim-run -- python train.py":
         Covered("tests/e2e/test_swap.c", "training_at_1_5x_budget_is_correct_bounded_and_history_beats_lru",

@@ -3,7 +3,10 @@ exercised without a GPU so that it cannot rot between lendings: its argument
 errors, its no-GPU answer, and a whole run on the simulated driver
 (--simulator), which builds the shim the way a bare GPU machine would
 (-Dtests=false), runs every check and probe (legacy and stream-ordered pool
-IPC), and writes the Markdown block for docs/gpu-validation.md."""
+IPC), and writes the Markdown block for docs/gpu-validation.md. Its runner
+of PyTorch's own test file (tests/gpu/torch_suite.py) is exercised on a
+small unittest file of our own that behaves differently under the shim, as
+torch with CUDA is not here."""
 import os
 import re
 import shutil
@@ -19,7 +22,8 @@ SCRIPT = os.path.join(SRC, "scripts", "gpu-check")
 
 
 def test_argument_errors_are_usage_errors():
-    for args in (["--json"], ["--markdown"], ["--simulator"], ["--json", "--bench"], ["--nonsense"]):
+    for args in (["--json"], ["--markdown"], ["--simulator"], ["--json", "--bench"], ["--nonsense"],
+                 ["--torch-suite", "x"], ["--torch-limit", "soon"], ["--torch-filter"]):
         status, out, err = run([SCRIPT, *args])
         eq(status, 2, f"gpu-check {' '.join(args)}")
         check("gpu-check:" in err and "line" not in err, err)
@@ -57,6 +61,10 @@ def test_whole_run_on_the_simulator_prints_the_validation_block():
         check(not re.search(r"^- \*\*pool-[^*]*\*\*: (not run|.*no answer)", text, re.M), text)
         check("| consumer SIGKILLed: shim reclaims its lease | pass |" in text, text)
         check("| pool: without shim, free while reading | info | consumer: " in text, text)
+        for name in ("address reused after an export exports again", "ledger names each direct importer"):
+            check(f"| vmm: shim, {name} | pass |" in text, f"vmm: shim, {name} in:\n{text}")
+        check(re.search(r"^\| torch suite: skipped \| skip \| (PyTorch's test_multiprocessing.py not carried|torch not "
+                        r"installed, or without CUDA)", text, re.M), text)
         for door in ("runtime", "driver", "resolver"):
             for when in ("while-reading", "before-import"):
                 check(f"| pool {door}: shim, free {when} | pass |" in text, f"pool {door} {when} in:\n{text}")
@@ -70,6 +78,67 @@ def test_whole_run_on_the_simulator_prints_the_validation_block():
         for probe in ("swap-move-256K", "swap-move-2048K", "swap-move-16384K", "swap-overlap", "swap-pattern",
                       "swap-pattern-side", "swap-duplex"):
             check(f"- **{probe}**:" in text, f"probe {probe} in:\n{text}")
+
+
+def test_torch_only_runs_only_the_torch_suite():
+    status, out, err = run([SCRIPT, "--simulator", os.environ["SIMCUDA_DIR"], "--torch-only"],
+                           env={"GPU_CHECK_DIR": os.path.join(BUILD, "gpu-check")}, timeout=600)
+    eq(status, 0, f"gpu-check --torch-only:\n{out}\n{err}")
+    check("torch suite: skipped" in out and "runtime: shim" not in out and "probe " not in out, out)
+    check(re.search(r"^0 passed, 0 failed$", out, re.M), out)
+
+
+FAKE_SUITE = """
+import os, subprocess, sys, time, unittest
+SHIM = bool(os.environ.get("LD_PRELOAD"))
+class T(unittest.TestCase):
+    def test_passes(self):
+        pass
+    def test_fails_both(self):
+        self.fail("without the shim too")
+    @unittest.skip("needs two GPUs")
+    def test_skipped(self):
+        pass
+    def test_hangs_with_shim(self):
+        if SHIM:
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+            with open(os.environ["FAKE_CHILD"], "w") as f:
+                f.write(str(child.pid))
+            time.sleep(600)
+    def test_fails_with_shim(self):
+        self.assertFalse(SHIM)
+    def test_passes_with_shim_only(self):
+        self.assertTrue(SHIM)
+"""
+
+
+def test_torch_suite_runner_finds_what_the_shim_turned():
+    runner = os.path.join(SRC, "tests", "gpu", "torch_suite.py")
+    lib = os.path.join(BUILD, "shim", "libipcshim.so")
+    with tempfile.TemporaryDirectory() as tmp:
+        suite, child = os.path.join(tmp, "fake_suite.py"), os.path.join(tmp, "child")
+        with open(suite, "w") as f:
+            f.write(FAKE_SUITE)
+        status, out, err = run([sys.executable, runner, "--suite", suite, "--shim", lib, "--limit", "5"],
+                               env={"FAKE_CHILD": child}, timeout=120)
+        eq(status, 1, f"the runner's verdict:\n{out}\n{err}")
+        for name, outcomes in (("test_passes", "without=pass shim=pass"),
+                               ("test_fails_both", "without=fail shim=fail"),
+                               ("test_skipped", "without=skip shim=skip"),
+                               ("test_hangs_with_shim", "without=pass shim=hang"),
+                               ("test_fails_with_shim", "without=pass shim=fail"),
+                               ("test_passes_with_shim_only", "without=fail shim=pass")):
+            check(f"test T.{name}: {outcomes}" in out, f"{name}: {outcomes} in:\n{out}")
+        check(re.search(r"^summary: 6 tests, 3 passed without, 2 passed with the shim, 2 turned into a failure or a "
+                        r"hang by the shim: T.test_fails_with_shim, T.test_hangs_with_shim$", out, re.M), out)
+        # The hung test's own child went with it (its process group).
+        pid = int(open(child).read())
+        check(not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z",
+              f"the hung test's child {pid} still runs")
+        status, out, err = run([sys.executable, runner, "--suite", suite, "--shim", lib, "--limit", "5",
+                                "--filter", "passes$|skipped"], timeout=120)
+        eq(status, 0, f"without a turned test:\n{out}\n{err}")
+        check("summary: 2 tests, 1 passed without, 1 passed with the shim, 0 turned" in out, out)
 
 
 if __name__ == "__main__":
