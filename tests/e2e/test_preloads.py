@@ -103,8 +103,18 @@ def comparable(out, how):
     return "\n".join(sorted(l for l in out.splitlines() if l.startswith("consumer") and " ok" in l))
 
 
+def sanitized():
+    """True when this build's programs carry AddressSanitizer (scripts/test's
+    second run): they crash beside another preloaded allocator or runtime
+    with or without the shim, so there is nothing to compare."""
+    needed = subprocess.run(["readelf", "-d", SHIM], capture_output=True, text=True).stdout
+    return "libasan" in needed
+
+
 def check_preload(name, order):
     lib, package, extra = PRELOADS[name]
+    if sanitized():
+        return "the programs are built with AddressSanitizer here; checked in the plain build"
     path = library(lib, "faketime") if name == "faketime" else library(lib)
     if not path:
         return f"{lib} is not installed (Debian's {package}; scripts/test --install-deps installs it)"
