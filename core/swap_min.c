@@ -85,6 +85,11 @@ static int next_uses(const struct swap_trace *t, bool by_launch, uint64_t **out)
     return 0;
 }
 
+int swap_replay_next_uses(const struct swap_trace *t, uint64_t **out)
+{
+    return next_uses(t, true, out);
+}
+
 /* Per-iteration snapshots of the counters, turned into steady-state means. */
 struct snaps {
     struct swap_counters *c;

@@ -117,6 +117,13 @@ int swap_replay(const struct swap_trace *t, const struct swap_params *prm, unsig
 int swap_replay_past(const struct swap_trace *t, const struct swap_params *prm,
                      struct swap_replay_result *r);
 
+/* For every event i of t, what swap_policy_access_known takes as next_use:
+ * the launch of the same block's next kernel access after event i
+ * (SWAP_NEVER if none), or its free with SWAP_DEAD_BIT set when it is freed
+ * first. Copies are not uses (they need no residency). *out is malloc'd,
+ * one entry per event. -ENOMEM. */
+int swap_replay_next_uses(const struct swap_trace *t, uint64_t **out);
+
 /* Lower bound on the host->device bytes any schedule moves under budget:
  * fractional byte-level Belady (evict the bytes whose next access is
  * furthest, one access at a time, partial blocks allowed). Exact as a bound
