@@ -386,10 +386,9 @@ static int access(struct state *s, struct swap_policy *pol, const struct swap_ev
         rc = swap_policy_access(pol, e->block, e->bytes, e->is_write, &d);
     if (rc == -ENOSPC) {
         s->res->overflows++;
-        return op_push(s, (struct op){.block = e->block,
-                                      .bytes = e->bytes,
-                                      .kind = OP_OVERFLOW,
-                                      .group = true});
+        return op_push(
+            s,
+            (struct op){.block = e->block, .bytes = e->bytes, .kind = OP_OVERFLOW, .group = true});
     }
     if (rc) return rc;
     bool group = true;
@@ -407,7 +406,8 @@ static int access(struct state *s, struct swap_policy *pol, const struct swap_ev
         kind = OP_FIRST;
     else if (e->is_copy && !swap_policy_is_resident(pol, e->block))
         kind = OP_HOST;
-    return op_push(s, (struct op){.block = e->block, .bytes = e->bytes, .kind = kind, .group = group});
+    return op_push(s,
+                   (struct op){.block = e->block, .bytes = e->bytes, .kind = kind, .group = group});
 }
 
 int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p,

@@ -61,11 +61,11 @@ struct swap_model_rates {
      * first cost the first (one granule is the least a map covers). */
     uint64_t remap_size[2];
     double remap_us[2];
-    double host_read_gbps;    /* a kernel reading host-backed memory */
-    double device_gbps;       /* device memory bandwidth */
-    double device_share;      /* share of it a launch's estimate assumes */
-    double kernel_min_us;     /* the least a launch takes on the device */
-    double submit_us;         /* host time to submit one launch */
+    double host_read_gbps; /* a kernel reading host-backed memory */
+    double device_gbps;    /* device memory bandwidth */
+    double device_share;   /* share of it a launch's estimate assumes */
+    double kernel_min_us;  /* the least a launch takes on the device */
+    double submit_us;      /* host time to submit one launch */
 };
 
 /* The defaults, with their sources in swap_model.c. */
@@ -82,9 +82,9 @@ double swap_model_launch_estimate(const struct swap_model_rates *r, uint64_t byt
 
 struct swap_model_params {
     enum swap_model_engine engine;
-    enum swap_policy_kind kind; /* the policy whose decisions are replayed */
-    uint64_t budget;            /* ignored for SWAP_MODEL_NONE */
-    double clean_weight;        /* kind MIN: swap_policy_set_clean_weight, 0 = default */
+    enum swap_policy_kind kind;           /* the policy whose decisions are replayed */
+    uint64_t budget;                      /* ignored for SWAP_MODEL_NONE */
+    double clean_weight;                  /* kind MIN: swap_policy_set_clean_weight, 0 = default */
     const struct swap_model_rates *rates; /* NULL: the defaults */
     /* Recorded device time of each launch in nanoseconds (launch k is the
      * k-th L of the trace); NULL or shorter than the trace: the estimate
@@ -95,7 +95,7 @@ struct swap_model_params {
 
 /* One iteration (the events up to an I line, or after the last one). */
 struct swap_model_iter {
-    double seconds;   /* modeled: end of its last launch - end of the previous iteration's */
+    double seconds; /* modeled: end of its last launch - end of the previous iteration's */
     uint64_t launches;
     uint64_t h2d_bytes, d2h_bytes; /* moved by the engine (managed: clean evictions too) */
     /* The same moves at the both-ways pinned rate for their sizes: what the

@@ -105,7 +105,9 @@ int swap_real_model(int n, char **paths, const char *json)
         fprintf(stderr, "swap-real: %s: %s\n", json, strerror(errno));
         return 1;
     }
-    if (jf) fprintf(jf, "{\n  \"unit\": \"seconds per iteration, bytes per iteration\",\n  \"rows\": [\n");
+    if (jf)
+        fprintf(jf,
+                "{\n  \"unit\": \"seconds per iteration, bytes per iteration\",\n  \"rows\": [\n");
     printf("timing model (tests/bench/swap_model.c): ms per iteration, mean over iterations 2..n-2 "
            "(all when fewer); managed = today's engine, vmm = the planned one, both with "
            "history's decisions; bound = T_bound\n");
@@ -130,9 +132,8 @@ int swap_real_model(int n, char **paths, const char *json)
         snprintf(dpath, sizeof(dpath), "%s.durations", paths[i]);
         size_t nd = 0;
         uint64_t *dur = load_durations(dpath, &nd);
-        struct swap_model_params up = {.engine = SWAP_MODEL_NONE,
-                                       .launch_ns = dur,
-                                       .n_launch_ns = nd};
+        struct swap_model_params up = {
+            .engine = SWAP_MODEL_NONE, .launch_ns = dur, .n_launch_ns = nd};
         struct swap_model_result unl;
         rc = swap_model_run(&t, &up, &unl);
         for (size_t k = 0; k < NO && !rc; k++) {
@@ -226,7 +227,8 @@ int swap_real_model(int n, char **paths, const char *json)
                 for (size_t j = 0; j < its; j++)
                     fprintf(jf,
                             "%s\n      {\"unlimited\": %.9f, \"bound\": %.9f, \"managed\": %.9f, "
-                            "\"vmm\": %.9f, \"vmm_free_remaps\": %.9f, \"vmm_h2d\": %llu, \"vmm_d2h\": %llu, "
+                            "\"vmm\": %.9f, \"vmm_free_remaps\": %.9f, \"vmm_h2d\": %llu, "
+                            "\"vmm_d2h\": %llu, "
                             "\"managed_h2d\": %llu, \"managed_d2h\": %llu, \"offline_h2d\": %llu, "
                             "\"offline_d2h\": %llu}",
                             j ? "," : "", unl.it[j].seconds, bound[j], mg.it[j].seconds,
@@ -259,8 +261,9 @@ int swap_real_model(int n, char **paths, const char *json)
            "(%s at %.2fx) <= %.2f %s\n",
            w_it.v, w_it.trace, w_it.oversub, GOAL_ITERATION,
            w_it.v <= GOAL_ITERATION ? "ok" : "miss");
-    printf("goal swap-model-run: worst vmm/T_bound over a whole run %.3f (%s at %.2fx) <= %.2f %s\n",
-           w_run.v, w_run.trace, w_run.oversub, GOAL_RUN, w_run.v <= GOAL_RUN ? "ok" : "miss");
+    printf(
+        "goal swap-model-run: worst vmm/T_bound over a whole run %.3f (%s at %.2fx) <= %.2f %s\n",
+        w_run.v, w_run.trace, w_run.oversub, GOAL_RUN, w_run.v <= GOAL_RUN ? "ok" : "miss");
     printf("goal swap-model-speedup: worst vmm/managed time %.3f (%s at 1.5x) <= %.2f %s\n",
            w_speed.v, w_speed.trace, GOAL_SPEEDUP, w_speed.v <= GOAL_SPEEDUP ? "ok" : "miss");
     fputs(managed_goal, stdout);

@@ -70,7 +70,9 @@ CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
 {
     ENTER();
-    return sim_drv_check_stream(hStream);
+    CUresult r = sim_drv_check_stream(hStream);
+    if (r == CUDA_SUCCESS) sim_drv_queue_complete(hStream, 0); /* driver_queue.c */
+    return r;
 }
 CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
 {
@@ -79,7 +81,8 @@ CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
 CUresult CUDAAPI cuStreamQuery(CUstream hStream)
 {
     ENTER();
-    return sim_drv_check_stream(hStream); /* all work is already complete */
+    CUresult r = sim_drv_check_stream(hStream); /* complete unless held (driver_queue.c) */
+    return r == CUDA_SUCCESS && sim_drv_queue_busy(hStream) ? CUDA_ERROR_NOT_READY : r;
 }
 CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream)
 {

@@ -124,8 +124,8 @@ Test(swap_model, the_unlimited_run_is_submissions_and_launches_and_the_bound_tak
     cr_expect(fabs(k - 2 * US) < 1e-12, "1 MiB at 2.4 TB/s is under the 2 us floor: %.9f", k);
     cr_expect(fabs(r.seconds - (1 + 3 * 2) * US) < 1e-12, "%.9f", r.seconds);
     cr_expect_eq(r.h2d_bytes + r.d2h_bytes, 0);
-    struct swap_model_iter unl = {.seconds = 3e-3}, off = {.h2d_link_seconds = 2e-3,
-                                                           .d2h_link_seconds = 5e-3};
+    struct swap_model_iter unl = {.seconds = 3e-3},
+                           off = {.h2d_link_seconds = 2e-3, .d2h_link_seconds = 5e-3};
     cr_expect_eq(swap_model_bound(&unl, &off), 5e-3);
     off.d2h_link_seconds = 0;
     cr_expect_eq(swap_model_bound(&unl, &off), 3e-3);
