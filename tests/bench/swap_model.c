@@ -352,6 +352,10 @@ static int launch_done(struct state *s)
     if (rc) return rc;
     s->queue = end;
     s->last_end = end;
+    /* a copy or set alone: the host waits for it (the trace does not tell
+     * a synchronous copy from an asynchronous one; a program's copies to
+     * and from pageable memory are synchronous) */
+    if (s->copy_bytes && !s->launch_bytes && end > s->host) s->host = end;
     for (size_t i = 0; i < s->n_ops; i++) {
         const struct op *o = &s->ops[i];
         if (o->kind == OP_EVICT) continue;

@@ -24,6 +24,10 @@
  *   PyTorch's, allocates rarely; its tensors are the trace's blocks); it
  *   waits only for the room its access's evictions free.
  *
+ * A launch made only of copies and sets makes the host wait for it (the
+ * trace does not tell a synchronous copy from an asynchronous one), so the
+ * host never runs more than one such copy ahead of the device.
+ *
  * Launch durations: recorded ones when given (one per launch, in
  * nanoseconds), else the estimate documented at swap_model_launch_estimate.
  * All rates and costs are the defaults of struct swap_model_rates, each
