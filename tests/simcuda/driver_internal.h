@@ -115,6 +115,8 @@ struct sim_event {
     int recorded;
     struct timespec when;
     uint64_t serial;
+    CUstream stream; /* where it was last recorded */
+    uint64_t after;  /* the queued kernel it follows there (driver_queue.c), 0: none */
 };
 
 /* An IPC mapping opened in this process: a legacy open (cuIpcOpenMemHandle,
@@ -281,6 +283,15 @@ SIM_INTERNAL void sim_drv_queue_launch(CUstream s, const struct sim_kernel *k, v
 SIM_INTERNAL void sim_drv_queue_complete(CUstream s, int all);
 /* Whether stream s has queued kernels. Takes sim_drv_lock. */
 SIM_INTERNAL int sim_drv_queue_busy(CUstream s);
+/* The sequence number of the last kernel queued on s, 0 when none (what an
+ * event recorded there now follows). Caller holds sim_drv_lock. */
+SIM_INTERNAL uint64_t sim_drv_queue_tail_locked(CUstream s);
+/* Whether every kernel queued on s up to sequence `upto` has completed.
+ * Caller holds sim_drv_lock. */
+SIM_INTERNAL int sim_drv_queue_done_locked(CUstream s, uint64_t upto);
+/* Completes the kernels queued on s up to sequence `upto`. Caller holds
+ * sim_drv_lock. */
+SIM_INTERNAL void sim_drv_queue_complete_upto_locked(CUstream s, uint64_t upto);
 /* The mappings of the reservation [lo, lo + size) are being unmapped: if a
  * queued kernel may touch it, the context faults (driver_queue.c). Caller
  * holds sim_drv_lock. */

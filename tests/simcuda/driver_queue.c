@@ -5,7 +5,10 @@
  * launched on it stay queued, as if the device were still running them,
  * until the stream or the whole context is synchronised or the hold is
  * released. cuStreamQuery answers CUDA_ERROR_NOT_READY while a held
- * stream has queued kernels.
+ * stream has queued kernels; an event recorded after them answers
+ * cuEventQuery with CUDA_ERROR_NOT_READY until they complete, and
+ * cuEventSynchronize completes them (cuStreamWaitEvent does not hold the
+ * waiting stream's later work: not simulated).
  *
  * What NVIDIA's driver does (../../shared/probes/README.md, `unmapbusy`
  * and `fault`, H200, driver 580): cuMemUnmap of a range that a running
@@ -32,6 +35,7 @@
 
 struct queued {
     CUstream stream;
+    uint64_t seq; /* from 1, in launch order */
     unsigned n;
     int any; /* layout unknown: may touch anything */
     uint64_t words[QUEUE_WORDS];
@@ -41,6 +45,7 @@ static struct queued *g_queue;
 static size_t g_queued, g_cap;
 static CUstream g_held[HELD_MAX];
 static unsigned g_nheld;
+static uint64_t g_seq;
 
 CUresult sim_drv_sticky;
 
@@ -92,6 +97,7 @@ void sim_drv_queue_launch(CUstream s, const struct sim_kernel *k, void **params,
     struct queued *q = &g_queue[g_queued++];
     memset(q, 0, sizeof(*q));
     q->stream = s;
+    q->seq = ++g_seq;
     if (extra) {
         const uint8_t *buf = NULL;
         size_t size = 0;
@@ -139,6 +145,32 @@ int sim_drv_queue_busy(CUstream s)
         busy = g_queue[i].stream == s;
     pthread_mutex_unlock(&sim_drv_lock);
     return busy;
+}
+
+uint64_t sim_drv_queue_tail_locked(CUstream s)
+{
+    s = canon(s);
+    uint64_t tail = 0;
+    for (size_t i = 0; i < g_queued; i++)
+        if (g_queue[i].stream == s && g_queue[i].seq > tail) tail = g_queue[i].seq;
+    return tail;
+}
+
+int sim_drv_queue_done_locked(CUstream s, uint64_t upto)
+{
+    s = canon(s);
+    for (size_t i = 0; i < g_queued; i++)
+        if (g_queue[i].stream == s && g_queue[i].seq <= upto) return 0;
+    return 1;
+}
+
+void sim_drv_queue_complete_upto_locked(CUstream s, uint64_t upto)
+{
+    s = canon(s);
+    size_t k = 0;
+    for (size_t i = 0; i < g_queued; i++)
+        if (g_queue[i].stream != s || g_queue[i].seq > upto) g_queue[k++] = g_queue[i];
+    g_queued = k;
 }
 
 void sim_drv_queue_unmapped_locked(CUdeviceptr lo, size_t size)

@@ -221,6 +221,35 @@ Test(simvmmhost, a_held_stream_keeps_its_kernels_queued_until_synchronised)
     cr_expect_eq(simcuda_queued_launches(), 0, "releasing the hold completes its kernels");
 }
 
+/* What a swap engine asks before it remaps: an event recorded after the
+ * block's last kernel. */
+Test(simvmmhost, an_event_after_a_queued_kernel_is_not_ready_until_it_completes)
+{
+    init0();
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUevent before, after, idle;
+    OK(cuEventCreate(&before, CU_EVENT_DISABLE_TIMING));
+    OK(cuEventCreate(&after, CU_EVENT_DISABLE_TIMING));
+    OK(cuEventCreate(&idle, CU_EVENT_DISABLE_TIMING));
+    cr_assert_eq(simcuda_stream_hold(s, 1), 0);
+    CUdeviceptr p;
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuEventRecord(before, s));
+    launch_on(s, p);
+    OK(cuEventRecord(after, s));
+    OK(cuEventRecord(idle, NULL)); /* another stream, nothing queued there */
+    OK(cuEventQuery(before));
+    FAILS(cuEventQuery(after), CUDA_ERROR_NOT_READY);
+    OK(cuEventQuery(idle));
+    launch_on(s, p); /* queued after the event: not waited for by it */
+    OK(cuEventSynchronize(after));
+    OK(cuEventQuery(after));
+    cr_expect_eq(simcuda_queued_launches(), 1, "the later kernel is still queued");
+    OK(cuStreamSynchronize(s));
+    cr_expect_eq(simcuda_queued_launches(), 0);
+}
+
 /* The probe's `unmapbusy`: the unmap succeeds, the kernel dies, and the
  * context is dead. Here the kernel is queued on another stream than the
  * one the unmap's caller thinks of: any stream counts. */
