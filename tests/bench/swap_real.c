@@ -32,7 +32,7 @@
 
 #include "swap_load.h"
 #include "swap_real.h"
-#include "swap_trace.h"
+#include "swap_offline.h"
 #include "uthash_wrap.h"
 
 static const double oversubs[] = {1.25, 1.5, 2.0};

@@ -108,7 +108,8 @@ int swap_real_model(int n, char **paths, const char *json)
     if (jf)
         fprintf(jf,
                 "{\n  \"unit\": \"seconds per iteration, bytes per iteration\",\n  \"rows\": [\n");
-    printf("timing model (tests/bench/swap_model.c): ms per iteration, mean over iterations 2..n-2 "
+    printf("timing model (tests/swap/offline/swap_model.c): ms per iteration, mean over iterations "
+           "2..n-2 "
            "(all when fewer); managed = today's engine, vmm = the planned one, both with "
            "history's decisions; bound = T_bound\n");
     printf("%-32s %6s %8s %4s %8s %8s %9s %8s %8s %8s %8s %9s %9s\n", "trace", "budget", "MiB",

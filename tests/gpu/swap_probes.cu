@@ -317,7 +317,7 @@ int main(void)
         return 0;
     }
     /* 512 KiB and 1 MiB: the sizes of train's blocks, where the timing model
-     * (tests/bench/swap_model.c) otherwise interpolates */
+     * (tests/swap/offline/swap_model.c) otherwise interpolates */
     size_t sizes[] = {256u << 10, 512u << 10, 1u << 20, 2u << 20, 16u << 20};
     for (unsigned i = 0; i < sizeof sizes / sizeof *sizes; i++)
         probe_move(sizes[i], device);

@@ -1,4 +1,4 @@
-/* Tests of the timing model (tests/bench/swap_model.c): its arithmetic on
+/* Tests of the timing model (tests/swap/offline/swap_model.c): its arithmetic on
  * a three-launch trace worked out by hand, under rates chosen so that
  * every figure is exact (1 GB/s everywhere, remaps of 100 us, launches of
  * 10 us recorded), and the interpolation of the measured curves. */

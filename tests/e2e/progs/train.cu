@@ -24,7 +24,7 @@
 //         has them (IPCSHIM_TRACE with IPCSHIM_SWAP_MIN_BYTES=64K: every
 //         buffer is swappable): the fills, each iteration's work, the
 //         read-backs. The timing model reads it as TRACE.durations
-//         (tests/bench/swap_model.h).
+//         (tests/swap/offline/swap_model.h).
 //   train --export SWAPPABLE_BYTES ORDINARY_BYTES
 //       export a block of each size with cudaIpcGetMemHandle and print
 //       "export_large CODE", "export_small CODE"; then launch kernels over

@@ -38,7 +38,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "swap_trace.h"
+#include "swap_offline.h"
 
 enum swap_model_engine {
     SWAP_MODEL_NONE,

@@ -7,7 +7,7 @@
  * schedule with perfect knowledge of the future (an upper bound on the
  * optimum), and swap_replay_lower_bound() gives bytes no schedule can beat
  * in host->device traffic. */
-#include "swap_trace.h"
+#include "swap_offline.h"
 
 #include <errno.h>
 #include <stdlib.h>
