@@ -1,5 +1,5 @@
 /* host_swap.h: the shim side of host swap (docs/swap.md), defined in
- * shim/swap.c and used by memory.c, api.c and init.c; core/swap.h is core's
+ * shim/swap.c and used by memory.c, api.c and init.c; core/swap/swap.h is core's
  * side. The launch, copy and set entry points (do_<name> in swap.c) are
  * declared by shim.h like every other logic entry.
  *

@@ -1,7 +1,7 @@
 /* swap: host swap's hooks in the shim (docs/swap.md). Swappable
  * allocations are managed memory, registered with the swap engine
- * (core/swap_engine.h), which owns the block index, one eviction policy per
- * device (core/swap.h) and the budget accounting. Here: every kernel launch
+ * (core/swap/swap_engine.h), which owns the block index, one eviction policy per
+ * device (core/swap/swap.h) and the budget accounting. Here: every kernel launch
  * has its parameter words scanned against the engine's index, every copy
  * and set its two ends looked up, and each block found is reported to the
  * engine before the real call; the engine decides and asks for moves
@@ -52,7 +52,7 @@ bool swap_enabled;
 uint64_t swap_min_bytes;
 
 static pthread_mutex_t swap_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct swap_engine *engine; /* core/swap_engine.h: index, policies, budget */
+static struct swap_engine *engine; /* core/swap/swap_engine.h: index, policies, budget */
 static unsigned long live_blocks;  /* atomic: launches skip the scan while 0 */
 static enum swap_policy_kind policy_kind;
 static uint64_t budget;

@@ -21,14 +21,18 @@
  * (history/offline/lru) and by those of swap_replay_past, the previous
  * iteration taken as the future (docs/swap.md, "What predicting from the
  * previous iteration can reach").
- * Usage: swap-real [--json FILE] TRACE... */
+ * With --model, the timing model instead (swap_real_model.c): each
+ * iteration's modeled time under today's engine and the planned one beside
+ * its physical bound, with the model's goal lines.
+ * Usage: swap-real [--model] [--json FILE] TRACE... */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "swap_load.h"
-#include "swap_trace.h"
+#include "swap_real.h"
+#include "swap_offline.h"
 #include "uthash_wrap.h"
 
 static const double oversubs[] = {1.25, 1.5, 2.0};
@@ -54,7 +58,7 @@ static double total(const struct swap_replay_result *r)
     return (double)(r->total.h2d_bytes + r->total.d2h_bytes);
 }
 
-static const char *base_name(const char *path)
+const char *swap_real_base_name(const char *path)
 {
     const char *s = strrchr(path, '/');
     static char buf[256];
@@ -111,15 +115,23 @@ static void note(struct worst *w, double v, const char *trace, double oversub)
 int main(int argc, char **argv)
 {
     const char *json = NULL;
-    int first = 1;
-    if (argc > 2 && !strcmp(argv[1], "--json")) {
-        json = argv[2];
-        first = 3;
+    int first = 1, model = 0;
+    for (;;) {
+        if (first < argc && !strcmp(argv[first], "--model")) {
+            model = 1;
+            first++;
+        } else if (first + 1 < argc && !strcmp(argv[first], "--json")) {
+            json = argv[first + 1];
+            first += 2;
+        } else {
+            break;
+        }
     }
     if (first >= argc) {
-        fprintf(stderr, "usage: swap-real [--json FILE] TRACE...\n");
+        fprintf(stderr, "usage: swap-real [--model] [--json FILE] TRACE...\n");
         return 2;
     }
+    if (model) return swap_real_model(argc - first, argv + first, json);
     FILE *jf = NULL;
     if (json && !(jf = fopen(json, "w"))) {
         fprintf(stderr, "swap-real: %s: %s\n", json, strerror(errno));
@@ -140,7 +152,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "swap-real: %s:%zu: %s\n", argv[i], bad, strerror(-rc));
             return 1;
         }
-        const char *name = base_name(argv[i]);
+        const char *name = swap_real_base_name(argv[i]);
         uint64_t ws = swap_trace_peak_live(&t);
         if (!ws) {
             fprintf(stderr, "swap-real: %s: no accesses, or out of memory\n", argv[i]);

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "swap_load.h"
-#include "swap_trace.h"
+#include "swap_offline.h"
 
 static void usage(void)
 {

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "swap_gen.h"
-#include "swap_trace.h"
+#include "swap_offline.h"
 
 static const double oversubs[] = {1.25, 1.5, 2.0};
 static const enum swap_gen_variant variants[] = {SWAP_GEN_TRAIN, SWAP_GEN_ACCUM, SWAP_GEN_JITTER,

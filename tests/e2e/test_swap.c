@@ -6,7 +6,7 @@
  * documented error; ordinary blocks export, and IPC pairs keep working with
  * swap on in both processes. */
 #include "run.h"
-#include "swap_trace.h"
+#include "swap_offline.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>

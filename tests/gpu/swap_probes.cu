@@ -316,7 +316,9 @@ int main(void)
         printf("probe swap-move: no device\n");
         return 0;
     }
-    size_t sizes[] = {256u << 10, 2u << 20, 16u << 20};
+    /* 512 KiB and 1 MiB: the sizes of train's blocks, where the timing model
+     * (tests/swap/offline/swap_model.c) otherwise interpolates */
+    size_t sizes[] = {256u << 10, 512u << 10, 1u << 20, 2u << 20, 16u << 20};
     for (unsigned i = 0; i < sizeof sizes / sizeof *sizes; i++)
         probe_move(sizes[i], device);
     probe_overlap(device);

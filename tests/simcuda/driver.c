@@ -79,6 +79,7 @@ static void driver_fork_child(void)
     sim_drv_imports = NULL;
     sim_drv_host = NULL;
     sim_drv_vmm_fork_child();
+    sim_drv_queue_fork_child();
     memset(sim_drv_primary_refs, 0, sizeof(sim_drv_primary_refs));
     memset(g_faults, 0, sizeof(g_faults));
     memset(&sim_drv_counts, 0, sizeof(sim_drv_counts));

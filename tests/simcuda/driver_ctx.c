@@ -261,7 +261,9 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
 CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
 {
     ENTER();
-    return ctx_or_current(ctx) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    if (!ctx_or_current(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    sim_drv_queue_complete(NULL, 1); /* driver_queue.c */
+    return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuCtxSynchronize(void)

@@ -115,6 +115,8 @@ struct sim_event {
     int recorded;
     struct timespec when;
     uint64_t serial;
+    CUstream stream; /* where it was last recorded */
+    uint64_t after;  /* the queued kernel it follows there (driver_queue.c), 0: none */
 };
 
 /* An IPC mapping opened in this process: a legacy open (cuIpcOpenMemHandle,
@@ -170,10 +172,14 @@ struct sim_drv_counters {
 };
 SIM_INTERNAL extern struct sim_drv_counters sim_drv_counts;
 
+/* A sticky error of this process (driver_queue.c), 0 while none. */
+SIM_INTERNAL extern CUresult sim_drv_sticky;
+
 #define ENTER()                                                                                    \
     do {                                                                                           \
         if (!sim_attached())                                                                       \
             return sim_drv_deinit ? CUDA_ERROR_DEINITIALIZED : CUDA_ERROR_NOT_INITIALIZED;         \
+        if (sim_drv_sticky) return sim_drv_sticky;                                                 \
     } while (0)
 
 /* One more of counter *c (relaxed). */
@@ -252,5 +258,45 @@ SIM_INTERNAL int sim_drv_vmm_classify_locked(CUdeviceptr p, struct ptr_info *out
 SIM_INTERNAL CUresult sim_drv_vmm_check_range(CUdeviceptr p, size_t n);
 /* Forgets this process's VMM tables in a fork child. */
 SIM_INTERNAL void sim_drv_vmm_fork_child(void);
+
+/* ---- host-located VMM memory (driver_vmm_host.c) ---- */
+
+/* Whether loc is a host location (HOST, HOST_NUMA, HOST_NUMA_CURRENT). */
+SIM_INTERNAL int sim_drv_vmm_host_location(const CUmemLocation *loc);
+/* Checks the rest of a host-located CUmemAllocationProp. */
+SIM_INTERNAL CUresult sim_drv_vmm_host_check(const CUmemAllocationProp *prop);
+/* A new host memory file of size bytes, or -1. */
+SIM_INTERNAL int sim_drv_vmm_host_create(size_t size);
+/* Maps [offset, offset + size) of the file at `at` (replacing what is
+ * there); MAP_FAILED on failure. */
+SIM_INTERNAL void *sim_drv_vmm_host_map(int fd, size_t offset, size_t size, CUdeviceptr at);
+
+/* ---- queued work (driver_queue.c) ---- */
+
+struct sim_kernel;
+/* A launch on stream s: kept queued (its parameter words recorded) when s
+ * is held, else nothing. Takes sim_drv_lock. */
+SIM_INTERNAL void sim_drv_queue_launch(CUstream s, const struct sim_kernel *k, void **params,
+                                       void **extra);
+/* The queued kernels of stream s (of every stream when all) complete.
+ * Takes sim_drv_lock. */
+SIM_INTERNAL void sim_drv_queue_complete(CUstream s, int all);
+/* Whether stream s has queued kernels. Takes sim_drv_lock. */
+SIM_INTERNAL int sim_drv_queue_busy(CUstream s);
+/* The sequence number of the last kernel queued on s, 0 when none (what an
+ * event recorded there now follows). Caller holds sim_drv_lock. */
+SIM_INTERNAL uint64_t sim_drv_queue_tail_locked(CUstream s);
+/* Whether every kernel queued on s up to sequence `upto` has completed.
+ * Caller holds sim_drv_lock. */
+SIM_INTERNAL int sim_drv_queue_done_locked(CUstream s, uint64_t upto);
+/* Completes the kernels queued on s up to sequence `upto`. Caller holds
+ * sim_drv_lock. */
+SIM_INTERNAL void sim_drv_queue_complete_upto_locked(CUstream s, uint64_t upto);
+/* The mappings of the reservation [lo, lo + size) are being unmapped: if a
+ * queued kernel may touch it, the context faults (driver_queue.c). Caller
+ * holds sim_drv_lock. */
+SIM_INTERNAL void sim_drv_queue_unmapped_locked(CUdeviceptr lo, size_t size);
+/* Forgets queued work and holds in a fork child. */
+SIM_INTERNAL void sim_drv_queue_fork_child(void);
 
 #endif /* SIM_DRIVER_INTERNAL_H */

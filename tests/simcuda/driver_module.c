@@ -247,6 +247,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     if (r != CUDA_SUCCESS) return r;
     if (sim_drv_fault(SIMCUDA_FAULT_LAUNCH)) return CUDA_ERROR_LAUNCH_FAILED;
     launch_touch(c->dev, k, params, extra);
+    sim_drv_queue_launch(s, k, params, extra);
     pthread_mutex_lock(&sim_drv_lock);
     struct simcuda_launch *l = &g_launches[sim_drv_launch_count % LAUNCH_LOG];
     l->func = (void *)f;

@@ -70,7 +70,9 @@ CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
 {
     ENTER();
-    return sim_drv_check_stream(hStream);
+    CUresult r = sim_drv_check_stream(hStream);
+    if (r == CUDA_SUCCESS) sim_drv_queue_complete(hStream, 0); /* driver_queue.c */
+    return r;
 }
 CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
 {
@@ -79,7 +81,8 @@ CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
 CUresult CUDAAPI cuStreamQuery(CUstream hStream)
 {
     ENTER();
-    return sim_drv_check_stream(hStream); /* all work is already complete */
+    CUresult r = sim_drv_check_stream(hStream); /* complete unless held (driver_queue.c) */
+    return r == CUDA_SUCCESS && sim_drv_queue_busy(hStream) ? CUDA_ERROR_NOT_READY : r;
 }
 CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream)
 {
@@ -150,6 +153,8 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
     if (e) {
         e->recorded = 1;
         clock_gettime(CLOCK_MONOTONIC, &e->when);
+        e->stream = hStream;
+        e->after = sim_drv_queue_tail_locked(hStream); /* driver_queue.c */
     }
     pthread_mutex_unlock(&sim_drv_lock);
     return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
@@ -159,16 +164,27 @@ CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     return cuEventRecord(hEvent, hStream);
 }
 
+/* Complete unless recorded after kernels still queued (driver_queue.c). */
 CUresult CUDAAPI cuEventQuery(CUevent hEvent)
 {
     ENTER();
-    return sim_drv_check_event(hEvent, NULL);
+    pthread_mutex_lock(&sim_drv_lock);
+    struct sim_event *e = (struct sim_event *)sim_drv_obj_find(hEvent, OBJ_EVENT);
+    int done = !e || !e->after || sim_drv_queue_done_locked(e->stream, e->after);
+    pthread_mutex_unlock(&sim_drv_lock);
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
+/* Completes the queued kernels the event follows (driver_queue.c). */
 CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
 {
     ENTER();
-    return sim_drv_check_event(hEvent, NULL);
+    pthread_mutex_lock(&sim_drv_lock);
+    struct sim_event *e = (struct sim_event *)sim_drv_obj_find(hEvent, OBJ_EVENT);
+    if (e && e->after) sim_drv_queue_complete_upto_locked(e->stream, e->after);
+    pthread_mutex_unlock(&sim_drv_lock);
+    return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)

@@ -32,6 +32,8 @@
  *   stays alive while any such description is open (sim_map.c,
  *   vmm_fd_alive). Import finds the allocation from the description (its
  *   position), never from the file's identity.
+ * - Host-located memory (a HOST, HOST_NUMA or HOST_NUMA_CURRENT location):
+ *   driver_vmm_host.c; here only the branches that pick it.
  * This process's handles, reservations and mappings are process-local
  * tables under sim_drv_lock (lock order: sim_drv_lock, then the machine
  * mutex, which only create, import, export and the last release take).
@@ -63,6 +65,9 @@ struct vmm_handle {
     uint64_t serial, offset, size;
     unsigned refs, maps;
     unsigned long long types; /* requestedHandleTypes */
+    int host_fd;              /* host-located: its memory (driver_vmm_host.c); else -1 */
+    int loc_type;             /* its CU_MEM_LOCATION_TYPE_*, and id */
+    int loc_id;
     UT_hash_handle hh;
 };
 
@@ -126,7 +131,10 @@ static void handle_put(struct vmm_handle *hd)
 {
     if (hd->refs > 0 || hd->maps > 0) return;
     HASH_DEL(g_handles, hd);
-    sim_vmm_drop(hd->index, hd->serial, hd->row);
+    if (hd->host_fd >= 0)
+        close(hd->host_fd);
+    else
+        sim_vmm_drop(hd->index, hd->serial, hd->row);
     free(hd);
 }
 
@@ -141,6 +149,7 @@ static CUresult handle_new(unsigned dev, uint32_t index, uint64_t serial, uint64
         hd->h = VMM_HANDLE_TAG | g_next_handle++;
         hd->dev = dev, hd->index = index, hd->row = row, hd->serial = serial;
         hd->offset = offset, hd->size = size, hd->refs = 1, hd->types = types;
+        hd->host_fd = -1, hd->loc_type = CU_MEM_LOCATION_TYPE_DEVICE, hd->loc_id = (int)dev;
         sim_drv_hash_oom = 0;
         HASH_ADD(hh, g_handles, h, sizeof(hd->h), hd);
         if (!sim_drv_hash_oom) {
@@ -187,6 +196,7 @@ static int mapped_run(CUdeviceptr p, size_t n)
 static CUresult check_prop(const CUmemAllocationProp *prop)
 {
     if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
+    if (sim_drv_vmm_host_location(&prop->location)) return sim_drv_vmm_host_check(prop);
     if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_NOT_SUPPORTED;
     if (!sim_drv_valid_device(prop->location.id)) return CUDA_ERROR_INVALID_DEVICE;
     unsigned long long t = (unsigned long long)prop->requestedHandleTypes;
@@ -219,8 +229,8 @@ CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *pro
     if (hd) {
         memset(prop, 0, sizeof(*prop));
         prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
-        prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        prop->location.id = (int)hd->dev;
+        prop->location.type = (CUmemLocationType)hd->loc_type;
+        prop->location.id = hd->loc_id;
         prop->requestedHandleTypes = (CUmemAllocationHandleType)hd->types;
     }
     pthread_mutex_unlock(&sim_drv_lock);
@@ -243,6 +253,22 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         sim_drv_fault(SIMCUDA_FAULT_VMM_SHAREABLE))
         return CUDA_ERROR_NOT_SUPPORTED;
     if (sim_drv_fault_alloc()) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (sim_drv_vmm_host_location(&prop->location)) {
+        int fd = sim_drv_vmm_host_create(size);
+        if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+        pthread_mutex_lock(&sim_drv_lock);
+        r = handle_new(0, 0, 0, 0, size, 0, CU_MEM_HANDLE_TYPE_NONE, handle);
+        struct vmm_handle *hd = r == CUDA_SUCCESS ? handle_find(*handle) : NULL;
+        if (hd) {
+            hd->host_fd = fd;
+            hd->loc_type = prop->location.type;
+            hd->loc_id =
+                prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ? prop->location.id : 0;
+        }
+        pthread_mutex_unlock(&sim_drv_lock);
+        if (!hd) close(fd);
+        return hd ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    }
     unsigned dev = (unsigned)prop->location.id;
     if (!sim_window(dev)) return CUDA_ERROR_OPERATING_SYSTEM;
     uint32_t index, row;
@@ -390,13 +416,15 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
             if (m->mapping && m->va < ptr + size && ptr < m->va + m->size) ok = 0;
         }
     }
-    uint8_t *win = ok ? sim_window(hd->dev) : NULL;
-    struct vmm_range *nm = win ? calloc(1, sizeof(*nm)) : NULL;
+    uint8_t *win = ok && hd->host_fd < 0 ? sim_window(hd->dev) : NULL;
+    struct vmm_range *nm = win || (ok && hd->host_fd >= 0) ? calloc(1, sizeof(*nm)) : NULL;
     if (nm) {
         /* A second mapping of the device file's pages (old size 0 on a
-         * shared mapping), in place of the reservation's. */
-        void *at = mremap(win + hd->offset + offset, 0, size, MREMAP_MAYMOVE | MREMAP_FIXED,
-                          (void *)(uintptr_t)ptr);
+         * shared mapping), in place of the reservation's; host-located
+         * memory maps its own file. */
+        void *at = hd->host_fd >= 0 ? sim_drv_vmm_host_map(hd->host_fd, offset, size, ptr)
+                                    : mremap(win + hd->offset + offset, 0, size,
+                                             MREMAP_MAYMOVE | MREMAP_FIXED, (void *)(uintptr_t)ptr);
         if (at == MAP_FAILED) {
             free(nm);
             r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -427,6 +455,8 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
     ENTER();
     pthread_mutex_lock(&sim_drv_lock);
     int ok = mapped_run(ptr, size);
+    struct vmm_range *res = ok ? range_at(ptr, 0) : NULL;
+    if (res) sim_drv_queue_unmapped_locked(res->va, res->size); /* queued work on it dies */
     CUdeviceptr at = ptr;
     while (ok && at - ptr < size) {
         struct vmm_range *m = range_at(at, 1);

@@ -193,6 +193,18 @@ SIMCUDA_API void simcuda_reset_counters(void);
  * when ptr is not in one. If `out` is not NULL it receives the details. */
 SIMCUDA_API int simcuda_managed_residency(const void *ptr, struct simcuda_residency *out);
 
+/* Holds (on != 0) or releases stream (NULL: the legacy stream) of this
+ * process: while held, kernels launched on it stay queued, as if the
+ * device were still running them, until the stream or the context is
+ * synchronised or the hold is released (which completes them). A
+ * cuMemUnmap under a queued kernel that may touch the range faults the
+ * process's context, as NVIDIA's driver does (README, "Queued work").
+ * Returns 0, or -1 for an unknown stream or too many holds. */
+SIMCUDA_API int simcuda_stream_hold(void *stream, int on);
+
+/* Kernels queued (on held streams) in this process now. */
+SIMCUDA_API unsigned simcuda_queued_launches(void);
+
 /* Removes the shared-memory objects of machine `name` (NULL: the one named
  * by SIMCUDA_MACHINE, else "default") for the calling user. Processes that
  * still map them keep working on the unlinked objects. Returns the number of

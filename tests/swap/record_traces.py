@@ -3,7 +3,7 @@
 
 Runs real PyTorch models on the CPU for a few iterations and writes, for
 every operator, the tensor storages it reads and writes, in the swap trace
-format of core/swap_trace.h (docs/swap.md):
+format of core/swap/swap_trace.h (docs/swap.md):
 
     A <block> <bytes> <r|w>    one access of the current operator
     L                          the operator is complete (one launch)

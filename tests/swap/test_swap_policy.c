@@ -4,7 +4,7 @@
 
 #include "swap.h"
 #include "swap_load.h"
-#include "swap_trace.h"
+#include "swap_offline.h"
 
 #define SZ 100u
 

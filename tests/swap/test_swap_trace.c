@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "swap_gen.h"
-#include "swap_trace.h"
+#include "swap_offline.h"
 
 static void push_copy(struct swap_trace *t, char kind, uint64_t block, uint64_t bytes, bool w,
                       bool copy)

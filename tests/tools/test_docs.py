@@ -275,9 +275,12 @@ COMMANDS = {
         Covered("tests/swap/test_record.py", "--only", "re-records one trace and compares it with the committed one"),
     "build/tests/bench/swap-real tests/swap/traces/*.trace.xz":
         Covered("tests/bench/meson.build", "swap-real-traces"),
-    "build/tests/bench/swap-replay tests/swap/traces/moe-train.trace.xz --oversub 1.5 --warmup 0":
-        Run("{build}/tests/bench/swap-replay {src}/tests/swap/traces/moe-train.trace.xz --oversub 1.5 --warmup 0",
-            "whole run"),
+    "build/tests/bench/swap-real --model tests/swap/traces/*.trace.xz tests/swap/model/*.trace.xz":
+        Covered("tests/bench/meson.build", "swap-model-traces"),
+    "build/tests/bench/swap-real --model /tmp/t.trace":
+        Run("{build}/tests/bench/swap-gen --variant train --layers 8 -o t.trace && "
+            "{build}/tests/bench/swap-real --model t.trace", "goal swap-model-run",
+            "on a generated trace instead of one recorded from ./train"),
 }
 
 STANDIN = f"""import subprocess, sys

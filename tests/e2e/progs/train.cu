@@ -16,8 +16,15 @@
 // and, when the simulator's counters can be found (dlsym; absent on a real
 // driver): faults, fetches, bytes_h2d, bytes_d2h, peak_device_resident.
 //
-//   train [--layers N] [--iters N] [--driver-copies]
+//   train [--layers N] [--iters N] [--driver-copies] [--durations FILE]
 //       --driver-copies: fills, memsets and read-backs through the driver
+//       --durations FILE: time every launch, copy and set on the device
+//         (an event before and after each, on the legacy stream) and write
+//         one count of nanoseconds per line, in the order the shim's trace
+//         has them (IPCSHIM_TRACE with IPCSHIM_SWAP_MIN_BYTES=64K: every
+//         buffer is swappable): the fills, each iteration's work, the
+//         read-backs. The timing model reads it as TRACE.durations
+//         (tests/swap/offline/swap_model.h).
 //   train --export SWAPPABLE_BYTES ORDINARY_BYTES
 //       export a block of each size with cudaIpcGetMemHandle and print
 //       "export_large CODE", "export_small CODE"; then launch kernels over
@@ -93,6 +100,35 @@ struct Buf {
 
 static std::vector<Buf *> bufs;
 
+// --durations: an event pair around each piece of work, in order.
+static std::vector<cudaEvent_t> timing;
+static bool timing_on;
+
+static void mark()
+{
+    if (!timing_on) return;
+    cudaEvent_t e;
+    check(cudaEventCreate(&e), "cudaEventCreate");
+    check(cudaEventRecord(e, 0), "cudaEventRecord");
+    timing.push_back(e);
+}
+
+static int write_durations(const char *path)
+{
+    check(cudaDeviceSynchronize(), "sync");
+    FILE *f = fopen(path, "w");
+    if (!f) return printf("error: %s: cannot write\n", path), 2;
+    fprintf(f, "# train: device nanoseconds of each launch, copy and set, in order\n");
+    for (size_t i = 0; i + 1 < timing.size(); i += 2) {
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, timing[i], timing[i + 1]), "cudaEventElapsedTime");
+        fprintf(f, "%llu\n", (unsigned long long)(ms * 1e6 + 0.5));
+    }
+    for (cudaEvent_t e : timing)
+        cudaEventDestroy(e);
+    return fclose(f) ? 2 : 0;
+}
+
 static Buf *make(size_t bytes)
 {
     Buf *b = new Buf{nullptr, bytes};
@@ -115,22 +151,26 @@ static setd32_fn drv_setd32;
 
 static void to_device(void *dst, const void *src, size_t n, const char *what)
 {
+    mark();
     if (drv_htod) {
         int r = drv_htod((unsigned long long)dst, src, n);
         if (r) printf("error: %s: CUresult %d\n", what, r), exit(2);
     } else {
         check(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), what);
     }
+    mark();
 }
 
 static void to_host(void *dst, const void *src, size_t n, const char *what)
 {
+    mark();
     if (drv_dtoh) {
         int r = drv_dtoh(dst, (unsigned long long)src, n);
         if (r) printf("error: %s: CUresult %d\n", what, r), exit(2);
     } else {
         check(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost), what);
     }
+    mark();
 }
 
 static void fill(Buf *b, uint32_t seed)
@@ -201,6 +241,7 @@ int main(int argc, char **argv)
 {
     int L = 8, iters = 10;
     bool driver_copies = false;
+    const char *durations = nullptr;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--layers") && i + 1 < argc)
             L = atoi(argv[++i]);
@@ -208,17 +249,20 @@ int main(int argc, char **argv)
             iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--driver-copies"))
             driver_copies = true;
+        else if (!strcmp(argv[i], "--durations") && i + 1 < argc)
+            durations = argv[++i];
         else if (!strcmp(argv[i], "--export") && i + 2 < argc)
             return export_mode(strtoull(argv[i + 1], nullptr, 0),
                                strtoull(argv[i + 2], nullptr, 0));
         else {
-            fprintf(
-                stderr,
-                "usage: train [--layers N] [--iters N] [--driver-copies] | --export LARGE SMALL\n");
+            fprintf(stderr,
+                    "usage: train [--layers N] [--iters N] [--driver-copies] [--durations FILE] | "
+                    "--export LARGE SMALL\n");
             return 2;
         }
     }
     if (L < 1 || L > 64 || iters < 1) return 2;
+    timing_on = durations != nullptr;
 
     std::vector<Buf *> W(L + 1), dW(L + 1), M(L + 1), V(L + 1), A(L + 1);
     size_t gmax = 0;
@@ -264,30 +308,45 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < batch.size(); i++)
             batch[i] = (uint32_t)(it * 7919 + i);
         to_device(A[0]->p, batch.data(), A[0]->bytes, "batch");
+        mark();
         if (drv_setd32) {
             if (drv_setd32((unsigned long long)loss->p, 0, loss->bytes / 4))
                 return printf("error: memset\n"), 2;
         } else {
             check(cudaMemset(loss->p, 0, loss->bytes), "memset");
         }
-        for (int l = 1; l <= L; l++)
+        mark();
+        for (int l = 1; l <= L; l++) {
+            mark();
             forward<<<blocks_for(A[l]->n()), 256>>>(W[l]->p, W[l]->n(), A[l - 1]->p, A[l - 1]->n(),
                                                     A[l]->p, A[l]->n());
+            mark();
+        }
+        mark();
         loss_kernel<<<blocks_for(G[L % 2]->n()), 256>>>(A[L]->p, A[L]->n(), G[L % 2]->p,
                                                         G[L % 2]->n(), loss->p);
+        mark();
         for (int l = L; l >= 1; l--) {
+            mark();
             dgrad<<<blocks_for(G[0]->n()), 256>>>(W[l]->p, W[l]->n(), G[l % 2]->p,
                                                   G[(l - 1) % 2]->p, G[0]->n());
+            mark();
+            mark();
             wgrad<<<blocks_for(W[l]->n()), 256>>>(A[l - 1]->p, A[l - 1]->n(), G[l % 2]->p,
                                                   G[l % 2]->n(), dW[l]->p, dW[l]->n());
+            mark();
         }
         for (int l = 1; l <= L; l++) {
             AdamState s = {M[l]->p, V[l]->p, lr};
+            mark();
             adam<<<blocks_for(W[l]->n()), 256>>>(W[l]->p, dW[l]->p, s, W[l]->n());
+            mark();
         }
         check(cudaGetLastError(), "launch");
+        mark();
         check(cudaMemcpyAsync(&host_loss, loss->p, sizeof host_loss, cudaMemcpyDeviceToHost, 0),
               "loss");
+        mark();
         check(cudaStreamSynchronize(0), "sync");
         loss_hash = fnv(loss_hash, &host_loss, sizeof host_loss);
     }
@@ -311,6 +370,7 @@ int main(int argc, char **argv)
         h = fnv(h, back.data(), back.size());
     }
     printf("checksum %016llx\n", (unsigned long long)h);
+    if (durations && write_durations(durations)) return 2;
     if (stats) {
         printf("faults %llu\n", (unsigned long long)st.proc_faults);
         printf("fetches %llu\n", (unsigned long long)pk.proc_fetches);

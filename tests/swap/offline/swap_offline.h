@@ -1,66 +1,13 @@
-/* swap_trace: access traces for host swap, as text and in memory, and their
- * offline replay through the policies (swap_min.c).
- *
- * Text format, version 1. One event per line; '#' starts a comment line;
- * blank lines are ignored; fields are separated by single spaces.
- *
- *   # ipcshim swap trace v1         header (written; optional on read)
- *   A <block> <bytes> <r|w>         the current launch accesses block
- *   A <block> <bytes> <r|w> c       the same by a copy or set (the shim's
- *                                   cudaMemcpy*, cudaMemset*: they work
- *                                   wherever the block is, swap.h)
- *   L                               the current launch is complete
- *   F <block>                       block freed
- *   I                               iteration boundary (generators only)
- *
- * <block> is any 64-bit id (the shim writes device pointers, "0x..."; any
- * strtoull base-0 form is read), <bytes> a decimal count > 0. Accesses
- * before the first L belong to launch 0; launch k is the logical time k, as
- * in swap.h. A trace with no I line is one iteration. The shim appends
- * events one line at a time (swap_trace_write_event) under IPCSHIM_TRACE. */
-#ifndef SWAP_TRACE_H
-#define SWAP_TRACE_H
+/* swap_offline: what only the offline tools use (swap-replay, swap-real,
+ * swap-bench, the tests): measurements of a trace (swap_analysis.c), its
+ * replay through the policies with Belady's MIN fed the true next uses and
+ * a fractional lower bound (swap_min.c). Built into the tools
+ * (tests/swap/offline), never into libipcshim.so: the shim never links
+ * against the future. */
+#ifndef SWAP_OFFLINE_H
+#define SWAP_OFFLINE_H
 
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-
-#include "swap.h"
-
-enum swap_event_kind {
-    SWAP_EV_ACCESS = 'A',
-    SWAP_EV_LAUNCH = 'L',
-    SWAP_EV_FREE = 'F',
-    SWAP_EV_ITER = 'I',
-};
-
-struct swap_event {
-    uint64_t block; /* ACCESS, FREE */
-    uint64_t bytes; /* ACCESS */
-    uint8_t kind;   /* enum swap_event_kind */
-    bool is_write;  /* ACCESS */
-    bool is_copy;   /* ACCESS: by a copy or set, not a kernel */
-};
-
-/* A growable array of events. Zero-initialised is empty and valid. */
-struct swap_trace {
-    struct swap_event *ev;
-    size_t n, cap;
-};
-
-void swap_trace_fini(struct swap_trace *t);
-int swap_trace_push(struct swap_trace *t, struct swap_event e); /* -ENOMEM */
-
-/* Write one event as one line (no header). -EIO on a write error. */
-int swap_trace_write_event(FILE *f, const struct swap_event *e);
-/* Header plus every event. -EIO. */
-int swap_trace_write(FILE *f, const struct swap_trace *t);
-/* Append the events of a text trace to t. -EINVAL on a malformed line (its
- * number in *bad_line when not NULL), -ENOMEM, -EIO. */
-int swap_trace_read(FILE *f, struct swap_trace *t, size_t *bad_line);
-int swap_trace_save(const char *path, const struct swap_trace *t);
-int swap_trace_load(const char *path, struct swap_trace *t, size_t *bad_line);
+#include "swap_trace.h"
 
 /* Working set: the largest sum of distinct block sizes touched in one
  * iteration from iteration `warmup` on (all of them if there are fewer).
@@ -116,6 +63,13 @@ int swap_replay(const struct swap_trace *t, const struct swap_params *prm, unsig
  * SWAP_POLICY_MIN. -EINVAL, -ENOMEM. */
 int swap_replay_past(const struct swap_trace *t, const struct swap_params *prm,
                      struct swap_replay_result *r);
+
+/* For every event i of t, what swap_policy_access_known takes as next_use:
+ * the launch of the same block's next kernel access after event i
+ * (SWAP_NEVER if none), or its free with SWAP_DEAD_BIT set when it is freed
+ * first. Copies are not uses (they need no residency). *out is malloc'd,
+ * one entry per event. -ENOMEM. */
+int swap_replay_next_uses(const struct swap_trace *t, uint64_t **out);
 
 /* Lower bound on the host->device bytes any schedule moves under budget:
  * fractional byte-level Belady (evict the bytes whose next access is

@@ -7,7 +7,7 @@
  * schedule with perfect knowledge of the future (an upper bound on the
  * optimum), and swap_replay_lower_bound() gives bytes no schedule can beat
  * in host->device traffic. */
-#include "swap_trace.h"
+#include "swap_offline.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -83,6 +83,11 @@ static int next_uses(const struct swap_trace *t, bool by_launch, uint64_t **out)
     }
     *out = next;
     return 0;
+}
+
+int swap_replay_next_uses(const struct swap_trace *t, uint64_t **out)
+{
+    return next_uses(t, true, out);
 }
 
 /* Per-iteration snapshots of the counters, turned into steady-state means. */

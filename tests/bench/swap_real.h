@@ -1,0 +1,14 @@
+/* swap_real: what swap-real's two modes share. */
+#ifndef SWAP_REAL_H
+#define SWAP_REAL_H
+
+/* The trace's name: its path's last component up to ".trace" (a static
+ * buffer, valid until the next call). */
+const char *swap_real_base_name(const char *path);
+
+/* swap-real --model: the timing model over the traces at paths (see
+ * swap_real_model.c); JSON to json when not NULL. 0, or 1 after printing
+ * why. */
+int swap_real_model(int n, char **paths, const char *json);
+
+#endif

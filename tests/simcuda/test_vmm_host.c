@@ -1,0 +1,320 @@
+/*
+ * test_vmm_host.c: Criterion tests of host-located VMM memory
+ * (driver_vmm_host.c) and of queued work (driver_queue.c): what a host swap
+ * built on VMM relies on, and the one mistake that kills a context, as
+ * NVIDIA's driver showed them on an H200 (../../shared/probes/README.md):
+ * host-located memory mapped at a device address with device access, one
+ * address re-pointed between device- and host-backed memory with its data
+ * intact, and cuMemUnmap under a kernel still queued that may touch the
+ * range: the call succeeds and the context is dead (700 from then on).
+ *
+ * Each test runs on its own machine (SIMCUDA_MACHINE = test name + pid,
+ * unlinked in .fini) and in its own process (the sticky error is the
+ * process's).
+ */
+#include <cuda.h>
+#include <criterion/criterion.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "simcuda.h"
+#include "test_check.h"
+
+static char g_machine[160];
+
+static void setup(void)
+{
+    snprintf(g_machine, sizeof(g_machine), "vh-%s-%d", criterion_current_test->name, (int)getpid());
+    setenv(SIMCUDA_ENV_MACHINE, g_machine, 1);
+    setenv(SIMCUDA_ENV_DEVICE_MEMORY, "64M", 1);
+    unsetenv(SIMCUDA_ENV_DEVICES);
+    unsetenv(SIMCUDA_ENV_FAIL_ALLOC);
+}
+
+static void teardown(void)
+{
+    simcuda_unlink_machine(g_machine);
+}
+
+TestSuite(simvmmhost, .init = setup, .fini = teardown, .timeout = 30);
+
+#define GRAN (2u << 20)
+
+/* A kernel whose first parameter is a pointer (PTX, as in test_managed.c). */
+static const char ptr_ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n\n"
+                              ".visible .entry use(\n\t.param .u64 use_param_0\n)\n{\n\tret;\n}\n";
+
+static CUfunction g_use;
+
+static void init0(void)
+{
+    CUcontext c;
+    OK(cuInit(0));
+    OK(cuDevicePrimaryCtxRetain(&c, 0));
+    OK(cuCtxSetCurrent(c));
+    CUmodule mod;
+    OK(cuModuleLoadData(&mod, ptr_ptx));
+    OK(cuModuleGetFunction(&g_use, mod, "use"));
+}
+
+static CUmemAllocationProp prop_at(CUmemLocationType type, int id)
+{
+    CUmemAllocationProp p;
+    memset(&p, 0, sizeof(p));
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = type;
+    p.location.id = id;
+    return p;
+}
+
+static void grant(CUdeviceptr va, size_t n)
+{
+    CUmemAccessDesc d;
+    memset(&d, 0, sizeof(d));
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.location.id = 0;
+    d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    OK(cuMemSetAccess(va, n, &d, 1));
+}
+
+static size_t used_bytes(void)
+{
+    size_t f = 0, t = 0;
+    OK(cuMemGetInfo(&f, &t));
+    return t - f;
+}
+
+/* A reserved range of n bytes with allocation h mapped and open to device 0. */
+static CUdeviceptr mapped(CUmemGenericAllocationHandle h, size_t n)
+{
+    CUdeviceptr va;
+    OK(cuMemAddressReserve(&va, n, 0, 0, 0));
+    OK(cuMemMap(va, n, 0, h, 0));
+    grant(va, n);
+    return va;
+}
+
+static void launch_on(CUstream s, CUdeviceptr p)
+{
+    void *params[] = {&p};
+    OK(cuLaunchKernel(g_use, 1, 1, 1, 32, 1, 1, 0, s, params, NULL));
+}
+
+Test(simvmmhost, the_device_says_host_located_vmm_is_supported)
+{
+    init0();
+    int v = 0;
+    OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                            0));
+    cr_expect_eq(v, 1, "attribute 141");
+    v = 0;
+    OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
+    cr_expect_eq(v, 1, "attribute 145");
+}
+
+Test(simvmmhost, host_located_memory_maps_at_a_device_address_and_costs_the_device_nothing)
+{
+    init0();
+    size_t used = used_bytes();
+    const CUmemLocationType types[] = {CU_MEM_LOCATION_TYPE_HOST, CU_MEM_LOCATION_TYPE_HOST_NUMA,
+                                       CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT};
+    for (size_t t = 0; t < 3; t++) {
+        CUmemAllocationProp p = prop_at(types[t], 0);
+        size_t g = 0;
+        OK(cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+        cr_expect_eq(g, GRAN);
+        CUmemGenericAllocationHandle h;
+        OK(cuMemCreate(&h, 2 * GRAN, &p, 0));
+        cr_expect_eq(used_bytes(), used, "host-located memory is not charged to the device");
+        CUmemAllocationProp q;
+        OK(cuMemGetAllocationPropertiesFromHandle(&q, h));
+        cr_expect_eq(q.location.type, types[t]);
+        CUdeviceptr va = mapped(h, 2 * GRAN);
+        static uint32_t in[1024], out[1024];
+        for (unsigned i = 0; i < 1024; i++)
+            in[i] = 0x9e3779b9u * (i + 1) + (unsigned)t;
+        OK(cuMemcpyHtoD(va + GRAN - 2048, in, sizeof(in))); /* across the middle */
+        OK(cuMemcpyDtoH(out, va + GRAN - 2048, sizeof(out)));
+        cr_expect(memcmp(in, out, sizeof(in)) == 0);
+        CUdeviceptr dev;
+        OK(cuMemAlloc(&dev, sizeof(in)));
+        OK(cuMemcpyDtoD(dev, va + GRAN - 2048, sizeof(in)));
+        memset(out, 0, sizeof(out));
+        OK(cuMemcpyDtoH(out, dev, sizeof(out)));
+        cr_expect(memcmp(in, out, sizeof(in)) == 0, "a device copy reads it");
+        OK(cuMemFree(dev));
+        OK(cuMemUnmap(va, 2 * GRAN));
+        OK(cuMemAddressFree(va, 2 * GRAN));
+        OK(cuMemRelease(h));
+    }
+    CUmemAllocationProp bad = prop_at(CU_MEM_LOCATION_TYPE_HOST_NUMA, 1);
+    CUmemGenericAllocationHandle h;
+    FAILS(cuMemCreate(&h, GRAN, &bad, 0), CUDA_ERROR_INVALID_VALUE); /* one NUMA node, 0 */
+    bad = prop_at(CU_MEM_LOCATION_TYPE_HOST, 0);
+    bad.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    FAILS(cuMemCreate(&h, GRAN, &bad, 0), CUDA_ERROR_NOT_SUPPORTED);
+}
+
+/* The probe's `remap`: copy through a second mapping, unmap, map the other
+ * backing, set access; both ways, data intact. */
+Test(simvmmhost, one_address_moves_between_device_and_host_backing_with_its_data)
+{
+    init0();
+    CUmemAllocationProp pd = prop_at(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+    CUmemAllocationProp ph = prop_at(CU_MEM_LOCATION_TYPE_HOST_NUMA, 0);
+    CUmemGenericAllocationHandle dh, hh;
+    OK(cuMemCreate(&dh, GRAN, &pd, 0));
+    OK(cuMemCreate(&hh, GRAN, &ph, 0));
+    CUdeviceptr va = mapped(dh, GRAN);   /* the block: device-backed */
+    CUdeviceptr side = mapped(hh, GRAN); /* the host copy's own mapping */
+    static uint32_t in[GRAN / 4], out[GRAN / 4];
+    for (size_t i = 0; i < GRAN / 4; i++)
+        in[i] = (uint32_t)(i * 2654435761u);
+    OK(cuMemcpyHtoD(va, in, GRAN));
+    /* evict: copy out, re-point the address at the host copy */
+    OK(cuMemcpyDtoD(side, va, GRAN));
+    OK(cuMemUnmap(va, GRAN));
+    OK(cuMemMap(va, GRAN, 0, hh, 0));
+    grant(va, GRAN);
+    OK(cuMemcpyDtoH(out, va, GRAN));
+    cr_expect(memcmp(in, out, GRAN) == 0, "read through the host-backed address");
+    in[7] ^= 0xffffffffu; /* a write while evicted lands in the host copy */
+    OK(cuMemcpyHtoD(va + 28, &in[7], 4));
+    /* fetch: the device memory gets the host copy, the address points back */
+    OK(cuMemUnmap(side, GRAN));
+    OK(cuMemMap(side, GRAN, 0, dh, 0));
+    grant(side, GRAN);
+    OK(cuMemcpyDtoD(side, va, GRAN));
+    OK(cuMemUnmap(va, GRAN));
+    OK(cuMemMap(va, GRAN, 0, dh, 0));
+    grant(va, GRAN);
+    memset(out, 0, GRAN);
+    OK(cuMemcpyDtoH(out, va, GRAN));
+    cr_expect(memcmp(in, out, GRAN) == 0, "moved back with the write made while evicted");
+}
+
+Test(simvmmhost, a_held_stream_keeps_its_kernels_queued_until_synchronised)
+{
+    init0();
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    cr_assert_eq(simcuda_stream_hold(s, 1), 0);
+    CUdeviceptr p;
+    OK(cuMemAlloc(&p, 4096));
+    launch_on(s, p);
+    launch_on(NULL, p); /* the legacy stream is not held */
+    cr_expect_eq(simcuda_queued_launches(), 1);
+    FAILS(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+    OK(cuStreamQuery(NULL));
+    OK(cuStreamSynchronize(s));
+    cr_expect_eq(simcuda_queued_launches(), 0);
+    OK(cuStreamQuery(s));
+    launch_on(s, p);
+    OK(cuCtxSynchronize());
+    cr_expect_eq(simcuda_queued_launches(), 0, "a context synchronisation completes every stream");
+    launch_on(s, p);
+    cr_assert_eq(simcuda_stream_hold(s, 0), 0);
+    cr_expect_eq(simcuda_queued_launches(), 0, "releasing the hold completes its kernels");
+}
+
+/* What a swap engine asks before it remaps: an event recorded after the
+ * block's last kernel. */
+Test(simvmmhost, an_event_after_a_queued_kernel_is_not_ready_until_it_completes)
+{
+    init0();
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUevent before, after, idle;
+    OK(cuEventCreate(&before, CU_EVENT_DISABLE_TIMING));
+    OK(cuEventCreate(&after, CU_EVENT_DISABLE_TIMING));
+    OK(cuEventCreate(&idle, CU_EVENT_DISABLE_TIMING));
+    cr_assert_eq(simcuda_stream_hold(s, 1), 0);
+    CUdeviceptr p;
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuEventRecord(before, s));
+    launch_on(s, p);
+    OK(cuEventRecord(after, s));
+    OK(cuEventRecord(idle, NULL)); /* another stream, nothing queued there */
+    OK(cuEventQuery(before));
+    FAILS(cuEventQuery(after), CUDA_ERROR_NOT_READY);
+    OK(cuEventQuery(idle));
+    launch_on(s, p); /* queued after the event: not waited for by it */
+    OK(cuEventSynchronize(after));
+    OK(cuEventQuery(after));
+    cr_expect_eq(simcuda_queued_launches(), 1, "the later kernel is still queued");
+    OK(cuStreamSynchronize(s));
+    cr_expect_eq(simcuda_queued_launches(), 0);
+}
+
+/* The probe's `unmapbusy`: the unmap succeeds, the kernel dies, and the
+ * context is dead. Here the kernel is queued on another stream than the
+ * one the unmap's caller thinks of: any stream counts. */
+Test(simvmmhost, unmapping_a_range_a_queued_kernel_may_touch_kills_the_context)
+{
+    init0();
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUmemAllocationProp pd = prop_at(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+    CUmemGenericAllocationHandle h;
+    OK(cuMemCreate(&h, 2 * GRAN, &pd, 0));
+    CUdeviceptr va;
+    OK(cuMemAddressReserve(&va, 2 * GRAN, 0, 0, 0));
+    OK(cuMemMap(va, GRAN, 0, h, 0));
+    OK(cuMemMap(va + GRAN, GRAN, GRAN, h, 0));
+    grant(va, 2 * GRAN);
+    cr_assert_eq(simcuda_stream_hold(s, 1), 0);
+    launch_on(s, va + 64); /* an interior pointer of the first mapping */
+    /* the second mapping: the kernel may index past its pointer, within
+     * the reservation */
+    OK(cuMemUnmap(va + GRAN, GRAN));
+    cr_expect_eq(simcuda_queued_launches(), 0, "the queued kernel died");
+    CUdeviceptr p;
+    FAILS(cuMemAlloc(&p, 4096), CUDA_ERROR_ILLEGAL_ADDRESS);
+    FAILS(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+    FAILS(cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
+}
+
+Test(simvmmhost, unmapping_what_no_queued_kernel_touches_is_harmless)
+{
+    init0();
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUmemAllocationProp pd = prop_at(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+    CUmemGenericAllocationHandle a, b;
+    OK(cuMemCreate(&a, GRAN, &pd, 0));
+    OK(cuMemCreate(&b, GRAN, &pd, 0));
+    CUdeviceptr va = mapped(a, GRAN), vb = mapped(b, GRAN);
+    cr_assert_eq(simcuda_stream_hold(s, 1), 0);
+    launch_on(s, va);
+    OK(cuMemUnmap(vb, GRAN)); /* the probe's `mapbusy`: another range, at once */
+    cr_expect_eq(simcuda_queued_launches(), 1);
+    OK(cuStreamSynchronize(s)); /* the kernel completed: now its range may go */
+    OK(cuMemUnmap(va, GRAN));
+    CUdeviceptr p;
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuMemFree(p));
+}
+
+Test(simvmmhost, a_queued_kernel_of_unknown_layout_may_touch_any_range)
+{
+    init0();
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUmemAllocationProp pd = prop_at(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+    CUmemGenericAllocationHandle a;
+    OK(cuMemCreate(&a, GRAN, &pd, 0));
+    CUdeviceptr va = mapped(a, GRAN);
+    cr_assert_eq(simcuda_stream_hold(s, 1), 0);
+    /* a handle that is not a loaded function: accepted, recorded without
+     * a layout (driver_module.c) */
+    int n = 0;
+    void *params[] = {&n};
+    OK(cuLaunchKernel((CUfunction)(uintptr_t)0x1234, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+    OK(cuMemUnmap(va, GRAN));
+    CUdeviceptr p;
+    FAILS(cuMemAlloc(&p, 4096), CUDA_ERROR_ILLEGAL_ADDRESS);
+}

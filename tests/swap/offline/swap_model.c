@@ -1,0 +1,523 @@
+/* swap_model: the timing model of swap_model.h. One pass over the trace:
+ * each access goes to a fresh policy as the replay tools do (swap_min.c),
+ * its decisions are collected per launch, and at the launch's L they are
+ * timed. Each resource keeps the time it is next free; work on one
+ * resource runs in the order the policy decided it (no reordering), so
+ * the model is a list schedule, not an optimiser. */
+#include "swap_model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "uthash_wrap.h"
+
+#define KIB 1024ULL
+#define MIB (1024ULL * 1024ULL)
+
+/* Sources of the defaults:
+ * - pinned_*: ../shared/probes/README.md, `PROBE bw`, H200 driver
+ *   580.159.04, best of 3 over 512 MiB, cudaMemcpyAsync in chunks of the
+ *   given size (the table of issue 45).
+ * - managed_*: docs/swap.md "Where the time goes", tests/gpu/swap_probes.cu
+ *   on the 2026-11-27 H100 (four runs): the middle of each measured range,
+ *   cuMemPrefetchAsync of whole blocks.
+ * - remap: `PROBE remap`, unmap + map + set access, 2 MiB and 64 MiB.
+ * - host_read_gbps: `PROBE vmmhost`, a kernel reading HOST_NUMA memory.
+ * - device_gbps: the H200's HBM3e peak (NVIDIA's data sheet, 4.8 TB/s);
+ *   device_share 0.5 and kernel_min_us 2 are stated estimates, not
+ *   measurements.
+ * - submit_us 5: train (tests/e2e/progs/train.cu, 48 layers) runs 196
+ *   launches, copies and sets an iteration at 840-1014 it/s without a
+ *   budget on the H100 and H200 (docs/gpu-validation.md): 5.0-6.1 us each;
+ *   its kernels are too small to be bound by memory. Calibrated on the
+ *   unlimited runs, so the model's unlimited figure for that program is
+ *   not a prediction. */
+void swap_model_default_rates(struct swap_model_rates *r)
+{
+    static const uint64_t bw_sizes[] = {256 * KIB, 1 * MIB, 2 * MIB, 16 * MIB, 64 * MIB};
+    static const double d2h[] = {39.1, 49.5, 52.0, 54.8, 54.4};
+    static const double h2d[] = {34.6, 47.3, 50.7, 54.4, 54.1};
+    static const double both[] = {26.3, 40.2, 43.3, 47.2, 44.4};
+    static const uint64_t mg_sizes[] = {256 * KIB, 2 * MIB, 16 * MIB};
+    static const double mg_d2h[] = {3.25, 8.25, 9.4};
+    static const double mg_h2d[] = {4.65, 16.15, 36.65};
+    memset(r, 0, sizeof(*r));
+    for (size_t i = 0; i < 5; i++) {
+        r->pinned_d2h.size[i] = r->pinned_h2d.size[i] = r->pinned_both.size[i] = bw_sizes[i];
+        r->pinned_d2h.gbps[i] = d2h[i];
+        r->pinned_h2d.gbps[i] = h2d[i];
+        r->pinned_both.gbps[i] = both[i];
+    }
+    r->pinned_d2h.n = r->pinned_h2d.n = r->pinned_both.n = 5;
+    for (size_t i = 0; i < 3; i++) {
+        r->managed_d2h.size[i] = r->managed_h2d.size[i] = mg_sizes[i];
+        r->managed_d2h.gbps[i] = mg_d2h[i];
+        r->managed_h2d.gbps[i] = mg_h2d[i];
+    }
+    r->managed_d2h.n = r->managed_h2d.n = 3;
+    r->remap_size[0] = 2 * MIB;
+    r->remap_size[1] = 64 * MIB;
+    r->remap_us[0] = 27.4 + 44.6 + 73.5;
+    r->remap_us[1] = 36.1 + 170.7 + 859.0;
+    r->host_read_gbps = 49.5;
+    r->device_gbps = 4800;
+    r->device_share = 0.5;
+    r->kernel_min_us = 2;
+    r->submit_us = 5;
+}
+
+static double curve_gbps(const struct swap_model_curve *c, uint64_t bytes)
+{
+    if (!c->n) return 1;
+    if (bytes <= c->size[0]) return c->gbps[0];
+    for (size_t i = 1; i < c->n; i++) {
+        if (bytes > c->size[i]) continue;
+        double a = log2((double)c->size[i - 1]), b = log2((double)c->size[i]);
+        double f = (log2((double)bytes) - a) / (b - a);
+        return c->gbps[i - 1] + f * (c->gbps[i] - c->gbps[i - 1]);
+    }
+    return c->gbps[c->n - 1];
+}
+
+double swap_model_curve_seconds(const struct swap_model_curve *c, uint64_t bytes)
+{
+    return (double)bytes / (curve_gbps(c, bytes) * 1e9);
+}
+
+double swap_model_remap_seconds(const struct swap_model_rates *r, uint64_t bytes)
+{
+    double s0 = (double)r->remap_size[0], s1 = (double)r->remap_size[1];
+    double b = bytes < r->remap_size[0] ? s0 : (double)bytes;
+    double us = r->remap_us[0] + (b - s0) * (r->remap_us[1] - r->remap_us[0]) / (s1 - s0);
+    return us * 1e-6;
+}
+
+double swap_model_launch_estimate(const struct swap_model_rates *r, uint64_t bytes, int copy)
+{
+    if (copy) return swap_model_curve_seconds(&r->pinned_h2d, bytes);
+    double s = (double)bytes / (r->device_share * r->device_gbps * 1e9);
+    double floor = r->kernel_min_us * 1e-6;
+    return s > floor ? s : floor;
+}
+
+double swap_model_bound(const struct swap_model_iter *unlimited, const struct swap_model_iter *off)
+{
+    double b = unlimited->seconds;
+    if (off->h2d_link_seconds > b) b = off->h2d_link_seconds;
+    if (off->d2h_link_seconds > b) b = off->d2h_link_seconds;
+    return b;
+}
+
+void swap_model_result_fini(struct swap_model_result *r)
+{
+    free(r->it);
+    memset(r, 0, sizeof(*r));
+}
+
+/* ---- the replay ---------------------------------------------------------- */
+
+struct blk {
+    uint64_t id;
+    double last_end;   /* end of the last launch that touched it */
+    double dev_ready;  /* its device copy is mapped and current from then */
+    double host_ready; /* its host copy is mapped and current from then */
+    UT_hash_handle hh;
+};
+
+/* OP_USE: a resident block; OP_HOST: a copy or set of a block that is on
+ * the host (it works there); OP_OVERFLOW: a launch's block that did not
+ * fit, read over the link. */
+enum op_kind { OP_EVICT, OP_FETCH, OP_FIRST, OP_OVERFLOW, OP_USE, OP_HOST };
+
+struct op {
+    uint64_t block, bytes;
+    uint8_t kind;
+    bool writeback; /* OP_EVICT */
+    bool group;     /* first op of an access: the evictions before it free its room */
+};
+
+struct state {
+    const struct swap_model_params *p;
+    const struct swap_model_rates *r;
+    struct blk *blocks;
+    struct op *ops;
+    size_t n_ops, cap_ops;
+    uint64_t launch_bytes; /* kernel accesses' bytes this launch */
+    uint64_t copy_bytes;   /* copy or set accesses' bytes this launch */
+    uint64_t launch;       /* index of the current launch */
+    double host, queue, h2d, d2h, mover;
+    double last_end; /* end of the latest launch */
+    struct swap_model_result *res;
+    size_t cap_it;
+};
+
+static struct blk *blk_get(struct state *s, uint64_t id)
+{
+    struct blk *b;
+    HASH_FIND(hh, s->blocks, &id, sizeof(id), b);
+    if (b) return b;
+    if (!(b = calloc(1, sizeof(*b)))) return NULL;
+    b->id = id;
+    HASH_ADD(hh, s->blocks, id, sizeof(b->id), b);
+    if (!UTH_ADDED(b, hh)) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+static int op_push(struct state *s, struct op o)
+{
+    if (s->n_ops == s->cap_ops) {
+        size_t cap = s->cap_ops ? 2 * s->cap_ops : 64;
+        struct op *a = realloc(s->ops, cap * sizeof(*a));
+        if (!a) return -ENOMEM;
+        s->ops = a;
+        s->cap_ops = cap;
+    }
+    s->ops[s->n_ops++] = o;
+    return 0;
+}
+
+static struct swap_model_iter *iter_cur(struct state *s)
+{
+    struct swap_model_result *r = s->res;
+    if (r->iterations == 0 || r->iterations > s->cap_it) return NULL;
+    return &r->it[r->iterations - 1];
+}
+
+static int iter_open(struct state *s)
+{
+    struct swap_model_result *r = s->res;
+    if (r->iterations == s->cap_it) {
+        size_t cap = s->cap_it ? 2 * s->cap_it : 16;
+        struct swap_model_iter *a = realloc(r->it, cap * sizeof(*a));
+        if (!a) return -ENOMEM;
+        r->it = a;
+        s->cap_it = cap;
+    }
+    memset(&r->it[r->iterations++], 0, sizeof(r->it[0]));
+    return 0;
+}
+
+/* A copy of bytes starting no earlier than start on the engine whose free
+ * time is *mine, while the other engine is busy until other: the part that
+ * overlaps the other engine's known work runs at the both-ways rate, the
+ * rest at the one-way rate. Returns the end. */
+static double copy_end(const struct state *s, const struct swap_model_curve *one, double start,
+                       double other, uint64_t bytes)
+{
+    double both = curve_gbps(&s->r->pinned_both, bytes) * 1e9;
+    double alone = curve_gbps(one, bytes) * 1e9;
+    double t = start, left = (double)bytes;
+    if (other > t) {
+        double can = (other - t) * both;
+        if (can >= left) return t + left / both;
+        left -= can;
+        t = other;
+    }
+    return t + left / alone;
+}
+
+static void count_move(struct state *s, bool to_device, uint64_t bytes)
+{
+    struct swap_model_iter *it = iter_cur(s);
+    double link = swap_model_curve_seconds(&s->r->pinned_both, bytes);
+    if (to_device) {
+        s->res->h2d_bytes += bytes;
+        it->h2d_bytes += bytes;
+        it->h2d_link_seconds += link;
+    } else {
+        s->res->d2h_bytes += bytes;
+        it->d2h_bytes += bytes;
+        it->d2h_link_seconds += link;
+    }
+}
+
+static double launch_device_seconds(struct state *s)
+{
+    const struct swap_model_params *p = s->p;
+    if (p->launch_ns && s->launch < p->n_launch_ns) return (double)p->launch_ns[s->launch] * 1e-9;
+    s->res->estimated_launches++;
+    double k = s->launch_bytes ? swap_model_launch_estimate(s->r, s->launch_bytes, 0) : 0;
+    double c = s->copy_bytes ? swap_model_launch_estimate(s->r, s->copy_bytes, 1) : 0;
+    double d = k + c;
+    double floor = s->r->kernel_min_us * 1e-6;
+    return d > floor ? d : floor;
+}
+
+/* Today's engine: the launch's stream does the moves, one after the other,
+ * then the launch. */
+static int time_managed(struct state *s, double submit, double device, double *end)
+{
+    double t = submit > s->queue ? submit : s->queue;
+    for (size_t i = 0; i < s->n_ops; i++) {
+        const struct op *o = &s->ops[i];
+        switch (o->kind) {
+        case OP_EVICT:
+            t += swap_model_curve_seconds(&s->r->managed_d2h, o->bytes);
+            count_move(s, false, o->bytes);
+            break;
+        case OP_FETCH:
+            t += swap_model_curve_seconds(&s->r->managed_h2d, o->bytes);
+            count_move(s, true, o->bytes);
+            break;
+        case OP_OVERFLOW: /* demand paging, at the smallest block's migration rate */
+            t += (double)o->bytes / (s->r->managed_h2d.gbps[0] * 1e9);
+            break;
+        default:
+            break;
+        }
+    }
+    *end = t + device;
+    return 0;
+}
+
+/* The planned engine (swap_model.h). */
+static int time_vmm(struct state *s, double submit, double device, double *end)
+{
+    double ready = submit, room = 0, extra = 0;
+    for (size_t i = 0; i < s->n_ops; i++) {
+        const struct op *o = &s->ops[i];
+        if (o->group) room = 0;
+        struct blk *b = blk_get(s, o->block);
+        if (!b) return -ENOMEM;
+        double remap = swap_model_remap_seconds(s->r, o->bytes);
+        switch (o->kind) {
+        case OP_EVICT: {
+            double rs;
+            if (o->writeback) {
+                double cs = s->d2h > b->last_end ? s->d2h : b->last_end;
+                if (b->dev_ready > cs) cs = b->dev_ready;
+                double ce = copy_end(s, &s->r->pinned_d2h, cs, s->h2d, o->bytes);
+                s->d2h = ce;
+                rs = ce;
+                count_move(s, false, o->bytes);
+            } else {
+                rs = b->last_end > b->dev_ready ? b->last_end : b->dev_ready;
+            }
+            if (s->mover > rs) rs = s->mover;
+            s->mover = rs + remap;
+            b->host_ready = s->mover;
+            if (s->mover > room) room = s->mover;
+            break;
+        }
+        case OP_FETCH: {
+            double cs = s->h2d > room ? s->h2d : room;
+            if (b->host_ready > cs) cs = b->host_ready;
+            double ce = copy_end(s, &s->r->pinned_h2d, cs, s->d2h, o->bytes);
+            s->h2d = ce;
+            count_move(s, true, o->bytes);
+            double rs = s->mover > ce ? s->mover : ce;
+            s->mover = rs + remap;
+            b->dev_ready = s->mover;
+            break;
+        }
+        case OP_FIRST: /* mapped when allocated (see swap_model.h): room only */
+            b->dev_ready = room;
+            break;
+        case OP_OVERFLOW:
+            if (b->host_ready > ready) ready = b->host_ready;
+            extra += (double)o->bytes / (s->r->host_read_gbps * 1e9);
+            break;
+        case OP_HOST:
+            if (b->host_ready > ready) ready = b->host_ready;
+            break;
+        case OP_USE:
+            break;
+        }
+        if (o->kind == OP_USE || o->kind == OP_FETCH || o->kind == OP_FIRST) {
+            if (b->dev_ready > ready) ready = b->dev_ready;
+        }
+    }
+    double start = ready > s->queue ? ready : s->queue;
+    *end = start + device + extra;
+    return 0;
+}
+
+/* Time the current launch: its submission, its moves, its run. */
+static int launch_done(struct state *s)
+{
+    const struct swap_model_params *p = s->p;
+    s->host += s->r->submit_us * 1e-6;
+    double device = launch_device_seconds(s), end = 0;
+    int rc = 0;
+    if (p->engine == SWAP_MODEL_VMM)
+        rc = time_vmm(s, s->host, device, &end);
+    else
+        rc = time_managed(s, s->host, device, &end);
+    if (rc) return rc;
+    s->queue = end;
+    s->last_end = end;
+    /* a copy or set alone: the host waits for it (the trace does not tell
+     * a synchronous copy from an asynchronous one; a program's copies to
+     * and from pageable memory are synchronous) */
+    if (s->copy_bytes && !s->launch_bytes && end > s->host) s->host = end;
+    for (size_t i = 0; i < s->n_ops; i++) {
+        const struct op *o = &s->ops[i];
+        if (o->kind == OP_EVICT) continue;
+        struct blk *b = blk_get(s, o->block);
+        if (!b) return -ENOMEM;
+        b->last_end = end;
+    }
+    struct swap_model_iter *it = iter_cur(s);
+    it->launches++;
+    s->res->launches++;
+    s->n_ops = 0;
+    s->launch_bytes = s->copy_bytes = 0;
+    s->launch++;
+    return 0;
+}
+
+static int access(struct state *s, struct swap_policy *pol, const struct swap_event *e,
+                  uint64_t next)
+{
+    if (e->is_copy)
+        s->copy_bytes += e->bytes;
+    else
+        s->launch_bytes += e->bytes;
+    if (!pol) return op_push(s, (struct op){.block = e->block, .bytes = e->bytes, .kind = OP_USE});
+    struct swap_decision d;
+    int rc;
+    if (s->p->kind == SWAP_POLICY_MIN)
+        rc = swap_policy_access_known(pol, e->block, e->bytes, e->is_write, e->is_copy, next, &d);
+    else if (e->is_copy)
+        rc = swap_policy_copy(pol, e->block, e->bytes, e->is_write, &d);
+    else
+        rc = swap_policy_access(pol, e->block, e->bytes, e->is_write, &d);
+    if (rc == -ENOSPC) {
+        s->res->overflows++;
+        return op_push(
+            s,
+            (struct op){.block = e->block, .bytes = e->bytes, .kind = OP_OVERFLOW, .group = true});
+    }
+    if (rc) return rc;
+    bool group = true;
+    for (size_t i = 0; i < d.n_evict && !rc; i++, group = false)
+        rc = op_push(s, (struct op){.block = d.evict[i].block,
+                                    .bytes = d.evict[i].bytes,
+                                    .kind = OP_EVICT,
+                                    .writeback = d.evict[i].writeback,
+                                    .group = group});
+    if (rc) return rc;
+    uint8_t kind = OP_USE;
+    if (d.fetch)
+        kind = OP_FETCH;
+    else if (d.first_touch)
+        kind = OP_FIRST;
+    else if (e->is_copy && !swap_policy_is_resident(pol, e->block))
+        kind = OP_HOST;
+    return op_push(s,
+                   (struct op){.block = e->block, .bytes = e->bytes, .kind = kind, .group = group});
+}
+
+int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p,
+                   struct swap_model_result *r)
+{
+    if (!t || !p || !r) return -EINVAL;
+    struct swap_model_rates defaults;
+    swap_model_default_rates(&defaults);
+    struct state s = {.p = p, .r = p->rates ? p->rates : &defaults, .res = r};
+    memset(r, 0, sizeof(*r));
+    struct swap_policy *pol = NULL;
+    uint64_t *next = NULL;
+    int rc = 0;
+    if (p->engine != SWAP_MODEL_NONE && p->engine != SWAP_MODEL_MANAGED &&
+        p->engine != SWAP_MODEL_VMM)
+        return -EINVAL;
+    if (p->engine != SWAP_MODEL_NONE) {
+        struct swap_params prm = {.kind = p->kind, .budget_bytes = p->budget};
+        rc = swap_policy_create_params(&prm, &pol);
+        if (!rc && p->clean_weight > 0) swap_policy_set_clean_weight(pol, p->clean_weight);
+        if (!rc && p->kind == SWAP_POLICY_MIN) rc = swap_replay_next_uses(t, &next);
+    }
+    if (!rc) rc = iter_open(&s);
+    double iter_start = 0;
+    for (size_t i = 0; i < t->n && !rc; i++) {
+        const struct swap_event *e = &t->ev[i];
+        switch (e->kind) {
+        case SWAP_EV_ACCESS:
+            rc = access(&s, pol, e, next ? next[i] : SWAP_NEVER);
+            break;
+        case SWAP_EV_LAUNCH:
+            rc = launch_done(&s);
+            if (pol) swap_policy_next_launch(pol);
+            break;
+        case SWAP_EV_FREE:
+            if (pol) swap_policy_free(pol, e->block);
+            break;
+        case SWAP_EV_ITER:
+            iter_cur(&s)->seconds = s.last_end - iter_start;
+            iter_start = s.last_end;
+            rc = iter_open(&s);
+            break;
+        }
+    }
+    /* accesses after the last L form a launch of their own */
+    if (!rc && s.n_ops) {
+        rc = launch_done(&s);
+    }
+    if (!rc) {
+        struct swap_model_iter *it = iter_cur(&s);
+        if (it->launches || r->iterations == 1)
+            it->seconds = s.last_end - iter_start;
+        else
+            r->iterations--; /* the trace ended with an I line */
+        r->seconds = s.last_end;
+    }
+    struct blk *b, *tmp;
+    HASH_ITER(hh, s.blocks, b, tmp)
+    {
+        HASH_DEL(s.blocks, b);
+        free(b);
+    }
+    free(s.ops);
+    free(next);
+    if (pol) swap_policy_destroy(pol);
+    if (rc) swap_model_result_fini(r);
+    return rc;
+}
+
+int swap_model_offline(const struct swap_trace *t, uint64_t budget,
+                       const struct swap_model_rates *rates, struct swap_model_result *r,
+                       const char **which)
+{
+    /* swap_min.c's family of clean weights */
+    static const double weights[] = {1.0, 1.5, 2.0, 3.0, 4.0, 8.0};
+    struct {
+        enum swap_policy_kind kind;
+        double w;
+    } runs[8];
+    size_t n = 0;
+    for (size_t k = 0; k < sizeof(weights) / sizeof(weights[0]); k++)
+        runs[n].kind = SWAP_POLICY_MIN, runs[n++].w = weights[k];
+    runs[n].kind = SWAP_POLICY_HISTORY, runs[n++].w = 0;
+    runs[n].kind = SWAP_POLICY_LRU, runs[n++].w = 0;
+    bool have = false;
+    memset(r, 0, sizeof(*r));
+    for (size_t k = 0; k < n; k++) {
+        struct swap_model_params p = {.engine = SWAP_MODEL_VMM,
+                                      .kind = runs[k].kind,
+                                      .budget = budget,
+                                      .clean_weight = runs[k].w,
+                                      .rates = rates};
+        struct swap_model_result one;
+        int rc = swap_model_run(t, &p, &one);
+        if (rc) {
+            swap_model_result_fini(r);
+            return rc;
+        }
+        if (!have || one.h2d_bytes + one.d2h_bytes < r->h2d_bytes + r->d2h_bytes) {
+            swap_model_result_fini(r);
+            *r = one;
+            have = true;
+            if (which) *which = swap_policy_kind_name(runs[k].kind);
+        } else {
+            swap_model_result_fini(&one);
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,138 @@
+/* swap_model: a timing model of host swap, for the offline tools only. It
+ * replays a trace with a policy's decisions through a host thread that
+ * submits launches, one compute queue, two copy engines and a mover thread
+ * that remaps address ranges, at rates measured on real GPUs, and gives
+ * each iteration's modeled time beside its physical bound.
+ *
+ * Engines:
+ * - SWAP_MODEL_NONE: no budget, no moves (the unlimited run).
+ * - SWAP_MODEL_MANAGED: today's engine. Every move is a managed-memory
+ *   migration of the whole block (clean evictions too) on the launch's own
+ *   stream, before the launch, one direction at a time, at the managed
+ *   migration rates.
+ * - SWAP_MODEL_VMM: the planned engine. Evictions on the device->host copy
+ *   engine, fetches on the host->device one, both at the pinned-copy rates
+ *   (the both-ways rate while the other engine is busy), each followed by a
+ *   remap (unmap, map, set access) on one mover thread, in decision order;
+ *   a clean eviction is a remap alone. An eviction waits until every launch
+ *   that touched its block has completed; a fetch waits for the room its
+ *   access's evictions free and for the block's host copy; a launch waits
+ *   for its blocks' fetches. Nothing else limits how far ahead a fetch
+ *   starts: the budget alone does (an ideal fetch-ahead). A block's first
+ *   touch costs no remap: the engine maps a new block when it is
+ *   allocated, which the trace does not show (a caching allocator, as
+ *   PyTorch's, allocates rarely; its tensors are the trace's blocks); it
+ *   waits only for the room its access's evictions free.
+ *
+ * A launch made only of copies and sets makes the host wait for it (the
+ * trace does not tell a synchronous copy from an asynchronous one), so the
+ * host never runs more than one such copy ahead of the device.
+ *
+ * Launch durations: recorded ones when given (one per launch, in
+ * nanoseconds), else the estimate documented at swap_model_launch_estimate.
+ * All rates and costs are the defaults of struct swap_model_rates, each
+ * with the measurement it comes from (swap_model.c). */
+#ifndef SWAP_MODEL_H
+#define SWAP_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "swap_offline.h"
+
+enum swap_model_engine {
+    SWAP_MODEL_NONE,
+    SWAP_MODEL_MANAGED,
+    SWAP_MODEL_VMM,
+};
+
+/* A rate that depends on the size of one transfer: GB/s (1e9 bytes per
+ * second) at increasing sizes, interpolated linearly in log2(size) and
+ * clamped at both ends. */
+#define SWAP_MODEL_CURVE_MAX 6
+struct swap_model_curve {
+    size_t n;
+    uint64_t size[SWAP_MODEL_CURVE_MAX];
+    double gbps[SWAP_MODEL_CURVE_MAX];
+};
+
+struct swap_model_rates {
+    struct swap_model_curve pinned_d2h, pinned_h2d; /* one direction alone */
+    struct swap_model_curve pinned_both;            /* each way, both at once */
+    struct swap_model_curve managed_d2h, managed_h2d;
+    /* Remap (unmap + map + set access) in microseconds at remap_size[0] and
+     * remap_size[1], linear in size between and beyond; sizes below the
+     * first cost the first (one granule is the least a map covers). */
+    uint64_t remap_size[2];
+    double remap_us[2];
+    double host_read_gbps; /* a kernel reading host-backed memory */
+    double device_gbps;    /* device memory bandwidth */
+    double device_share;   /* share of it a launch's estimate assumes */
+    double kernel_min_us;  /* the least a launch takes on the device */
+    double submit_us;      /* host time to submit one launch */
+};
+
+/* The defaults, with their sources in swap_model.c. */
+void swap_model_default_rates(struct swap_model_rates *r);
+
+/* Seconds to move bytes at a curve's rate for that size. */
+double swap_model_curve_seconds(const struct swap_model_curve *c, uint64_t bytes);
+/* Seconds of one remap of a range of bytes. */
+double swap_model_remap_seconds(const struct swap_model_rates *r, uint64_t bytes);
+/* The estimated device time of a launch that touches bytes in all
+ * (kernel): max(kernel_min_us, bytes / (device_share * device_gbps)); of a
+ * copy or set (copy): bytes at the one-way pinned host->device rate. */
+double swap_model_launch_estimate(const struct swap_model_rates *r, uint64_t bytes, int copy);
+
+struct swap_model_params {
+    enum swap_model_engine engine;
+    enum swap_policy_kind kind;           /* the policy whose decisions are replayed */
+    uint64_t budget;                      /* ignored for SWAP_MODEL_NONE */
+    double clean_weight;                  /* kind MIN: swap_policy_set_clean_weight, 0 = default */
+    const struct swap_model_rates *rates; /* NULL: the defaults */
+    /* Recorded device time of each launch in nanoseconds (launch k is the
+     * k-th L of the trace); NULL or shorter than the trace: the estimate
+     * for the rest. */
+    const uint64_t *launch_ns;
+    size_t n_launch_ns;
+};
+
+/* One iteration (the events up to an I line, or after the last one). */
+struct swap_model_iter {
+    double seconds; /* modeled: end of its last launch - end of the previous iteration's */
+    uint64_t launches;
+    uint64_t h2d_bytes, d2h_bytes; /* moved by the engine (managed: clean evictions too) */
+    /* The same moves at the both-ways pinned rate for their sizes: what the
+     * link needs for them, each direction alone (T_bound's B / BW). */
+    double h2d_link_seconds, d2h_link_seconds;
+};
+
+struct swap_model_result {
+    struct swap_model_iter *it; /* malloc'd; swap_model_result_fini */
+    size_t iterations;
+    double seconds; /* end of the last launch */
+    uint64_t h2d_bytes, d2h_bytes;
+    uint64_t launches, estimated_launches; /* how many got the estimate */
+    uint64_t overflows;                    /* accesses read over the link */
+};
+
+void swap_model_result_fini(struct swap_model_result *r);
+
+/* Run the model. -EINVAL (bad params), -ENOMEM. */
+int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p,
+                   struct swap_model_result *r);
+
+/* The offline schedule at a budget as the model sees it: the MIN family's
+ * clean weights, history and lru replayed, the one that moves the fewest
+ * bytes (h2d + written-back d2h) over the whole run kept (*which: "min",
+ * "history" or "lru"), its moves in r (engine VMM, whose d2h are the
+ * write-backs). -EINVAL, -ENOMEM. */
+int swap_model_offline(const struct swap_trace *t, uint64_t budget,
+                       const struct swap_model_rates *rates, struct swap_model_result *r,
+                       const char **which);
+
+/* T_bound of iteration i: max(unlimited seconds, offline h2d link seconds,
+ * offline d2h link seconds). */
+double swap_model_bound(const struct swap_model_iter *unlimited, const struct swap_model_iter *off);
+
+#endif
