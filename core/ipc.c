@@ -427,8 +427,8 @@ unlock:
     return result;
 }
 
-static int open_begin(const struct ipc_handle *h, uint64_t ctx, uint8_t kind, struct ipc_open *t,
-                      uint64_t *ptr)
+static int open_begin(const struct ipc_handle *h, uint64_t ctx, uint8_t kind, uint64_t pool,
+                      struct ipc_open *t, uint64_t *ptr)
 {
     if (options_get()->disable) return IPC_PASS;
     uint32_t cs = callsite_capture();
@@ -449,8 +449,10 @@ static int open_begin(const struct ipc_handle *h, uint64_t ctx, uint8_t kind, st
             return IPC_PASS;
         }
     }
-    if (m && m->kind != kind) {
-        local_unlock(); /* the same bytes through the other door: not ours */
+    if (m && (m->kind != kind || (m->pool && pool != m->pool))) {
+        /* The same bytes through the other door, or a pool import through
+         * another pool than the first: the driver answers (not counted). */
+        local_unlock();
         return IPC_PASS;
     }
     if (m) {
@@ -481,6 +483,7 @@ static int open_begin(const struct ipc_handle *h, uint64_t ctx, uint8_t kind, st
     nm->key.handle = *h;
     nm->key.ctx = ctx;
     nm->kind = kind;
+    nm->pool = pool;
     nm->pending = true;
     if (local_map_add(nm, map_hash) != 0) {
         local_map_del(nm);
@@ -501,12 +504,18 @@ static int open_begin(const struct ipc_handle *h, uint64_t ctx, uint8_t kind, st
 
 int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t, uint64_t *ptr)
 {
-    return open_begin(h, ctx, IPC_KIND_LEGACY, t, ptr);
+    return open_begin(h, ctx, IPC_KIND_LEGACY, 0, t, ptr);
 }
 
 int ipc_import_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t, uint64_t *ptr)
 {
-    return open_begin(h, ctx, IPC_KIND_POOL, t, ptr);
+    return open_begin(h, ctx, IPC_KIND_POOL, 0, t, ptr);
+}
+
+int ipc_import_pool_begin(const struct ipc_handle *h, uint64_t ctx, uint64_t pool,
+                          struct ipc_open *t, uint64_t *ptr)
+{
+    return open_begin(h, ctx, IPC_KIND_POOL, pool, t, ptr);
 }
 
 /* Is t's lease still ours and on t's block? */
@@ -691,6 +700,46 @@ void ipc_close_finish(struct ipc_close *t)
     if (wake != REG_NONE) registry_wake(&ipc_proc.reg, wake);
     STAT_ADD(closes, 1);
 }
+/* ---- context teardown ---- */
+
+/* One mapping of ctx to forget, or NULL (local lock held). */
+static struct local_map *map_of_context(uint64_t ctx, bool (*keep)(const struct ipc_handle *))
+{
+    for (struct local_map *m = local_maps(); m; m = m->hh.next)
+        if (m->key.ctx == ctx && !m->pending && !(keep && keep(&m->key.handle))) return m;
+    return NULL;
+}
+
+int ipc_context_gone(uint64_t ctx, bool (*keep)(const struct ipc_handle *h))
+{
+    if (!ctx || !ipc_active()) return 0;
+    int forgotten = 0;
+    /* One mapping per round: the exporter is woken without the local lock. */
+    for (;;) {
+        uint32_t wake = REG_NONE;
+        local_lock();
+        process_check_fork();
+        struct local_map *m = map_of_context(ctx, keep);
+        if (m) {
+            uint32_t lease = m->lease, block = m->block;
+            uint64_t generation = m->generation;
+            local_map_del(m);
+            local_broadcast();
+            if (ipc_active() && ipc_proc.self != REG_NONE && !process_forked())
+                wake = release_lease(lease, block, generation, false);
+            STAT_ADD(closes, 1);
+        }
+        local_unlock();
+        if (!m) break;
+        forgotten++;
+        if (wake != REG_NONE) registry_wake(&ipc_proc.reg, wake);
+    }
+    if (forgotten)
+        LOG_RATE(LOG_INFO, "context %#llx is gone: %d mapping(s) the driver unmapped forgotten",
+                 (unsigned long long)ctx, forgotten);
+    return forgotten;
+}
+
 /* ---- collect ---- */
 
 int ipc_collect(void)
