@@ -1,7 +1,7 @@
-/* ipc: the lifecycle of exported blocks (export, open, close, free, collect,
- * shutdown) implementing ipc.h on top of the shared registry (registry.h),
- * this process's indexes (local.c) and state (process.c); the deferred
- * frees and the collector's work are limbo.c's.
+/* ipc: the lifecycle of exported blocks (export, open, close, a context's
+ * end, free, shutdown) implementing ipc.h on top of the shared registry
+ * (registry.h), this process's indexes (local.c) and state (process.c); the
+ * deferred frees, collects and the collector's work are limbo.c's.
  *
  * What it decides, in short (the rules of the shared fields, who writes
  * which with which ordering, and the block's and lease's state machines are
@@ -607,6 +607,25 @@ void ipc_open_abort(struct ipc_open *t)
 
 /* ---- close ---- */
 
+/* The last close of m begins: t filled, m pending (opens of its handle wait
+ * for the real close). Local lock held. */
+static void close_ticket(struct local_map *m, struct ipc_close *t)
+{
+    memset(t, 0, sizeof *t);
+    t->block = m->block;
+    t->lease = m->lease;
+    t->generation = m->generation;
+    t->ptr = m->ptr;
+    t->ctx = m->key.ctx;
+    struct reg_lease *l = ticket_lease(m->lease, m->block, m->generation);
+    uint32_t open = LEASE_OPEN;
+    if (l && __atomic_load_n(&l->count, __ATOMIC_RELAXED) == 1)
+        /* pairs with the sweeps' LOAD_STATE of intent (registry.h, a lease's intents) */
+        __atomic_compare_exchange_n(&l->intent, &open, LEASE_CLOSING, false, __ATOMIC_RELEASE,
+                                    __ATOMIC_RELAXED);
+    m->pending = true;
+}
+
 static int close_begin(uint64_t ptr, uint8_t kind, struct ipc_close *t)
 {
     if (!ipc_active()) return IPC_PASS;
@@ -624,19 +643,7 @@ static int close_begin(uint64_t ptr, uint8_t kind, struct ipc_close *t)
         STAT_ADD(closes, 1);
         result = IPC_DONE;
     } else if (m) {
-        memset(t, 0, sizeof *t);
-        t->block = m->block;
-        t->lease = m->lease;
-        t->generation = m->generation;
-        t->ptr = ptr;
-        t->ctx = m->key.ctx;
-        struct reg_lease *l = ticket_lease(m->lease, m->block, m->generation);
-        uint32_t open = LEASE_OPEN;
-        if (l && __atomic_load_n(&l->count, __ATOMIC_RELAXED) == 1)
-            /* pairs with the sweeps' LOAD_STATE of intent (registry.h, a lease's intents) */
-            __atomic_compare_exchange_n(&l->intent, &open, LEASE_CLOSING, false, __ATOMIC_RELEASE,
-                                        __ATOMIC_RELAXED);
-        m->pending = true; /* opens of this handle wait for the real close */
+        close_ticket(m, t);
         result = IPC_REAL;
     } else if (kind == IPC_KIND_LEGACY) {
         struct local_export *e = local_export_find(ptr);
@@ -702,56 +709,25 @@ void ipc_close_finish(struct ipc_close *t)
 }
 /* ---- context teardown ---- */
 
-/* One mapping of ctx to forget, or NULL (local lock held). */
-static struct local_map *map_of_context(uint64_t ctx, bool (*keep)(const struct ipc_handle *))
-{
-    for (struct local_map *m = local_maps(); m; m = m->hh.next)
-        if (m->key.ctx == ctx && !m->pending && !(keep && keep(&m->key.handle))) return m;
-    return NULL;
-}
-
 int ipc_context_gone(uint64_t ctx, bool (*keep)(const struct ipc_handle *h))
 {
-    if (!ctx || !ipc_active()) return 0;
     int forgotten = 0;
-    /* One mapping per round: the exporter is woken without the local lock. */
-    for (;;) {
-        uint32_t wake = REG_NONE;
+    struct ipc_close t;
+    while (ctx && ipc_active()) { /* one mapping a round: its last close, minus the real one */
         local_lock();
-        process_check_fork();
-        struct local_map *m = map_of_context(ctx, keep);
-        if (m) {
-            uint32_t lease = m->lease, block = m->block;
-            uint64_t generation = m->generation;
-            local_map_del(m);
-            local_broadcast();
-            if (ipc_active() && ipc_proc.self != REG_NONE && !process_forked())
-                wake = release_lease(lease, block, generation, false);
-            STAT_ADD(closes, 1);
-        }
+        struct local_map *m = local_maps();
+        while (m && (m->key.ctx != ctx || m->pending || (keep && keep(&m->key.handle))))
+            m = m->hh.next;
+        if (m) close_ticket(m, &t);
         local_unlock();
         if (!m) break;
+        ipc_close_finish(&t); /* drops the lease, wakes the exporter */
         forgotten++;
-        if (wake != REG_NONE) registry_wake(&ipc_proc.reg, wake);
     }
     if (forgotten)
         LOG_RATE(LOG_INFO, "context %#llx is gone: %d mapping(s) the driver unmapped forgotten",
                  (unsigned long long)ctx, forgotten);
     return forgotten;
-}
-
-/* ---- collect ---- */
-
-int ipc_collect(void)
-{
-    if (!process_active()) return 0;
-    return limbo_collect(LIMBO_SWEEP_ALL);
-}
-
-int ipc_collect_pressure(void)
-{
-    if (!process_active()) return 0;
-    return limbo_collect_pressure();
 }
 
 /* ---- free ---- */
@@ -905,19 +881,4 @@ void ipc_shutdown(void)
     local_broadcast(); /* opens waiting on a pending mapping give up */
     local_unlock();
     leak_print(leaks);
-}
-
-bool ipc_limbo_pending(void)
-{
-    return local_limbo_pending();
-}
-
-bool ipc_in_limbo(uint64_t base)
-{
-    if (!local_limbo_pending()) return false;
-    local_lock();
-    struct local_export *e = local_export_find(base);
-    bool freed = e && e->in_limbo;
-    local_unlock();
-    return freed;
 }
