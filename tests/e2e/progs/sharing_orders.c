@@ -23,7 +23,9 @@
  * context it made with cuCtxCreate), makes a context again, imports the pool
  * (pool kind) and the block again, reads and frees (closes) it.
  *
- * Output, one fact per line: "export: CODE"; the importer's "import: CODE",
+ * Output, one fact per line: "range: OFFSET SIZE" (the exporter's block in
+ * the allocation the driver says it belongs to; "reuse-range:" likewise for
+ * the new block), "export: CODE"; the importer's "import: CODE",
  * "read: ok|wrong|poison|error CODE" (wrong: the reused block's pattern or
  * other bytes), with --reimport "reimport-null: CODE", "reimport-other:
  * CODE", "reimport-same: CODE same|other", with --reset "reset: CODE",
@@ -177,6 +179,16 @@ static long long limbo_blocks(void)
     return (long long)st.limbo_blocks;
 }
 
+/* "range: OFFSET SIZE": where the driver says p's allocation starts (p's
+ * offset in it) and its size, which the shim records an export by. */
+static void print_range(const char *label, void *p)
+{
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    if (cuMemGetAddressRange(&base, &size, (CUdeviceptr)p) == CUDA_SUCCESS)
+        printf("%s: %llu %zu\n", label, (unsigned long long)((CUdeviceptr)p - base), size);
+}
+
 static int producer(int sock)
 {
     bool pool_kind = is(kind, "pool");
@@ -193,6 +205,7 @@ static int producer(int sock)
     void *p = NULL;
     int r = pool_kind ? cudaMallocFromPoolAsync(&p, BYTES, pool, s) : cudaMalloc(&p, BYTES);
     if (r == cudaSuccess) r = fill(p, 0x10000000u, s);
+    print_range("range", p);
     struct message m;
     memset(&m, 0, sizeof m);
     if (r == cudaSuccess)
@@ -213,6 +226,7 @@ static int producer(int sock)
                           : cudaMalloc(&again, BYTES);
             if (r == cudaSuccess) r = fill(again, 0x70000000u, s);
             printf("reuse: %d %s\n", r, again == p ? "same" : "other");
+            if (r == cudaSuccess) print_range("reuse-range", again);
             bad |= r != 0;
         }
     }
