@@ -9,7 +9,8 @@
  *  - a re-import of the same export bytes through a NULL pool or another
  *    imported pool gets the driver's answer, not the shim's cached pointer;
  *  - the importer resets its context (cudaDeviceReset,
- *    cuDevicePrimaryCtxReset, cuCtxDestroy) and imports again: the driver
+ *    cuDevicePrimaryCtxReset, the last cuDevicePrimaryCtxRelease,
+ *    cuCtxDestroy) and imports again: the driver
  *    is asked, the data read, the free succeeds, and the exporter's block,
  *    freed last, comes back while the importer still lives. */
 #include "run.h"
@@ -115,6 +116,14 @@ Test(sharing_orders, reset_device_forgets_pool_imports)
 Test(sharing_orders, reset_primary_forgets_pool_imports)
 {
     reset_case("pool", "primary");
+}
+Test(sharing_orders, last_primary_release_forgets_pool_imports)
+{
+    reset_case("pool", "release");
+}
+Test(sharing_orders, last_primary_release_forgets_legacy_opens)
+{
+    reset_case("legacy", "release");
 }
 Test(sharing_orders, ctx_destroy_forgets_pool_imports)
 {

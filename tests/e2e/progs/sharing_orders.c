@@ -5,7 +5,7 @@
  *
  *   sharing_orders [--kind pool|legacy] [--free early|last]
  *                  [--free-with sync|async] [--reuse]
- *                  [--reimport] [--reset none|device|primary|ctx]
+ *                  [--reimport] [--reset none|device|primary|release|ctx]
  *
  * --kind: a pool allocation (an IPC pool with POSIX fd handles, its fd and
  * the pointer's 64 export bytes sent over a Unix socket) or a cudaMalloc
@@ -19,9 +19,10 @@
  * export bytes again through a NULL pool, through another imported pool
  * (the exporter's second IPC pool) and through the right pool.
  * --reset: after its first import and read, the importer resets its
- * context (cudaDeviceReset, cuDevicePrimaryCtxReset, or cuCtxDestroy of a
- * context it made with cuCtxCreate), makes a context again, imports the pool
- * (pool kind) and the block again, reads and frees (closes) it.
+ * context (cudaDeviceReset, cuDevicePrimaryCtxReset, the last
+ * cuDevicePrimaryCtxRelease of a primary context it retained through the
+ * driver alone, or cuCtxDestroy of a context it made with cuCtxCreate), makes a context again,
+ * imports the pool (pool kind) and the block again, reads and frees (closes) it.
  *
  * Output, one fact per line: "range: OFFSET SIZE" (the exporter's block in
  * the allocation the driver says it belongs to; "reuse-range:" likewise for
@@ -270,14 +271,16 @@ static int producer(int sock)
 static CUcontext own_ctx; /* --reset ctx: the context it made */
 
 /* The importer's context: the runtime's primary one; for --reset ctx one
- * it creates; after a --reset primary the primary context retained and
- * made current through the driver, as a driver-API program does. */
+ * it creates; for --reset release, and after a --reset primary, the
+ * primary context retained and made current through the driver, as a
+ * driver-API program does (the runtime then uses it as it is). */
 static int make_context(bool again)
 {
-    if (again && is(reset, "primary")) {
+    if ((again && is(reset, "primary")) || is(reset, "release")) {
         CUdevice d;
         CUcontext c;
-        if (cuDeviceGet(&d, 0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&c, d) != CUDA_SUCCESS)
+        if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&d, 0) != CUDA_SUCCESS ||
+            cuDevicePrimaryCtxRetain(&c, d) != CUDA_SUCCESS)
             return 2;
         return cuCtxSetCurrent(c) == CUDA_SUCCESS ? 0 : 2;
     }
@@ -349,6 +352,11 @@ static int do_reset(void)
         CUresult r = cuDeviceGet(&d, 0);
         return r ? (int)r : (int)cuDevicePrimaryCtxReset(d);
     }
+    if (is(reset, "release")) {
+        CUdevice d;
+        CUresult r = cuDeviceGet(&d, 0);
+        return r ? (int)r : (int)cuDevicePrimaryCtxRelease(d);
+    }
     return (int)cuCtxDestroy(own_ctx);
 }
 
@@ -416,7 +424,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: sharing_orders [--kind pool|legacy] [--free early|last]\n"
                     "  [--free-with sync|async] [--reuse] [--reimport]\n"
-                    "  [--reset none|device|primary|ctx]\n");
+                    "  [--reset none|device|primary|release|ctx]\n");
     return 2;
 }
 
