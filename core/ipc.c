@@ -1,7 +1,7 @@
-/* ipc: the lifecycle of exported blocks (export, open, close, free, collect,
- * shutdown) implementing ipc.h on top of the shared registry (registry.h),
- * this process's indexes (local.c) and state (process.c); the deferred
- * frees and the collector's work are limbo.c's.
+/* ipc: the lifecycle of exported blocks (export, open, close, a context's
+ * end, free, shutdown) implementing ipc.h on top of the shared registry
+ * (registry.h), this process's indexes (local.c) and state (process.c); the
+ * deferred frees, collects and the collector's work are limbo.c's.
  *
  * What it decides, in short (the rules of the shared fields, who writes
  * which with which ordering, and the block's and lease's state machines are
@@ -427,8 +427,8 @@ unlock:
     return result;
 }
 
-static int open_begin(const struct ipc_handle *h, uint64_t ctx, uint8_t kind, struct ipc_open *t,
-                      uint64_t *ptr)
+static int open_begin(const struct ipc_handle *h, uint64_t ctx, uint8_t kind, uint64_t pool,
+                      struct ipc_open *t, uint64_t *ptr)
 {
     if (options_get()->disable) return IPC_PASS;
     uint32_t cs = callsite_capture();
@@ -449,8 +449,10 @@ static int open_begin(const struct ipc_handle *h, uint64_t ctx, uint8_t kind, st
             return IPC_PASS;
         }
     }
-    if (m && m->kind != kind) {
-        local_unlock(); /* the same bytes through the other door: not ours */
+    if (m && (m->kind != kind || (m->pool && pool != m->pool))) {
+        /* The same bytes through the other door, or a pool import through
+         * another pool than the first: the driver answers (not counted). */
+        local_unlock();
         return IPC_PASS;
     }
     if (m) {
@@ -481,6 +483,7 @@ static int open_begin(const struct ipc_handle *h, uint64_t ctx, uint8_t kind, st
     nm->key.handle = *h;
     nm->key.ctx = ctx;
     nm->kind = kind;
+    nm->pool = pool;
     nm->pending = true;
     if (local_map_add(nm, map_hash) != 0) {
         local_map_del(nm);
@@ -501,12 +504,18 @@ static int open_begin(const struct ipc_handle *h, uint64_t ctx, uint8_t kind, st
 
 int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t, uint64_t *ptr)
 {
-    return open_begin(h, ctx, IPC_KIND_LEGACY, t, ptr);
+    return open_begin(h, ctx, IPC_KIND_LEGACY, 0, t, ptr);
 }
 
 int ipc_import_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t, uint64_t *ptr)
 {
-    return open_begin(h, ctx, IPC_KIND_POOL, t, ptr);
+    return open_begin(h, ctx, IPC_KIND_POOL, 0, t, ptr);
+}
+
+int ipc_import_pool_begin(const struct ipc_handle *h, uint64_t ctx, uint64_t pool,
+                          struct ipc_open *t, uint64_t *ptr)
+{
+    return open_begin(h, ctx, IPC_KIND_POOL, pool, t, ptr);
 }
 
 /* Is t's lease still ours and on t's block? */
@@ -598,6 +607,25 @@ void ipc_open_abort(struct ipc_open *t)
 
 /* ---- close ---- */
 
+/* The last close of m begins: t filled, m pending (opens of its handle wait
+ * for the real close). Local lock held. */
+static void close_ticket(struct local_map *m, struct ipc_close *t)
+{
+    memset(t, 0, sizeof *t);
+    t->block = m->block;
+    t->lease = m->lease;
+    t->generation = m->generation;
+    t->ptr = m->ptr;
+    t->ctx = m->key.ctx;
+    struct reg_lease *l = ticket_lease(m->lease, m->block, m->generation);
+    uint32_t open = LEASE_OPEN;
+    if (l && __atomic_load_n(&l->count, __ATOMIC_RELAXED) == 1)
+        /* pairs with the sweeps' LOAD_STATE of intent (registry.h, a lease's intents) */
+        __atomic_compare_exchange_n(&l->intent, &open, LEASE_CLOSING, false, __ATOMIC_RELEASE,
+                                    __ATOMIC_RELAXED);
+    m->pending = true;
+}
+
 static int close_begin(uint64_t ptr, uint8_t kind, struct ipc_close *t)
 {
     if (!ipc_active()) return IPC_PASS;
@@ -615,19 +643,7 @@ static int close_begin(uint64_t ptr, uint8_t kind, struct ipc_close *t)
         STAT_ADD(closes, 1);
         result = IPC_DONE;
     } else if (m) {
-        memset(t, 0, sizeof *t);
-        t->block = m->block;
-        t->lease = m->lease;
-        t->generation = m->generation;
-        t->ptr = ptr;
-        t->ctx = m->key.ctx;
-        struct reg_lease *l = ticket_lease(m->lease, m->block, m->generation);
-        uint32_t open = LEASE_OPEN;
-        if (l && __atomic_load_n(&l->count, __ATOMIC_RELAXED) == 1)
-            /* pairs with the sweeps' LOAD_STATE of intent (registry.h, a lease's intents) */
-            __atomic_compare_exchange_n(&l->intent, &open, LEASE_CLOSING, false, __ATOMIC_RELEASE,
-                                        __ATOMIC_RELAXED);
-        m->pending = true; /* opens of this handle wait for the real close */
+        close_ticket(m, t);
         result = IPC_REAL;
     } else if (kind == IPC_KIND_LEGACY) {
         struct local_export *e = local_export_find(ptr);
@@ -691,18 +707,27 @@ void ipc_close_finish(struct ipc_close *t)
     if (wake != REG_NONE) registry_wake(&ipc_proc.reg, wake);
     STAT_ADD(closes, 1);
 }
-/* ---- collect ---- */
+/* ---- context teardown ---- */
 
-int ipc_collect(void)
+int ipc_context_gone(uint64_t ctx, bool (*keep)(const struct ipc_handle *h))
 {
-    if (!process_active()) return 0;
-    return limbo_collect(LIMBO_SWEEP_ALL);
-}
-
-int ipc_collect_pressure(void)
-{
-    if (!process_active()) return 0;
-    return limbo_collect_pressure();
+    int forgotten = 0;
+    struct ipc_close t;
+    while (ctx && ipc_active()) { /* one mapping a round: its last close, minus the real one */
+        local_lock();
+        struct local_map *m = local_maps();
+        while (m && (m->key.ctx != ctx || m->pending || (keep && keep(&m->key.handle))))
+            m = m->hh.next;
+        if (m) close_ticket(m, &t);
+        local_unlock();
+        if (!m) break;
+        ipc_close_finish(&t); /* drops the lease, wakes the exporter */
+        forgotten++;
+    }
+    if (forgotten)
+        LOG_RATE(LOG_INFO, "context %#llx is gone: %d mapping(s) the driver unmapped forgotten",
+                 (unsigned long long)ctx, forgotten);
+    return forgotten;
 }
 
 /* ---- free ---- */
@@ -858,11 +883,6 @@ void ipc_shutdown(void)
     leak_print(leaks);
 }
 
-bool ipc_limbo_pending(void)
-{
-    return local_limbo_pending();
-}
-
 int ipc_export_move(uint64_t base, uint64_t new_base)
 {
     local_lock();
@@ -870,14 +890,4 @@ int ipc_export_move(uint64_t base, uint64_t new_base)
     int rc = !e ? -ENOENT : local_export_find(new_base) ? -EEXIST : local_export_move(e, new_base);
     local_unlock();
     return rc;
-}
-
-bool ipc_in_limbo(uint64_t base)
-{
-    if (!local_limbo_pending()) return false;
-    local_lock();
-    struct local_export *e = local_export_find(base);
-    bool freed = e && e->in_limbo;
-    local_unlock();
-    return freed;
 }

@@ -108,6 +108,13 @@ int ipc_open_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t,
  * program's free of that pointer would be indistinguishable from the
  * export's own free. */
 int ipc_import_begin(const struct ipc_handle *h, uint64_t ctx, struct ipc_open *t, uint64_t *ptr);
+/* ipc_import_begin through pool, the importer's pool handle the program
+ * passed (0: not checked, as ipc_import_begin). A repeat import in the same
+ * context is answered here only through the pool of the first import: any
+ * other pool (NULL, another imported pool) is IPC_PASS, so that the driver
+ * gives its own answer (NVIDIA's refuses both) and nothing is counted. */
+int ipc_import_pool_begin(const struct ipc_handle *h, uint64_t ctx, uint64_t pool,
+                          struct ipc_open *t, uint64_t *ptr);
 void ipc_open_commit(struct ipc_open *t, uint64_t ptr);
 void ipc_open_abort(struct ipc_open *t);
 
@@ -137,6 +144,15 @@ void ipc_close_finish(struct ipc_close *t);
 /* The real close failed: CUDA says the mapping is still open, so it stays
  * open here too (its count and lease are kept). */
 void ipc_close_abort(struct ipc_close *t);
+
+/* Context ctx is gone (destroyed, or a primary context reset or released
+ * for the last time): the driver unmapped every legacy open and pool import
+ * made in it. Forgets each of those mappings (a later open or import of the
+ * same handle asks the driver again) and drops its share of this process's
+ * lease, waking the exporter when that ends the lease. Mappings whose handle
+ * keep(handle) says to keep stay (keep may be NULL), and so do mappings an
+ * open or close is in flight on. Returns the number forgotten. */
+int ipc_context_gone(uint64_t ctx, bool (*keep)(const struct ipc_handle *h));
 
 /* Before the real free of ptr.
  *   IPC_PASS: not an exported allocation base: free it for real. This is

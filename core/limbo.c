@@ -1,7 +1,8 @@
 /* limbo: the deferred frees of this process's exports, the sweeps that
  * find dead holders, the fair share of unclaimed hand-offs, the collector
- * thread's step and the exit wait (see limbo.h). The per-process state it
- * works on is ipc_proc (process.h). */
+ * thread's step and the exit wait (see limbo.h), and ipc.h's collect and
+ * limbo queries. The per-process state it works on is ipc_proc
+ * (process.h). */
 #include "limbo.h"
 #include "collector.h"
 #include "host.h"
@@ -499,4 +500,33 @@ void limbo_exit_wait(void)
     if (expired)
         log_msg(LOG_INFO, "exit: %llu hand-offs nobody claimed were dropped, not waited for",
                 (unsigned long long)expired);
+}
+
+/* ---- ipc.h's limbo calls ---- */
+
+int ipc_collect(void)
+{
+    if (!process_active()) return 0;
+    return limbo_collect(LIMBO_SWEEP_ALL);
+}
+
+int ipc_collect_pressure(void)
+{
+    if (!process_active()) return 0;
+    return limbo_collect_pressure();
+}
+
+bool ipc_limbo_pending(void)
+{
+    return local_limbo_pending();
+}
+
+bool ipc_in_limbo(uint64_t base)
+{
+    if (!local_limbo_pending()) return false;
+    local_lock();
+    struct local_export *e = local_export_find(base);
+    bool freed = e && e->in_limbo;
+    local_unlock();
+    return freed;
 }

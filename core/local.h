@@ -48,8 +48,9 @@ struct local_map {
     struct local_map_key key;
     uint64_t ptr, generation;
     uint32_t count, block, lease;
-    bool pending; /* the real open is in flight (no ptr yet) */
-    uint8_t kind; /* IPC_KIND_*: what the program calls to let go of it */
+    bool pending;  /* the real open is in flight (no ptr yet) */
+    uint8_t kind;  /* IPC_KIND_*: what the program calls to let go of it */
+    uint64_t pool; /* a pool import's pool handle (0: not checked) */
     UT_hash_handle hh, hh_ptr;
     /* For the leak report (leak.h): */
     uint64_t open_ns, size; /* first open (CLOCK_MONOTONIC); the block's bytes */

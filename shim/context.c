@@ -1,8 +1,16 @@
 /* context: the CUDA context the shim works in. Which context is current on
  * the calling thread (an import is cached under it; host swap's first
- * runtime launch needs one), and synchronising a given context before a
- * real close. Both only ask the real driver and runtime; no state here. */
+ * runtime launch needs one), synchronising a given context before a real
+ * close, and the context's end: cudaDeviceReset, cuDevicePrimaryCtxReset,
+ * the last cuDevicePrimaryCtxRelease and cuCtxDestroy unmap every IPC
+ * mapping and pool import made in the context, so core forgets them and
+ * their leases (ipc_context_gone) once the real call succeeded. The
+ * context's handle may come back (a primary context keeps its handle across
+ * a reset; a new context may take a destroyed one's): a cached mapping
+ * would then answer for memory that is no longer mapped. Only the real
+ * driver and runtime are asked; no state here. */
 #include "shim.h"
+#include "ipc.h"
 #include "options.h"
 
 uint64_t shim_current_context(bool runtime_door)
@@ -36,4 +44,125 @@ void shim_synchronize_context(uint64_t ctx)
         real_cuCtxSynchronize();
         real_cuCtxPopCurrent_v2(&previous);
     }
+}
+
+/* ---- teardown: the driver unmaps the context's IPC mappings ---- */
+
+/* Mappings the shim made itself on VMM memory (a synthetic handle's, or a
+ * direct-sharing ledger key's, vmm.c): not the context's, they stay. */
+static bool kept_on_teardown(const struct ipc_handle *h)
+{
+    return vmm_handle_synthetic(h->bytes) || vmm_handle_direct(h->bytes);
+}
+
+static void context_gone(CUcontext ctx)
+{
+    if (shim_tracking() && ctx) ipc_context_gone((uint64_t)ctx, kept_on_teardown);
+}
+
+/* Device dev's primary context while it is active, or NULL: retained and
+ * released again (the real release), which leaves its count as it was. */
+static CUcontext active_primary(CUdevice dev)
+{
+    unsigned flags = 0;
+    int active = 0;
+    CUcontext ctx = NULL;
+    if (!shim_tracking() || !REAL(cuDevicePrimaryCtxGetState) || !REAL(cuDevicePrimaryCtxRetain) ||
+        !REAL(cuDevicePrimaryCtxRelease_v2) ||
+        real_cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || !active ||
+        real_cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
+        return NULL;
+    real_cuDevicePrimaryCtxRelease_v2(dev);
+    return ctx;
+}
+
+static bool primary_active(CUdevice dev)
+{
+    unsigned flags = 0;
+    int active = 1; /* unknown: active, so nothing is forgotten */
+    if (REAL(cuDevicePrimaryCtxGetState)) real_cuDevicePrimaryCtxGetState(dev, &flags, &active);
+    return active;
+}
+
+cudaError_t do_cudaDeviceReset(void)
+{
+    /* cudaDeviceReset resets the current device's primary context. */
+    int ordinal = -1;
+    CUdevice dev;
+    CUcontext ctx = NULL;
+    if (shim_tracking() && REAL(cudaGetDevice) && real_cudaGetDevice(&ordinal) == cudaSuccess &&
+        REAL(cuDeviceGet) && real_cuDeviceGet(&dev, ordinal) == CUDA_SUCCESS)
+        ctx = active_primary(dev);
+    cudaError_t r = CALL_REAL_RUNTIME(cudaDeviceReset, ());
+    if (r == cudaSuccess) context_gone(ctx);
+    return r;
+}
+
+static CUresult primary_reset(CUdevice dev, CUresult (*real)(CUdevice))
+{
+    CUcontext ctx = active_primary(dev);
+    CUresult r = real(dev);
+    if (r == CUDA_SUCCESS) context_gone(ctx);
+    return r;
+}
+
+static CUresult real_primary_reset_v1(CUdevice dev)
+{
+    return CALL_REAL_DRIVER(cuDevicePrimaryCtxReset, (dev));
+}
+static CUresult real_primary_reset_v2(CUdevice dev)
+{
+    return CALL_REAL_DRIVER(cuDevicePrimaryCtxReset_v2, (dev));
+}
+
+CUresult do_cuDevicePrimaryCtxReset(CUdevice dev)
+{
+    return primary_reset(dev, real_primary_reset_v1);
+}
+
+CUresult do_cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    return primary_reset(dev, real_primary_reset_v2);
+}
+
+/* A release tears the primary context down when it was the last retain. */
+static CUresult primary_release(CUdevice dev, CUresult (*real)(CUdevice))
+{
+    CUcontext ctx = active_primary(dev);
+    CUresult r = real(dev);
+    if (r == CUDA_SUCCESS && ctx && !primary_active(dev)) context_gone(ctx);
+    return r;
+}
+
+static CUresult real_primary_release_v1(CUdevice dev)
+{
+    return CALL_REAL_DRIVER(cuDevicePrimaryCtxRelease, (dev));
+}
+static CUresult real_primary_release_v2(CUdevice dev)
+{
+    return CALL_REAL_DRIVER(cuDevicePrimaryCtxRelease_v2, (dev));
+}
+
+CUresult do_cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+    return primary_release(dev, real_primary_release_v1);
+}
+
+CUresult do_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    return primary_release(dev, real_primary_release_v2);
+}
+
+CUresult do_cuCtxDestroy(CUcontext ctx)
+{
+    CUresult r = CALL_REAL_DRIVER(cuCtxDestroy, (ctx));
+    if (r == CUDA_SUCCESS) context_gone(ctx);
+    return r;
+}
+
+CUresult do_cuCtxDestroy_v2(CUcontext ctx)
+{
+    CUresult r = CALL_REAL_DRIVER(cuCtxDestroy_v2, (ctx));
+    if (r == CUDA_SUCCESS) context_gone(ctx);
+    return r;
 }

@@ -229,8 +229,9 @@ static int op_open(const struct open_call *call, int kind, uint64_t *out, bool r
     uint64_t ptr = 0;
     memcpy(h.bytes, call->handle, sizeof h.bytes);
     uint64_t ctx = shim_current_context(runtime_door);
-    int decision = kind == IPC_KIND_POOL ? ipc_import_begin(&h, ctx, &ticket, &ptr)
-                                         : ipc_open_begin(&h, ctx, &ticket, &ptr);
+    int decision = kind == IPC_KIND_POOL
+                       ? ipc_import_pool_begin(&h, ctx, (uint64_t)call->pool, &ticket, &ptr)
+                       : ipc_open_begin(&h, ctx, &ticket, &ptr);
     if (decision == IPC_DONE) {
         *out = ptr;
         return codes->ok;

@@ -17,6 +17,12 @@
  * variant under its own name. */
 #undef cuIpcOpenMemHandle
 #undef cuGetProcAddress
+#undef cuCtxDestroy
+#undef cuDevicePrimaryCtxRelease
+#undef cuDevicePrimaryCtxReset
+CUresult CUDAAPI cuCtxDestroy(CUcontext ctx);
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev);
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
 CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
 CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
                                   cuuint64_t flags);
@@ -183,6 +189,10 @@ uint64_t shim_current_context(bool runtime_door);
 /* With IPCSHIM_CLOSE_SYNC (the default), wait for ctx's work to finish,
  * before a real close unmaps what it may still use. */
 void shim_synchronize_context(uint64_t ctx);
+/* The context teardown entry points (cudaDeviceReset, cuCtxDestroy,
+ * cuDevicePrimaryCtxReset, the last cuDevicePrimaryCtxRelease) are
+ * context.c's do_ functions: after the real call succeeds, core forgets the
+ * context's mappings (ipc_context_gone). */
 
 /* vmm.c: the VMM API, legacy IPC on VMM memory, the VMM ledger. */
 

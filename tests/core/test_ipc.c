@@ -42,9 +42,11 @@ enum {
     CMD_STALE_ABORT,
     CMD_LOCK_AND_DIE,
     CMD_CLOSE_LATER,
-    CMD_IMPORT,   /* a pool import (ipc_import_begin) in context arg */
-    CMD_UNIMPORT, /* a free of arg that may end a pool import */
-    CMD_PASSES,   /* ipc_free_passes(arg) */
+    CMD_IMPORT,      /* a pool import (ipc_import_begin) in context arg */
+    CMD_UNIMPORT,    /* a free of arg that may end a pool import */
+    CMD_PASSES,      /* ipc_free_passes(arg) */
+    CMD_IMPORT_POOL, /* a pool import through pool arg (ipc_import_pool_begin) in context 5 */
+    CMD_CTX_GONE,    /* ipc_context_gone(arg): the number forgotten */
 };
 
 static void importer_loop(struct chan *c, struct ipc_handle h)
@@ -99,6 +101,22 @@ static void importer_loop(struct chan *c, struct ipc_handle h)
             CHILD_SEND(c, 0);
             break;
         }
+        case CMD_IMPORT_POOL: {
+            struct ipc_open t;
+            uint64_t ptr = 0;
+            int r = ipc_import_pool_begin(&h, 5, arg, &t, &ptr);
+            if (r == IPC_REAL) {
+                ptr = 0x7100000000ull + (5ull << 20);
+                ipc_open_commit(&t, ptr);
+            }
+            CHILD_SEND(c, (uint64_t)(int64_t)r);
+            CHILD_SEND(c, ptr);
+            break;
+        }
+        case CMD_CTX_GONE:
+            CHILD_SEND(c, (uint64_t)(int64_t)ipc_context_gone(arg, NULL));
+            CHILD_SEND(c, 0);
+            break;
         case CMD_PASSES:
             CHILD_SEND(c, (uint64_t)ipc_free_passes(arg));
             CHILD_SEND(c, 0);
@@ -246,6 +264,49 @@ Test(ipc, pool_import_is_let_go_of_by_a_free)
                  "ended: a free like any (the driver refuses it)");
     cr_assert_eq(importer_call(&im, CMD_PASSES, ptr, NULL), 1, "the filter let go of it");
     cr_assert_eq(ipc_collect(), 1);
+    cr_assert_eq(fake_freed[0], BASE);
+    importer_stop(&im);
+}
+
+Test(ipc, pool_reimport_through_another_pool_asks_the_driver)
+{
+    struct ipc_handle h = make_handle(4);
+    cr_assert_eq(ipc_export_identity(&h, BASE, 4096, 0, CTX, 0, IPC_KIND_POOL), 0);
+    struct importer im;
+    importer_start(&im, h);
+    uint64_t ptr, again;
+    cr_assert_eq(importer_call(&im, CMD_IMPORT_POOL, 0xa0, &ptr), IPC_REAL);
+    cr_assert_eq(importer_call(&im, CMD_IMPORT_POOL, 0xa0, &again), IPC_DONE,
+                 "through the same pool: the same pointer");
+    cr_assert_eq(again, ptr);
+    cr_assert_eq(importer_call(&im, CMD_IMPORT_POOL, 0, &again), IPC_PASS,
+                 "through a NULL pool: the driver answers");
+    cr_assert_eq(importer_call(&im, CMD_IMPORT_POOL, 0xb0, &again), IPC_PASS,
+                 "through another pool: the driver answers");
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
+    cr_assert_eq(importer_call(&im, CMD_UNIMPORT, ptr, NULL), IPC_REAL, "still one import");
+    cr_assert_eq(ipc_collect(), 1);
+    importer_stop(&im);
+}
+
+Test(ipc, a_context_gone_forgets_its_mappings_and_leases)
+{
+    struct ipc_handle h = make_handle(6);
+    cr_assert_eq(ipc_export(&h, BASE, 4096, 0, CTX), 0);
+    struct importer im;
+    importer_start(&im, h);
+    uint64_t p1, p2, again;
+    cr_assert_eq(importer_open(&im, 1, &p1), IPC_REAL);
+    cr_assert_eq(importer_open(&im, 1, &again), IPC_DONE, "counted twice in context 1");
+    cr_assert_eq(importer_open(&im, 2, &p2), IPC_REAL);
+    cr_assert_eq(ipc_free(BASE), IPC_DONE);
+    cr_assert_eq(importer_call(&im, CMD_CTX_GONE, 1, NULL), 1, "context 1's one mapping");
+    cr_assert_eq(importer_call(&im, CMD_CTX_GONE, 1, NULL), 0, "forgotten already");
+    cr_assert_eq(ipc_collect(), 0, "context 2 still maps it");
+    cr_assert_eq(importer_open(&im, 1, &again), IPC_REAL, "context 1 asks the driver again");
+    cr_assert_eq(importer_close(&im, again), IPC_REAL, "and its one close is the last");
+    cr_assert_eq(importer_call(&im, CMD_CTX_GONE, 2, NULL), 1);
+    cr_assert_eq(ipc_collect(), 1, "no lease left: the deferred free");
     cr_assert_eq(fake_freed[0], BASE);
     importer_stop(&im);
 }

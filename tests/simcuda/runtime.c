@@ -437,7 +437,13 @@ static cudaError_t lazy_init(void)
 
 /* Makes the calling thread's current device usable: retains that device's
  * primary context on first use in the process and makes it current on first
- * use in the thread (again after a cudaDeviceReset). */
+ * use in the thread (again after a cudaDeviceReset). A context the program
+ * made current through the driver (cuCtxCreate, cuCtxSetCurrent) before the
+ * thread's first runtime call is used as it is, as NVIDIA's runtime does
+ * ("If a context is created and made current via the driver API,
+ * subsequent runtime calls will pick up this context instead of creating a
+ * new one": CUDA Programming Guide, interoperability between the runtime
+ * and driver APIs). */
 static cudaError_t ensure_context(void)
 {
     cudaError_t e = lazy_init();
@@ -446,6 +452,10 @@ static cudaError_t ensure_context(void)
     if (dev < 0 || dev >= device_count) return cudaErrorInvalidDevice;
     if (tl_bound_device == dev &&
         tl_bound_gen == __atomic_load_n(&primary[dev].gen, __ATOMIC_ACQUIRE))
+        return cudaSuccess;
+    CUcontext current = NULL;
+    if (tl_bound_device < 0 && DRV(cuCtxGetCurrent, 0) &&
+        DRV(cuCtxGetCurrent, 0)(&current) == CUDA_SUCCESS && current)
         return cudaSuccess;
 
     CUresult r = CUDA_SUCCESS;

@@ -45,6 +45,7 @@
     X(cuDevicePrimaryCtxRelease, 11000, 0)                                                         \
     X(cuDevicePrimaryCtxReset, 11000, 0)                                                           \
     X(cuCtxSetCurrent, 4000, 0)                                                                    \
+    X(cuCtxGetCurrent, 4000, 0)                                                                    \
     X(cuCtxSynchronize, 13000, 0)                                                                  \
     X(cuMemAlloc, 3020, 0)                                                                         \
     X(cuMemAllocManaged, 6000, 0)                                                                  \

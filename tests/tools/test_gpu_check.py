@@ -70,6 +70,13 @@ def test_whole_run_on_the_simulator_prints_the_validation_block():
                 check(f"| pool {door}: shim, free {when} | pass |" in text, f"pool {door} {when} in:\n{text}")
         for name in ("consumer SIGKILLed holding imports", "pool destroyed while imported"):
             check(f"| pool: shim, {name} | pass |" in text, f"pool: shim, {name} in:\n{text}")
+        # Issue 46's sharing orders (tests/e2e/progs/sharing_orders.c).
+        for args in ("--free early", "--free early --free-with async --reuse", "--kind legacy --free early --reuse"):
+            check(f"| orders {args}: shim | pass |" in text, f"orders {args} in:\n{text}")
+        for args in ("--free last --reimport", "--free last --reset device", "--free last --reset primary",
+                     "--free last --reset release", "--free last --reset ctx",
+                     "--kind legacy --free last --reset device", "--kind legacy --free last --reset ctx"):
+            check(f"| orders {args}: shim answers as the driver | pass |" in text, f"orders {args} in:\n{text}")
         # --swap: the training loop keeps its checksum under each policy and
         # budget, and every probe of the driver's move costs printed a line.
         for policy in ("history", "lru"):
