@@ -368,9 +368,10 @@ void stat_print_json(const struct inspect_snapshot *s, const char *domain)
     struct totals t = stat_totals(s);
     json_head(domain, s->name);
     printf(",\"abi\":%u,\"time_unix_ms\":%llu,\"created_unix_ms\":%llu,\"creator_pid\":%d,"
-           "\"repairs\":%u",
+           "\"repairs\":%u,\"swept\":%u",
            s->abi, (unsigned long long)(s->taken_real_ns / 1000000ull),
-           (unsigned long long)(s->created_ns / 1000000ull), (int)s->creator_pid, s->repairs);
+           (unsigned long long)(s->created_ns / 1000000ull), (int)s->creator_pid, s->repairs,
+           s->swept);
     printf(",\"capacity\":{\"holders\":%u,\"blocks\":%u,\"leases\":%u}", s->max_holders,
            s->max_blocks, s->max_leases);
     printf(",\"holders\":[");
