@@ -368,10 +368,9 @@ void stat_print_json(const struct inspect_snapshot *s, const char *domain)
     struct totals t = stat_totals(s);
     json_head(domain, s->name);
     printf(",\"abi\":%u,\"time_unix_ms\":%llu,\"created_unix_ms\":%llu,\"creator_pid\":%d,"
-           "\"repairs\":%u,\"swept\":%u",
+           "\"repairs\":%u",
            s->abi, (unsigned long long)(s->taken_real_ns / 1000000ull),
-           (unsigned long long)(s->created_ns / 1000000ull), (int)s->creator_pid, s->repairs,
-           s->swept);
+           (unsigned long long)(s->created_ns / 1000000ull), (int)s->creator_pid, s->repairs);
     printf(",\"capacity\":{\"holders\":%u,\"blocks\":%u,\"leases\":%u}", s->max_holders,
            s->max_blocks, s->max_leases);
     printf(",\"holders\":[");
@@ -394,7 +393,7 @@ void stat_print_json(const struct inspect_snapshot *s, const char *domain)
     }
     putchar(']');
     json_totals(s, &t);
-    printf(",\"skipped\":%u,\"swap\":null}\n", s->skipped);
+    printf(",\"skipped\":%u,\"swap\":null,\"swept\":%u}\n", s->skipped, s->swept);
 }
 
 /* --json when there is no snapshot to show: an object all the same, so that
