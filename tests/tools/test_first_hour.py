@@ -153,6 +153,52 @@ def test_pool_example_leaves_no_registry_behind():
         remove_shm(domain)
 
 
+VFORK_EXIT = r"""
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(int argc, char **argv)
+{
+    void *p;
+    cudaIpcMemHandle_t h;
+    if (cudaMalloc(&p, 1 << 20) || cudaIpcGetMemHandle(&h, p)) return 2;
+    pid_t c = vfork(); /* the child shares our memory: its _exit must release nothing of ours */
+    if (c == 0) _exit(0);
+    waitpid(c, NULL, 0);
+    fflush(stdout);
+    return system(argv[1]) == 0 ? 0 : 3; /* ipcshim-stat --json, while we still hold the export */
+}
+"""
+
+
+def test_a_vfork_childs_exit_leaves_its_parent_tracked():
+    # _exit is interposed (a fork child's release); a vfork child shares
+    # its parent's memory and must not release the parent's holder.
+    cuda = run(["meson", "introspect", "--buildoptions", BUILD])[1]
+    toolkit = (re.findall(r'"name": "toolkit", "value": "([^"]+)"', cuda) or [None])[0]
+    toolkit = toolkit or os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    work = tempfile.mkdtemp(prefix="ipcshim-fh-vfork-")
+    domain = f"fh-vfork-{PID}"
+    try:
+        src, exe = os.path.join(work, "vfork_exit.c"), os.path.join(work, "vfork-exit")
+        with open(src, "w") as f:
+            f.write(VFORK_EXIT)
+        status, out, err = run(["cc", "-o", exe, src, f"-I{toolkit}/include", f"-L{toolkit}/lib64",
+                                f"-L{toolkit}/lib", "-lcudart"])
+        eq(status, 0, f"cc: {err}")
+        status, out, err = shell(f"{RUN} --sim -- {exe} '{STAT} --json'", env_for(domain))
+        eq(status, 0, out + err)
+        snap = json.loads(out.strip().splitlines()[-1])
+        mine = [h for h in snap["holders"] if h["exports"] == 1]
+        eq(len(mine), 1, f"the parent still holds its export after the vfork child's _exit: {out}")
+        check(not os.path.exists(f"/dev/shm/ipcshim-{UID}-{domain}"), "and its own exit removed the registry")
+    finally:
+        remove_shm(domain)
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def test_stat_watch_text_is_written_per_snapshot():
     # ipcshim-stat --watch 0.2 > watch.txt, read while it runs.
     work = tempfile.mkdtemp(prefix="ipcshim-fh-watch-")
