@@ -319,8 +319,12 @@ static int producer_main(const struct config *cfg)
     }
     double last_close = 0;
     for (int k = 0; k < cfg->consumers; k++) {
-        while (reply(&children[k], line, sizeof line) && strcmp(line, "closed"))
-            printf("consumer %d: %s\n", k, line);
+        while (reply(&children[k], line, sizeof line) && strcmp(line, "closed")) {
+            if (!strncmp(line, "read ", 5)) /* the words it read: "read by K: ..." */
+                printf("read by %d: %s\n", k, line + 5);
+            else
+                printf("consumer %d: %s\n", k, line);
+        }
         last_close = now_ms();
         int ws;
         waitpid(children[k].pid, &ws, 0);
