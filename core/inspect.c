@@ -328,6 +328,7 @@ int inspect_snapshot(const char *domain, struct inspect_snapshot *s, char *why, 
     s->max_blocks = r.limit_blocks; /* the bound, not the layout's capacity */
     s->max_leases = r.max_leases;
     s->repairs = r.hdr->repairs;
+    s->swept = r.hdr->swept;
     s->creator_pid = r.hdr->creator_pid;
 #ifdef __GLIBC__
     s->lock_tid = __atomic_load_n(&r.hdr->lock.mutex.__data.__lock, __ATOMIC_RELAXED) & 0x3fffffff;

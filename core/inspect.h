@@ -85,6 +85,7 @@ struct inspect_snapshot {
     uint64_t size;
     uint32_t max_holders, max_blocks, max_leases;
     uint32_t repairs;
+    uint32_t swept; /* holders swept dead so far (reg_header.swept) */
     int32_t creator_pid;
     /* The registry lock when the snapshot was taken: the thread its word
      * names (0: free), the pid its holder recorded, and for how long. */

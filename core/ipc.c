@@ -35,6 +35,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum {
     TICKET_CLAIMED = 1, /* ipc_open.flags: this open claimed a hand-off */
@@ -70,6 +71,11 @@ void ipc_unload(void)
 {
     if (ipc_proc.initialised && __atomic_load_n(&ipc_proc.state, __ATOMIC_ACQUIRE) == PROC_ACTIVE)
         ipc_shutdown();
+}
+
+void ipc_exit_now(void)
+{
+    if (ipc_proc.initialised && ipc_proc.canary_pid == getpid()) ipc_unload();
 }
 
 static void init_once(void)
@@ -230,6 +236,8 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
         collector_start(limbo_collector_step, limbo_collector_kick);
     }
     local_unlock();
+    log_msg(LOG_DEBUG, "export of 0x%llx (%llu bytes, device %d): block %u",
+            (unsigned long long)base, (unsigned long long)size, device, idx);
     leak_watch_start(ipc_leak_check);
     return 0;
 off:
@@ -585,6 +593,7 @@ void ipc_open_commit(struct ipc_open *t, uint64_t ptr)
                                         __ATOMIC_RELAXED);
         STAT_ADD(opens, 1);
         local_broadcast();
+        log_msg(LOG_DEBUG, "open of block %u: mapped at 0x%llx", t->block, (unsigned long long)ptr);
     }
     local_unlock();
     leak_watch_start(ipc_leak_check);

@@ -59,6 +59,12 @@ void ipc_fork_child(void);
  * earlier ipc_shutdown (an atexit hook's). */
 void ipc_unload(void);
 
+/* The program's own _exit (or _Exit): no atexit hook or destructor will
+ * run, so ipc_unload runs here, in the process that attached only: not in
+ * a vfork child, which shares its parent's memory (and so its tables and
+ * holder slot) under another pid. */
+void ipc_exit_now(void);
+
 /* True once the registry is attached and usable in this process. */
 bool ipc_active(void);
 

@@ -155,6 +155,9 @@ static void free_victims(const struct victim *v, size_t n)
     local_unlock();
     for (size_t i = 0; i < n; i++) {
         uint64_t spent = now - v[i].limbo_since;
+        log_msg(LOG_DEBUG, "reclaimed 0x%llx (%llu bytes, block %u) after %.3f ms in limbo",
+                (unsigned long long)v[i].base, (unsigned long long)v[i].size, v[i].block,
+                (double)spent / 1e6);
         STAT_ADD(frees_reclaimed, 1);
         STAT_ADD(bytes_reclaimed, v[i].size);
         uint64_t longest = __atomic_load_n(&ipc_proc.st.longest_limbo_ns, __ATOMIC_RELAXED);
@@ -369,6 +372,8 @@ int limbo_free_into(struct local_export *e, bool locked)
     }
     local_limbo_add(e);
     STAT_ADD(frees_deferred, 1);
+    log_msg(LOG_DEBUG, "free of 0x%llx deferred (block %u is open elsewhere or not yet claimed)",
+            (unsigned long long)e->base, e->block);
     if (local_limbo_count() > unclaimed_share() && (locked || process_lock_registry())) {
         shed_unclaimed();
         if (!locked) registry_unlock(&ipc_proc.reg);

@@ -134,6 +134,18 @@ PARSER parse_STRING(const char *s, opt_STRING *v, const char *ch)
     *v = s;
     return 0;
 }
+/* A name that becomes part of a file name (the registry's): 1-64 of
+ * [A-Za-z0-9._-], as registry_name() requires (REG_DOMAIN_MAX). */
+PARSER parse_NAME(const char *s, opt_NAME *v, const char *ch)
+{
+    size_t n = strlen(s);
+    (void)ch;
+    if (n < 1 || n > 64) return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("._-", s[i])) return -EINVAL;
+    *v = s;
+    return 0;
+}
 PARSER parse_CHOICE(const char *s, opt_CHOICE *v, const char *ch)
 {
     int i = parse_choice(s, ch);
@@ -157,6 +169,7 @@ static const char *expected(const char *type, const char *choices, char *buf, si
     if (!strcmp(type, "MS"))
         return "a duration such as 500ms, 30s or 2m (a bare number is seconds)";
     if (!strcmp(type, "COUNT")) return "a whole number";
+    if (!strcmp(type, "NAME")) return "1-64 of A-Z a-z 0-9 . _ -";
     if (!strcmp(type, "CHOICE")) {
         snprintf(buf, len, "one of %s", choices);
         return buf;
@@ -211,11 +224,106 @@ static bool first_to_say(const char *domain, uint64_t hash)
     return !said;
 }
 
-/* A value that did not parse, kept to be said once the log is set up. */
+/* A value that did not parse, or an IPCSHIM_* name that is no setting
+ * (type NULL, closest: the known name nearest to it), kept to be said once
+ * the log is set up. */
 struct bad_value {
     char name[64];
-    const char *value, *type, *choices, *def, *help;
+    const char *value, *type, *choices, *def, *help, *closest;
 };
+
+/* IPCSHIM_* names that are not the library's settings but are read by the
+ * commands (docs/environment.md, "Commands") or by the test suites: never
+ * reported as unknown, and offered as the closest name like any other. */
+static const char *const other_names[] = {
+    "IPCSHIM_LIBRARY",     "IPCSHIM_BUILD_DIR", "IPCSHIM_APT_LOCK_WAIT",   "IPCSHIM_LIB",
+    "IPCSHIM_SOAK_ROUNDS", "IPCSHIM_SOAK_SEED", "IPCSHIM_THIRDPARTY_VENV",
+};
+
+/* Edit distance between a and b (at most 63 characters of each), ignoring
+ * underscores: IPCSHIM_EXITWAIT is IPCSHIM_EXIT_WAIT misspelled by 0. */
+static unsigned distance(const char *a, const char *b)
+{
+    char x[64], y[64];
+    size_t n = 0, m = 0;
+    for (; *a && n < sizeof x - 1; a++)
+        if (*a != '_') x[n++] = (char)toupper((unsigned char)*a);
+    for (; *b && m < sizeof y - 1; b++)
+        if (*b != '_') y[m++] = (char)toupper((unsigned char)*b);
+    unsigned row[64];
+    for (size_t j = 0; j <= m; j++)
+        row[j] = (unsigned)j;
+    for (size_t i = 1; i <= n; i++) {
+        unsigned diag = row[0];
+        row[0] = (unsigned)i;
+        for (size_t j = 1; j <= m; j++) {
+            unsigned up = row[j], best = diag + (x[i - 1] != y[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[m];
+}
+
+/* True when the words of a (split at '_') begin with all the words of b:
+ * IPCSHIM_LOG_LEVEL begins with IPCSHIM_LOG. */
+static bool word_prefix(const char *a, const char *b)
+{
+    size_t n = strlen(b);
+    return strncasecmp(a, b, n) == 0 && (a[n] == '_' || a[n] == 0);
+}
+
+/* How far an unknown name is from a known one: a known name whose words
+ * begin the unknown one (IPCSHIM_LOG for IPCSHIM_LOG_LEVEL) counts as one
+ * edit, else the edit distance. */
+static unsigned name_distance(const char *unknown, const char *known)
+{
+    unsigned d = distance(unknown, known);
+    return word_prefix(unknown, known) && d > 1 ? 1 : d;
+}
+
+/* Whether name (NAME=... in the environment, n characters) is a setting or
+ * one of other_names; if not, *closest gets the nearest of both. */
+static bool known_name(const char *name, const char **closest)
+{
+    static const char *const settings[] = {
+#define OPT(field, type, def, choices, help) "IPCSHIM_" #field,
+#include "options.def"
+#undef OPT
+    };
+    unsigned best = ~0u;
+    char upper[64];
+    for (size_t i = 0; i < sizeof settings / sizeof *settings; i++) {
+        env_name(settings[i] + 8, upper, sizeof upper);
+        if (!strcmp(upper, name)) return true;
+        unsigned d = name_distance(name, upper);
+        if (d < best) best = d, *closest = settings[i];
+    }
+    for (size_t i = 0; i < sizeof other_names / sizeof *other_names; i++) {
+        if (!strcmp(other_names[i], name)) return true;
+        unsigned d = name_distance(name, other_names[i]);
+        if (d < best) best = d, *closest = other_names[i];
+    }
+    return false;
+}
+
+extern char **environ;
+
+/* Adds each IPCSHIM_* name of the environment that is no setting to bad[]
+ * (never in secure execution: the environment is not ours to read there). */
+static void find_unknown_names(struct bad_value *bad, unsigned *nbad, unsigned max)
+{
+    if (options_secure()) return;
+    for (char **e = environ; e && *e && *nbad < max; e++) {
+        const char *eq = strchr(*e, '=');
+        if (strncmp(*e, "IPCSHIM_", 8) || !eq) continue;
+        struct bad_value b = {.value = eq + 1};
+        snprintf(b.name, sizeof b.name, "%.*s", (int)(eq - *e), *e);
+        if (!known_name(b.name, &b.closest)) bad[(*nbad)++] = b;
+    }
+}
 
 static void load(void)
 {
@@ -232,12 +340,13 @@ static void load(void)
     if ((value = secure_getenv(name)) && *value && parse_##type(value, &current.field, choices)) { \
         parse_##type(def, &current.field, choices); /* a parser may have stored a partial value */ \
         if (nbad < sizeof bad / sizeof *bad) {                                                     \
-            bad[nbad] = (struct bad_value){"", value, #type, choices, def, help};                  \
+            bad[nbad] = (struct bad_value){"", value, #type, choices, def, help, NULL};            \
             snprintf(bad[nbad++].name, sizeof bad->name, "%s", name);                              \
         }                                                                                          \
     }
 #include "options.def"
 #undef OPT
+    find_unknown_names(bad, &nbad, sizeof bad / sizeof *bad);
     /* Said after the whole table is read, so that the log's own settings
      * apply; and by one process of the domain (first_to_say). */
     log_configure(current.log, current.log_file);
@@ -253,6 +362,13 @@ static void load(void)
     }
     for (unsigned k = 0; k < nbad; k++) {
         const struct bad_value *b = &bad[k];
+        if (!b->type) {
+            char closest[64];
+            env_name(b->closest + 8, closest, sizeof closest);
+            log_msg(LOG_WARN, "%s is not an ipcshim setting (did you mean %s?); ignored", b->name,
+                    closest);
+            continue;
+        }
         log_msg(LOG_ERROR, "%s=%s is not valid: expected %s; using the default %s%s (%s)", b->name,
                 b->value, expected(b->type, b->choices, want, sizeof want), b->def,
                 *b->def ? "" : "\"\"", b->help);
@@ -304,7 +420,7 @@ static void options_log_one(const char *name, const char *type, const void *v, c
 {
     if (!strcmp(type, "BOOL"))
         log_msg(LOG_INFO, "  %s=%s", name, *(const bool *)v ? "on" : "off");
-    else if (!strcmp(type, "STRING"))
+    else if (!strcmp(type, "STRING") || !strcmp(type, "NAME"))
         log_msg(LOG_INFO, "  %s=%s", name, *(const char *const *)v);
     else if (!strcmp(type, "MS"))
         log_msg(LOG_INFO, "  %s=%llums", name, (unsigned long long)*(const uint64_t *)v);

@@ -15,7 +15,8 @@ typedef uint64_t opt_SIZE;
 typedef uint64_t opt_COUNT;
 typedef uint64_t opt_MS;
 typedef const char *opt_STRING;
-typedef int opt_CHOICE; /* an index into the option's choices ("log": LOG_* in log.h) */
+typedef const char *opt_NAME; /* 1-64 of [A-Za-z0-9._-] */
+typedef int opt_CHOICE;       /* an index into the option's choices ("log": LOG_* in log.h) */
 
 struct options {
 #define OPT(field, type, def, choices, help) opt_##type field;

@@ -68,8 +68,8 @@
  *   removing        lock: the last one out  seq_cst store 1;     registry_removing (seq_cst fence
  *                   (remove_if_unused);     0 if it keeps the    + load) after take_slot's ACTIVE:
  *                   registry_repair: 0      file or repairs      Dekker, one sees the other
- *   reserved32, reserved
- *                   nobody (zero)           -                    -
+ *   swept           lock (sweep_found)      plain                reports (ipcshim-stat)
+ *   reserved        nobody (zero)           -                    -
  *
  * == struct reg_holder ==
  *   field           written by              how                  read by / pairs with
@@ -244,7 +244,11 @@ struct reg_header {
      * lock; registry_remove_if_unused), else 0. An attacher that sees it
      * after publishing its slot backs off and opens the path again. */
     uint32_t removing;
-    uint32_t reserved32;
+    /* Holders swept dead (killed, or ended without the shim's exit: _exit
+     * before the library saw it), counted under the lock; a process that
+     * exited through the shim is not counted. Carved from a reserved
+     * word (zero in segments of earlier builds): the layout is unchanged. */
+    uint32_t swept;
     uint64_t reserved[11];
 };
 

@@ -195,6 +195,7 @@ static int sweep_found(struct registry *r, const uint32_t *dead, const uint64_t 
         log_msg(LOG_INFO, "holder %u (pid %d) is gone; releasing its leases and blocks", dead[k],
                 (int)h->pid);
         reg_holder_sweep(r, dead[k]);
+        r->hdr->swept++;
         swept++;
     }
     return swept;

@@ -376,6 +376,7 @@ static int watch_loop(const struct cli *cli)
             printf("---- %s, every %gs (Ctrl-C to stop)\n", when, watch);
         }
         status = cli->all ? show_all(cli->mode) : show(cli->domain, cli->mode);
+        fflush(stdout); /* each snapshot whole, into a pipe or file too (tail -f) */
     }
     return status;
 }

@@ -393,7 +393,7 @@ void stat_print_json(const struct inspect_snapshot *s, const char *domain)
     }
     putchar(']');
     json_totals(s, &t);
-    printf(",\"skipped\":%u,\"swap\":null}\n", s->skipped);
+    printf(",\"skipped\":%u,\"swap\":null,\"swept\":%u}\n", s->skipped, s->swept);
 }
 
 /* --json when there is no snapshot to show: an object all the same, so that

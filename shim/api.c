@@ -30,7 +30,11 @@ SHIM_EXPORT const char *ipcshim_version(void)
 SHIM_EXPORT int ipcshim_collect(void)
 {
     resolve_all();
-    return shim_tracking() ? ipc_collect() : 0;
+    shim_depth++; /* inside the shim: an _exit from a signal handler now releases nothing (init.c)
+                   */
+    int n = shim_tracking() ? ipc_collect() : 0;
+    shim_depth--;
+    return n;
 }
 
 static void fill_stats(struct ipcshim_stats *s)

@@ -26,7 +26,13 @@
  *     tracked open;
  *  6. destructor (default priority): host swap's refused exports, the VMM
  *     ledger's exit report (vmm.c) and the IPCSHIM_STATS report;
- *  7. destructor(101): ipc_unload.
+ *  7. destructor(101): ipc_unload;
+ *  8. _exit and _Exit, interposed: a program that leaves through them (a
+ *     fork child's usual way out, Python's os._exit) runs no atexit hook
+ *     and no destructor, so without 8 its holder stayed in the registry
+ *     until someone swept it, and a pipeline whose processes all ended so
+ *     left its registry behind. 8 runs ipc_exit_now (ipc_unload in the
+ *     process that attached), then the real _exit.
  *
  * At exit, atexit handlers run newest first, all before the destructors.
  * 4 and 5 are registered lazily on purpose: the CUDA runtime registers its
@@ -44,16 +50,23 @@
 #include "host_swap.h"
 #include "fdpass.h"
 #include "ipc.h"
+#include "sys.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 
 int init_libraries_initialised;
 
+typedef void (*exit_fn)(int);
+static exit_fn real_exit_fn; /* libc's _exit, resolved at load (8) */
+
 /* 1. Runs after libc's initialiser (this library depends on libc). */
 __attribute__((constructor)) static void init_at_load(void)
 {
     pidfd_resolve_at_load();
+    /* 8's libc _exit, now: at _exit time a lookup could be inside a signal
+     * handler (and see pidfd.c's trap: no lookup that may allocate). */
+    __atomic_store_n(&real_exit_fn, (exit_fn)resolve_next_libc("_exit"), __ATOMIC_RELEASE);
     __atomic_store_n(&init_libraries_initialised, 1, __ATOMIC_RELEASE);
 }
 
@@ -124,4 +137,25 @@ __attribute__((destructor)) static void report_at_exit(void)
 __attribute__((destructor(101))) static void unload_at_exit(void)
 {
     ipc_unload();
+}
+
+/* 8. The program's _exit. Trap: _exit is async-signal-safe and is called
+ * from signal handlers; one that interrupted this thread inside the shim
+ * (shim_depth) may have left a lock of ours held by this very thread, so
+ * then nothing is released (a sweep does it later, as for a kill). */
+static __attribute__((noreturn)) void exit_now(int status)
+{
+    if (__atomic_load_n(&shim_depth, __ATOMIC_RELAXED) == 0) ipc_exit_now();
+    exit_fn next = __atomic_load_n(&real_exit_fn, __ATOMIC_ACQUIRE);
+    if (next) next(status);
+    for (;;) /* none found at load: what libc's _exit does */
+        sys_call6(SYS_exit_group, status, 0, 0, 0, 0, 0);
+}
+SHIM_EXPORT void _exit(int status)
+{
+    exit_now(status);
+}
+SHIM_EXPORT void _Exit(int status)
+{
+    exit_now(status);
 }

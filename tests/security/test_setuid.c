@@ -177,6 +177,7 @@ static char **attack_env(char store[][512])
     PUT("IPCSHIM_TRACE=%s/trace", user_dir);
     PUT("IPCSHIM_REGISTRY_DIR=%s", user_dir);
     PUT("IPCSHIM_DOMAIN=evil");
+    PUT("IPCSHIM_DOMAINS=evil"); /* an unknown name: reported only where obeyed */
     PUT("IPCSHIM_MAX_BLOCKS=1");
     PUT("IPCSHIM_MAX_HOLDERS=1");
     PUT("IPCSHIM_MAX_LEASES=1");
@@ -228,6 +229,7 @@ Test(setuid, obeys_no_option_of_the_invoking_user)
     cr_expect_eq(o.max_leases, 8388608u);
     cr_expect_null(strstr(o.err, "forged"), "stderr carries the user's text:\n%s", o.err);
     cr_expect_null(strstr(o.err, "evil"), "stderr carries the user's text:\n%s", o.err);
+    cr_expect_null(strstr(o.err, "DOMAINS"), "the user's environment was read:\n%s", o.err);
 }
 
 Test(setuid, the_same_program_without_setuid_obeys_them)
@@ -252,11 +254,14 @@ Test(setuid, the_same_program_without_setuid_obeys_them)
     FILE *f = fopen(root_log, "r");
     cr_assert(f);
     char line[2048];
-    bool escaped = false;
+    bool escaped = false, unknown = false;
     while (fgets(line, sizeof line, f)) {
+        unknown |= strstr(line, "IPCSHIM_DOMAINS is not an ipcshim setting (did you mean "
+                                "IPCSHIM_DOMAIN?)") != NULL;
         cr_expect_neq(strncmp(line, "ipcshim[1]: error: forged", 25), 0, "a forged line: %s", line);
         escaped |= strstr(line, "IPCSHIM_HANDOFF_TIMEOUT=1s\\x0aipcshim[1]: error: forged") != NULL;
     }
     fclose(f);
     cr_expect(escaped, "the bad value is not in the log with its newline escaped");
+    cr_expect(unknown, "the unknown name IPCSHIM_DOMAINS is not in the log");
 }

@@ -277,6 +277,12 @@ def test_launcher_build_errors_name_what_is_missing():
     status, out, err = run([script("ipcshim-run"), "--demo"], env=env, cwd=WORK, timeout=400)
     eq(status, 0, f"--demo with a -Dtests=disabled folder: {out}{err}")
     check("the producer's cudaFree was deferred" in out, out)
+    # It built the demo's program quietly (meson's lines only on a failure)
+    # and shows the words the consumer read, poison first, then the data.
+    check("ninja" not in err and "Compiling" not in err and "Linking" not in err, f"build output shown: {err}")
+    read = re.findall(r"the consumer read: +(.*)", out)
+    wrote = re.findall(r"the producer wrote: +(.*)", out)
+    check(len(read) == 2 and len(wrote) == 2 and read[1] == wrote[1] and read[0] != wrote[0], out)
     # ... and one without the simulator either is named, with the option.
     status, out, err = run(["meson", "configure", build, "-Dsim=false"], timeout=120)
     eq(status, 0, err)

@@ -234,6 +234,32 @@ COMMANDS = {
             "the header from the tree; the installed pkg-config file is tested by tools-install"),
     "ipcshim-run -- ./collect": Run(None, "freed 0 blocks"),
     "ipcshim-run -- python3 train.py": Covered("scripts/gpu-check", "tests/gpu/torch_pair.py", GPU_ONLY),
+    # docs/usage.md, "Watching it work": the whole block in one shell (its
+    # first line starts the pair in the background for the others), from
+    # the checkout's scripts and build folder; the consumer's right reads
+    # counted, its wrong ones none.
+    "scripts/ipcshim-run --sim -- build/examples/ipc-producer --seconds 20 | "
+    "scripts/ipcshim-run --sim -- build/examples/ipc-consumer 2> pair.log &":
+        Run("{src}/scripts/ipcshim-run --sim -- {build}/examples/ipc-producer --seconds 20 | "
+            "{src}/scripts/ipcshim-run --sim -- {build}/examples/ipc-consumer 2> pair.log & "
+            "{src}/scripts/ipcshim-stat --watch 1 --count 4 && "
+            "{src}/scripts/ipcshim-stat --json --watch 0.5 --count 20 > run.jsonl && "
+            "{src}/scripts/ipcshim-plot run.jsonl -o run.png && "
+            "wait && grep -c 'as the producer wrote it' pair.log && ! grep WRONG pair.log && "
+            "grep -q 'ipc-producer' run.jsonl && test -s run.png",
+            "ipc-consumer", "the block's five lines in one shell, scripts/ and build/ of this checkout and build",
+            needs=module("matplotlib")),
+    "scripts/ipcshim-stat --watch 1 --count 4": Run("true", None, "run with the block's first line"),
+    "scripts/ipcshim-stat --json --watch 0.5 --count 20 > run.jsonl": Run("true", None, "run with the block's first line"),
+    "scripts/ipcshim-plot run.jsonl -o run.png": Run("true", None, "run with the block's first line"),
+    "wait; grep -c 'as the producer wrote it' pair.log": Run("true", None, "run with the block's first line"),
+    "ipcshim-run -- python3 examples/torch_pair.py --seconds 20":
+        Run("ipcshim-run -- python3 {src}/examples/torch_pair.py --seconds 3", None,
+            "3 s; without PyTorch (or a GPU PyTorch sees) it says so and exits 0"),
+    "scripts/ipcshim-run --sim -- build/tests/e2e/pool-ipc --free while-reading":
+        Run("IPCSHIM_DOMAIN={domain}-pool {src}/scripts/ipcshim-run --sim -- {build}/tests/e2e/pool-ipc --free "
+            "while-reading && test ! -e /dev/shm/ipcshim-$(id -u)-{domain}-pool", "consumer: ok",
+            "in a domain of its own, which must be gone after (its processes end with _exit)"),
     "ipcshim-run -- python3 numba_ipc.py": Covered("docs/usage.md", "# numba_ipc.py",
                                                    "needs numba and a GPU: its Python is parsed here"),
     # docs/performance.md

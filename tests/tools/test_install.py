@@ -36,6 +36,7 @@ PREFIX, BINDIR, LIBDIR = option("prefix"), option("bindir"), option("libdir")
 INCLUDEDIR, MANDIR = option("includedir"), option("mandir")
 SIM = option("sim")
 SIMDIR = os.path.join(LIBDIR, "ipcshim", "sim")
+DEMODIR = os.path.join(option("libexecdir"), "ipcshim")  # the demo's program: a program, in libexec
 
 
 def staged(subdir, name=""):
@@ -198,8 +199,13 @@ def test_installed_launcher_errors():
 def test_simulator_is_installed_in_a_private_folder():
     if not SIM:
         return "configured with -Dsim=false: no simulator installed"
-    for name in ("libcuda.so.1", "libcudart.so.13", "pair-runtime"):
+    for name in ("libcuda.so.1", "libcudart.so.13"):
         check(os.path.isfile(staged(SIMDIR, name)), f"{SIMDIR}/{name} installed")
+    check(os.path.isfile(staged(DEMODIR, "pair-runtime")), f"{DEMODIR}/pair-runtime installed")
+    # The examples' sources, with the documentation.
+    for name in ("ipc_producer.c", "ipc_consumer.c", "torch_pair.py", "README.md"):
+        where = os.path.join(option("datadir"), "doc", "ipcshim", "examples")
+        check(os.path.isfile(staged(where, name)), f"{where}/{name} installed")
     check(not os.path.exists(staged(LIBDIR, "libcuda.so.1")) and not os.path.exists(staged(LIBDIR, "libcudart.so.13")),
           "nothing of the simulator on the library path")
     text = open(staged(BINDIR, "ipcshim-run")).read()
@@ -219,7 +225,7 @@ def test_installed_launcher_runs_the_demo_and_sim():
                                env=dict(senv, LD_LIBRARY_PATH="/elsewhere"))
         eq(status, 0, err)
         eq(out.strip(), os.path.realpath(staged(SIMDIR)) + ":/elsewhere", "--sim puts the installed simulator first")
-        status, out, err = run([staged(BINDIR, "ipcshim-run"), "--sim", "--", staged(SIMDIR, "pair-runtime"),
+        status, out, err = run([staged(BINDIR, "ipcshim-run"), "--sim", "--", staged(DEMODIR, "pair-runtime"),
                                 "--free", "while-reading"], env=dict(senv, LD_LIBRARY_PATH=""))
         eq(status, 0, f"installed --sim: {out}{err}")
         check("consumer 0: ok" in out and "reclaimed: yes" in out, out)

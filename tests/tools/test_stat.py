@@ -26,7 +26,7 @@ PID = os.getpid()
 # of the format and needs a new "version".
 REG_ABI = 6  # core/registry.h
 TOP_KEYS = ["format", "version", "domain", "registry", "abi", "time_unix_ms", "created_unix_ms", "creator_pid",
-            "repairs", "capacity", "holders", "blocks", "limbo", "totals", "skipped", "swap"]
+            "repairs", "capacity", "holders", "blocks", "limbo", "totals", "skipped", "swap", "swept"]
 HOLDER_KEYS = ["slot", "pid", "alive", "command", "attached_ms", "exports", "imports", "opens", "limbo_blocks",
                "limbo_bytes", "recorded_command", "exported_bytes", "imported_bytes", "dead_pinned_blocks",
                "dead_pinned_bytes", "stale_leases"]

@@ -111,6 +111,23 @@ def test_commands_header_and_man_pages_are_installed():
     check(glob.glob(os.path.join(VENV, "include", "**", "ipcshim.h"), recursive=True), "ipcshim.h in the venv")
     for page in ("ipcshim-run.1", "ipcshim-stat.1"):
         check(os.path.isfile(os.path.join(VENV, "share", "man", "man1", page)), f"share/man/man1/{page}")
+    # ipcshim-plot runs the venv's Python (pip rewrote its #!python), and
+    # without matplotlib there says to install the plot extra into it.
+    plot = os.path.join(BIN, "ipcshim-plot")
+    first = open(plot).readline().strip()
+    check(first.startswith("#!") and os.path.realpath(first[2:]) == os.path.realpath(os.path.join(BIN, "python")),
+          f"ipcshim-plot's #! is the venv's Python: {first}")
+    status, out, err = run([plot, "--version"])
+    eq(status, 0, f"ipcshim-plot --version: {err}")
+    if run([os.path.join(BIN, "python"), "-c", "import matplotlib"])[0] != 0:
+        log = os.path.join(WORK, "one.jsonl")
+        with open(log, "w") as f:
+            f.write('{"format": "ipcshim-stat", "domain": "d", "time_unix_ms": 1, "holders": [], "blocks": []}\n')
+        status, out, err = run([plot, log, "-o", os.path.join(WORK, "one.png")])
+        eq(status, 3, f"no matplotlib in the venv: {out}{err}")
+        check("-m pip install 'ipcshim[plot]'" in err, err)
+    check(os.path.isfile(os.path.join(VENV, "share", "doc", "ipcshim", "examples", "ipc_producer.c")),
+          "the examples' sources in share/doc/ipcshim/examples")
 
 
 def test_library_needs_no_cuda_library():

@@ -9,7 +9,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef SYS_pidfd_open
@@ -57,5 +59,19 @@ int main(void)
     if (fd >= 0) close(fd);
     if (pidfd >= 0) close(pidfd);
     if (viasys >= 0) close((int)viasys);
+
+    /* _exit and _Exit, as a fork child leaves: the status must arrive. */
+    fflush(stdout);
+    for (int which = 0; which < 2; which++) {
+        pid_t child = fork();
+        if (child == 0) {
+            if (which == 0) _exit(3);
+            _Exit(4);
+        }
+        int status = -1;
+        if (child > 0) waitpid(child, &status, 0);
+        printf("door %s: status %d\n", which == 0 ? "_exit" : "_Exit",
+               child > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    }
     return 0;
 }

@@ -142,6 +142,9 @@ static void *consumer_thread(void *arg)
     return NULL;
 }
 
+/* The first words of block 0 as read, and as written: the demo shows them. */
+static char first_words[160];
+
 static const char *check_blocks(size_t size)
 {
     uint32_t *host = malloc(size);
@@ -150,6 +153,11 @@ static const char *check_blocks(size_t size)
         if (!C.first[b]) return "error (not open)";
         int r = api.to_host(host, C.first[b], size);
         if (r) return "error (read failed)";
+        if (b == 0 && size >= 16)
+            snprintf(first_words, sizeof first_words,
+                     "0x%08x 0x%08x 0x%08x 0x%08x (written: 0x%08x 0x%08x 0x%08x 0x%08x)", host[0],
+                     host[1], host[2], host[3], expected_word(0, 0), expected_word(0, 1),
+                     expected_word(0, 2), expected_word(0, 3));
         for (size_t i = 0; i < size / 4; i++) {
             if (host[i] == expected_word(b, i)) continue;
             verdict = host[i] == POISON ? "poison" : "wrong";
@@ -183,7 +191,9 @@ static int consumer_main(int argc, char **argv)
     pthread_barrier_wait(&C.opened);
     printf("opened\n"), fflush(stdout);
     if (!fgets(line, sizeof line, stdin)) return 2;
-    printf("result %s\n", C.error ? "error" : check_blocks(size)), fflush(stdout);
+    printf("result %s\n", C.error ? "error" : check_blocks(size));
+    if (first_words[0]) printf("read %s\n", first_words);
+    fflush(stdout);
     pthread_barrier_wait(&C.read_done);
     for (int t = 0; t < threads; t++)
         pthread_join(tid[t], NULL);
@@ -309,8 +319,12 @@ static int producer_main(const struct config *cfg)
     }
     double last_close = 0;
     for (int k = 0; k < cfg->consumers; k++) {
-        while (reply(&children[k], line, sizeof line) && strcmp(line, "closed"))
-            printf("consumer %d: %s\n", k, line);
+        while (reply(&children[k], line, sizeof line) && strcmp(line, "closed")) {
+            if (!strncmp(line, "read ", 5)) /* the words it read: "read by K: ..." */
+                printf("read by %d: %s\n", k, line + 5);
+            else
+                printf("consumer %d: %s\n", k, line);
+        }
         last_close = now_ms();
         int ws;
         waitpid(children[k].pid, &ws, 0);
