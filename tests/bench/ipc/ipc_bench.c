@@ -10,7 +10,7 @@
  *   ipc-bench reclaim [--samples N] [--size B] [--scratch-us U] [--timeout-ms T]
  *                     [--procs P] [--budget-s S] [--pace-us U]
  *   ipc-bench storm   [--procs P] [--blocks B] [--seconds S] [--size B]
- *   ipc-bench exit    [--blocks N] [--size B] [--domain-blocks M] [--exits E]
+ *   ipc-bench exit    [--blocks N] [--size B] [--domain-blocks M] [--exits E] [--sides]
  *   ipc-bench wake    [--samples N] [--pace-us U]
  *
  * Output: one "key: value value ..." line per figure quantity (times in ns
@@ -39,7 +39,7 @@ struct args {
     long pairs, reps, size, cycles, blocks, sample, rounds, samples, scratch_us, timeout_ms, procs;
     long limbo, budget_s, pace_us, domain_blocks, exits;
     double seconds;
-    bool export_one, once, pin, async;
+    bool export_one, once, pin, async, sides;
 };
 
 static void parse(int argc, char **argv, struct args *a)
@@ -73,6 +73,8 @@ static void parse(int argc, char **argv, struct args *a)
             a->pin = true;
         } else if (!strcmp(k, "--async")) {
             a->async = true;
+        } else if (!strcmp(k, "--sides")) {
+            a->sides = true;
         } else {
             fprintf(stderr, "ipc-bench: unknown option %s\n", k);
             exit(2);
@@ -1033,7 +1035,11 @@ static int exit_child(struct chan *c, long n, size_t size)
  * child, on a simulated machine of its own, exports M blocks first and
  * keeps them live until the measured one has exited (what an exit costs in
  * a busy domain, beside its own). --exits E: E such exits one after the
- * other while the other child holds its blocks (one exit_us value each). */
+ * other while the other child holds its blocks (one exit_us value each).
+ * --sides: 3E exits, interleaved in rotation: E as this process runs
+ * (exit_us), and twice E started without LD_PRELOAD (exit_off_us and
+ * exit_ctl_us: the same exit without the shim, and its A/A control), so
+ * that all three sides share the machine's moment and one holder. */
 static int fig_exit(const struct args *a, const char *self)
 {
     int hpid = 0, hfd;
@@ -1061,17 +1067,26 @@ static int fig_exit(const struct args *a, const char *self)
         free(saved);
         door_wait(hc, D_READY, ready, 0);
     }
-    long exits = a->exits > 0 ? a->exits : 1;
-    double *took = calloc((size_t)exits, sizeof *took);
+    long exits = a->exits > 0 ? a->exits : 1, nsides = a->sides ? 3 : 1;
+    double *took =
+        calloc((size_t)(exits * nsides), sizeof *took); /* side s, exit e: [s * exits + e] */
     int status = 0;
-    for (long e = 0; e < exits; e++) {
+    for (long j = 0; j < exits * nsides; j++) {
+        long e = j / nsides, side = (j + e) % nsides; /* 0: as run; 1: off; 2: ctl */
         int fd;
         struct chan *c = chan_create(0, &fd);
         char fds[32], n[32], sz[32];
         char *argv[] = {(char *)self,           "exit-child",          fmt_long(fds, fd),
                         fmt_long(n, a->blocks), fmt_long(sz, a->size), NULL};
         uint32_t ready = door_seq(c, D_READY);
+        const char *preload = getenv("LD_PRELOAD");
+        char *saved = side && preload ? strdup(preload) : NULL;
+        if (saved) unsetenv("LD_PRELOAD");
         int pid = spawn_self(argv);
+        if (saved) {
+            setenv("LD_PRELOAD", saved, 1);
+            free(saved);
+        }
         door_wait(c, D_READY, ready, 0);
         close(fd);
         const char *domain = getenv("IPCSHIM_DOMAIN");
@@ -1079,7 +1094,7 @@ static int fig_exit(const struct args *a, const char *self)
         struct stat st;
         snprintf(path, sizeof path, "/dev/shm/ipcshim-%u-%s", (unsigned)geteuid(),
                  domain ? domain : "default");
-        if (e == 0 && getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "ipcshim") &&
+        if (j == 0 && getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "ipcshim") &&
             !stat(path, &st)) {
             print_values("exit_registry_bytes", (double[]){(double)st.st_size}, 1);
             print_values("exit_registry_resident_bytes", (double[]){(double)st.st_blocks * 512.0},
@@ -1089,12 +1104,16 @@ static int fig_exit(const struct args *a, const char *self)
         status |= wait_child(pid);
         uint64_t t1 = now_ns();
         uint64_t t0 = __atomic_load_n(&c->stamp[EX_EXIT_AT], __ATOMIC_ACQUIRE);
-        took[e] = (double)(t1 - t0) / 1e3;
+        took[side * exits + e] = (double)(t1 - t0) / 1e3;
         munmap(c, sizeof *c);
     }
     print_values("exit_blocks", (double[]){(double)a->blocks}, 1);
     print_values("exit_domain_blocks", (double[]){(double)a->domain_blocks}, 1);
     print_values("exit_us", took, (size_t)exits);
+    if (a->sides) {
+        print_values("exit_off_us", took + exits, (size_t)exits);
+        print_values("exit_ctl_us", took + 2 * exits, (size_t)exits);
+    }
     free(took);
     if (hc) {
         door_open(hc, D_TO_CHILD);
