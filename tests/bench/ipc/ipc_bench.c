@@ -29,7 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 enum { D_TO_CHILD, D_TO_PARENT, D_READY, D_GO }; /* doors */
@@ -1009,7 +1011,15 @@ static int fig_storm(const struct args *a, const char *self)
 
 /* ---- figure 9: process exit with N live exported blocks ----------------- */
 
-enum { EX_EXIT_AT }; /* child's stamp: CLOCK_MONOTONIC as it returns from main */
+/* child's stamps as it returns from main: CLOCK_MONOTONIC, and the CPU
+ * time (user + system, all its threads) it has used so far, in ns */
+enum { EX_EXIT_AT, EX_CPU_AT };
+
+static uint64_t rusage_ns(const struct rusage *r)
+{
+    return ((uint64_t)r->ru_utime.tv_sec + (uint64_t)r->ru_stime.tv_sec) * 1000000000ull +
+           ((uint64_t)r->ru_utime.tv_usec + (uint64_t)r->ru_stime.tv_usec) * 1000ull;
+}
 
 static int exit_child(struct chan *c, long n, size_t size)
 {
@@ -1024,6 +1034,9 @@ static int exit_child(struct chan *c, long n, size_t size)
     door_open(c, D_READY);
     door_wait(c, D_TO_CHILD, seen, 0);
     fflush(NULL);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    __atomic_store_n(&c->stamp[EX_CPU_AT], rusage_ns(&ru), __ATOMIC_RELEASE);
     __atomic_store_n(&c->stamp[EX_EXIT_AT], now_ns(), __ATOMIC_RELEASE);
     return 0; /* exit: atexit handlers, destructors (the shim's), the kernel */
 }
@@ -1039,7 +1052,10 @@ static int exit_child(struct chan *c, long n, size_t size)
  * --sides: 3E exits, interleaved in rotation: E as this process runs
  * (exit_us), and twice E started without LD_PRELOAD (exit_off_us and
  * exit_ctl_us: the same exit without the shim, and its A/A control), so
- * that all three sides share the machine's moment and one holder. */
+ * that all three sides share the machine's moment and one holder.
+ * exit_cpu_us (and _off, _ctl): the CPU time the exit took (the child's
+ * total from wait4 less what it had used at its stamp), which a loaded
+ * machine's scheduling delays do not move. */
 static int fig_exit(const struct args *a, const char *self)
 {
     int hpid = 0, hfd;
@@ -1068,8 +1084,9 @@ static int fig_exit(const struct args *a, const char *self)
         door_wait(hc, D_READY, ready, 0);
     }
     long exits = a->exits > 0 ? a->exits : 1, nsides = a->sides ? 3 : 1;
-    double *took =
-        calloc((size_t)(exits * nsides), sizeof *took); /* side s, exit e: [s * exits + e] */
+    /* side s, exit e: [s * exits + e] */
+    double *took = calloc((size_t)(exits * nsides), sizeof *took);
+    double *cpu = calloc((size_t)(exits * nsides), sizeof *cpu);
     int status = 0;
     for (long j = 0; j < exits * nsides; j++) {
         long e = j / nsides, side = (j + e) % nsides; /* 0: as run; 1: off; 2: ctl */
@@ -1101,20 +1118,30 @@ static int fig_exit(const struct args *a, const char *self)
                          1);
         }
         door_open(c, D_TO_CHILD);
-        status |= wait_child(pid);
+        int ws;
+        struct rusage ru;
+        while (wait4(pid, &ws, 0, &ru) < 0)
+            if (errno != EINTR) bench_die("wait4", errno, __FILE__, __LINE__);
         uint64_t t1 = now_ns();
+        status |= WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
         uint64_t t0 = __atomic_load_n(&c->stamp[EX_EXIT_AT], __ATOMIC_ACQUIRE);
+        uint64_t c0 = __atomic_load_n(&c->stamp[EX_CPU_AT], __ATOMIC_ACQUIRE);
         took[side * exits + e] = (double)(t1 - t0) / 1e3;
+        cpu[side * exits + e] = (double)(rusage_ns(&ru) - c0) / 1e3;
         munmap(c, sizeof *c);
     }
     print_values("exit_blocks", (double[]){(double)a->blocks}, 1);
     print_values("exit_domain_blocks", (double[]){(double)a->domain_blocks}, 1);
     print_values("exit_us", took, (size_t)exits);
+    print_values("exit_cpu_us", cpu, (size_t)exits);
     if (a->sides) {
         print_values("exit_off_us", took + exits, (size_t)exits);
         print_values("exit_ctl_us", took + 2 * exits, (size_t)exits);
+        print_values("exit_cpu_off_us", cpu + exits, (size_t)exits);
+        print_values("exit_cpu_ctl_us", cpu + 2 * exits, (size_t)exits);
     }
     free(took);
+    free(cpu);
     if (hc) {
         door_open(hc, D_TO_CHILD);
         status |= wait_child(hpid);
