@@ -268,6 +268,10 @@ COMMANDS = {
     "scripts/bench --json bench.json": Covered("tests/bench/ipc/meson.build", "bench-smoke",
                                                "the same script at --quick sizes"),
     "scripts/gpu-check --bench": Covered("scripts/gpu-check", "--bench", "needs a GPU"),
+    "scripts/gpu-check --bench-only": Covered("scripts/gpu-check", "--bench-only", "needs a GPU"),
+    "scripts/bench --instructions": Covered("tests/bench/ipc/meson.build", "bench-instructions"),
+    "scripts/bench --repeat 3": Covered("tests/bench/ipc/meson.build", "bench-repeat-smoke",
+                                        "the same script at --quick sizes, two runs"),
     # docs/gpu-validation.md
     "scripts/gpu-check --prepare": Covered("scripts/gpu-check", "apt-get download uthash-dev",
                                            "downloads from Debian's registry; the no-GPU path is tested by tools-gpu_check"),
