@@ -77,8 +77,9 @@ void process_after_fork(bool consistent)
     }
 }
 
-/* The canary page is MADV_WIPEONFORK: it reads 0 in any child created
- * without the atfork handlers (raw clone), with no syscall on the hot path.
+/* Forks are the host's fork chain's business (ipc_fork_*); this canary is
+ * here only for a child that no atfork handler saw (a raw clone): the page
+ * is MADV_WIPEONFORK, so it reads 0 there, with no syscall on the hot path.
  * Where that advice is unsupported we compare getpid() instead. */
 bool process_forked(void)
 {

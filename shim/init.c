@@ -11,14 +11,10 @@
  *     whose interposers call the kernel directly until then), and notes that
  *     libc is initialised, for the dlsym door (resolve.c), which may run
  *     earlier than any other code here;
- *  2. pthread_atfork, at start-up right after ipc_init, in a tracking
- *     process: prepare holds core's local lock across fork, so that the
- *     child inherits consistent tables; parent drops it; child
- *     re-initialises the lock and core's per-process state (its holder
- *     slot is taken again at its next ipc call);
- *  2b. pthread_atfork, at start-up in every process: the fd server's child
- *     hook (fdpass_fork_child closes the parent's listening socket and
- *     forgets its exported fds);
+ *  2. pthread_atfork, at start-up right after ipc_init, in every process:
+ *     the one fork chain (prefork, postfork_parent, postfork_child below).
+ *     Every subsystem's fork state is a step of it, in one fixed order;
+ *     none keeps a pid of its own to compare or an atfork hook of its own.
  *  3. atexit: flush the host swap trace, at start-up when IPCSHIM_TRACE
  *     opened one;
  *  4. atexit: ipc_shutdown, at the first tracked export;
@@ -76,20 +72,43 @@ static void flush_trace_at_exit(void)
     swap_flush_trace();
 }
 
+/* 2. The fork chain. prefork takes the locks held across fork, outermost
+ * first: core's local lock (the child inherits whole tables) and fdpass's
+ * exported set (a leaf). The parent step drops them in reverse; the child
+ * step resets each subsystem in reverse: fdpass (closes the parent's
+ * listening socket, forgets its exports), the VMM tables (forgotten: not
+ * the child's), then core's per-process state (its holder slot is taken
+ * again at its next ipc call). Host swap has no step: its state is the
+ * parent's CUDA context, which a fork child cannot use. shim_tracking is
+ * fixed before start-up is published, so each step sees the same answer. */
+static void prefork(void)
+{
+    if (shim_tracking()) ipc_fork_prepare();
+    fdpass_prefork();
+}
+static void postfork_parent(void)
+{
+    fdpass_postfork_parent();
+    if (shim_tracking()) ipc_fork_parent();
+}
+static void postfork_child(void)
+{
+    fdpass_postfork_child();
+    vmm_postfork_child();
+    if (shim_tracking()) ipc_fork_child();
+}
+
 /* Runs inside resolve_once (under its pthread_once), before resolve_done is
  * published: every entry point waits for it. */
 void init_start(void)
 {
     memory_init(); /* decides tracking; ipc_init when tracking */
     /* 2: right after ipc_init (once: start-up runs once) */
-    if (shim_tracking()) pthread_atfork(ipc_fork_prepare, ipc_fork_parent, ipc_fork_child);
+    pthread_atfork(prefork, postfork_parent, postfork_child);
     swap_init();
     /* 3: right after swap_init opened the trace */
     if (swap_trace_opened()) atexit(flush_trace_at_exit);
     unwind_init();
-    /* 2b: the fd server's child hook (fdpass.c), in every process: the
-     * child must not keep the parent's listening socket open. */
-    pthread_atfork(NULL, NULL, fdpass_fork_child);
 }
 
 /* 4. Runs before the CUDA runtime's own teardown, which registered its exit

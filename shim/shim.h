@@ -221,6 +221,8 @@ bool vmm_handle_direct(const void *handle);
 /* At normal exit: the VMM allocations imported and never released, and the
  * mappings left, each once with its call site (log_report). */
 void vmm_report_exit(void);
+/* The fork chain's child step (init.c): forget the parent's tables. */
+void vmm_postfork_child(void);
 
 /* unwind.c: load libunwind for call sites when IPCSHIM_CALLSITE_DEPTH > 0. */
 void unwind_init(void);
