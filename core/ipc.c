@@ -762,7 +762,7 @@ int ipc_free(uint64_t ptr)
                  (unsigned long long)ptr);
         result = -EINVAL;
     } else if (e && ipc_proc.state == PROC_ACTIVE && limbo_free_needs_no_lock(e)) {
-        result = limbo_free_into(e, false);
+        result = limbo_free_into(e, false) ? IPC_REAL : IPC_DONE;
     } else if (e && (ipc_proc.state != PROC_ACTIVE || !process_lock_registry())) {
         if (ipc_proc.state == PROC_ACTIVE) {
             /* The lock is held past IPCSHIM_LOCK_WAIT (a stopped process):
@@ -788,7 +788,7 @@ int ipc_free(uint64_t ptr)
              * limbo stamp is for reports and stats. */
             if (__atomic_load_n(&b->pending, __ATOMIC_RELAXED))
                 process_expire_handoffs(e, b, reg_now_ns(), false);
-            result = limbo_free_into(e, true);
+            result = limbo_free_into(e, true) ? IPC_REAL : IPC_DONE;
         }
         registry_unlock(&ipc_proc.reg);
     }

@@ -6,7 +6,7 @@
 #include "limbo.h"
 #include "collector.h"
 #include "host.h"
-#include "ipc.h"
+#include "ipc_handle.h" /* IPC_LEDGER_ADDRESS */
 #include "log.h"
 #include "options.h"
 #include "process.h"
@@ -349,9 +349,9 @@ bool limbo_free_needs_no_lock(const struct local_export *e)
 
 /* The program freed e's live block: into limbo, then out of it at once if
  * nobody holds it and no hand-off is pending (importers see LIMBO as LIVE).
- * IPC_REAL (retired, and queued for recycling) or IPC_DONE (in limbo).
- * locked: whether the registry lock is held. Local lock held. */
-int limbo_free_into(struct local_export *e, bool locked)
+ * True when retired (queued for recycling), false when in limbo. locked:
+ * whether the registry lock is held. Local lock held. */
+bool limbo_free_into(struct local_export *e, bool locked)
 {
     struct reg_block *b = reg_block_at(&ipc_proc.reg, e->block);
     uint64_t now = reg_coarse_ns(), exported = b->last_export_ns;
@@ -368,7 +368,7 @@ int limbo_free_into(struct local_export *e, bool locked)
             if (!locked) registry_unlock(&ipc_proc.reg);
         }
         local_export_del(e);
-        return IPC_REAL;
+        return true;
     }
     local_limbo_add(e);
     STAT_ADD(frees_deferred, 1);
@@ -378,7 +378,7 @@ int limbo_free_into(struct local_export *e, bool locked)
         shed_unclaimed();
         if (!locked) registry_unlock(&ipc_proc.reg);
     }
-    return IPC_DONE;
+    return false;
 }
 
 /* ---- collector thread ---- */

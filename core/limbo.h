@@ -62,9 +62,10 @@ bool limbo_free_needs_no_lock(const struct local_export *e);
 
 /* The program freed e's live block: into limbo, then out of it at once if
  * nobody holds it and no hand-off is pending (importers see LIMBO as LIVE).
- * IPC_REAL (retired, and queued for recycling) or IPC_DONE (in limbo).
- * locked: whether the registry lock is held. Local lock held. */
-int limbo_free_into(struct local_export *e, bool locked);
+ * True when it was retired (and queued for recycling): the real free
+ * follows; false when it stays in limbo. locked: whether the registry lock
+ * is held. Local lock held. */
+bool limbo_free_into(struct local_export *e, bool locked);
 
 /* Fair share: expire the unclaimed hand-offs of the oldest of our limbo
  * blocks that only they keep (all: every such block; else only when limbo
