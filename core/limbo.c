@@ -194,13 +194,15 @@ static int free_limbo(void)
     process_drain_recycles();
     size_t n = take_victims(v, cap, now);
     /* Counted before the locks go: whoever collects next and finds
-     * nothing knows frees are on their way (ipc_collect_pressure). */
+     * nothing knows frees are on their way (ipc_collect_pressure).
+     * pairs with thread_wait_stopped's load in ipc_collect_pressure */
     if (n) __atomic_add_fetch(&ipc_proc.frees_in_flight, 1, __ATOMIC_SEQ_CST);
     registry_unlock(&ipc_proc.reg);
     local_unlock();
     if (n) {
         free_victims(v, n);
-        __atomic_sub_fetch(&ipc_proc.frees_in_flight, 1, __ATOMIC_SEQ_CST); /* done and counted */
+        /* pairs with the same load: frees_reclaimed is counted by now */
+        __atomic_sub_fetch(&ipc_proc.frees_in_flight, 1, __ATOMIC_SEQ_CST);
     }
     free(v);
     return (int)n;

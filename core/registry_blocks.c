@@ -137,7 +137,8 @@ static bool grow_blocks(struct registry *r)
 void registry_repair(struct registry *r)
 {
     /* A last process out that died deciding (registry_remove_if_unused):
-     * the file is still here and in use again. */
+     * the file is still here and in use again.
+     * pairs with registry_removing's load (attachers stop backing off) */
     __atomic_store_n(&r->hdr->removing, 0, __ATOMIC_SEQ_CST);
     rebuild_index(r);
     /* Bits of holders that are not active any more; blocks nobody can ever
@@ -304,7 +305,7 @@ static void clear_held(struct registry *r, uint32_t idx)
     for (uint32_t w = 0; w < r->held_words; w++)
         /* pairs with reg_block_held's loads (under the lock: no bit can be set meanwhile) */
         if (__atomic_load_n(&held[w], __ATOMIC_SEQ_CST))
-            __atomic_store_n(&held[w], 0, __ATOMIC_SEQ_CST);
+            __atomic_store_n(&held[w], 0, __ATOMIC_SEQ_CST); /* the same pair */
 }
 
 /* Pops the free-list head, growing the table when it is empty, repairing
