@@ -329,6 +329,7 @@ static uint32_t pop_free_block(struct registry *r)
 uint32_t reg_block_create(struct registry *r, const struct ipc_handle *hd, uint64_t base,
                           uint64_t size, int device, uint32_t exporter, uint64_t now, int kind)
 {
+    REG_ASSERT_LOCKED(r);
     struct reg_holder *o = reg_holder_at(r, exporter);
     if (!o) return REG_NONE;
     uint32_t idx = pop_free_block(r);
@@ -364,6 +365,7 @@ uint32_t reg_block_create(struct registry *r, const struct ipc_handle *hd, uint6
 
 void reg_block_recycle(struct registry *r, uint32_t idx)
 {
+    REG_ASSERT_LOCKED(r);
     struct reg_block *b = reg_block_at(r, idx);
     if (!b) return;
     /* pairs with reg_block_lookup's re-check of state and generation */
@@ -394,6 +396,7 @@ void reg_block_recycle(struct registry *r, uint32_t idx)
 
 void reg_block_orphan(struct registry *r, uint32_t idx)
 {
+    REG_ASSERT_LOCKED(r);
     struct reg_block *b = reg_block_at(r, idx);
     if (!b) return;
     b->orphaned_ns = reg_now_ns();
@@ -516,6 +519,7 @@ uint32_t reg_block_unheld(struct registry *r, uint32_t bi, uint64_t generation)
 
 void reg_block_let_go(struct registry *r, uint32_t idx)
 {
+    REG_ASSERT_LOCKED(r);
     struct reg_block *b = reg_block_at(r, idx);
     if (!b) return;
     if (b->state == BLOCK_RETIRED || !reg_block_held(r, idx))
@@ -526,6 +530,7 @@ void reg_block_let_go(struct registry *r, uint32_t idx)
 
 void reg_holder_let_go(struct registry *r, uint32_t idx)
 {
+    REG_ASSERT_LOCKED(r);
     if (idx >= r->max_holders) return;
     uint32_t *head = &r->export_heads[idx];
     for (uint32_t steps = 0, first; (first = *head) != 0; steps++) {

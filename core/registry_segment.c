@@ -472,6 +472,7 @@ void registry_close(struct registry *r)
 
 bool registry_remove_if_unused(struct registry *r)
 {
+    REG_ASSERT_LOCKED(r);
     /* pairs with registry_removing (Dekker: we publish, then read the slots) */
     __atomic_store_n(&r->hdr->removing, 1, __ATOMIC_SEQ_CST);
     int fd = registry_fd(r);
