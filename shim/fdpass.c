@@ -36,7 +36,7 @@
  * listening socket and forgets the parent's exports (the child exported
  * nothing); the child's first export starts its own. */
 #include "fdpass.h"
-#include "shim.h"
+#include "resolve.h"
 #include "log.h"
 #include "options.h"
 #include "registry.h" /* REG_DOMAIN_MAX */

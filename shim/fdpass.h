@@ -41,9 +41,4 @@ void fdpass_prefork(void);
 void fdpass_postfork_parent(void);
 void fdpass_postfork_child(void);
 
-/* pidfd.c: find the next pidfd_open, pidfd_getfd and syscall (libc's, or a
- * later preload's); from the constructor (init.c), before which the
- * interposers call the kernel directly. */
-void pidfd_resolve_at_load(void);
-
 #endif

@@ -29,6 +29,8 @@
  * the next launch fetches it); a new block a copy touches is placed first,
  * on the device if it fits, else on the host (swap_policy_copy). */
 #include "host_swap.h"
+#include "context.h"
+#include "resolve.h"
 #include "log.h"
 #include "options.h"
 #include "owned_file.h"

@@ -25,7 +25,9 @@
  * importers hold it; the driver itself keeps
  * the memory alive, so limbo's deferred free only closes the exported fd
  * (vmm_free_block). */
-#include "shim.h"
+#include "vmm.h"
+#include "hooks.h"
+#include "resolve.h"
 #include "callsite.h"
 #include "fdpass.h"
 #include "ipc.h"
@@ -289,7 +291,7 @@ static void vmm_note_direct_export(CUmemGenericAllocationHandle handle, int fd)
     direct_key_of(lock, &key);
     /* Once per allocation: exported again, one more hand-off. */
     if (ipc_export_identity(&key, base, size, device, current_ctx(), id, IPC_KIND_VMM) == 0)
-        init_at_first_export();
+        hooks_first_export();
 }
 
 /* The program's own export (symbols.def): a POSIX fd is served by fdpass
@@ -611,7 +613,7 @@ int vmm_export_legacy(void *handle_out, uint64_t ptr)
     CUcontext ctx = NULL;
     if (REAL(cuCtxGetCurrent)) real_cuCtxGetCurrent(&ctx);
     rc = ipc_export_identity(&h, base, length, device, (uint64_t)ctx, id, IPC_KIND_VMM);
-    if (rc == 0) init_at_first_export();
+    if (rc == 0) hooks_first_export();
     memcpy(handle_out, &w, sizeof w);
     return 0; /* untracked (registry full): the handle still works where the registry does */
 }
