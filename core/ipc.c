@@ -125,7 +125,7 @@ static int export_seen(struct local_export *e, const struct ipc_handle *h, uint6
 {
     bool again = false;
     if (!process_lock_registry()) return EXPORT_OFF;
-    process_drain_recycles();
+    limbo_drain_recycles();
     struct reg_block *b = reg_block_at(&ipc_proc.reg, e->block);
     if (!e->in_limbo && !memcmp(e->handle.bytes, h->bytes, IPC_HANDLE_BYTES) &&
         process_owns(b, e->generation) && b->state == BLOCK_LIVE) {
@@ -200,7 +200,7 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
         local_export_free(ne);
         goto off;
     }
-    process_drain_recycles();
+    limbo_drain_recycles();
     uint32_t idx = reg_block_create(&ipc_proc.reg, h, base, size, device, ipc_proc.self, now, kind);
     uint64_t gen = idx != REG_NONE ? ipc_proc.reg.blocks[idx].generation : 0;
     size_t shed = idx == REG_NONE && retry ? limbo_shed_unclaimed(true) : 0;
@@ -783,11 +783,11 @@ int ipc_free(uint64_t ptr)
         if (!process_owns(b, e->generation) || b->state != BLOCK_LIVE) {
             local_export_del(e);
         } else {
-            process_drain_recycles();
+            limbo_drain_recycles();
             /* The precise clock only for a hand-off that may expire now; the
              * limbo stamp is for reports and stats. */
             if (__atomic_load_n(&b->pending, __ATOMIC_RELAXED))
-                process_expire_handoffs(e, b, reg_now_ns(), false);
+                limbo_expire_handoffs(e, b, reg_now_ns(), false);
             result = limbo_free_into(e, true) ? IPC_REAL : IPC_DONE;
         }
         registry_unlock(&ipc_proc.reg);
@@ -866,7 +866,7 @@ void ipc_shutdown(void)
     struct leak_report *leaks = NULL;
     local_lock();
     if (attached && !process_forked() && ipc_proc.state == PROC_ACTIVE && process_lock_registry()) {
-        process_drain_recycles();
+        limbo_drain_recycles();
         if (!__atomic_exchange_n(&ipc_proc.leaks_reported, 1, __ATOMIC_ACQ_REL))
             leaks = leak_gather(&ipc_proc.reg,
                                 ipc_proc.self); /* what is still held, for the exit report */
