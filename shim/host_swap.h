@@ -1,6 +1,6 @@
 /* host_swap.h: the shim side of host swap (docs/swap.md), defined in
- * shim/swap.c and used by memory.c, api.c and init.c; core/swap/swap.h is core's
- * side. The launch, copy and set entry points (do_<name> in swap.c) are
+ * shim/host_swap.c and used by memory.c, api.c and init.c; core/swap/swap.h is core's
+ * side. The launch, copy and set entry points (do_<name> in host_swap.c) are
  * declared by symbols.h like every other logic entry.
  *
  * Off by default; when off, each hook costs one predictable branch on

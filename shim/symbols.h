@@ -1,7 +1,7 @@
 /* symbols: the C face of symbols.def, the one table of what the shim
  * interposes: the CUDA declarations its entry points need, the id of each
  * entry point, and the hand-written do_<name> functions that carry an entry
- * point's logic (memory.c, context.c, vmm.c, fdpass.c, swap.c), which
+ * point's logic (memory.c, context.c, vmm.c, fdpass.c, host_swap.c), which
  * entry.c's generated entry points call. Declarations only: the bottom of
  * the shim, included by every file of it. */
 #ifndef SYMBOLS_H

@@ -1,4 +1,4 @@
-/* swap: host swap's hooks in the shim (docs/swap.md). Swappable
+/* host_swap: host swap's hooks in the shim (docs/swap.md). Swappable
  * allocations are managed memory, registered with the swap engine
  * (core/swap/swap_engine.h), which owns the block index, one eviction policy per
  * device (core/swap/swap.h) and the budget accounting. Here: every kernel launch
