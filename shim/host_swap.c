@@ -203,6 +203,16 @@ bool swap_trace_opened(void)
     return trace != NULL;
 }
 
+/* The fork chain's child step (init.c): the swap engine works in the
+ * parent's CUDA context, which a fork child cannot use (CUDA does not
+ * survive fork), and swap_lock may be held by a thread the child does not
+ * have: swap is off in the child, its calls passed through. */
+void swap_postfork_child(void)
+{
+    pthread_mutex_init(&swap_lock, NULL);
+    __atomic_store_n(&swap_enabled, false, __ATOMIC_RELAXED);
+}
+
 void swap_init(void)
 {
     const struct options *o = options_get();

@@ -23,6 +23,8 @@ extern uint64_t swap_min_bytes;
 /* Read the options and turn swap on if they ask for it and the real managed
  * memory functions exist; called once at start-up (init.c). */
 void swap_init(void);
+/* The fork chain's child step (init.c): swap is off in a fork child. */
+void swap_postfork_child(void);
 
 /* True when swap_init opened an IPCSHIM_TRACE file: init.c then registers
  * swap_flush_trace to run at exit. */

@@ -98,10 +98,10 @@ static void flush_trace_at_exit(void)
  * exported set (a leaf). The parent step drops them in reverse; the child
  * step resets each subsystem in reverse: fdpass (closes the parent's
  * listening socket, forgets its exports), the VMM tables (forgotten: not
- * the child's), then core's per-process state (its holder slot is taken
- * again at its next ipc call). Host swap has no step: its state is the
- * parent's CUDA context, which a fork child cannot use. shim_tracking is
- * fixed before start-up is published, so each step sees the same answer. */
+ * the child's), host swap (off: its engine works in the parent's CUDA
+ * context), then core's per-process state (its holder slot is taken again
+ * at its next ipc call). shim_tracking is fixed before start-up is
+ * published, so each step sees the same answer. */
 static void prefork(void)
 {
     if (shim_tracking()) ipc_fork_prepare();
@@ -116,6 +116,7 @@ static void postfork_child(void)
 {
     fdpass_postfork_child();
     vmm_postfork_child();
+    swap_postfork_child();
     if (shim_tracking()) ipc_fork_child();
 }
 
@@ -123,7 +124,7 @@ static void postfork_child(void)
  * before resolve_done is published: every entry point waits for it. */
 static void start_up(void)
 {
-    memory_init(); /* decides tracking; ipc_init when tracking */
+    memory_init(); /* ipc_init when tracking (resolve.c decided it) */
     /* 2: right after ipc_init (once: start-up runs once) */
     pthread_atfork(prefork, postfork_parent, postfork_child);
     swap_init();
