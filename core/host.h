@@ -14,8 +14,13 @@
  *   (no free_block: IPC is not tracked, as before ipc_init; no unwind:
  *   glibc's backtrace()).
  *
- * Time is not asked of the host: core reads CLOCK_MONOTONIC itself, in one
- * place (reg_now_ns, registry.h), and nothing substitutes another clock. */
+ * Time is not asked of the host, and nothing substitutes another clock:
+ * every stamp and deadline of the registry protocol is CLOCK_MONOTONIC read
+ * by reg_now_ns (or reg_coarse_ns, for stamps only: registry.h). The other
+ * reads serve one purpose each: the wall clock for a timed lock's absolute
+ * deadline (registry_lock.c) and for the dates a report prints (the
+ * segment's creation, inspect.c's snapshot), and CLOCK_MONOTONIC for the
+ * log's rate window and the leak watch's 1 s timed wait. */
 #ifndef HOST_H
 #define HOST_H
 

@@ -125,7 +125,7 @@ static int export_seen(struct local_export *e, const struct ipc_handle *h, uint6
 {
     bool again = false;
     if (!process_lock_registry()) return EXPORT_OFF;
-    process_drain_recycles();
+    limbo_drain_recycles();
     struct reg_block *b = reg_block_at(&ipc_proc.reg, e->block);
     if (!e->in_limbo && !memcmp(e->handle.bytes, h->bytes, IPC_HANDLE_BYTES) &&
         process_owns(b, e->generation) && b->state == BLOCK_LIVE) {
@@ -200,7 +200,7 @@ static int export_try(const struct ipc_handle *h, uint64_t base, uint64_t size, 
         local_export_free(ne);
         goto off;
     }
-    process_drain_recycles();
+    limbo_drain_recycles();
     uint32_t idx = reg_block_create(&ipc_proc.reg, h, base, size, device, ipc_proc.self, now, kind);
     uint64_t gen = idx != REG_NONE ? ipc_proc.reg.blocks[idx].generation : 0;
     size_t shed = idx == REG_NONE && retry ? limbo_shed_unclaimed(true) : 0;
@@ -256,8 +256,6 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* The lock-free path could not decide: ask again under the registry lock. */
-#define ASK_LOCKED 1000
 #define SETTLE_SPINS 4096
 
 /* The block's state once no exporter is deciding about it (RETIRING), or
@@ -341,20 +339,20 @@ static void open_ticket(struct ipc_open *t, struct local_map *nm, const struct i
 
 /* The open without the registry lock: find the block, prove its exporter
  * alive from shared memory, and count ourselves in (our lease record, then
- * our bit; a second context's open only counts up our lease). IPC_REAL,
- * -ENOENT / -EOWNERDEAD (the driver would refuse), IPC_PASS, or ASK_LOCKED.
- * Local lock held. */
-static int open_lockfree(const struct ipc_handle *h, uint32_t hash, uint64_t ctx,
-                         struct ipc_open *t, struct local_map *nm, uint32_t cs)
+ * our bit; a second context's open only counts up our lease). False when
+ * only the locked path can decide; else *rc: IPC_REAL, -ENOENT /
+ * -EOWNERDEAD (the driver would refuse) or IPC_PASS. Local lock held. */
+static bool open_lockfree(const struct ipc_handle *h, uint32_t hash, uint64_t ctx,
+                          struct ipc_open *t, struct local_map *nm, uint32_t cs, int *rc)
 {
     uint64_t gen;
     uint32_t bi = reg_block_lookup(&ipc_proc.reg, h, hash, &gen);
     struct reg_block *b = reg_block_at(&ipc_proc.reg, bi);
-    if (!b) return ASK_LOCKED;
+    if (!b) return false;
     uint32_t exporter = __atomic_load_n(&b->exporter, __ATOMIC_RELAXED);
     uint64_t exporter_nonce = __atomic_load_n(&b->exporter_nonce, __ATOMIC_RELAXED);
     if (exporter == ipc_proc.self || !reg_holder_current(&ipc_proc.reg, exporter, exporter_nonce))
-        return ASK_LOCKED; /* our own export, or a stale record: the locked path decides */
+        return false; /* our own export, or a stale record: the locked path decides */
     struct local_lease *ll = local_lease_find(bi);
     if (ll && ll->generation == gen && ticket_lease(ll->lease, bi, gen)) {
         /* Held already from another context: our bit is set, so the block
@@ -363,18 +361,17 @@ static int open_lockfree(const struct ipc_handle *h, uint32_t hash, uint64_t ctx
         __atomic_store_n(&l->count, l->count + 1, __ATOMIC_RELAXED);
         open_ticket(t, nm, h, ctx, bi, ll->lease, gen, 0);
         leak_note_open(nm, &ipc_proc.reg, b, cs);
-        return IPC_REAL;
+        return *rc = IPC_REAL, true;
     }
     if (ll) local_lease_del(ll); /* of an earlier generation */
     uint32_t li = take_lease_slot();
-    if (li == REG_NONE) return IPC_PASS;
+    if (li == REG_NONE) return *rc = IPC_PASS, true;
     bool first = reg_lease_begin(&ipc_proc.reg, li, bi, gen);
     uint32_t s = settle_state(b, gen);
     if ((s != BLOCK_LIVE && s != BLOCK_LIMBO) || local_lease_add(bi, gen, li) != 0) {
         reg_lease_end(&ipc_proc.reg, li); /* not LIMBO: nobody to wake */
-        if (s == BLOCK_ORPHANED) return -EOWNERDEAD;
-        if (s == BLOCK_RETIRED) return -ENOENT;
-        return s == BLOCK_FREE ? ASK_LOCKED : IPC_PASS;
+        *rc = s == BLOCK_ORPHANED ? -EOWNERDEAD : s == BLOCK_RETIRED ? -ENOENT : IPC_PASS;
+        return s != BLOCK_FREE;
     }
     uint32_t flags = 0;
     if (first && claim_handoff(b)) {
@@ -384,7 +381,7 @@ static int open_lockfree(const struct ipc_handle *h, uint32_t hash, uint64_t ctx
     open_ticket(t, nm, h, ctx, bi, li, gen, flags);
     leak_note_open(nm, &ipc_proc.reg, b, cs);
     ipc_proc.open_guess = bi;
-    return IPC_REAL;
+    return *rc = IPC_REAL, true;
 }
 
 /* The open under the registry lock, for what the lock-free path leaves:
@@ -428,8 +425,7 @@ static int open_locked(const struct ipc_handle *h, uint32_t hash, uint64_t ctx, 
      * change of its hash chain): the lock-free path can take it now, as
      * records change only under the lock we hold. */
     registry_unlock(&ipc_proc.reg);
-    result = open_lockfree(h, hash, ctx, t, nm, cs);
-    return result == ASK_LOCKED ? IPC_PASS : result;
+    return open_lockfree(h, hash, ctx, t, nm, cs, &result) ? result : IPC_PASS;
 unlock:
     registry_unlock(&ipc_proc.reg);
     return result;
@@ -498,8 +494,9 @@ static int open_begin(const struct ipc_handle *h, uint64_t ctx, uint8_t kind, ui
         local_unlock();
         return IPC_PASS;
     }
-    int result = open_lockfree(h, hash, ctx, t, nm, cs);
-    if (result == ASK_LOCKED) result = open_locked(h, hash, ctx, t, nm, cs, ptr);
+    int result;
+    if (!open_lockfree(h, hash, ctx, t, nm, cs, &result))
+        result = open_locked(h, hash, ctx, t, nm, cs, ptr);
     if (result != IPC_REAL) {
         local_map_del(nm);
         local_broadcast();
@@ -765,7 +762,7 @@ int ipc_free(uint64_t ptr)
                  (unsigned long long)ptr);
         result = -EINVAL;
     } else if (e && ipc_proc.state == PROC_ACTIVE && limbo_free_needs_no_lock(e)) {
-        result = limbo_free_into(e, false);
+        result = limbo_free_into(e, false) ? IPC_REAL : IPC_DONE;
     } else if (e && (ipc_proc.state != PROC_ACTIVE || !process_lock_registry())) {
         if (ipc_proc.state == PROC_ACTIVE) {
             /* The lock is held past IPCSHIM_LOCK_WAIT (a stopped process):
@@ -786,12 +783,12 @@ int ipc_free(uint64_t ptr)
         if (!process_owns(b, e->generation) || b->state != BLOCK_LIVE) {
             local_export_del(e);
         } else {
-            process_drain_recycles();
+            limbo_drain_recycles();
             /* The precise clock only for a hand-off that may expire now; the
              * limbo stamp is for reports and stats. */
             if (__atomic_load_n(&b->pending, __ATOMIC_RELAXED))
-                process_expire_handoffs(e, b, reg_now_ns(), false);
-            result = limbo_free_into(e, true);
+                limbo_expire_handoffs(e, b, reg_now_ns(), false);
+            result = limbo_free_into(e, true) ? IPC_REAL : IPC_DONE;
         }
         registry_unlock(&ipc_proc.reg);
     }
@@ -869,7 +866,7 @@ void ipc_shutdown(void)
     struct leak_report *leaks = NULL;
     local_lock();
     if (attached && !process_forked() && ipc_proc.state == PROC_ACTIVE && process_lock_registry()) {
-        process_drain_recycles();
+        limbo_drain_recycles();
         if (!__atomic_exchange_n(&ipc_proc.leaks_reported, 1, __ATOMIC_ACQ_REL))
             leaks = leak_gather(&ipc_proc.reg,
                                 ipc_proc.self); /* what is still held, for the exit report */

@@ -38,8 +38,8 @@ enum {
 void ipc_init(void);
 
 /* ---- process hooks: the host registers them (core registers none) ----
- * The host must call pthread_atfork(ipc_fork_prepare, ipc_fork_parent,
- * ipc_fork_child) once, when it calls ipc_init: prepare holds the local
+ * The host runs these as steps of its one fork chain (the shim's init.c),
+ * registered once when it calls ipc_init: prepare holds the local
  * mutex across fork() so that the child inherits whole tables; parent
  * releases it; child re-initialises the locks and forgets the parent's
  * holder slot, threads and counters (its next ipc call attaches anew). A

@@ -6,7 +6,8 @@
 #include "limbo.h"
 #include "collector.h"
 #include "host.h"
-#include "ipc.h"
+#include "leak.h"
+#include "ipc_handle.h" /* IPC_LEDGER_ADDRESS */
 #include "log.h"
 #include "options.h"
 #include "process.h"
@@ -17,6 +18,49 @@
 #define SWEEP_INTERVAL_NS 1000000000ull /* full dead-holder sweep from background paths */
 #define PRESSURE_AGE_NS 1000000000ull
 #define IDLE_WAIT_NS 10000000000ull
+
+/* ---- recycling and hand-off expiry ---- */
+
+void limbo_recycle_later(uint32_t block, uint64_t generation)
+{
+    if (ipc_proc.nrecycles == ipc_proc.recycles_cap) {
+        size_t cap = ipc_proc.recycles_cap ? ipc_proc.recycles_cap * 2 : 16;
+        struct proc_recycle *p = realloc(ipc_proc.recycles, cap * sizeof *p);
+        if (!p) return; /* the record stays RETIRED until its exporter's exit: a leak of a slot */
+        ipc_proc.recycles = p, ipc_proc.recycles_cap = cap;
+    }
+    ipc_proc.recycles[ipc_proc.nrecycles++] = (struct proc_recycle){block, generation};
+}
+
+void limbo_drain_recycles(void)
+{
+    for (size_t i = 0; i < ipc_proc.nrecycles; i++) {
+        struct reg_block *b = reg_block_at(&ipc_proc.reg, ipc_proc.recycles[i].block);
+        if (process_owns(b, ipc_proc.recycles[i].generation) && b->state == BLOCK_RETIRED)
+            reg_block_recycle(&ipc_proc.reg, ipc_proc.recycles[i].block);
+    }
+    ipc_proc.nrecycles = 0;
+}
+
+void limbo_expire_handoffs(const struct local_export *e, struct reg_block *b, uint64_t now,
+                           bool force)
+{
+    if (!__atomic_load_n(&b->pending, __ATOMIC_RELAXED) ||
+        (!force && now < b->last_export_ns + process_timeout_ns()))
+        return;
+    /* Importers claim hand-offs without the lock: take them all at once. */
+    /* pairs with claim_handoff's CAS and reg_block_retire's load of pending */
+    uint32_t n = __atomic_exchange_n(&b->pending, 0, __ATOMIC_SEQ_CST);
+    if (!n) return;
+    STAT_ADD(handoffs_expired, n);
+    leak_note_expired(b, e);
+    b->expired += n;
+    LOG_ONCE(LOG_INFO,
+             "a hand-off expired unclaimed (block of %llu bytes); "
+             "further expiries are counted in stats only",
+             (unsigned long long)b->size);
+}
+
 /* Catch importers that die without closing: while limbo waits, the
  * collector sweeps the holders of its limbo blocks this often (SWEEP_LIMBO),
  * so a killed importer's memory comes back within about this long. */
@@ -116,7 +160,7 @@ static size_t take_victims(struct victim *v, size_t cap, uint64_t now)
             local_export_del(e); /* no longer ours to free */
             continue;
         }
-        process_expire_handoffs(e, b, now, false);
+        limbo_expire_handoffs(e, b, now, false);
         /* Held or awaited: not worth a RETIRING round (which importers
          * opening it would wait out). */
         if (n == cap || __atomic_load_n(&b->pending, __ATOMIC_RELAXED) ||
@@ -151,7 +195,7 @@ static void free_victims(const struct victim *v, size_t n)
     local_lock();
     if (!ipc_proc.shut && !process_forked())
         for (size_t i = 0; i < n; i++)
-            process_recycle_later(v[i].block, v[i].generation);
+            limbo_recycle_later(v[i].block, v[i].generation);
     local_unlock();
     for (size_t i = 0; i < n; i++) {
         uint64_t spent = now - v[i].limbo_since;
@@ -191,16 +235,18 @@ static int free_limbo(void)
         local_unlock();
         return 0;
     }
-    process_drain_recycles();
+    limbo_drain_recycles();
     size_t n = take_victims(v, cap, now);
     /* Counted before the locks go: whoever collects next and finds
-     * nothing knows frees are on their way (ipc_collect_pressure). */
+     * nothing knows frees are on their way (ipc_collect_pressure).
+     * pairs with thread_wait_stopped's load in ipc_collect_pressure */
     if (n) __atomic_add_fetch(&ipc_proc.frees_in_flight, 1, __ATOMIC_SEQ_CST);
     registry_unlock(&ipc_proc.reg);
     local_unlock();
     if (n) {
         free_victims(v, n);
-        __atomic_sub_fetch(&ipc_proc.frees_in_flight, 1, __ATOMIC_SEQ_CST); /* done and counted */
+        /* pairs with the same load: frees_reclaimed is counted by now */
+        __atomic_sub_fetch(&ipc_proc.frees_in_flight, 1, __ATOMIC_SEQ_CST);
     }
     free(v);
     return (int)n;
@@ -218,7 +264,7 @@ void limbo_expire_older_than(uint64_t before)
             struct reg_block *b = reg_block_at(&ipc_proc.reg, e->block);
             if (process_owns(b, e->generation) && b->state == BLOCK_LIMBO &&
                 b->last_export_ns <= before)
-                process_expire_handoffs(e, b, 0, true);
+                limbo_expire_handoffs(e, b, 0, true);
         }
         registry_unlock(&ipc_proc.reg);
     }
@@ -272,7 +318,7 @@ size_t limbo_shed_unclaimed(bool all)
             !__atomic_load_n(&b->pending, __ATOMIC_RELAXED) ||
             reg_block_held(&ipc_proc.reg, e->block))
             continue;
-        process_expire_handoffs(e, b, 0, true);
+        limbo_expire_handoffs(e, b, 0, true);
         shed++;
     }
     if (shed)
@@ -349,9 +395,9 @@ bool limbo_free_needs_no_lock(const struct local_export *e)
 
 /* The program freed e's live block: into limbo, then out of it at once if
  * nobody holds it and no hand-off is pending (importers see LIMBO as LIVE).
- * IPC_REAL (retired, and queued for recycling) or IPC_DONE (in limbo).
- * locked: whether the registry lock is held. Local lock held. */
-int limbo_free_into(struct local_export *e, bool locked)
+ * True when retired (queued for recycling), false when in limbo. locked:
+ * whether the registry lock is held. Local lock held. */
+bool limbo_free_into(struct local_export *e, bool locked)
 {
     struct reg_block *b = reg_block_at(&ipc_proc.reg, e->block);
     uint64_t now = reg_coarse_ns(), exported = b->last_export_ns;
@@ -362,13 +408,13 @@ int limbo_free_into(struct local_export *e, bool locked)
         /* Recycled lazily, in a batch: nothing can open it any more, and
          * only this process could export its base again, once the real
          * free that follows has run. */
-        process_recycle_later(e->block, e->generation);
+        limbo_recycle_later(e->block, e->generation);
         if (ipc_proc.nrecycles >= PROC_RECYCLE_BATCH && (locked || process_lock_registry())) {
-            process_drain_recycles();
+            limbo_drain_recycles();
             if (!locked) registry_unlock(&ipc_proc.reg);
         }
         local_export_del(e);
-        return IPC_REAL;
+        return true;
     }
     local_limbo_add(e);
     STAT_ADD(frees_deferred, 1);
@@ -378,7 +424,7 @@ int limbo_free_into(struct local_export *e, bool locked)
         shed_unclaimed();
         if (!locked) registry_unlock(&ipc_proc.reg);
     }
-    return IPC_DONE;
+    return false;
 }
 
 /* ---- collector thread ---- */

@@ -7,7 +7,7 @@
  * was pending) waits here, state LIMBO, on the local limbo list (local.h).
  * It leaves when nothing holds it any more: marked RETIRED (no open can
  * succeed), freed through the host (host.h) with no lock held, and queued
- * for recycling (process.h). Only this process moves its own blocks LIVE ->
+ * for recycling (below). Only this process moves its own blocks LIVE ->
  * LIMBO -> RETIRING -> RETIRED; importers add and drop their bits and
  * hand-offs with atomics either way.
  *
@@ -21,6 +21,18 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+struct reg_block;
+
+/* Queue a retired record for recycling (local lock held). */
+void limbo_recycle_later(uint32_t block, uint64_t generation);
+/* Recycle the queued records (local and registry locks held). */
+void limbo_drain_recycles(void);
+
+/* Expires b's pending hand-offs if due (or now, if force); e is b's export
+ * record. Local and registry locks held. */
+void limbo_expire_handoffs(const struct local_export *e, struct reg_block *b, uint64_t now,
+                           bool force);
 
 /* Frees collect at most this often while limbo waits (ipc_free, and every
  * 1024th untracked free of a thread). */
@@ -62,9 +74,10 @@ bool limbo_free_needs_no_lock(const struct local_export *e);
 
 /* The program freed e's live block: into limbo, then out of it at once if
  * nobody holds it and no hand-off is pending (importers see LIMBO as LIVE).
- * IPC_REAL (retired, and queued for recycling) or IPC_DONE (in limbo).
- * locked: whether the registry lock is held. Local lock held. */
-int limbo_free_into(struct local_export *e, bool locked);
+ * True when it was retired (and queued for recycling): the real free
+ * follows; false when it stays in limbo. locked: whether the registry lock
+ * is held. Local lock held. */
+bool limbo_free_into(struct local_export *e, bool locked);
 
 /* Fair share: expire the unclaimed hand-offs of the oldest of our limbo
  * blocks that only they keep (all: every such block; else only when limbo

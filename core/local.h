@@ -13,7 +13,7 @@
 #ifndef LOCAL_H
 #define LOCAL_H
 
-#include "ipc.h"
+#include "ipc_handle.h"
 #include "uthash_wrap.h"
 
 #include <pthread.h>

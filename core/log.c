@@ -4,7 +4,6 @@
  * of a message reaches the log (a value from the environment may hold a
  * newline that would forge a line of its own). */
 #include "log.h"
-#include "options.h"
 #include "owned_file.h"
 
 #include <errno.h>

@@ -1,5 +1,5 @@
-/* process: this process's IPC state and the helpers ipc.c and limbo.c
- * share (see process.h). */
+/* process: this process's IPC state -- attaching, the registry lock, fork
+ * detection, "is this block ours" (see process.h). */
 #include "process.h"
 #include "collector.h"
 #include "host.h"
@@ -77,8 +77,9 @@ void process_after_fork(bool consistent)
     }
 }
 
-/* The canary page is MADV_WIPEONFORK: it reads 0 in any child created
- * without the atfork handlers (raw clone), with no syscall on the hot path.
+/* Forks are the host's fork chain's business (ipc_fork_*); this canary is
+ * here only for a child that no atfork handler saw (a raw clone): the page
+ * is MADV_WIPEONFORK, so it reads 0 there, with no syscall on the hot path.
  * Where that advice is unsupported we compare getpid() instead. */
 bool process_forked(void)
 {
@@ -194,44 +195,4 @@ bool process_owns(const struct reg_block *b, uint64_t generation)
 {
     return b && b->generation == generation && b->exporter == ipc_proc.self &&
            b->exporter_nonce == ipc_proc.self_nonce && b->state != BLOCK_FREE;
-}
-
-void process_recycle_later(uint32_t block, uint64_t generation)
-{
-    if (ipc_proc.nrecycles == ipc_proc.recycles_cap) {
-        size_t cap = ipc_proc.recycles_cap ? ipc_proc.recycles_cap * 2 : 16;
-        struct proc_recycle *p = realloc(ipc_proc.recycles, cap * sizeof *p);
-        if (!p) return; /* the record stays RETIRED until its exporter's exit: a leak of a slot */
-        ipc_proc.recycles = p, ipc_proc.recycles_cap = cap;
-    }
-    ipc_proc.recycles[ipc_proc.nrecycles++] = (struct proc_recycle){block, generation};
-}
-
-void process_drain_recycles(void)
-{
-    for (size_t i = 0; i < ipc_proc.nrecycles; i++) {
-        struct reg_block *b = reg_block_at(&ipc_proc.reg, ipc_proc.recycles[i].block);
-        if (process_owns(b, ipc_proc.recycles[i].generation) && b->state == BLOCK_RETIRED)
-            reg_block_recycle(&ipc_proc.reg, ipc_proc.recycles[i].block);
-    }
-    ipc_proc.nrecycles = 0;
-}
-
-void process_expire_handoffs(const struct local_export *e, struct reg_block *b, uint64_t now,
-                             bool force)
-{
-    if (!__atomic_load_n(&b->pending, __ATOMIC_RELAXED) ||
-        (!force && now < b->last_export_ns + process_timeout_ns()))
-        return;
-    /* Importers claim hand-offs without the lock: take them all at once. */
-    /* pairs with claim_handoff's CAS and reg_block_retire's load of pending */
-    uint32_t n = __atomic_exchange_n(&b->pending, 0, __ATOMIC_SEQ_CST);
-    if (!n) return;
-    STAT_ADD(handoffs_expired, n);
-    leak_note_expired(b, e);
-    b->expired += n;
-    LOG_ONCE(LOG_INFO,
-             "a hand-off expired unclaimed (block of %llu bytes); "
-             "further expiries are counted in stats only",
-             (unsigned long long)b->size);
 }

@@ -1,8 +1,8 @@
 /* process: this process's side of IPC -- its attachment to the registry,
  * its holder slot, its fork state, its counters and its queue of retired
- * records -- in one struct (ipc_proc), and the helpers ipc.c and limbo.c
- * share: attaching, the registry lock, fork detection, "is this block
- * ours", hand-off expiry and recycling.
+ * records -- in one struct (ipc_proc), and what reads or sets that state:
+ * attaching, the registry lock, fork detection, "is this block ours".
+ * Hand-off expiry and recycling are limbo's (limbo.h).
  *
  * Locks (ipc.c's invariants): the local mutex (local.h), then the registry
  * lock; the host's operations (host.h) are called with neither held. This
@@ -121,17 +121,7 @@ bool process_attached_locked(void);
 /* Is b a record this process exported with this generation? */
 bool process_owns(const struct reg_block *b, uint64_t generation);
 
-/* Queue a retired record for recycling (local lock held). */
-void process_recycle_later(uint32_t block, uint64_t generation);
-/* Recycle the queued records (local and registry locks held). */
-void process_drain_recycles(void);
-
 /* IPCSHIM_HANDOFF_TIMEOUT in nanoseconds. */
 uint64_t process_timeout_ns(void);
-
-/* Expires b's pending hand-offs if due (or now, if force); e is b's export
- * record. Local and registry locks held. */
-void process_expire_handoffs(const struct local_export *e, struct reg_block *b, uint64_t now,
-                             bool force);
 
 #endif

@@ -137,7 +137,8 @@ static bool grow_blocks(struct registry *r)
 void registry_repair(struct registry *r)
 {
     /* A last process out that died deciding (registry_remove_if_unused):
-     * the file is still here and in use again. */
+     * the file is still here and in use again.
+     * pairs with registry_removing's load (attachers stop backing off) */
     __atomic_store_n(&r->hdr->removing, 0, __ATOMIC_SEQ_CST);
     rebuild_index(r);
     /* Bits of holders that are not active any more; blocks nobody can ever
@@ -304,7 +305,7 @@ static void clear_held(struct registry *r, uint32_t idx)
     for (uint32_t w = 0; w < r->held_words; w++)
         /* pairs with reg_block_held's loads (under the lock: no bit can be set meanwhile) */
         if (__atomic_load_n(&held[w], __ATOMIC_SEQ_CST))
-            __atomic_store_n(&held[w], 0, __ATOMIC_SEQ_CST);
+            __atomic_store_n(&held[w], 0, __ATOMIC_SEQ_CST); /* the same pair */
 }
 
 /* Pops the free-list head, growing the table when it is empty, repairing
@@ -328,6 +329,7 @@ static uint32_t pop_free_block(struct registry *r)
 uint32_t reg_block_create(struct registry *r, const struct ipc_handle *hd, uint64_t base,
                           uint64_t size, int device, uint32_t exporter, uint64_t now, int kind)
 {
+    REG_ASSERT_LOCKED(r);
     struct reg_holder *o = reg_holder_at(r, exporter);
     if (!o) return REG_NONE;
     uint32_t idx = pop_free_block(r);
@@ -363,6 +365,7 @@ uint32_t reg_block_create(struct registry *r, const struct ipc_handle *hd, uint6
 
 void reg_block_recycle(struct registry *r, uint32_t idx)
 {
+    REG_ASSERT_LOCKED(r);
     struct reg_block *b = reg_block_at(r, idx);
     if (!b) return;
     /* pairs with reg_block_lookup's re-check of state and generation */
@@ -393,6 +396,7 @@ void reg_block_recycle(struct registry *r, uint32_t idx)
 
 void reg_block_orphan(struct registry *r, uint32_t idx)
 {
+    REG_ASSERT_LOCKED(r);
     struct reg_block *b = reg_block_at(r, idx);
     if (!b) return;
     b->orphaned_ns = reg_now_ns();
@@ -515,6 +519,7 @@ uint32_t reg_block_unheld(struct registry *r, uint32_t bi, uint64_t generation)
 
 void reg_block_let_go(struct registry *r, uint32_t idx)
 {
+    REG_ASSERT_LOCKED(r);
     struct reg_block *b = reg_block_at(r, idx);
     if (!b) return;
     if (b->state == BLOCK_RETIRED || !reg_block_held(r, idx))
@@ -525,6 +530,7 @@ void reg_block_let_go(struct registry *r, uint32_t idx)
 
 void reg_holder_let_go(struct registry *r, uint32_t idx)
 {
+    REG_ASSERT_LOCKED(r);
     if (idx >= r->max_holders) return;
     uint32_t *head = &r->export_heads[idx];
     for (uint32_t steps = 0, first; (first = *head) != 0; steps++) {

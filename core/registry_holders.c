@@ -185,6 +185,7 @@ static uint32_t find_dead(struct registry *r, const uint8_t *cand, uint32_t *dea
 /* Sweeps those find_dead returned that are still those holders. Lock held. */
 static int sweep_found(struct registry *r, const uint32_t *dead, const uint64_t *nonce, uint32_t n)
 {
+    REG_ASSERT_LOCKED(r);
     int swept = 0;
     for (uint32_t k = 0; k < n; k++) {
         struct reg_holder *h = reg_holder_at(r, dead[k]);

@@ -13,6 +13,7 @@
 #include "options.h"
 #include "registry.h"
 
+#include <assert.h>
 #include <unistd.h>
 
 enum {
@@ -27,6 +28,25 @@ enum {
  * record marked in use with half its fields written. */
 #define STORE_STATE(field, value) __atomic_store_n(&(field), (value), __ATOMIC_RELEASE)
 #define LOAD_STATE(field) __atomic_load_n(&(field), __ATOMIC_ACQUIRE)
+
+/* True unless the calling thread provably does not hold r's lock: the lock
+ * word names its owner's thread id (glibc's robust mutex). Only for
+ * REG_ASSERT_LOCKED: a thread of another PID namespace with our number
+ * passes, and where the word cannot be read everything passes. */
+static inline bool reg_lock_held(const struct registry *r)
+{
+#ifdef __GLIBC__
+    int word = __atomic_load_n(&r->hdr->lock.mutex.__data.__lock, __ATOMIC_RELAXED);
+    return (word & 0x3fffffff) == (int)gettid(); /* FUTEX_TID_MASK */
+#else
+    (void)r;
+    return true;
+#endif
+}
+
+/* Debug builds (NDEBUG unset) check "lock" where registry.h's protocol table
+ * says a field is written under the registry lock. */
+#define REG_ASSERT_LOCKED(r) assert(reg_lock_held(r))
 
 /* IPCSHIM_TEST_DELAY_US: a pause at points inside critical sections, so that
  * crash tests can kill a process there (tests/crash). One load when unset. */

@@ -472,6 +472,7 @@ void registry_close(struct registry *r)
 
 bool registry_remove_if_unused(struct registry *r)
 {
+    REG_ASSERT_LOCKED(r);
     /* pairs with registry_removing (Dekker: we publish, then read the slots) */
     __atomic_store_n(&r->hdr->removing, 1, __ATOMIC_SEQ_CST);
     int fd = registry_fd(r);
@@ -487,13 +488,16 @@ bool registry_remove_if_unused(struct registry *r)
         log_msg(LOG_DEBUG, "registry %s: removed (the last process out)", r->name);
         return true; /* `removing` stays set: whoever still maps it backs off */
     }
+    /* pairs with registry_removing's load: an attacher that backed off retries */
     __atomic_store_n(&r->hdr->removing, 0, __ATOMIC_SEQ_CST);
     return false;
 }
 
 bool registry_removing(struct registry *r)
 {
-    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* after the slot's ACTIVE store (take_slot) */
+    /* pairs with registry_remove_if_unused's seq_cst store of removing: after
+     * the slot's ACTIVE store (take_slot), before the load below */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
     /* pairs with the store of removing in registry_remove_if_unused */
     return __atomic_load_n(&r->hdr->removing, __ATOMIC_SEQ_CST) != 0;
 }

@@ -27,24 +27,7 @@ static const int holders_json[] = {H_SLOT,         H_PID,         H_ALIVE,      
                                    H_IMPORTED,     H_DEAD_BLOCKS, H_DEAD_BYTES, H_STALE};
 static const int limbo_json[] = {H_SLOT,      H_PID,      H_ALIVE,    H_COMMAND,
                                  H_LB_BLOCKS, H_LB_BYTES, H_LB_OLDEST};
-static const int blocks_json[] = {B_SLOT,
-                                  B_GENERATION,
-                                  B_STATE,
-                                  B_DEVICE,
-                                  B_BASE,
-                                  B_SIZE,
-                                  B_EXPORTER,
-                                  B_PENDING,
-                                  B_EXPORT_AGE,
-                                  B_LIMBO_AGE,
-                                  B_IMPORTERS,
-                                  B_EXPORTER_PID,
-                                  B_EXPORTER_COMMAND,
-                                  B_EXPORTER_DEAD,
-                                  B_CLAIMED,
-                                  B_EXPIRED,
-                                  B_ORPHANED_AGE,
-                                  B_KIND};
+static const int blocks_json[] = {STAT_BLOCK_FIELDS(STAT_BLOCK_ENUM)};
 static const int gauges[] = {H_ALIVE,       H_EXPORTS,    H_EXPORTED,     H_IMPORTS,
                              H_IMPORTED,    H_OPENS,      H_LIMBO_BLOCKS, H_LIMBO_BYTES,
                              H_DEAD_BLOCKS, H_DEAD_BYTES, H_STALE,        H_LB_OLDEST};

@@ -5,7 +5,9 @@
 #include "ipc.h"
 #include "log.h"
 #include "options.h"
-#include "shim.h"
+#include "api.h"
+#include "entry.h"
+#include "resolve.h"
 #include "host_swap.h"
 
 #include <errno.h>

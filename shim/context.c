@@ -9,7 +9,9 @@
  * a reset; a new context may take a destroyed one's): a cached mapping
  * would then answer for memory that is no longer mapped. Only the real
  * driver and runtime are asked; no state here. */
-#include "shim.h"
+#include "context.h"
+#include "resolve.h"
+#include "vmm.h"
 #include "ipc.h"
 #include "options.h"
 

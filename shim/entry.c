@@ -6,10 +6,16 @@
  * run the same do_<name>. An entry reached while this thread is already
  * inside the shim (the runtime calling the driver under a runtime-door
  * operation, or core's own CUDA calls) goes straight to the real function
- * uncounted, so one operation counts once, at the door it entered. */
-#include "shim.h"
+ * uncounted, so one operation counts once, at the door it entered.
+ *
+ * The resolver door's own entry points are here too (dlsym, and the
+ * do_ functions of cuGetProcAddress): resolve.c says which entry point to
+ * hand out, this file hands out its twin. */
+#include "entry.h"
 #include "callsite.h"
+#include "resolve.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <string.h>
 #include <stdlib.h>
@@ -161,23 +167,41 @@ static void *const via_resolver[SYM_COUNT] = {
 #include "symbols.def"
 };
 
-static void *const exported[SYM_COUNT] = {
-#define RUNTIME(ret, name, params, args) (void *)name,
-#define RUNTIME_PASS(ret, name, params, args) (void *)name,
-#define DRIVER(ret, name, base, ver, params, args) (void *)name,
-#define DRIVER_PASS(ret, name, base, ver, params, args) (void *)name,
-#include "symbols.def"
-};
+/* ---- the resolver door ---- */
 
-EARLY_SAFE void *entry_via_resolver(enum symbol_id id)
+/* The dlsym door: resolve.c's answer, or the resolver twin of the entry
+ * point it names. EARLY_SAFE and noinline: see resolve_dlsym. */
+SHIM_EXPORT EARLY_SAFE __attribute__((noinline)) void *dlsym(void *handle, const char *name)
 {
-    return via_resolver[id];
+    int id;
+    void *p = resolve_dlsym(handle, name, __builtin_return_address(0), &id);
+    return id >= 0 ? via_resolver[id] : p;
 }
-EARLY_SAFE void *entry_exported(enum symbol_id id)
+
+static void *redirect(const char *symbol, void *real, int cudaVersion, cuuint64_t flags)
 {
-    return exported[id];
+    int id = resolve_redirect(symbol, real, cudaVersion, flags);
+    return id >= 0 ? via_resolver[id] : real;
 }
-EARLY_SAFE const char *entry_name(enum symbol_id id)
+
+CUresult do_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    CUresult r = CALL_REAL_DRIVER(cuGetProcAddress, (symbol, pfn, cudaVersion, flags));
+    if (r == CUDA_SUCCESS && pfn) *pfn = redirect(symbol, *pfn, cudaVersion, flags);
+    return r;
+}
+
+CUresult do_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                CUdriverProcAddressQueryResult *status)
+{
+    CUresult r = CALL_REAL_DRIVER(cuGetProcAddress_v2, (symbol, pfn, cudaVersion, flags, status));
+    if (r == CUDA_SUCCESS && pfn) *pfn = redirect(symbol, *pfn, cudaVersion, flags);
+    return r;
+}
+
+/* ---- call counts ---- */
+
+const char *entry_name(enum symbol_id id)
 {
     return names[id];
 }

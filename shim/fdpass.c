@@ -32,11 +32,11 @@
  * stalls holds it at most about 2 s and can never crash it.
  *
  * Lifetime: one detached thread, all signals blocked, started at the first
- * export; fdpass_fork_child (init.c's atfork child hook) closes the
- * listening socket in a fork child and forgets the parent's exports there
- * (the child exported nothing); the child's first export starts its own. */
+ * export; in a fork child, the fork chain's child step (init.c) closes the
+ * listening socket and forgets the parent's exports (the child exported
+ * nothing); the child's first export starts its own. */
 #include "fdpass.h"
-#include "shim.h"
+#include "resolve.h"
 #include "log.h"
 #include "options.h"
 #include "registry.h" /* REG_DOMAIN_MAX */
@@ -79,8 +79,7 @@ struct exported {
 static pthread_mutex_t exports_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct exported *exports;
 static size_t nexports, cap_exports;
-static int listen_fd = -1;
-static pid_t server_pid; /* the process whose server runs (0: none) */
+static int listen_fd = -1; /* this process's server's socket (-1: none runs) */
 
 /* The abstract address for pid's server, in this user and domain:
  * registry_name's "ipcshim-<euid>-<domain>" (core/registry.h; written out
@@ -247,7 +246,6 @@ static int fdpass_start_server(void)
         return -rc;
     }
     listen_fd = lfd;
-    server_pid = getpid();
     return 0;
 }
 
@@ -271,7 +269,7 @@ void fdpass_note_exported(int fd)
     }
     exports[i] = (struct exported){fd, st.st_dev, st.st_ino};
     if (i == nexports) nexports++;
-    int rc = server_pid == getpid() ? 0 : fdpass_start_server();
+    int rc = listen_fd >= 0 ? 0 : fdpass_start_server();
     pthread_mutex_unlock(&exports_lock);
     if (rc != 0)
         LOG_ONCE(LOG_WARN,
@@ -279,12 +277,21 @@ void fdpass_note_exported(int fd)
                  strerror(-rc));
 }
 
-void fdpass_fork_child(void)
+void fdpass_prefork(void)
+{
+    pthread_mutex_lock(&exports_lock);
+}
+
+void fdpass_postfork_parent(void)
+{
+    pthread_mutex_unlock(&exports_lock);
+}
+
+void fdpass_postfork_child(void)
 {
     pthread_mutex_init(&exports_lock, NULL);
     if (listen_fd >= 0) close(listen_fd);
     listen_fd = -1;
-    server_pid = 0;
     nexports = 0; /* the child exported nothing */
 }
 

@@ -32,13 +32,13 @@ void fdpass_note_exported(int fd);
  * socket's credentials say so). For pidfd.c's substitute pidfd. */
 bool fdpass_listening(pid_t pid);
 
-/* init.c's atfork child hook: the parent's server and exports are not the
- * child's (closes the inherited listening socket). */
-void fdpass_fork_child(void);
-
-/* pidfd.c: find the next pidfd_open, pidfd_getfd and syscall (libc's, or a
- * later preload's); from the constructor (init.c), before which the
- * interposers call the kernel directly. */
-void pidfd_resolve_at_load(void);
+/* The fork chain's steps (init.c): prefork holds the exported set's lock
+ * across fork (a leaf lock, held only to look up or add an fd); the parent
+ * step drops it; the child step makes it anew, closes the inherited
+ * listening socket and forgets the parent's exports (they are not the
+ * child's). */
+void fdpass_prefork(void);
+void fdpass_postfork_parent(void);
+void fdpass_postfork_child(void);
 
 #endif

@@ -1,7 +1,7 @@
 /* host_swap.h: the shim side of host swap (docs/swap.md), defined in
- * shim/swap.c and used by memory.c, api.c and init.c; core/swap/swap.h is core's
- * side. The launch, copy and set entry points (do_<name> in swap.c) are
- * declared by shim.h like every other logic entry.
+ * shim/host_swap.c and used by memory.c, api.c and init.c; core/swap/swap.h is core's
+ * side. The launch, copy and set entry points (do_<name> in host_swap.c) are
+ * declared by symbols.h like every other logic entry.
  *
  * Off by default; when off, each hook costs one predictable branch on
  * swap_enabled. When on, allocations of at least swap_min_bytes come from
@@ -11,7 +11,7 @@
 #ifndef SHIM_HOST_SWAP_H
 #define SHIM_HOST_SWAP_H
 
-#include "shim.h"
+#include "symbols.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -23,6 +23,8 @@ extern uint64_t swap_min_bytes;
 /* Read the options and turn swap on if they ask for it and the real managed
  * memory functions exist; called once at start-up (init.c). */
 void swap_init(void);
+/* The fork chain's child step (init.c): swap is off in a fork child. */
+void swap_postfork_child(void);
 
 /* True when swap_init opened an IPCSHIM_TRACE file: init.c then registers
  * swap_flush_trace to run at exit. */

@@ -1,29 +1,31 @@
-/* init: the shim's lifecycle. The start-up order and every process hook
- * (constructor, atfork, atexit, destructors) are here and nowhere else.
+/* init: the shim's lifecycle, at the top of the shim. The start-up order
+ * and every process hook (constructor, atfork, atexit, destructors) are here
+ * and nowhere else, and nothing below calls up into this file: what the
+ * files below need of it, they are given (hooks.h) by the constructor.
  *
  * Start-up is lazy and runs once: the first entry point (or ipcshim_* call)
- * runs resolve_once (resolve.c: the real dlsym, the options, the real
- * functions), which ends with init_start: memory and core (ipc_init), the
- * fork handlers, host swap, the unwinder. Nothing initialises on the side.
+ * runs resolve_once_slow (resolve.c: the real dlsym, the options, the real
+ * functions, whether this process tracks), which ends with the start hook,
+ * start_up: memory and core (ipc_init), the fork chain, host swap, the
+ * unwinder. Nothing initialises on the side.
  *
  * The hooks, in the order they are registered:
  *  1. constructor (at load): finds the next syscall and pidfd_* (pidfd.c,
- *     whose interposers call the kernel directly until then), and notes that
+ *     whose interposers call the kernel directly until then), notes that
  *     libc is initialised, for the dlsym door (resolve.c), which may run
- *     earlier than any other code here;
- *  2. pthread_atfork, at start-up right after ipc_init, in a tracking
- *     process: prepare holds core's local lock across fork, so that the
- *     child inherits consistent tables; parent drops it; child
- *     re-initialises the lock and core's per-process state (its holder
- *     slot is taken again at its next ipc call);
- *  2b. pthread_atfork, at start-up in every process: the fd server's child
- *     hook (fdpass_fork_child closes the parent's listening socket and
- *     forgets its exported fds);
+ *     earlier than any other code here, and gives the files below their
+ *     hooks (hooks.h): an entry before it (another library's constructor)
+ *     passes through untracked;
+ *  2. pthread_atfork, at start-up right after ipc_init, in every process:
+ *     the one fork chain (prefork, postfork_parent, postfork_child below).
+ *     Every subsystem's fork state is a step of it, in one fixed order;
+ *     none keeps a pid of its own to compare or an atfork hook of its own.
  *  3. atexit: flush the host swap trace, at start-up when IPCSHIM_TRACE
  *     opened one;
- *  4. atexit: ipc_shutdown, at the first tracked export;
+ *  4. atexit: ipc_shutdown, at the first tracked export (memory.c and
+ *     vmm.c call the first_export hook);
  *  5. atexit: the importer's leak report (ipc_report_leaks), at the first
- *     tracked open;
+ *     tracked open (the first_open hook);
  *  6. destructor (default priority): host swap's refused exports, the VMM
  *     ledger's exit report (vmm.c) and the IPCSHIM_STATS report;
  *  7. destructor(101): ipc_unload;
@@ -46,19 +48,33 @@
  * word: the exit report (6) runs before it, and it releases what an
  * import-only process (which never registered 4) still holds. ipc_shutdown
  * is idempotent: whichever of 4 and 7 comes first does the work. */
-#include "shim.h"
-#include "host_swap.h"
+#include "api.h"
+#include "entry.h"
 #include "fdpass.h"
+#include "hooks.h"
+#include "host_swap.h"
+#include "memory.h"
+#include "pidfd.h"
+#include "resolve.h"
+#include "unwind.h"
+#include "vmm.h"
 #include "ipc.h"
 #include "sys.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 
-int init_libraries_initialised;
-
 typedef void (*exit_fn)(int);
 static exit_fn real_exit_fn; /* libc's _exit, resolved at load (8) */
+
+static void start_up(void);
+static void at_first_export(void);
+static void at_first_open(void);
+static const struct shim_hooks hooks = {
+    .start = start_up,
+    .first_export = at_first_export,
+    .first_open = at_first_open,
+};
 
 /* 1. Runs after libc's initialiser (this library depends on libc). */
 __attribute__((constructor)) static void init_at_load(void)
@@ -67,7 +83,8 @@ __attribute__((constructor)) static void init_at_load(void)
     /* 8's libc _exit, now: at _exit time a lookup could be inside a signal
      * handler (and see pidfd.c's trap: no lookup that may allocate). */
     __atomic_store_n(&real_exit_fn, (exit_fn)resolve_next_libc("_exit"), __ATOMIC_RELEASE);
-    __atomic_store_n(&init_libraries_initialised, 1, __ATOMIC_RELEASE);
+    resolve_note_libc_ready();
+    hooks_set(&hooks);
 }
 
 /* 3. Newest-first order puts it after the shutdown and leak report. */
@@ -76,20 +93,44 @@ static void flush_trace_at_exit(void)
     swap_flush_trace();
 }
 
-/* Runs inside resolve_once (under its pthread_once), before resolve_done is
- * published: every entry point waits for it. */
-void init_start(void)
+/* 2. The fork chain. prefork takes the locks held across fork, outermost
+ * first: core's local lock (the child inherits whole tables) and fdpass's
+ * exported set (a leaf). The parent step drops them in reverse; the child
+ * step resets each subsystem in reverse: fdpass (closes the parent's
+ * listening socket, forgets its exports), the VMM tables (forgotten: not
+ * the child's), host swap (off: its engine works in the parent's CUDA
+ * context), then core's per-process state (its holder slot is taken again
+ * at its next ipc call). shim_tracking is fixed before start-up is
+ * published, so each step sees the same answer. */
+static void prefork(void)
 {
-    memory_init(); /* decides tracking; ipc_init when tracking */
+    if (shim_tracking()) ipc_fork_prepare();
+    fdpass_prefork();
+}
+static void postfork_parent(void)
+{
+    fdpass_postfork_parent();
+    if (shim_tracking()) ipc_fork_parent();
+}
+static void postfork_child(void)
+{
+    fdpass_postfork_child();
+    vmm_postfork_child();
+    swap_postfork_child();
+    if (shim_tracking()) ipc_fork_child();
+}
+
+/* The start hook: runs inside resolve_once_slow (under its pthread_once),
+ * before resolve_done is published: every entry point waits for it. */
+static void start_up(void)
+{
+    memory_init(); /* ipc_init when tracking (resolve.c decided it) */
     /* 2: right after ipc_init (once: start-up runs once) */
-    if (shim_tracking()) pthread_atfork(ipc_fork_prepare, ipc_fork_parent, ipc_fork_child);
+    pthread_atfork(prefork, postfork_parent, postfork_child);
     swap_init();
     /* 3: right after swap_init opened the trace */
     if (swap_trace_opened()) atexit(flush_trace_at_exit);
     unwind_init();
-    /* 2b: the fd server's child hook (fdpass.c), in every process: the
-     * child must not keep the parent's listening socket open. */
-    pthread_atfork(NULL, NULL, fdpass_fork_child);
 }
 
 /* 4. Runs before the CUDA runtime's own teardown, which registered its exit
@@ -102,7 +143,7 @@ static void register_shutdown(void)
 {
     atexit(shutdown_at_exit);
 }
-void init_at_first_export(void)
+static void at_first_export(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, register_shutdown);
@@ -118,7 +159,7 @@ static void register_leak_report(void)
 {
     atexit(report_leaks_at_exit);
 }
-void init_at_first_open(void)
+static void at_first_open(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, register_leak_report);

@@ -3,7 +3,11 @@
  * decisions (core/ipc.h) and a door's real call; the do_<name> functions only
  * adapt arguments and error codes. When tracking is off, or core says PASS,
  * the real function is called exactly as without the shim. */
-#include "shim.h"
+#include "memory.h"
+#include "context.h"
+#include "hooks.h"
+#include "resolve.h"
+#include "vmm.h"
 #include "host.h"
 #include "ipc.h"
 #include "log.h"
@@ -13,8 +17,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-bool memory_tracking;
 
 /* The error codes of one door. */
 struct door_codes {
@@ -62,12 +64,9 @@ static int free_block(uint64_t base, int device, uint64_t ctx, uint64_t identity
 
 void memory_init(void)
 {
-    const struct options *o = options_get();
-    memory_tracking =
-        !o->disable && real_cuMemFree_v2 && real_cuPointerGetAttributes && real_cuCtxGetCurrent;
-    if (!o->disable && !memory_tracking)
+    if (!options_get()->disable && !shim_tracking())
         LOG_ONCE(LOG_WARN, "driver functions missing; passing every call through");
-    if (!memory_tracking) return;
+    if (!shim_tracking()) return;
     host_set(&(struct host){.free_block = free_block}); /* core's deferred frees */
     ipc_init();
 }
@@ -76,7 +75,7 @@ void memory_init(void)
  * old hand-offs early) and say whether a retry may now succeed. */
 static bool collect_for_retry_slow(const struct door_codes *codes)
 {
-    if (!memory_tracking || ipc_collect_pressure() <= 0) return false;
+    if (!shim_tracking() || ipc_collect_pressure() <= 0) return false;
     if (codes == &runtime_codes && REAL(cudaGetLastError))
         real_cudaGetLastError(); /* forget the failure */
     return true;
@@ -110,7 +109,7 @@ static __attribute__((noinline)) int op_free_tracked(uint64_t ptr, void *stream,
                                                      const struct door_codes *codes)
 {
     swap_on_free(ptr);
-    if (!memory_tracking || !ptr) return real_free(ptr, stream);
+    if (!shim_tracking() || !ptr) return real_free(ptr, stream);
     /* A pool import's pointer: the free ends the import (op_close's rules). */
     struct ipc_close ticket;
     int decision = ipc_unimport_begin(ptr, &ticket);
@@ -128,7 +127,7 @@ static __attribute__((noinline)) int op_free_tracked(uint64_t ptr, void *stream,
 static inline int op_free(uint64_t ptr, void *stream, int (*real_free)(uint64_t, void *),
                           const struct door_codes *codes)
 {
-    if (__builtin_expect(swap_enabled, 0) || (memory_tracking && ptr && !ipc_free_passes(ptr)))
+    if (__builtin_expect(swap_enabled, 0) || (shim_tracking() && ptr && !ipc_free_passes(ptr)))
         return op_free_tracked(ptr, stream, real_free, codes);
     return real_free(ptr, stream);
 }
@@ -173,7 +172,7 @@ static void explain_refused_export(uint64_t ptr, int result)
  * the program that memory is gone, and CUDA refuses to export freed memory. */
 static bool freed_by_program(uint64_t ptr)
 {
-    if (!memory_tracking || !ipc_limbo_pending()) return false;
+    if (!shim_tracking() || !ipc_limbo_pending()) return false;
     uint64_t base = pointer_attribute(ptr, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR);
     return ipc_in_limbo(base ? base : ptr);
 }
@@ -201,7 +200,7 @@ static void note_export(const void *handle, uint64_t ptr, int kind)
     struct ipc_handle h;
     memcpy(h.bytes, handle, sizeof h.bytes);
     if (ipc_export_identity(&h, base, size, device, (uint64_t)ctx, buffer_id, kind) == 0)
-        init_at_first_export();
+        hooks_first_export();
 }
 
 /* The arguments of a legacy open (handle, flags) or a pool import
@@ -219,7 +218,7 @@ static int op_open(const struct open_call *call, int kind, uint64_t *out, bool r
                    const struct door_codes *codes)
 {
     /* What CUDA refuses (no pointer or handle, unknown flags) it refuses itself. */
-    if (!memory_tracking || !out || !call->handle ||
+    if (!shim_tracking() || !out || !call->handle ||
         (call->flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
         return real_open(out, call);
     /* A direct-sharing ledger key (vmm.c) is no handle: the driver answers. */
@@ -253,7 +252,7 @@ static int op_open(const struct open_call *call, int kind, uint64_t *out, bool r
         result = real_open(out, call);
     if (decision == IPC_REAL) {
         if (result == codes->ok)
-            ipc_open_commit(&ticket, *out), init_at_first_open();
+            ipc_open_commit(&ticket, *out), hooks_first_open();
         else
             ipc_open_abort(&ticket);
     }
@@ -277,7 +276,7 @@ static int vmm_close_driver(uint64_t p, void *stream)
 static int op_close(uint64_t ptr, int (*real_close)(uint64_t, void *),
                     const struct door_codes *codes)
 {
-    if (!memory_tracking) return real_close(ptr, NULL);
+    if (!shim_tracking()) return real_close(ptr, NULL);
     struct ipc_close ticket;
     int decision = ipc_close_begin(ptr, &ticket);
     if (decision == IPC_DONE) return codes->ok;
@@ -432,7 +431,7 @@ cudaError_t do_cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
     if (swap_refuses_export((uint64_t)devPtr, "cudaIpcGetMemHandle")) return cudaErrorInvalidValue;
     if (freed_by_program((uint64_t)devPtr)) return cudaErrorInvalidValue;
     cudaError_t r = real_cudaIpcGetMemHandle(handle, devPtr);
-    if (r == cudaSuccess && memory_tracking)
+    if (r == cudaSuccess && shim_tracking())
         note_export(handle, (uint64_t)devPtr, IPC_KIND_LEGACY);
     else if (r == cudaErrorInvalidValue && vmm_export_legacy(handle, (uint64_t)devPtr) == 0) {
         r = cudaSuccess;
@@ -475,7 +474,7 @@ cudaError_t do_cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportD
     if (!REAL(cudaMemPoolExportPointer)) return cudaErrorInitializationError;
     if (freed_by_program((uint64_t)ptr)) return cudaErrorInvalidValue;
     cudaError_t r = real_cudaMemPoolExportPointer(exportData, ptr);
-    if (r == cudaSuccess && memory_tracking && exportData)
+    if (r == cudaSuccess && shim_tracking() && exportData)
         note_export(exportData, (uint64_t)ptr, IPC_KIND_POOL);
     return r;
 }
@@ -547,7 +546,7 @@ CUresult do_cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     if (swap_refuses_export(dptr, "cuIpcGetMemHandle")) return CUDA_ERROR_INVALID_VALUE;
     if (freed_by_program(dptr)) return CUDA_ERROR_INVALID_VALUE;
     CUresult r = real_cuIpcGetMemHandle(pHandle, dptr);
-    if (r == CUDA_SUCCESS && memory_tracking)
+    if (r == CUDA_SUCCESS && shim_tracking())
         note_export(pHandle, dptr, IPC_KIND_LEGACY);
     else if (r == CUDA_ERROR_INVALID_VALUE && vmm_export_legacy(pHandle, dptr) == 0)
         r = CUDA_SUCCESS;
@@ -605,7 +604,7 @@ CUresult do_cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdevi
     if (!REAL(cuMemPoolExportPointer)) return CUDA_ERROR_NOT_INITIALIZED;
     if (freed_by_program(ptr)) return CUDA_ERROR_INVALID_VALUE;
     CUresult r = real_cuMemPoolExportPointer(shareData_out, ptr);
-    if (r == CUDA_SUCCESS && memory_tracking && shareData_out)
+    if (r == CUDA_SUCCESS && shim_tracking() && shareData_out)
         note_export(shareData_out, ptr, IPC_KIND_POOL);
     return r;
 }

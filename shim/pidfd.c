@@ -23,8 +23,9 @@
  * None of it runs in secure execution (AT_SECURE) or with IPCSHIM_DISABLE:
  * there every call is the kernel's alone. The shim never calls pidfd_* or
  * syscall for these numbers itself, so nothing recurses. */
+#include "pidfd.h"
 #include "fdpass.h"
-#include "shim.h"
+#include "resolve.h"
 #include "log.h"
 #include "options.h"
 #include "sys.h"

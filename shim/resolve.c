@@ -14,8 +14,13 @@
  * handle. Redirection happens only after the real lookup succeeded and only
  * when it landed in NVIDIA's driver or runtime (a plugin's own cudaMalloc is
  * left alone), keeps the variant the real resolver chose (_v2, _ptsz), and
- * never hands out a real slot that points back into the shim. */
-#include "shim.h"
+ * never hands out a real slot that points back into the shim. The door's
+ * entry points themselves are entry.c's: this file says which to hand out.
+ *
+ * Start-up (resolve_once_slow) is resolution, then the start-up init.c gave
+ * (hooks.h): init.c is above this file, and reached only through that. */
+#include "resolve.h"
+#include "hooks.h"
 #include "log.h"
 #include "options.h"
 
@@ -49,11 +54,27 @@ static const struct {
 #include "symbols.def"
 };
 
+/* The interposed names, for the dlsym door. */
+static const char *const names[SYM_COUNT] = {
+#define RUNTIME(ret, name, params, args) #name,
+#define RUNTIME_PASS(ret, name, params, args) #name,
+#define DRIVER(ret, name, base, ver, params, args) #name,
+#define DRIVER_PASS(ret, name, base, ver, params, args) #name,
+#include "symbols.def"
+};
+
 void *(*real_dlsym)(void *, const char *);
 static pthread_once_t all_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t resolve_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned long long objects_seen; /* dlpi_adds when the slots were last filled */
 int resolve_done;
+bool resolve_tracking;
+static int libc_ready; /* set by init.c's constructor (resolve_note_libc_ready) */
+
+void resolve_note_libc_ready(void)
+{
+    __atomic_store_n(&libc_ready, 1, __ATOMIC_RELEASE);
+}
 
 EARLY_SAFE static const struct link_map *shim_link_map(void);
 
@@ -72,12 +93,13 @@ EARLY_SAFE static void find_real_dlsym(void)
     __atomic_store_n(&real_dlsym, p, __ATOMIC_RELEASE);
 }
 
-/* True if p is one of the shim's own functions (exported or resolver twin). */
-EARLY_SAFE static bool is_shim_function(void *p)
+/* True if p lies in the shim itself (an entry point, its resolver twin, the
+ * dlsym door): from the start of its ELF header to the end of its data. */
+EARLY_SAFE static bool is_shim_function(const void *p)
 {
-    for (int id = 0; id < SYM_COUNT; id++)
-        if (p == entry_exported(id) || p == entry_via_resolver(id)) return true;
-    return p == (void *)dlsym;
+    extern const char __ehdr_start[] __attribute__((visibility("hidden")));
+    extern const char _end[] __attribute__((visibility("hidden")));
+    return (const char *)p >= __ehdr_start && (const char *)p < _end;
 }
 
 /* String helpers for the dlsym door, which must not call libc's: a
@@ -195,8 +217,7 @@ void resolve_missing(void)
     pthread_mutex_unlock(&resolve_lock);
 }
 
-/* The one start-up path: real dlsym, options, real functions, then
- * init_start (memory and core, fork handlers, host swap, unwinder). */
+/* The first half of start-up: real dlsym, options, real functions. */
 static void resolve_once(void)
 {
     find_real_dlsym();
@@ -211,21 +232,34 @@ static void resolve_once(void)
     resolve_driver();
     resolve_runtime();
     pthread_mutex_unlock(&resolve_lock);
-    init_start(); /* the rest, in init.c's order */
+}
+
+/* The second half: whether this process tracks, then init.c's start-up
+ * (memory and core, fork chain, host swap, unwinder), which reads it. */
+static void start_once(void)
+{
+    resolve_tracking = !options_get()->disable && real_cuMemFree_v2 &&
+                       real_cuPointerGetAttributes && real_cuCtxGetCurrent;
+    hooks_start();
     __atomic_store_n(&resolve_done, 1, __ATOMIC_RELEASE);
 }
 
 void resolve_once_slow(void)
 {
+    static pthread_once_t start_ctl = PTHREAD_ONCE_INIT;
     pthread_once(&all_once, resolve_once);
+    /* Trap: an entry before init.c's constructor (another library's
+     * constructor) finds no start-up given: it passes through untracked,
+     * and start-up runs at the first entry after the constructor. */
+    if (real_dlsym && hooks_given()) pthread_once(&start_ctl, start_once);
 }
 
-void *resolve_redirect(const char *symbol, void *real, int cudaVersion, cuuint64_t flags)
+int resolve_redirect(const char *symbol, void *real, int cudaVersion, cuuint64_t flags)
 {
-    if (!symbol || !real || is_shim_function(real)) return real;
+    if (!symbol || !real || is_shim_function(real)) return -1;
     /* The variant the real resolver chose, recognised by address. */
     for (int id = 0; id < SYM_COUNT; id++)
-        if (variants[id].base && *variants[id].real == real) return entry_via_resolver(id);
+        if (variants[id].base && *variants[id].real == real) return id;
     /* Not a known address (the driver handed out an internal alias): choose
      * by name, version and flags the way the driver does. */
     bool per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
@@ -236,26 +270,11 @@ void *resolve_redirect(const char *symbol, void *real, int cudaVersion, cuuint64
         if ((v < 0) != per_thread || (v < 0 ? -v : v) > cudaVersion) continue;
         if (best < 0 || abs(v) > abs(variants[best].version)) best = id;
     }
-    if (best < 0 || !in_cuda_library(real)) return real;
+    if (best < 0 || !in_cuda_library(real)) return -1;
     /* The twin calls the exported variant (the same driver function under
      * its public address), or this alias when the driver exports none. */
     if (!*variants[best].real) *variants[best].real = real;
-    return entry_via_resolver(best);
-}
-
-CUresult do_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
-{
-    CUresult r = CALL_REAL_DRIVER(cuGetProcAddress, (symbol, pfn, cudaVersion, flags));
-    if (r == CUDA_SUCCESS && pfn) *pfn = resolve_redirect(symbol, *pfn, cudaVersion, flags);
-    return r;
-}
-
-CUresult do_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
-                                CUdriverProcAddressQueryResult *status)
-{
-    CUresult r = CALL_REAL_DRIVER(cuGetProcAddress_v2, (symbol, pfn, cudaVersion, flags, status));
-    if (r == CUDA_SUCCESS && pfn) *pfn = resolve_redirect(symbol, *pfn, cudaVersion, flags);
-    return r;
+    return best;
 }
 
 /* The dynamic tables of a loaded object that object_symbol reads. */
@@ -352,7 +371,7 @@ done:
     case STT_TLS: {
         /* Rare in RTLD_NEXT lookups: let the loader answer, by a handle
          * (not before libc is initialised: see dlsym). */
-        if (!__atomic_load_n(&init_libraries_initialised, __ATOMIC_ACQUIRE)) return NULL;
+        if (!__atomic_load_n(&libc_ready, __ATOMIC_ACQUIRE)) return NULL;
         void *h = dlopen(m->l_name, RTLD_LAZY | RTLD_NOLOAD), *p = h ? real_dlsym(h, name) : NULL;
         if (h) dlclose(h);
         return p;
@@ -405,21 +424,21 @@ EARLY_SAFE static void *next_definition(const void *caller, const char *name)
     return definition_after(self, name);
 }
 
-/* The dlsym door. It may run before anything else in the shim (a sanitizer
- * runtime or another preloaded library looks up its functions from its own
- * constructor), so it touches nothing but the real dlsym until it knows the
- * answer is a CUDA function. RTLD_NEXT and RTLD_DEFAULT are answered for the
- * caller, not for the shim; RTLD_NEXT results are never redirected (the
- * caller is another interposer wrapping the next definition). */
-SHIM_EXPORT EARLY_SAFE __attribute__((noinline)) void *dlsym(void *handle, const char *name)
+/* The dlsym door's answer. It may run before anything else in the shim (a
+ * sanitizer runtime or another preloaded library looks up its functions
+ * from its own constructor), so it touches nothing but the real dlsym until
+ * it knows the answer is a CUDA function. RTLD_NEXT and RTLD_DEFAULT are
+ * answered for the caller, not for the shim; RTLD_NEXT results are never
+ * redirected (the caller is another interposer wrapping the next
+ * definition). */
+EARLY_SAFE void *resolve_dlsym(void *handle, const char *name, const void *caller, int *id)
 {
-    const void *caller = __builtin_return_address(0);
+    *id = -1;
     find_real_dlsym();
     if (!real_dlsym) return NULL;
     if (handle == RTLD_NEXT) return next_definition(caller, name);
     void *p = real_dlsym(handle, name);
-    if (!p && handle == RTLD_DEFAULT &&
-        __atomic_load_n(&init_libraries_initialised, __ATOMIC_ACQUIRE)) {
+    if (!p && handle == RTLD_DEFAULT && __atomic_load_n(&libc_ready, __ATOMIC_ACQUIRE)) {
         /* The caller's own local scope (a library dlopened RTLD_LOCAL sees
          * its dependencies through RTLD_DEFAULT; the shim does not). By a
          * handle: see object_symbol for why not by its link_map. Trap: a
@@ -435,11 +454,12 @@ SHIM_EXPORT EARLY_SAFE __attribute__((noinline)) void *dlsym(void *handle, const
         }
     }
     if (!p || (name[0] != 'c' && name[0] != '_') || is_shim_function(p)) return p;
-    for (int id = 0; id < SYM_COUNT; id++) {
-        if (!same_string(name, entry_name(id))) continue;
+    for (int i = 0; i < SYM_COUNT; i++) {
+        if (!same_string(name, names[i])) continue;
         if (!in_cuda_library(p)) return p; /* a plugin's or stub's own function */
-        if (!*variants[id].real) *variants[id].real = p;
-        return entry_via_resolver(id);
+        if (!*variants[i].real) *variants[i].real = p;
+        *id = i;
+        return p;
     }
     return p;
 }

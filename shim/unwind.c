@@ -20,13 +20,14 @@
 #include "host.h"
 #include "log.h"
 #include "options.h"
-#include "shim.h"
+#include "resolve.h"
+#include "unwind.h"
 
 #include <dlfcn.h>
 
 enum { UNW_CACHE_PER_THREAD = 2 }; /* libunwind.h's unw_caching_policy_t */
 
-/* Runs once at start-up (init_start), which resolve.c reaches only after it
+/* Runs once at start-up (init.c), which resolve.c reaches only after it
  * found the real dlsym: libunwind's functions are looked up with it, not
  * through the shim's own dlsym door. */
 void unwind_init(void)

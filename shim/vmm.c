@@ -25,7 +25,9 @@
  * importers hold it; the driver itself keeps
  * the memory alive, so limbo's deferred free only closes the exported fd
  * (vmm_free_block). */
-#include "shim.h"
+#include "vmm.h"
+#include "hooks.h"
+#include "resolve.h"
 #include "callsite.h"
 #include "fdpass.h"
 #include "ipc.h"
@@ -107,37 +109,19 @@ static struct vmm_map *maps;
 static int shim_imports_open;
 static struct vmm_kept *kept;
 static uint64_t export_serial, import_serial;
-static pid_t tables_pid; /* the process that filled the tables (a fork's child did not) */
-
-/* Before the first entry a process adds or looks for: drop what a fork
- * inherited (the parent's handles and mappings mean nothing in the child).
- * Trap: the child's copies of the parent's exported fds are forgotten, not
- * closed: by now the child may have closed them and reused the numbers.
- * vmm_lock held. */
-static void forget_inherited_locked(void)
+/* The fork chain's child step (init.c): the parent's handles and mappings
+ * mean nothing in the child. Trap: the tables are abandoned, not freed, and
+ * the lock made anew, because vmm_lock is not held across fork (a thread may
+ * hold it across a real driver call, and the driver's own fork handlers may
+ * wait for that thread): they may be mid-update. The child's copies of the
+ * parent's exported fds are forgotten, not closed. */
+void vmm_postfork_child(void)
 {
-    pid_t self = getpid();
-    if (tables_pid == self) return;
-    struct vmm_alloc *a, *ta;
-    HASH_ITER(hh, allocs, a, ta)
-    {
-        HASH_DEL(allocs, a);
-        free(a);
-    }
-    struct vmm_map *m, *tm;
-    HASH_ITER(hh, maps, m, tm)
-    {
-        HASH_DEL(maps, m);
-        free(m);
-    }
+    pthread_mutex_init(&vmm_lock, NULL);
+    allocs = NULL;
+    maps = NULL;
+    kept = NULL;
     __atomic_store_n(&shim_imports_open, 0, __ATOMIC_RELAXED);
-    struct vmm_kept *k, *tk;
-    HASH_ITER(hh, kept, k, tk)
-    {
-        HASH_DEL(kept, k);
-        free(k);
-    }
-    tables_pid = self;
 }
 
 static uint64_t vmm_check(const struct vmm_wire *w)
@@ -291,7 +275,6 @@ static void vmm_note_direct_export(CUmemGenericAllocationHandle handle, int fd)
     uint64_t base = 0, size = 0, id = 0, lock = 0;
     int device = -1;
     pthread_mutex_lock(&vmm_lock);
-    forget_inherited_locked();
     struct vmm_alloc *a;
     HASH_FIND(hh, allocs, &handle, sizeof handle, a);
     if (a && !a->imported && a->refs > 0) {
@@ -308,7 +291,7 @@ static void vmm_note_direct_export(CUmemGenericAllocationHandle handle, int fd)
     direct_key_of(lock, &key);
     /* Once per allocation: exported again, one more hand-off. */
     if (ipc_export_identity(&key, base, size, device, current_ctx(), id, IPC_KIND_VMM) == 0)
-        init_at_first_export();
+        hooks_first_export();
 }
 
 /* The program's own export (symbols.def): a POSIX fd is served by fdpass
@@ -402,7 +385,6 @@ CUresult do_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     a->device = prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id : -1;
     a->site = callsite_capture();
     pthread_mutex_lock(&vmm_lock);
-    forget_inherited_locked();
     struct vmm_alloc *old;
     HASH_FIND(hh, allocs, &a->handle, sizeof a->handle, old);
     uint64_t stale = 0; /* a record of the handle's last allocation, still mapped here */
@@ -468,7 +450,6 @@ CUresult do_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
     m->va = ptr, m->size = size, m->offset = offset, m->handle = handle, m->export_fd = -1;
     m->site = callsite_capture();
     pthread_mutex_lock(&vmm_lock);
-    forget_inherited_locked();
     struct vmm_map *old;
     HASH_FIND(hh, maps, &m->va, sizeof m->va, old);
     if (old) {
@@ -550,7 +531,6 @@ CUresult do_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
     a->handle = *handle, a->refs = 1, a->imported = true, a->device = -1;
     a->site = callsite_capture();
     pthread_mutex_lock(&vmm_lock);
-    forget_inherited_locked();
     struct vmm_alloc *old;
     HASH_FIND(hh, allocs, &a->handle, sizeof a->handle, old);
     bool added = false;
@@ -613,7 +593,6 @@ int vmm_export_legacy(void *handle_out, uint64_t ptr)
 {
     if (!shim_tracking() || !handle_out) return -EINVAL;
     pthread_mutex_lock(&vmm_lock);
-    forget_inherited_locked();
     struct vmm_map *m = map_of(ptr);
     struct vmm_alloc *a = NULL;
     if (m) HASH_FIND(hh, allocs, &m->handle, sizeof m->handle, a);
@@ -634,7 +613,7 @@ int vmm_export_legacy(void *handle_out, uint64_t ptr)
     CUcontext ctx = NULL;
     if (REAL(cuCtxGetCurrent)) real_cuCtxGetCurrent(&ctx);
     rc = ipc_export_identity(&h, base, length, device, (uint64_t)ctx, id, IPC_KIND_VMM);
-    if (rc == 0) init_at_first_export();
+    if (rc == 0) hooks_first_export();
     memcpy(handle_out, &w, sizeof w);
     return 0; /* untracked (registry full): the handle still works where the registry does */
 }
@@ -694,7 +673,6 @@ int vmm_open(const void *handle, uint64_t *out)
     m->va = va + w.offset, m->size = w.length, m->handle = h, m->export_fd = -1;
     m->shim_import = true, m->reserve = va, m->wire = w;
     pthread_mutex_lock(&vmm_lock);
-    forget_inherited_locked();
     HASH_ADD(hh, maps, va, sizeof m->va, m);
     bool added = m->hh.tbl != NULL;
     if (added) __atomic_add_fetch(&shim_imports_open, 1, __ATOMIC_RELAXED);
@@ -781,8 +759,7 @@ static void left_summary(const struct left *l, const char *what)
 void vmm_report_exit(void)
 {
     int mode = options_get()->leak_report;
-    /* Tables a fork inherited are the parent's, not this process's. */
-    if (!shim_tracking() || mode == LEAK_REPORT_OFF || tables_pid != getpid()) return;
+    if (!shim_tracking() || mode == LEAK_REPORT_OFF) return;
     bool full = mode == LEAK_REPORT_FULL;
     struct left imports = {0}, mappings = {0};
     pthread_mutex_lock(&vmm_lock);

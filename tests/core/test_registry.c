@@ -178,6 +178,22 @@ Test(registry, create_then_attach)
     registry_close(&a);
 }
 
+/* Debug builds (NDEBUG unset) check the protocol table's "lock" rows: a
+ * block created without the registry lock aborts there. */
+Test(registry, a_record_written_without_the_lock_aborts_a_debug_build, .signal = SIGABRT)
+{
+#ifdef NDEBUG
+    cr_skip_test("an NDEBUG build: the lock assertions are compiled out");
+#endif
+    struct registry a;
+    open_view(&a);
+    cr_assert_eq(registry_lock(&a), 0);
+    uint32_t me = reg_holder_attach(&a, 1);
+    registry_unlock(&a);
+    struct ipc_handle h = make_handle(1);
+    reg_block_create(&a, &h, 0x1000, 1, 0, me, 1, IPC_KIND_LEGACY);
+}
+
 /* Issue 27: one early process that asks for tiny bounds (or a setuid
  * program's user, before secure execution was honoured) cannot cap the
  * domain for everyone after it: a later process that asks for more raises

@@ -166,3 +166,78 @@ Test(stress, with_collector_thread)
 {
     run(true);
 }
+
+/* ---- scale: open+close among many live blocks ---- */
+
+#define BENCH_CTX 0xc0ull
+enum { BENCH_ROUNDS = 1, BENCH_EXIT };
+
+/* Open+close must not grow with the number of live blocks. */
+static uint64_t time_open_close(struct importer *im, unsigned rounds)
+{
+    uint64_t best = UINT64_MAX;
+    for (int batch = 0; batch < 5; batch++) {
+        PARENT_SEND(&im->c, BENCH_ROUNDS);
+        PARENT_SEND(&im->c, rounds);
+        PARENT_RECV(&im->c);
+        uint64_t ns = PARENT_RECV(&im->c);
+        if (ns < best) best = ns;
+    }
+    return best;
+}
+
+static void bench_loop(struct chan *c, struct ipc_handle h)
+{
+    for (;;) {
+        uint64_t cmd = CHILD_RECV(c), rounds = CHILD_RECV(c);
+        if (cmd != BENCH_ROUNDS) _exit(0);
+        uint64_t t0 = test_now_ns();
+        for (uint64_t i = 0; i < rounds; i++) {
+            struct ipc_open t;
+            struct ipc_close cl;
+            uint64_t p;
+            if (ipc_open_begin(&h, BENCH_CTX, &t, &p) != IPC_REAL) _exit(5);
+            ipc_open_commit(&t, 0x5000);
+            if (ipc_close_begin(0x5000, &cl) != IPC_REAL) _exit(6);
+            ipc_close_finish(&cl);
+        }
+        CHILD_SEND(c, 0);
+        CHILD_SEND(c, test_now_ns() - t0);
+    }
+}
+
+/* 100,000 live exports fit and open+close keeps working among them. The
+ * cost is only logged: timings are measured by scripts/bench (figure 3),
+ * never asserted in a test. */
+Test(stress, open_close_among_100k_live_blocks, .timeout = 120)
+{
+    test_option("MAX_BLOCKS", "131072");
+    test_option("MAX_LEASES", "1024");
+    test_option("HANDOFF_TIMEOUT", "0ms");
+    struct ipc_handle probe = make_handle(0xabcdef);
+    cr_assert_eq(ipc_export(&probe, 0x1000, 100, 0, BENCH_CTX), 0);
+    unsigned n = 1;
+    for (; n < 1000; n++) {
+        struct ipc_handle h = make_handle(n);
+        cr_assert_eq(ipc_export(&h, BASE + (uint64_t)n * 0x1000, 100, 0, BENCH_CTX), 0);
+    }
+    struct importer im;
+    chan_open(&im.c);
+    im.pid = fork();
+    if (im.pid == 0) {
+        chan_child(&im.c);
+        bench_loop(&im.c, probe);
+    }
+    chan_parent(&im.c);
+    uint64_t small = time_open_close(&im, 2000);
+    for (; n < 100000; n++) {
+        struct ipc_handle h = make_handle(n);
+        cr_assert_eq(ipc_export(&h, BASE + (uint64_t)n * 0x1000, 100, 0, BENCH_CTX), 0);
+    }
+    uint64_t large = time_open_close(&im, 2000);
+    cr_log_info("open+close: %llu ns with 1k blocks, %llu ns with 100k",
+                (unsigned long long)small / 2000, (unsigned long long)large / 2000);
+    PARENT_SEND(&im.c, BENCH_EXIT);
+    PARENT_SEND(&im.c, 0);
+    child_wait(im.pid);
+}

@@ -172,3 +172,16 @@ Test(orders, asan_program_runtime_preloaded_first)
     snprintf(preload, sizeof preload, "LD_PRELOAD=%s %s", lib, getenv("IPCSHIM_LIB"));
     asan_pair(preload);
 }
+
+/* A library's constructor calls CUDA before the shim's constructor runs
+ * (progs/early_lib.c): those calls succeed, untracked, and tracking starts
+ * with the first call after it (the export made from main is recorded). */
+Test(orders, early_constructor_calls_pass_and_tracking_starts_after)
+{
+    run_prog(&r, "early", true, NULL, NULL);
+    cr_assert_eq(r.status, 0, "status %d: %s", r.status, r.out);
+    expect_field("early", "0");
+    expect_field("later", "0");
+    expect_field("exports", "1");
+    expect_field("free", "0");
+}

@@ -1,4 +1,4 @@
-/* swap: host swap's hooks in the shim (docs/swap.md). Swappable
+/* host_swap: host swap's hooks in the shim (docs/swap.md). Swappable
  * allocations are managed memory, registered with the swap engine
  * (core/swap/swap_engine.h), which owns the block index, one eviction policy per
  * device (core/swap/swap.h) and the budget accounting. Here: every kernel launch
@@ -29,6 +29,8 @@
  * the next launch fetches it); a new block a copy touches is placed first,
  * on the device if it fits, else on the host (swap_policy_copy). */
 #include "host_swap.h"
+#include "context.h"
+#include "resolve.h"
 #include "log.h"
 #include "options.h"
 #include "owned_file.h"
@@ -199,6 +201,16 @@ void swap_flush_trace(void)
 bool swap_trace_opened(void)
 {
     return trace != NULL;
+}
+
+/* The fork chain's child step (init.c): the swap engine works in the
+ * parent's CUDA context, which a fork child cannot use (CUDA does not
+ * survive fork), and swap_lock may be held by a thread the child does not
+ * have: swap is off in the child, its calls passed through. */
+void swap_postfork_child(void)
+{
+    pthread_mutex_init(&swap_lock, NULL);
+    __atomic_store_n(&swap_enabled, false, __ATOMIC_RELAXED);
 }
 
 void swap_init(void)

@@ -1,0 +1,19 @@
+/* context: the calling thread's context, the close-sync wait, and the
+ * context teardown entry points (cudaDeviceReset, cuCtxDestroy,
+ * cuDevicePrimaryCtxReset, the last cuDevicePrimaryCtxRelease: context.c's
+ * do_ functions; after the real call succeeds, core forgets the context's
+ * mappings, ipc_context_gone). */
+#ifndef CONTEXT_H
+#define CONTEXT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* The calling thread's current context; for the runtime door, after making
+ * the runtime create and set its primary context if none is current. */
+uint64_t shim_current_context(bool runtime_door);
+/* With IPCSHIM_CLOSE_SYNC (the default), wait for ctx's work to finish,
+ * before a real close unmaps what it may still use. */
+void shim_synchronize_context(uint64_t ctx);
+
+#endif
