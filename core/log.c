@@ -16,24 +16,19 @@
 
 enum { RATE_WINDOW_S = 60, RATE_PER_WINDOW = 5 };
 
-static int level = LOG_WARN;
+int log_level = LOG_WARN;
 static struct owned_file file = {.fd = -1}; /* IPCSHIM_LOG_FILE; stderr while closed */
 static const char *names[] = {"error", "warn", "info", "debug"};
 
 void log_configure(int new_level, const char *path)
 {
-    level = new_level;
+    __atomic_store_n(&log_level, new_level, __ATOMIC_RELAXED);
     if (path && *path && file.fd < 0) {
         int rc = owned_file_open(&file, path);
         if (rc)
             log_msg(LOG_WARN, "cannot open IPCSHIM_LOG_FILE=%s (%s); logging to stderr", path,
                     rc == -EINVAL ? "not a regular file" : strerror(-rc));
     }
-}
-
-bool log_enabled(int l)
-{
-    return l <= level;
 }
 
 /* Copies text into out (room for len bytes), each control byte written as
@@ -76,7 +71,7 @@ void log_report(const char *fmt, ...)
     va_end(ap);
 }
 
-void log_msg(int l, const char *fmt, ...)
+void(log_msg)(int l, const char *fmt, ...)
 {
     if (!log_enabled(l)) return;
     va_list ap;

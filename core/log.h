@@ -13,15 +13,24 @@ enum { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
 /* Set the level and destination ("" = stderr). Called by options. */
 void log_configure(int level, const char *file);
 
-/* True when messages of this level are printed. */
-bool log_enabled(int level);
+/* The level in effect (log_configure's); read it through log_enabled. */
+extern int log_level;
+
+/* True when messages of this level are printed. Inline: the hot paths'
+ * debug lines must cost a compare when debug is off. */
+static inline bool log_enabled(int level)
+{
+    return level <= __atomic_load_n(&log_level, __ATOMIC_RELAXED);
+}
 
 /* A line printed whatever the level, labelled "report" (the IPCSHIM_STATS
  * exit summary). */
 void log_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Print one line at the given level, if enabled. */
+/* Print one line at the given level, if enabled (checked inline, before the
+ * arguments are passed). */
 void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define log_msg(level, ...) (log_enabled(level) ? log_msg(level, __VA_ARGS__) : (void)0)
 
 /* Print at most once per process for this *flag (a static int at the call site). */
 void log_once(int *flag, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
