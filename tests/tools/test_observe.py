@@ -322,7 +322,9 @@ def test_plot_marks_a_consumer_killed_between_two_samples():
     domain = f"obs-kill-{PID}"
     work = tempfile.mkdtemp(prefix="ipcshim-obs-kill-")
     prog = os.path.join(os.environ["E2E_BIN_DIR"], "pair-runtime")
-    p = subprocess.Popen([prog, "--free", "while-reading", "--hold", "8000", "--consumers", "2", "--blocks", "1"],
+    # A long hold (the test kills the pair when done): on a loaded machine the
+    # sampling may reach the pair late, and the registry leaves with it.
+    p = subprocess.Popen([prog, "--free", "while-reading", "--hold", "20000", "--consumers", "2", "--blocks", "1"],
                          env=sim_env(domain), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def sample():
