@@ -100,59 +100,45 @@ cudaError_t do_cudaDeviceReset(void)
     return r;
 }
 
+/* real is the reset or release variant the program called (NULL: not
+ * found, the driver door's "not initialised"). */
 static CUresult primary_reset(CUdevice dev, CUresult (*real)(CUdevice))
 {
+    if (!real) return CUDA_ERROR_NOT_INITIALIZED;
     CUcontext ctx = active_primary(dev);
     CUresult r = real(dev);
     if (r == CUDA_SUCCESS) context_gone(ctx);
     return r;
 }
 
-static CUresult real_primary_reset_v1(CUdevice dev)
-{
-    return CALL_REAL_DRIVER(cuDevicePrimaryCtxReset, (dev));
-}
-static CUresult real_primary_reset_v2(CUdevice dev)
-{
-    return CALL_REAL_DRIVER(cuDevicePrimaryCtxReset_v2, (dev));
-}
-
 CUresult do_cuDevicePrimaryCtxReset(CUdevice dev)
 {
-    return primary_reset(dev, real_primary_reset_v1);
+    return primary_reset(dev, REAL(cuDevicePrimaryCtxReset));
 }
 
 CUresult do_cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
-    return primary_reset(dev, real_primary_reset_v2);
+    return primary_reset(dev, REAL(cuDevicePrimaryCtxReset_v2));
 }
 
 /* A release tears the primary context down when it was the last retain. */
 static CUresult primary_release(CUdevice dev, CUresult (*real)(CUdevice))
 {
+    if (!real) return CUDA_ERROR_NOT_INITIALIZED;
     CUcontext ctx = active_primary(dev);
     CUresult r = real(dev);
     if (r == CUDA_SUCCESS && ctx && !primary_active(dev)) context_gone(ctx);
     return r;
 }
 
-static CUresult real_primary_release_v1(CUdevice dev)
-{
-    return CALL_REAL_DRIVER(cuDevicePrimaryCtxRelease, (dev));
-}
-static CUresult real_primary_release_v2(CUdevice dev)
-{
-    return CALL_REAL_DRIVER(cuDevicePrimaryCtxRelease_v2, (dev));
-}
-
 CUresult do_cuDevicePrimaryCtxRelease(CUdevice dev)
 {
-    return primary_release(dev, real_primary_release_v1);
+    return primary_release(dev, REAL(cuDevicePrimaryCtxRelease));
 }
 
 CUresult do_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
-    return primary_release(dev, real_primary_release_v2);
+    return primary_release(dev, REAL(cuDevicePrimaryCtxRelease_v2));
 }
 
 CUresult do_cuCtxDestroy(CUcontext ctx)
