@@ -4,9 +4,9 @@
  * managed engine, the planned VMM engine in its chosen design, VMM_DESIGN
  * below, both with history's decisions on the blocks the shim sees: a
  * PyTorch trace's tensors placed in the caching allocator's segments, the
- * e2e-* traces' blocks as they are; and the VMM engine again with remaps
- * that cost nothing, vmm-nr: what the copies alone allow), then each
- * iteration's figures. T_bound of an iteration is
+ * traces the shim wrote (device addresses) as they are; and the VMM
+ * engine again with remaps that cost nothing, vmm-nr: what the copies
+ * alone allow), then each iteration's figures. T_bound of an iteration is
  *   max(T_unlimited, B_in / BW_h2d, B_out / BW_d2h)
  * with B the bytes the offline schedule (swap_model_offline) moves in that
  * iteration and BW the both-ways pinned rate for each move's size. Launch
@@ -115,7 +115,7 @@ struct design {
     enum swap_model_engine engine;
     enum swap_model_unit unit;
     uint64_t unit_mib;
-    bool segments; /* PyTorch traces as the shim sees them (e2e-* traces: as they are) */
+    bool segments; /* PyTorch traces as the shim sees them (traces the shim wrote: as they are) */
     uint64_t chunk_mib;
     double headroom;
     unsigned movers;
@@ -153,12 +153,17 @@ static const struct design designs[] = {
 };
 #define ND (sizeof(designs) / sizeof(designs[0]))
 
-static bool is_pytorch(const char *name)
+/* A trace of tensors (tests/swap/record_traces.py numbers them from 1)
+ * rather than of what the shim saw (IPCSHIM_TRACE writes device
+ * addresses): only the first is placed in PyTorch's segments. */
+static bool is_tensor_trace(const struct swap_trace *t)
 {
-    return strncmp(name, "e2e-", 4) != 0;
+    for (size_t i = 0; i < t->n; i++)
+        if (t->ev[i].kind == SWAP_EV_ACCESS && t->ev[i].block >= (1ULL << 32)) return false;
+    return true;
 }
 
-static void design_params(const struct design *d, const char *name, uint64_t budget,
+static void design_params(const struct design *d, bool tensors, uint64_t budget,
                           struct swap_model_params *p)
 {
     p->engine = d->engine;
@@ -166,7 +171,7 @@ static void design_params(const struct design *d, const char *name, uint64_t bud
     p->budget = budget;
     p->unit = d->unit;
     p->unit_bytes = d->unit_mib * 1024 * 1024;
-    p->segments = d->segments && is_pytorch(name);
+    p->segments = d->segments && tensors;
     p->chunk = d->chunk_mib * 1024 * 1024;
     p->headroom = (uint64_t)(d->headroom * (double)budget);
     p->movers = d->movers;
@@ -216,6 +221,7 @@ int swap_real_model(int n, char **paths, const char *json)
             break;
         }
         const char *name = swap_real_base_name(paths[i]);
+        bool tensors = is_tensor_trace(&t);
         uint64_t ws = swap_trace_peak_live(&t);
         char dpath[4096];
         snprintf(dpath, sizeof(dpath), "%s.durations", paths[i]);
@@ -230,8 +236,8 @@ int swap_real_model(int n, char **paths, const char *json)
             struct swap_model_result off, mg, vm, v0;
             const char *best = "";
             struct swap_model_params pm = up, pv = up;
-            design_params(find_design(MANAGED_DESIGN), name, budget, &pm);
-            design_params(find_design(VMM_DESIGN), name, budget, &pv);
+            design_params(find_design(MANAGED_DESIGN), tensors, budget, &pm);
+            design_params(find_design(VMM_DESIGN), tensors, budget, &pv);
             rc = swap_model_offline(&t, budget, NULL, &off, &best);
             if (!rc) rc = swap_model_run(&t, &pm, &mg);
             if (!rc) rc = swap_model_run(&t, &pv, &vm);
@@ -374,7 +380,8 @@ int swap_real_designs(int n, char **paths)
         "VMM engine variants (swap_model.h), history's decisions: mean ms per iteration over "
         "iterations 2..n-2 / the same iterations' T_bound; a:block one block per unit, "
         "b:small-mgd blocks under 2 MiB managed, c:packU blocks packed in allocation order "
-        "into U MiB, d:seg PyTorch's segments (e2e-* traces as they are), d:chunk2 their 2 MiB "
+        "into U MiB, d:seg PyTorch's segments (traces the shim wrote as they are), d:chunk2 their "
+        "2 MiB "
         "chunks moved alone and b's rule (d:chunkN: N MiB chunks); then dN (d:chunkN) with hN "
         "headroom N %% of the budget, Nmv N remap threads, nr free remaps; bnd:c8 T_bound of the "
         "segments' 8 MiB chunks (the bytes d:chunk8 cannot avoid)\n");
@@ -394,6 +401,7 @@ int swap_real_designs(int n, char **paths)
             return 1;
         }
         const char *name = swap_real_base_name(paths[i]);
+        bool tensors = is_tensor_trace(&t);
         char dpath[4096];
         snprintf(dpath, sizeof(dpath), "%s.durations", paths[i]);
         size_t nd = 0;
@@ -417,7 +425,7 @@ int swap_real_designs(int n, char **paths)
             struct swap_trace seg = {0};
             struct swap_model_result off8;
             const struct swap_model_result *o8 = &off;
-            if (is_pytorch(name)) {
+            if (tensors) {
                 rc = swap_model_segments(&t, 8ULL << 20, &seg);
                 if (!rc) rc = swap_model_offline(&seg, budget, NULL, &off8, NULL);
                 swap_trace_fini(&seg);
@@ -440,7 +448,7 @@ int swap_real_designs(int n, char **paths)
                 swap_model_default_rates(&rates);
                 if (designs[d].free_remaps) rates.remap_us[0] = rates.remap_us[1] = 0;
                 p.rates = &rates;
-                design_params(&designs[d], name, budget, &p);
+                design_params(&designs[d], tensors, budget, &p);
                 rc = swap_model_run(&t, &p, &v);
                 if (rc) break;
                 double m = mean(&v, lo, hi), ratio = b > 0 ? m / b : 1;
