@@ -248,6 +248,10 @@ int swap_real_model(int n, char **paths, const char *json)
             p0.rates = &free_remaps;
             if (!rc) rc = swap_model_run(&t, &p0, &v0);
             if (rc) break;
+            if (vm.room_overruns || v0.room_overruns)
+                fprintf(stderr, "swap-real: %s at %.2fx: the model's room overran %llu times\n",
+                        name, oversubs[k],
+                        (unsigned long long)(vm.room_overruns + v0.room_overruns));
             size_t its = unl.iterations;
             if (off.iterations != its || mg.iterations != its || vm.iterations != its) {
                 fprintf(stderr, "swap-real: %s: iteration counts differ\n", name);
@@ -451,6 +455,10 @@ int swap_real_designs(int n, char **paths)
                 design_params(&designs[d], tensors, budget, &p);
                 rc = swap_model_run(&t, &p, &v);
                 if (rc) break;
+                if (v.room_overruns)
+                    fprintf(
+                        stderr, "swap-real: %s at %.2fx, %s: the model's room overran %llu times\n",
+                        name, oversubs[k], designs[d].name, (unsigned long long)v.room_overruns);
                 double m = mean(&v, lo, hi), ratio = b > 0 ? m / b : 1;
                 printf(" %6.2f %4.2f", m * 1e3, ratio);
                 logsum[k][d] += log(ratio);

@@ -375,3 +375,30 @@ Test(swap_model, a_rewritten_trace_keeps_the_original_launch_durations)
     swap_model_result_fini(&b);
     swap_trace_fini(&t);
 }
+
+Test(swap_model, a_freed_block_gives_its_room_back_when_its_last_launch_ends)
+{
+    /* budget 1 MiB: block 1 written by launch 0 and freed; block 2, first
+     * touched by launch 1, takes its room once launch 0 has ended */
+    struct swap_trace t = {0};
+    access_ev(&t, 1, MIB, true);
+    push(&t, 'L', 0, 0, false);
+    free_ev(&t, 1);
+    access_ev(&t, 2, MIB, true);
+    push(&t, 'L', 0, 0, false);
+    struct swap_model_rates rates;
+    unit_rates(&rates);
+    struct swap_model_params p = {.engine = SWAP_MODEL_VMM,
+                                  .kind = SWAP_POLICY_LRU,
+                                  .budget = MIB,
+                                  .rates = &rates,
+                                  .launch_ns = ten_us,
+                                  .n_launch_ns = 2};
+    struct swap_model_result r;
+    cr_assert_eq(swap_model_run(&t, &p, &r), 0);
+    cr_expect_eq(r.room_overruns, 0);
+    cr_expect_eq(r.h2d_bytes + r.d2h_bytes, 0);
+    cr_expect(fabs(r.seconds - 21 * US) < 1e-12, "%.9f", r.seconds);
+    swap_model_result_fini(&r);
+    swap_trace_fini(&t);
+}

@@ -121,9 +121,10 @@ void swap_model_result_fini(struct swap_model_result *r)
 
 struct blk {
     uint64_t id;
-    double last_end;   /* end of the last launch that touched it */
-    double dev_ready;  /* its device copy is mapped and current from then */
-    double host_ready; /* its host copy is mapped and current from then */
+    double last_end;       /* end of the last launch that touched it */
+    double dev_ready;      /* its device copy is mapped and current from then */
+    double host_ready;     /* its host copy is mapped and current from then */
+    uint64_t device_bytes; /* VMM: what it holds of the room (swap_model.h) */
     UT_hash_handle hh;
 };
 
@@ -262,16 +263,17 @@ static double launch_device_seconds(struct state *s)
 
 /* The earliest time from t0 on at which bytes more fit on the device
  * from then on, given every change already planned. */
-static double room_at(const struct state *s, double t0, uint64_t bytes)
+static double room_at(struct state *s, double t0, uint64_t bytes)
 {
     int64_t total = s->occ_base;
     for (size_t i = 0; i < s->n_occ; i++)
         total += s->occ[i].d;
     /* walk the intervals from the last: [t_i, t_i+1) holds occ */
     int64_t occ = total, worst = total, need = (int64_t)bytes;
-    if (worst + need > s->capacity) /* never fits: the policy's books and the
-                                       room's disagree; take the last change */
+    if (worst + need > s->capacity) { /* never fits: take the last change */
+        s->res->room_overruns++;
         return s->n_occ && s->occ[s->n_occ - 1].t > t0 ? s->occ[s->n_occ - 1].t : t0;
+    }
     for (size_t i = s->n_occ; i-- > 0;) {
         if (s->occ[i].t <= t0) break;
         occ -= s->occ[i].d; /* the interval before change i */
@@ -309,6 +311,23 @@ static int occ_add(struct state *s, double t, int64_t d)
     s->occ[i] = (struct occ){t, d};
     s->n_occ++;
     return 0;
+}
+
+/* A block freed: its room comes back when the last launch that used it
+ * ends, and its id may come back as a new block. */
+static int block_freed(struct state *s, uint64_t id)
+{
+    struct blk *b;
+    HASH_FIND(hh, s->blocks, &id, sizeof(id), b);
+    if (!b) return 0;
+    int rc = 0;
+    if (b->device_bytes) {
+        double t = b->last_end > b->dev_ready ? b->last_end : b->dev_ready;
+        rc = occ_add(s, t, -(int64_t)b->device_bytes);
+    }
+    HASH_DEL(s->blocks, b);
+    free(b);
+    return rc;
 }
 
 /* A remap that may start at ready, on the first mover free; its end. */
@@ -370,6 +389,7 @@ static int time_vmm(struct state *s, double submit, double device, double *end)
                 mt += swap_model_curve_seconds(&s->r->managed_d2h, o->bytes);
                 count_move(s, false, o->bytes);
                 b->host_ready = mt;
+                b->device_bytes = 0;
                 rc = occ_add(s, mt, -(int64_t)o->bytes);
                 break;
             }
@@ -385,6 +405,7 @@ static int time_vmm(struct state *s, double submit, double device, double *end)
                 rs = b->last_end > b->dev_ready ? b->last_end : b->dev_ready;
             }
             b->host_ready = remap_end(s, rs, o->bytes);
+            b->device_bytes = 0;
             rc = occ_add(s, b->host_ready, -(int64_t)o->bytes);
             break;
         case OP_FETCH: {
@@ -392,6 +413,7 @@ static int time_vmm(struct state *s, double submit, double device, double *end)
             if (b->host_ready > cs) cs = b->host_ready;
             cs = room_at(s, cs, o->bytes);
             rc = occ_add(s, cs, (int64_t)o->bytes);
+            b->device_bytes = o->bytes;
             count_move(s, true, o->bytes);
             if (managed) {
                 mt = cs + swap_model_curve_seconds(&s->r->managed_h2d, o->bytes);
@@ -405,6 +427,7 @@ static int time_vmm(struct state *s, double submit, double device, double *end)
         }
         case OP_FIRST: /* mapped when allocated (see swap_model.h): room only */
             b->dev_ready = room_at(s, horizon, o->bytes);
+            b->device_bytes = o->bytes;
             rc = occ_add(s, b->dev_ready, (int64_t)o->bytes);
             break;
         case OP_OVERFLOW:
@@ -631,6 +654,7 @@ int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p
             break;
         case SWAP_EV_FREE:
             if (pol) swap_policy_free(pol, e->block);
+            rc = block_freed(&s, e->block);
             break;
         case SWAP_EV_ITER:
             iter_cur(&s)->seconds = s.last_end - iter_start;

@@ -146,6 +146,9 @@ struct swap_model_result {
     uint64_t h2d_bytes, d2h_bytes;
     uint64_t launches, estimated_launches; /* how many got the estimate */
     uint64_t overflows;                    /* accesses read over the link */
+    /* VMM: moves that found the device over the budget for good (the
+     * policy's books and the room disagree); 0 in a sound run. */
+    uint64_t room_overruns;
 };
 
 void swap_model_result_fini(struct swap_model_result *r);
