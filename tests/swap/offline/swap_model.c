@@ -137,7 +137,6 @@ struct op {
     uint64_t block, bytes;
     uint8_t kind;
     bool writeback; /* OP_EVICT */
-    bool group;     /* first op of an access: the evictions before it free its room */
 };
 
 struct state {
@@ -506,18 +505,14 @@ static int access(struct state *s, struct swap_policy *pol, const struct swap_ev
         rc = swap_policy_access(pol, e->block, e->bytes, e->is_write, &d);
     if (rc == -ENOSPC) {
         s->res->overflows++;
-        return op_push(
-            s,
-            (struct op){.block = e->block, .bytes = e->bytes, .kind = OP_OVERFLOW, .group = true});
+        return op_push(s, (struct op){.block = e->block, .bytes = e->bytes, .kind = OP_OVERFLOW});
     }
     if (rc) return rc;
-    bool group = true;
-    for (size_t i = 0; i < d.n_evict && !rc; i++, group = false)
+    for (size_t i = 0; i < d.n_evict && !rc; i++)
         rc = op_push(s, (struct op){.block = d.evict[i].block,
                                     .bytes = d.evict[i].bytes,
                                     .kind = OP_EVICT,
-                                    .writeback = d.evict[i].writeback,
-                                    .group = group});
+                                    .writeback = d.evict[i].writeback});
     if (rc) return rc;
     uint8_t kind = OP_USE;
     if (d.fetch)
@@ -526,8 +521,7 @@ static int access(struct state *s, struct swap_policy *pol, const struct swap_ev
         kind = OP_FIRST;
     else if (e->is_copy && !swap_policy_is_resident(pol, e->block))
         kind = OP_HOST;
-    return op_push(s,
-                   (struct op){.block = e->block, .bytes = e->bytes, .kind = kind, .group = group});
+    return op_push(s, (struct op){.block = e->block, .bytes = e->bytes, .kind = kind});
 }
 
 /* Each launch's device time in t as the model takes it (recorded or

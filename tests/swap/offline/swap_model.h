@@ -1,7 +1,7 @@
 /* swap_model: a timing model of host swap, for the offline tools only. It
  * replays a trace with a policy's decisions through a host thread that
- * submits launches, one compute queue, two copy engines and a mover thread
- * that remaps address ranges, at rates measured on real GPUs, and gives
+ * submits launches, one compute queue, two copy engines and mover threads
+ * that remap address ranges, at rates measured on real GPUs, and gives
  * each iteration's modeled time beside its physical bound.
  *
  * Engines:
@@ -19,13 +19,14 @@
  *   block has completed; a fetch waits for room on the device (below) and
  *   for the block's host copy; a launch waits for its blocks' fetches.
  *   Fetches start as early as room allows (an ideal fetch-ahead: the
- *   policy's decision stands for a perfect prediction). A
- *   block's first touch costs no remap: the engine maps a new block when it
- *   is allocated, which the trace does not show; it waits only for room.
+ *   policy's decision stands for a perfect prediction). A block's first
+ *   touch costs no remap: the engine maps a new block when it is
+ *   allocated, which the trace does not show; it waits only for room.
  *
  * Room: the device holds at most `budget` bytes at every instant. A fetch
  * takes its bytes when its copy starts, a first touch when it is mapped;
- * an eviction gives them back when its remap ends. The policy runs at
+ * an eviction gives them back when its remap ends, a freed block when the
+ * last launch that used it ends. The policy runs at
  * budget - headroom, so `headroom` bytes are kept for fetches in flight:
  * with headroom 0 a fetch waits for the evictions that make its room; with
  * more, the policy evicts earlier and fetches start before the victims'
@@ -35,8 +36,9 @@
  * the managed path (migrated on the launch's stream as SWAP_MODEL_MANAGED
  * does, sharing the budget); or blocks packed in allocation order into
  * units of unit_bytes (swap_model_pack). params.segments first rewrites a
- * PyTorch trace's tensors into the caching allocator's segments
- * (swap_model_segments), the blocks the shim sees under PyTorch.
+ * PyTorch trace's tensors into the caching allocator's segments, whole or
+ * in chunks (swap_model_segments): the blocks the shim sees under PyTorch.
+ * A rewritten trace keeps the original's launch durations.
  *
  * A launch made only of copies and sets makes the host wait for it (the
  * trace does not tell a synchronous copy from an asynchronous one), so the
