@@ -24,7 +24,8 @@
  * With --model, the timing model instead (swap_real_model.c): each
  * iteration's modeled time under today's engine and the planned one beside
  * its physical bound, with the model's goal lines.
- * Usage: swap-real [--model] [--json FILE] TRACE... */
+ * With --designs, the VMM engine's variants side by side (swap_real_model.c).
+ * Usage: swap-real [--model | --designs] [--json FILE] TRACE... */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,10 +116,13 @@ static void note(struct worst *w, double v, const char *trace, double oversub)
 int main(int argc, char **argv)
 {
     const char *json = NULL;
-    int first = 1, model = 0;
+    int first = 1, model = 0, designs = 0;
     for (;;) {
         if (first < argc && !strcmp(argv[first], "--model")) {
             model = 1;
+            first++;
+        } else if (first < argc && !strcmp(argv[first], "--designs")) {
+            model = designs = 1;
             first++;
         } else if (first + 1 < argc && !strcmp(argv[first], "--json")) {
             json = argv[first + 1];
@@ -128,9 +132,10 @@ int main(int argc, char **argv)
         }
     }
     if (first >= argc) {
-        fprintf(stderr, "usage: swap-real [--model] [--json FILE] TRACE...\n");
+        fprintf(stderr, "usage: swap-real [--model | --designs] [--json FILE] TRACE...\n");
         return 2;
     }
+    if (designs) return swap_real_designs(argc - first, argv + first);
     if (model) return swap_real_model(argc - first, argv + first, json);
     FILE *jf = NULL;
     if (json && !(jf = fopen(json, "w"))) {

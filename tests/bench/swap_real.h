@@ -11,4 +11,9 @@ const char *swap_real_base_name(const char *path);
  * why. */
 int swap_real_model(int n, char **paths, const char *json);
 
+/* swap-real --designs: the VMM engine's variants (unit moved, schedule)
+ * side by side over the traces at paths (swap_real_model.c). 0, or 1
+ * after printing why. */
+int swap_real_designs(int n, char **paths);
+
 #endif

@@ -1,9 +1,12 @@
 /* swap-real --model: the timing model (swap_model.h) over traces at budgets
  * of 1/1.25, 1/1.5 and 1/2 of each trace's peak live bytes. Per trace and
  * budget: one row of means per iteration (unlimited, T_bound, today's
- * managed engine, the planned VMM engine, both with history's decisions,
- * and the VMM engine again with remaps that cost nothing, vmm-nr: what the
- * copies alone allow), then each iteration's figures. T_bound of an iteration is
+ * managed engine, the planned VMM engine in its chosen design, VMM_DESIGN
+ * below, both with history's decisions on the blocks the shim sees: a
+ * PyTorch trace's tensors placed in the caching allocator's segments, the
+ * traces the shim wrote (device addresses) as they are; and the VMM
+ * engine again with remaps that cost nothing, vmm-nr: what the copies
+ * alone allow), then each iteration's figures. T_bound of an iteration is
  *   max(T_unlimited, B_in / BW_h2d, B_out / BW_d2h)
  * with B the bytes the offline schedule (swap_model_offline) moves in that
  * iteration and BW the both-ways pinned rate for each move's size. Launch
@@ -18,8 +21,13 @@
  *   goal swap-model-speedup: worst vmm/managed at 1.5x <= 0.20 (5x faster)
  *   goal swap-model-managed: for a trace with a GPU reference (below), the
  *     managed engine's modeled it/s against the measured one, relative
- *     error <= 0.25 */
+ *     error <= 0.25
+ * --designs: the VMM engine's variants (designs[] below: the unit moved,
+ * the headroom, the remapping threads) side by side, ms per iteration and
+ * its ratio to T_bound, with their geometric mean and worst per budget. */
 #include <errno.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +106,89 @@ static double mean(const struct swap_model_result *r, size_t lo, size_t hi)
     return hi > lo ? s / (double)(hi - lo) : 0;
 }
 
+/* ---- --designs ------------------------------------------------------------ */
+
+/* A variant of the VMM engine: the unit it moves and its schedule.
+ * headroom is a share of the budget. */
+struct design {
+    const char *name;
+    enum swap_model_engine engine;
+    enum swap_model_unit unit;
+    uint64_t unit_mib;
+    bool segments; /* PyTorch traces as the shim sees them (traces the shim wrote: as they are) */
+    uint64_t chunk_mib;
+    double headroom;
+    unsigned movers;
+    bool free_remaps;
+};
+
+#define VMM SWAP_MODEL_VMM
+#define BLOCK SWAP_MODEL_UNIT_BLOCK
+#define SMALL SWAP_MODEL_UNIT_SMALL_MANAGED
+static const struct design designs[] = {
+    /* today's engine on what the shim sees */
+    {"mgd:seg", SWAP_MODEL_MANAGED, BLOCK, 0, true, 0, 0, 1, false},
+    /* item 4: the unit, with today's schedule */
+    {"a:block", VMM, BLOCK, 0, false, 0, 0, 1, false},
+    {"b:small-mgd", VMM, SMALL, 0, false, 0, 0, 1, false},
+    {"c:pack2", VMM, SWAP_MODEL_UNIT_PACK, 2, false, 0, 0, 1, false},
+    {"c:pack16", VMM, SWAP_MODEL_UNIT_PACK, 16, false, 0, 0, 1, false},
+    {"d:seg", VMM, BLOCK, 0, true, 0, 0, 1, false},
+    {"d:chunk2", VMM, SMALL, 0, true, 2, 0, 1, false},
+    {"d:chunk4", VMM, SMALL, 0, true, 4, 0, 1, false},
+    {"d:chunk8", VMM, SMALL, 0, true, 8, 0, 1, false},
+    /* item 3: the schedule, on d:chunk8 */
+    {"d8 h5", VMM, SMALL, 0, true, 8, 0.05, 1, false},
+    {"d8 h10", VMM, SMALL, 0, true, 8, 0.10, 1, false},
+    {"d8 2mv", VMM, SMALL, 0, true, 8, 0, 2, false},
+    {"d8 4mv", VMM, SMALL, 0, true, 8, 0, 4, false},
+    {"d8 2mv h5", VMM, SMALL, 0, true, 8, 0.05, 2, false},
+    {"d8 4mv h5", VMM, SMALL, 0, true, 8, 0.05, 4, false},
+    {"d8 4mv h10", VMM, SMALL, 0, true, 8, 0.10, 4, false},
+    {"d8 4mv h20", VMM, SMALL, 0, true, 8, 0.20, 4, false},
+    {"d2 4mv h5", VMM, SMALL, 0, true, 2, 0.05, 4, false},
+    {"d8 nr", VMM, SMALL, 0, true, 8, 0, 1, true},
+    {"d8 nr h5", VMM, SMALL, 0, true, 8, 0.05, 1, true},
+    {"d8 nr h10", VMM, SMALL, 0, true, 8, 0.10, 1, true},
+};
+#define ND (sizeof(designs) / sizeof(designs[0]))
+
+/* A trace of tensors (tests/swap/record_traces.py numbers them from 1)
+ * rather than of what the shim saw (IPCSHIM_TRACE writes device
+ * addresses): only the first is placed in PyTorch's segments. */
+static bool is_tensor_trace(const struct swap_trace *t)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (t->ev[i].kind == SWAP_EV_ACCESS && t->ev[i].block >= (1ULL << 32)) return false;
+    return true;
+}
+
+static void design_params(const struct design *d, bool tensors, uint64_t budget,
+                          struct swap_model_params *p)
+{
+    p->engine = d->engine;
+    p->kind = SWAP_POLICY_HISTORY;
+    p->budget = budget;
+    p->unit = d->unit;
+    p->unit_bytes = d->unit_mib * 1024 * 1024;
+    p->segments = d->segments && tensors;
+    p->chunk = d->chunk_mib * 1024 * 1024;
+    p->headroom = (uint64_t)(d->headroom * (double)budget);
+    p->movers = d->movers;
+}
+
+/* The designs swap-real --model prints: today's engine and the VMM
+ * engine's chosen design (docs/swap.md, "The timing model"), both on
+ * what the shim sees. */
+static const struct design *find_design(const char *name)
+{
+    for (size_t d = 0; d < ND; d++)
+        if (!strcmp(designs[d].name, name)) return &designs[d];
+    return NULL;
+}
+#define MANAGED_DESIGN "mgd:seg"
+#define VMM_DESIGN "d:chunk8"
+
 int swap_real_model(int n, char **paths, const char *json)
 {
     FILE *jf = NULL;
@@ -106,12 +197,14 @@ int swap_real_model(int n, char **paths, const char *json)
         return 1;
     }
     if (jf)
-        fprintf(jf,
-                "{\n  \"unit\": \"seconds per iteration, bytes per iteration\",\n  \"rows\": [\n");
+        fprintf(jf, "{\n  \"unit\": \"seconds per iteration, bytes per iteration\",\n  "
+                    "\"managed\": \"" MANAGED_DESIGN "\",\n  \"vmm\": \"" VMM_DESIGN
+                    "\",\n  \"rows\": [\n");
     printf("timing model (tests/swap/offline/swap_model.c): ms per iteration, mean over iterations "
            "2..n-2 "
-           "(all when fewer); managed = today's engine, vmm = the planned one, both with "
-           "history's decisions; bound = T_bound\n");
+           "(all when fewer); managed = today's engine, vmm = the planned one (" VMM_DESIGN
+           " of swap-real --designs), both with history's decisions on the blocks the shim sees "
+           "(PyTorch traces: the caching allocator's segments); bound = T_bound\n");
     printf("%-32s %6s %8s %4s %8s %8s %9s %8s %8s %8s %8s %9s %9s\n", "trace", "budget", "MiB",
            "dur", "unlim", "bound", "managed", "vmm", "vmm-nr", "vmm/bnd", "worst it", "vmm/mgd",
            "MiB in/out");
@@ -128,6 +221,7 @@ int swap_real_model(int n, char **paths, const char *json)
             break;
         }
         const char *name = swap_real_base_name(paths[i]);
+        bool tensors = is_tensor_trace(&t);
         uint64_t ws = swap_trace_peak_live(&t);
         char dpath[4096];
         snprintf(dpath, sizeof(dpath), "%s.durations", paths[i]);
@@ -142,9 +236,8 @@ int swap_real_model(int n, char **paths, const char *json)
             struct swap_model_result off, mg, vm, v0;
             const char *best = "";
             struct swap_model_params pm = up, pv = up;
-            pm.engine = SWAP_MODEL_MANAGED, pv.engine = SWAP_MODEL_VMM;
-            pm.kind = pv.kind = SWAP_POLICY_HISTORY;
-            pm.budget = pv.budget = budget;
+            design_params(find_design(MANAGED_DESIGN), tensors, budget, &pm);
+            design_params(find_design(VMM_DESIGN), tensors, budget, &pv);
             rc = swap_model_offline(&t, budget, NULL, &off, &best);
             if (!rc) rc = swap_model_run(&t, &pm, &mg);
             if (!rc) rc = swap_model_run(&t, &pv, &vm);
@@ -155,6 +248,10 @@ int swap_real_model(int n, char **paths, const char *json)
             p0.rates = &free_remaps;
             if (!rc) rc = swap_model_run(&t, &p0, &v0);
             if (rc) break;
+            if (vm.room_overruns || v0.room_overruns)
+                fprintf(stderr, "swap-real: %s at %.2fx: the model's room overran %llu times\n",
+                        name, oversubs[k],
+                        (unsigned long long)(vm.room_overruns + v0.room_overruns));
             size_t its = unl.iterations;
             if (off.iterations != its || mg.iterations != its || vm.iterations != its) {
                 fprintf(stderr, "swap-real: %s: iteration counts differ\n", name);
@@ -277,6 +374,113 @@ int swap_real_model(int n, char **paths, const char *json)
             fprintf(stderr, "swap-real: %s: write failed\n", json);
             return 1;
         }
+    }
+    return 0;
+}
+
+int swap_real_designs(int n, char **paths)
+{
+    printf(
+        "VMM engine variants (swap_model.h), history's decisions: mean ms per iteration over "
+        "iterations 2..n-2 / the same iterations' T_bound; a:block one block per unit, "
+        "b:small-mgd blocks under 2 MiB managed, c:packU blocks packed in allocation order "
+        "into U MiB, d:seg PyTorch's segments (traces the shim wrote as they are), d:chunk2 their "
+        "2 MiB "
+        "chunks moved alone and b's rule (d:chunkN: N MiB chunks); then dN (d:chunkN) with hN "
+        "headroom N %% of the budget, Nmv N remap threads, nr free remaps; bnd:c8 T_bound of the "
+        "segments' 8 MiB chunks (the bytes d:chunk8 cannot avoid)\n");
+    printf("%-32s %6s %8s %8s %8s", "trace", "budget", "bound", "bnd:c8", "managed");
+    for (size_t d = 0; d < ND; d++)
+        printf(" %11s", designs[d].name);
+    /* the managed column: today's engine on the traces' blocks as they are */
+    printf("\n");
+    double logsum[NO][ND] = {{0}}, worst[NO][ND] = {{0}};
+    int count[NO] = {0}, rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        struct swap_trace t = {0};
+        size_t bad = 0;
+        rc = swap_load(paths[i], &t, &bad);
+        if (rc) {
+            fprintf(stderr, "swap-real: %s:%zu: %s\n", paths[i], bad, strerror(-rc));
+            return 1;
+        }
+        const char *name = swap_real_base_name(paths[i]);
+        bool tensors = is_tensor_trace(&t);
+        char dpath[4096];
+        snprintf(dpath, sizeof(dpath), "%s.durations", paths[i]);
+        size_t nd = 0;
+        uint64_t *dur = load_durations(dpath, &nd);
+        struct swap_model_params up = {
+            .engine = SWAP_MODEL_NONE, .launch_ns = dur, .n_launch_ns = nd};
+        struct swap_model_result unl, off, mg, v;
+        uint64_t ws = swap_trace_peak_live(&t);
+        rc = swap_model_run(&t, &up, &unl);
+        for (size_t k = 0; k < NO && !rc; k++) {
+            uint64_t budget = (uint64_t)((double)ws / oversubs[k]);
+            struct swap_model_params pm = up;
+            pm.engine = SWAP_MODEL_MANAGED, pm.kind = SWAP_POLICY_HISTORY, pm.budget = budget;
+            rc = swap_model_offline(&t, budget, NULL, &off, NULL);
+            if (!rc) rc = swap_model_run(&t, &pm, &mg);
+            if (rc) break;
+            size_t its = unl.iterations;
+            size_t lo = its >= 4 ? 2 : 0, hi = its >= 4 ? its - 1 : its;
+            /* the bound at the granularity d:chunk8 moves: the offline
+             * schedule of the segments' 8 MiB chunks */
+            struct swap_trace seg = {0};
+            struct swap_model_result off8;
+            const struct swap_model_result *o8 = &off;
+            if (tensors) {
+                rc = swap_model_segments(&t, 8ULL << 20, &seg);
+                if (!rc) rc = swap_model_offline(&seg, budget, NULL, &off8, NULL);
+                swap_trace_fini(&seg);
+                if (rc) break;
+                o8 = &off8;
+            }
+            double b = 0, b8 = 0;
+            for (size_t j = lo; j < hi; j++) {
+                b += swap_model_bound(&unl.it[j], &off.it[j]);
+                b8 += swap_model_bound(&unl.it[j], &o8->it[j]);
+            }
+            b /= (double)(hi - lo);
+            b8 /= (double)(hi - lo);
+            if (o8 != &off) swap_model_result_fini(&off8);
+            printf("%-32s %5.2fx %8.3f %8.3f %8.3f", name, oversubs[k], b * 1e3, b8 * 1e3,
+                   mean(&mg, lo, hi) * 1e3);
+            for (size_t d = 0; d < ND && !rc; d++) {
+                struct swap_model_params p = up;
+                struct swap_model_rates rates;
+                swap_model_default_rates(&rates);
+                if (designs[d].free_remaps) rates.remap_us[0] = rates.remap_us[1] = 0;
+                p.rates = &rates;
+                design_params(&designs[d], tensors, budget, &p);
+                rc = swap_model_run(&t, &p, &v);
+                if (rc) break;
+                if (v.room_overruns)
+                    fprintf(
+                        stderr, "swap-real: %s at %.2fx, %s: the model's room overran %llu times\n",
+                        name, oversubs[k], designs[d].name, (unsigned long long)v.room_overruns);
+                double m = mean(&v, lo, hi), ratio = b > 0 ? m / b : 1;
+                printf(" %6.2f %4.2f", m * 1e3, ratio);
+                logsum[k][d] += log(ratio);
+                if (ratio > worst[k][d]) worst[k][d] = ratio;
+                swap_model_result_fini(&v);
+            }
+            printf("\n");
+            count[k]++;
+            swap_model_result_fini(&off);
+            swap_model_result_fini(&mg);
+        }
+        if (rc < 0) fprintf(stderr, "swap-real: %s: model: %s\n", name, strerror(-rc));
+        swap_model_result_fini(&unl);
+        free(dur);
+        swap_trace_fini(&t);
+    }
+    if (rc) return 1;
+    for (size_t k = 0; k < NO; k++) {
+        printf("geomean/worst of ms/T_bound at %.2fx:", oversubs[k]);
+        for (size_t d = 0; d < ND; d++)
+            printf(" %s %.2f/%.2f%s", designs[d].name, exp(logsum[k][d] / count[k]), worst[k][d],
+                   d + 1 < ND ? "," : "\n");
     }
     return 0;
 }

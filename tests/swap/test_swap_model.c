@@ -150,3 +150,255 @@ Test(swap_model, measured_curves_interpolate_in_log_size_and_clamp)
     double mid = 145.5 + (33.0 - 2.0) / 62.0 * (1065.8 - 145.5);
     cr_expect(fabs(swap_model_remap_seconds(&r, 33 * MIB) - mid * 1e-6) < 1e-12);
 }
+
+/* ---- the engine's variants (item 3 and 4 of issue 45) -------------------- */
+
+static void access_ev(struct swap_trace *t, uint64_t block, uint64_t bytes, bool w)
+{
+    push(t, 'A', block, bytes, w);
+}
+
+static void free_ev(struct swap_trace *t, uint64_t block)
+{
+    push(t, 'F', block, 0, false);
+}
+
+/* The events of t, one letter, block, bytes and r/w each, for comparison. */
+static void expect_events(const struct swap_trace *t, const struct swap_event *want, size_t n)
+{
+    cr_assert_eq(t->n, n, "%zu events, want %zu", t->n, n);
+    for (size_t i = 0; i < n; i++) {
+        cr_expect_eq(t->ev[i].kind, want[i].kind, "event %zu: kind %c", i, t->ev[i].kind);
+        cr_expect_eq(t->ev[i].block, want[i].block, "event %zu: block %#llx", i,
+                     (unsigned long long)t->ev[i].block);
+        cr_expect_eq(t->ev[i].bytes, want[i].bytes, "event %zu: bytes %llu", i,
+                     (unsigned long long)t->ev[i].bytes);
+        cr_expect_eq(t->ev[i].is_write, want[i].is_write, "event %zu: write", i);
+    }
+}
+
+#define EV_A(b, n, w)                                                                              \
+    {                                                                                              \
+        .kind = 'A', .block = (b), .bytes = (n), .is_write = (w)                                   \
+    }
+#define EV_L                                                                                       \
+    {                                                                                              \
+        .kind = 'L'                                                                                \
+    }
+#define EV_F(b)                                                                                    \
+    {                                                                                              \
+        .kind = 'F', .block = (b)                                                                  \
+    }
+
+Test(swap_model, pack_fills_units_in_allocation_order_and_frees_them_when_closed_and_empty)
+{
+    struct swap_trace t = {0}, out = {0};
+    access_ev(&t, 1, MIB, true);
+    access_ev(&t, 2, MIB, false);
+    push(&t, 'L', 0, 0, false);
+    access_ev(&t, 3, MIB, false); /* does not fit in unit 1: opens unit 2 */
+    push(&t, 'L', 0, 0, false);
+    free_ev(&t, 1);
+    free_ev(&t, 2);                  /* unit 1 closed and empty: freed */
+    access_ev(&t, 4, 3 * MIB, true); /* >= U: a unit of its own, 4 MiB */
+    push(&t, 'L', 0, 0, false);
+    free_ev(&t, 3); /* unit 2 is still open: kept */
+    cr_assert_eq(swap_model_pack(&t, 2 * MIB, &out), 0);
+    const struct swap_event want[] = {
+        EV_A(1, 2 * MIB, true), EV_L, EV_A(2, 2 * MIB, false), EV_L, EV_F(1),
+        EV_A(3, 4 * MIB, true), EV_L};
+    expect_events(&out, want, sizeof(want) / sizeof(want[0]));
+    swap_trace_fini(&t);
+    swap_trace_fini(&out);
+}
+
+/* PyTorch's rules (swap_model.h): 100 KiB from the small pool (a 2 MiB
+ * segment); 3 MiB from the large pool (a 20 MiB segment, split: 17 MiB
+ * left); 12 MiB + 1 into that cached 17 MiB piece (best fit, split: the
+ * 5 MiB - 512 left is over 1 MiB); after 100 KiB is freed, 50 KiB reuses
+ * its segment; 30 MiB gets a segment of its own. */
+static void pytorch_trace(struct swap_trace *t)
+{
+    access_ev(t, 1, 100 * 1024, true);
+    access_ev(t, 2, 3 * MIB, true);
+    access_ev(t, 3, 12 * MIB + 1, true);
+    push(t, 'L', 0, 0, false);
+    free_ev(t, 1);
+    access_ev(t, 4, 50 * 1024, false);
+    access_ev(t, 5, 30 * MIB, true);
+    push(t, 'L', 0, 0, false);
+}
+
+Test(swap_model, segments_follow_the_caching_allocator)
+{
+    struct swap_trace t = {0}, out = {0};
+    pytorch_trace(&t);
+    cr_assert_eq(swap_model_segments(&t, 0, &out), 0);
+    const struct swap_event want[] = {EV_A(1, 2 * MIB, true),  EV_A(2, 20 * MIB, true), EV_L,
+                                      EV_A(1, 2 * MIB, false), EV_A(3, 30 * MIB, true), EV_L};
+    expect_events(&out, want, sizeof(want) / sizeof(want[0]));
+    swap_trace_fini(&out);
+    /* in 2 MiB chunks: block 2 lies in chunks 0-1 of segment 2, block 3
+     * (from 3 MiB to 15 MiB + 1) in chunks 1-7; segment 3's 15 chunks */
+    cr_assert_eq(swap_model_segments(&t, 2 * MIB, &out), 0);
+    size_t a0 = 0, a1 = 0, i = 0;
+    for (; out.ev[i].kind != 'L'; i++)
+        a0++;
+    for (i++; out.ev[i].kind != 'L'; i++)
+        a1++;
+    cr_expect_eq(a0, 1 + 8);
+    cr_expect_eq(a1, 1 + 15);
+    cr_expect_eq(out.ev[0].block, 1ULL << 24);
+    cr_expect_eq(out.ev[1].block, 2ULL << 24);
+    cr_expect_eq(out.ev[8].block, 2ULL << 24 | 7);
+    cr_expect_eq(out.ev[8].bytes, 2 * MIB);
+    swap_trace_fini(&out);
+    swap_trace_fini(&t);
+}
+
+Test(swap_model, small_blocks_on_the_managed_path_move_as_the_managed_engine_moves_them)
+{
+    struct swap_model_result mg, sm;
+    run(SWAP_MODEL_MANAGED, &mg);
+    struct swap_trace t = {0};
+    tiny(&t);
+    struct swap_model_rates rates;
+    unit_rates(&rates);
+    struct swap_model_params p = {.engine = SWAP_MODEL_VMM,
+                                  .kind = SWAP_POLICY_LRU,
+                                  .budget = MIB,
+                                  .rates = &rates,
+                                  .launch_ns = ten_us,
+                                  .n_launch_ns = 3,
+                                  .unit = SWAP_MODEL_UNIT_SMALL_MANAGED};
+    cr_assert_eq(swap_model_run(&t, &p, &sm), 0);
+    /* every block is 1 MiB, under 2 MiB: no copy engine, no remap */
+    cr_expect(fabs(sm.seconds - mg.seconds) < 1e-12, "%.9f vs %.9f", sm.seconds, mg.seconds);
+    cr_expect(fabs(sm.it[0].seconds - mg.it[0].seconds) < 1e-12);
+    cr_expect_eq(sm.h2d_bytes, mg.h2d_bytes);
+    cr_expect_eq(sm.d2h_bytes, mg.d2h_bytes);
+    swap_model_result_fini(&mg);
+    swap_model_result_fini(&sm);
+    swap_trace_fini(&t);
+}
+
+/* Blocks 1 and 2 written in launch 0 under a budget of 2 MiB; launch 1
+ * writes 3 and 4, so both are written back, one after the other on the
+ * device->host engine, and each remapped (2000 us): 3 and 4 are first
+ * touched in the room their remaps free. */
+static double two_evictions(unsigned movers)
+{
+    struct swap_trace t = {0};
+    access_ev(&t, 1, MIB, true);
+    access_ev(&t, 2, MIB, true);
+    push(&t, 'L', 0, 0, false);
+    access_ev(&t, 3, MIB, true);
+    access_ev(&t, 4, MIB, true);
+    push(&t, 'L', 0, 0, false);
+    struct swap_model_rates rates;
+    unit_rates(&rates);
+    rates.remap_us[0] = rates.remap_us[1] = 2000;
+    struct swap_model_params p = {.engine = SWAP_MODEL_VMM,
+                                  .kind = SWAP_POLICY_LRU,
+                                  .budget = 2 * MIB,
+                                  .rates = &rates,
+                                  .launch_ns = ten_us,
+                                  .n_launch_ns = 2,
+                                  .movers = movers};
+    struct swap_model_result r;
+    cr_assert_eq(swap_model_run(&t, &p, &r), 0);
+    double s = r.seconds;
+    swap_model_result_fini(&r);
+    swap_trace_fini(&t);
+    return s;
+}
+
+Test(swap_model, remaps_run_side_by_side_on_several_movers)
+{
+    /* launch 0 ends at 11; write-backs end at 11 + MOVE and 11 + 2 MOVE.
+     * One mover: the second remap waits for the first. Two: it starts
+     * when its copy ends. */
+    double one = 11 + MOVE + 2000 + 2000 + 10, two = 11 + 2 * MOVE + 2000 + 10;
+    cr_expect(fabs(two_evictions(1) - one * US) < 1e-12, "%.9f", two_evictions(1));
+    cr_expect(fabs(two_evictions(2) - two * US) < 1e-12, "%.9f", two_evictions(2));
+}
+
+Test(swap_model, headroom_lets_a_block_in_before_its_victim_has_left)
+{
+    struct swap_trace t = {0};
+    tiny(&t);
+    struct swap_model_rates rates;
+    unit_rates(&rates);
+    struct swap_model_params p = {.engine = SWAP_MODEL_VMM,
+                                  .kind = SWAP_POLICY_LRU,
+                                  .budget = 2 * MIB,
+                                  .headroom = MIB,
+                                  .rates = &rates,
+                                  .launch_ns = ten_us,
+                                  .n_launch_ns = 3};
+    struct swap_model_result r;
+    cr_assert_eq(swap_model_run(&t, &p, &r), 0);
+    /* the policy keeps 1 MiB, as in the tiny run, so it moves the same;
+     * but 2 MiB fit on the device: launch 1 starts when launch 0 ends,
+     * while block 1 is still being written back (11 + MOVE + 100 without
+     * headroom) */
+    cr_expect_eq(r.h2d_bytes, MIB);
+    cr_expect_eq(r.d2h_bytes, 2 * MIB);
+    cr_expect(fabs(r.it[0].seconds - 21 * US) < 1e-12, "%.9f", r.it[0].seconds);
+    /* launch 2: block 2's write-back waits for the engine (block 1's ends
+     * at 11 + MOVE) and block 1's fetch for its remap (+100); from then the
+     * fetch shares the link with the write-back (0.5 GB/s) until 11 + 2 MOVE,
+     * then runs alone; its remap, then the launch */
+    double fetch_end = 11 + 2 * MOVE + MOVE - 0.5 * (MOVE - 100);
+    double l2 = fetch_end + 100 + 10;
+    cr_expect(fabs(r.seconds - l2 * US) < 1e-9, "%.9f vs %.9f", r.seconds, l2 * US);
+    swap_model_result_fini(&r);
+    swap_trace_fini(&t);
+}
+
+Test(swap_model, a_rewritten_trace_keeps_the_original_launch_durations)
+{
+    struct swap_trace t = {0};
+    pytorch_trace(&t);
+    struct swap_model_params none = {.engine = SWAP_MODEL_NONE};
+    struct swap_model_params seg = {
+        .engine = SWAP_MODEL_VMM, .kind = SWAP_POLICY_LRU, .budget = 1024 * MIB, .segments = true};
+    struct swap_model_result a, b;
+    cr_assert_eq(swap_model_run(&t, &none, &a), 0);
+    cr_assert_eq(swap_model_run(&t, &seg, &b), 0);
+    /* nothing moves under 1 GiB: the same two launches, estimated from the
+     * tensors' bytes, not the segments' (to the nanosecond) */
+    cr_expect_eq(b.estimated_launches, 2);
+    cr_expect_eq(b.h2d_bytes + b.d2h_bytes, 0);
+    cr_expect(fabs(a.seconds - b.seconds) < 1e-9, "%.9f vs %.9f", a.seconds, b.seconds);
+    swap_model_result_fini(&a);
+    swap_model_result_fini(&b);
+    swap_trace_fini(&t);
+}
+
+Test(swap_model, a_freed_block_gives_its_room_back_when_its_last_launch_ends)
+{
+    /* budget 1 MiB: block 1 written by launch 0 and freed; block 2, first
+     * touched by launch 1, takes its room once launch 0 has ended */
+    struct swap_trace t = {0};
+    access_ev(&t, 1, MIB, true);
+    push(&t, 'L', 0, 0, false);
+    free_ev(&t, 1);
+    access_ev(&t, 2, MIB, true);
+    push(&t, 'L', 0, 0, false);
+    struct swap_model_rates rates;
+    unit_rates(&rates);
+    struct swap_model_params p = {.engine = SWAP_MODEL_VMM,
+                                  .kind = SWAP_POLICY_LRU,
+                                  .budget = MIB,
+                                  .rates = &rates,
+                                  .launch_ns = ten_us,
+                                  .n_launch_ns = 2};
+    struct swap_model_result r;
+    cr_assert_eq(swap_model_run(&t, &p, &r), 0);
+    cr_expect_eq(r.room_overruns, 0);
+    cr_expect_eq(r.h2d_bytes + r.d2h_bytes, 0);
+    cr_expect(fabs(r.seconds - 21 * US) < 1e-12, "%.9f", r.seconds);
+    swap_model_result_fini(&r);
+    swap_trace_fini(&t);
+}

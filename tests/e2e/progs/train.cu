@@ -16,7 +16,10 @@
 // and, when the simulator's counters can be found (dlsym; absent on a real
 // driver): faults, fetches, bytes_h2d, bytes_d2h, peak_device_resident.
 //
-//   train [--layers N] [--iters N] [--driver-copies] [--durations FILE]
+//   train [--layers N] [--iters N] [--scale N] [--driver-copies] [--durations FILE]
+//       --scale N: every buffer N times its size (default 1: blocks of
+//         64 KiB-1.5 MiB; 8: 512 KiB-12 MiB, the weights and activations
+//         4-12 MiB)
 //       --driver-copies: fills, memsets and read-backs through the driver
 //       --durations FILE: time every launch, copy and set on the device
 //         (an event before and after each, on the legacy stream) and write
@@ -239,7 +242,7 @@ static int export_mode(size_t large, size_t small)
 
 int main(int argc, char **argv)
 {
-    int L = 8, iters = 10;
+    int L = 8, iters = 10, scale = 1;
     bool driver_copies = false;
     const char *durations = nullptr;
     for (int i = 1; i < argc; i++) {
@@ -247,6 +250,8 @@ int main(int argc, char **argv)
             L = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
             iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--scale") && i + 1 < argc)
+            scale = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--driver-copies"))
             driver_copies = true;
         else if (!strcmp(argv[i], "--durations") && i + 1 < argc)
@@ -255,27 +260,27 @@ int main(int argc, char **argv)
             return export_mode(strtoull(argv[i + 1], nullptr, 0),
                                strtoull(argv[i + 2], nullptr, 0));
         else {
-            fprintf(stderr,
-                    "usage: train [--layers N] [--iters N] [--driver-copies] [--durations FILE] | "
-                    "--export LARGE SMALL\n");
+            fprintf(stderr, "usage: train [--layers N] [--iters N] [--scale N] [--driver-copies] "
+                            "[--durations FILE] | "
+                            "--export LARGE SMALL\n");
             return 2;
         }
     }
-    if (L < 1 || L > 64 || iters < 1) return 2;
+    if (L < 1 || L > 64 || iters < 1 || scale < 1 || scale > 64) return 2;
     timing_on = durations != nullptr;
 
     std::vector<Buf *> W(L + 1), dW(L + 1), M(L + 1), V(L + 1), A(L + 1);
     size_t gmax = 0;
     for (int l = 0; l <= L; l++) {
-        size_t a = (size_t)(3 + (l * 5) % 4) * 256 * KiB;
+        size_t a = (size_t)(3 + (l * 5) % 4) * 256 * KiB * scale;
         A[l] = make(a);
         if (a > gmax) gmax = a;
         if (l == 0) continue;
-        size_t w = (size_t)(2 + l % 3) * 256 * KiB;
+        size_t w = (size_t)(2 + l % 3) * 256 * KiB * scale;
         W[l] = make(w), dW[l] = make(w), M[l] = make(w), V[l] = make(w);
     }
     Buf *G[2] = {make(gmax), make(gmax)};
-    Buf *loss = make(64 * KiB);
+    Buf *loss = make(64 * KiB * scale);
 
     uint64_t ws = 0, max_launch = 0;
     for (Buf *b : bufs)

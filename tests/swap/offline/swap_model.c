@@ -121,9 +121,10 @@ void swap_model_result_fini(struct swap_model_result *r)
 
 struct blk {
     uint64_t id;
-    double last_end;   /* end of the last launch that touched it */
-    double dev_ready;  /* its device copy is mapped and current from then */
-    double host_ready; /* its host copy is mapped and current from then */
+    double last_end;       /* end of the last launch that touched it */
+    double dev_ready;      /* its device copy is mapped and current from then */
+    double host_ready;     /* its host copy is mapped and current from then */
+    uint64_t device_bytes; /* VMM: what it holds of the room (swap_model.h) */
     UT_hash_handle hh;
 };
 
@@ -136,7 +137,6 @@ struct op {
     uint64_t block, bytes;
     uint8_t kind;
     bool writeback; /* OP_EVICT */
-    bool group;     /* first op of an access: the evictions before it free its room */
 };
 
 struct state {
@@ -148,8 +148,19 @@ struct state {
     uint64_t launch_bytes; /* kernel accesses' bytes this launch */
     uint64_t copy_bytes;   /* copy or set accesses' bytes this launch */
     uint64_t launch;       /* index of the current launch */
-    double host, queue, h2d, d2h, mover;
+    double host, queue, h2d, d2h;
+    double mover[SWAP_MODEL_MOVERS_MAX];
+    unsigned movers;
     double last_end; /* end of the latest launch */
+    /* Room (swap_model.h): the device's bytes in use change by d at t;
+     * changes at or before min(h2d, queue), which no later query starts
+     * before, are folded into occ_base. Sorted by t. */
+    struct occ {
+        double t;
+        int64_t d;
+    } * occ;
+    size_t n_occ, cap_occ;
+    int64_t occ_base, capacity;
     struct swap_model_result *res;
     size_t cap_it;
 };
@@ -249,6 +260,86 @@ static double launch_device_seconds(struct state *s)
     return d > floor ? d : floor;
 }
 
+/* The earliest time from t0 on at which bytes more fit on the device
+ * from then on, given every change already planned. */
+static double room_at(struct state *s, double t0, uint64_t bytes)
+{
+    int64_t total = s->occ_base;
+    for (size_t i = 0; i < s->n_occ; i++)
+        total += s->occ[i].d;
+    /* walk the intervals from the last: [t_i, t_i+1) holds occ */
+    int64_t occ = total, worst = total, need = (int64_t)bytes;
+    if (worst + need > s->capacity) { /* never fits: take the last change */
+        s->res->room_overruns++;
+        return s->n_occ && s->occ[s->n_occ - 1].t > t0 ? s->occ[s->n_occ - 1].t : t0;
+    }
+    for (size_t i = s->n_occ; i-- > 0;) {
+        if (s->occ[i].t <= t0) break;
+        occ -= s->occ[i].d; /* the interval before change i */
+        if (occ > worst) worst = occ;
+        if (worst + need > s->capacity) return s->occ[i].t;
+    }
+    return t0;
+}
+
+static int occ_add(struct state *s, double t, int64_t d)
+{
+    double horizon = s->h2d < s->queue ? s->h2d : s->queue;
+    size_t k = 0;
+    while (k < s->n_occ && s->occ[k].t <= horizon)
+        s->occ_base += s->occ[k++].d;
+    if (k) {
+        memmove(s->occ, s->occ + k, (s->n_occ - k) * sizeof(*s->occ));
+        s->n_occ -= k;
+    }
+    if (s->n_occ == s->cap_occ) {
+        size_t cap = s->cap_occ ? 2 * s->cap_occ : 64;
+        struct occ *a = realloc(s->occ, cap * sizeof(*a));
+        if (!a) return -ENOMEM;
+        s->occ = a;
+        s->cap_occ = cap;
+    }
+    size_t i = s->n_occ;
+    while (i > 0 && s->occ[i - 1].t > t)
+        i--;
+    if (i > 0 && s->occ[i - 1].t == t) { /* one change per instant: no empty interval */
+        s->occ[i - 1].d += d;
+        return 0;
+    }
+    memmove(s->occ + i + 1, s->occ + i, (s->n_occ - i) * sizeof(*s->occ));
+    s->occ[i] = (struct occ){t, d};
+    s->n_occ++;
+    return 0;
+}
+
+/* A block freed: its room comes back when the last launch that used it
+ * ends, and its id may come back as a new block. */
+static int block_freed(struct state *s, uint64_t id)
+{
+    struct blk *b;
+    HASH_FIND(hh, s->blocks, &id, sizeof(id), b);
+    if (!b) return 0;
+    int rc = 0;
+    if (b->device_bytes) {
+        double t = b->last_end > b->dev_ready ? b->last_end : b->dev_ready;
+        rc = occ_add(s, t, -(int64_t)b->device_bytes);
+    }
+    HASH_DEL(s->blocks, b);
+    free(b);
+    return rc;
+}
+
+/* A remap that may start at ready, on the first mover free; its end. */
+static double remap_end(struct state *s, double ready, uint64_t bytes)
+{
+    unsigned m = 0;
+    for (unsigned i = 1; i < s->movers; i++)
+        if (s->mover[i] < s->mover[m]) m = i;
+    double start = s->mover[m] > ready ? s->mover[m] : ready;
+    s->mover[m] = start + swap_model_remap_seconds(s->r, bytes);
+    return s->mover[m];
+}
+
 /* Today's engine: the launch's stream does the moves, one after the other,
  * then the launch. */
 static int time_managed(struct state *s, double submit, double device, double *end)
@@ -276,18 +367,31 @@ static int time_managed(struct state *s, double submit, double device, double *e
     return 0;
 }
 
-/* The planned engine (swap_model.h). */
+/* The planned engine (swap_model.h). With unit SWAP_MODEL_UNIT_SMALL_MANAGED
+ * the blocks under 2 MiB move as SWAP_MODEL_MANAGED moves them, on the
+ * launch's stream (mt) before the launch. */
 static int time_vmm(struct state *s, double submit, double device, double *end)
 {
-    double ready = submit, room = 0, extra = 0;
-    for (size_t i = 0; i < s->n_ops; i++) {
+    const struct swap_model_params *p = s->p;
+    double ready = submit, extra = 0;
+    double mt = submit > s->queue ? submit : s->queue;
+    double horizon = s->h2d < s->queue ? s->h2d : s->queue;
+    int rc = 0;
+    for (size_t i = 0; i < s->n_ops && !rc; i++) {
         const struct op *o = &s->ops[i];
-        if (o->group) room = 0;
         struct blk *b = blk_get(s, o->block);
         if (!b) return -ENOMEM;
-        double remap = swap_model_remap_seconds(s->r, o->bytes);
+        bool managed = p->unit == SWAP_MODEL_UNIT_SMALL_MANAGED && o->bytes < 2 * MIB;
         switch (o->kind) {
-        case OP_EVICT: {
+        case OP_EVICT:
+            if (managed) {
+                mt += swap_model_curve_seconds(&s->r->managed_d2h, o->bytes);
+                count_move(s, false, o->bytes);
+                b->host_ready = mt;
+                b->device_bytes = 0;
+                rc = occ_add(s, mt, -(int64_t)o->bytes);
+                break;
+            }
             double rs;
             if (o->writeback) {
                 double cs = s->d2h > b->last_end ? s->d2h : b->last_end;
@@ -299,29 +403,38 @@ static int time_vmm(struct state *s, double submit, double device, double *end)
             } else {
                 rs = b->last_end > b->dev_ready ? b->last_end : b->dev_ready;
             }
-            if (s->mover > rs) rs = s->mover;
-            s->mover = rs + remap;
-            b->host_ready = s->mover;
-            if (s->mover > room) room = s->mover;
+            b->host_ready = remap_end(s, rs, o->bytes);
+            b->device_bytes = 0;
+            rc = occ_add(s, b->host_ready, -(int64_t)o->bytes);
             break;
-        }
         case OP_FETCH: {
-            double cs = s->h2d > room ? s->h2d : room;
+            double cs = managed ? mt : s->h2d;
             if (b->host_ready > cs) cs = b->host_ready;
+            cs = room_at(s, cs, o->bytes);
+            rc = occ_add(s, cs, (int64_t)o->bytes);
+            b->device_bytes = o->bytes;
+            count_move(s, true, o->bytes);
+            if (managed) {
+                mt = cs + swap_model_curve_seconds(&s->r->managed_h2d, o->bytes);
+                b->dev_ready = mt;
+                break;
+            }
             double ce = copy_end(s, &s->r->pinned_h2d, cs, s->d2h, o->bytes);
             s->h2d = ce;
-            count_move(s, true, o->bytes);
-            double rs = s->mover > ce ? s->mover : ce;
-            s->mover = rs + remap;
-            b->dev_ready = s->mover;
+            b->dev_ready = remap_end(s, ce, o->bytes);
             break;
         }
         case OP_FIRST: /* mapped when allocated (see swap_model.h): room only */
-            b->dev_ready = room;
+            b->dev_ready = room_at(s, horizon, o->bytes);
+            b->device_bytes = o->bytes;
+            rc = occ_add(s, b->dev_ready, (int64_t)o->bytes);
             break;
         case OP_OVERFLOW:
             if (b->host_ready > ready) ready = b->host_ready;
-            extra += (double)o->bytes / (s->r->host_read_gbps * 1e9);
+            if (managed) /* demand paging, at the smallest block's migration rate */
+                extra += (double)o->bytes / (s->r->managed_h2d.gbps[0] * 1e9);
+            else
+                extra += (double)o->bytes / (s->r->host_read_gbps * 1e9);
             break;
         case OP_HOST:
             if (b->host_ready > ready) ready = b->host_ready;
@@ -333,6 +446,8 @@ static int time_vmm(struct state *s, double submit, double device, double *end)
             if (b->dev_ready > ready) ready = b->dev_ready;
         }
     }
+    if (rc) return rc;
+    if (mt > ready) ready = mt;
     double start = ready > s->queue ? ready : s->queue;
     *end = start + device + extra;
     return 0;
@@ -390,18 +505,14 @@ static int access(struct state *s, struct swap_policy *pol, const struct swap_ev
         rc = swap_policy_access(pol, e->block, e->bytes, e->is_write, &d);
     if (rc == -ENOSPC) {
         s->res->overflows++;
-        return op_push(
-            s,
-            (struct op){.block = e->block, .bytes = e->bytes, .kind = OP_OVERFLOW, .group = true});
+        return op_push(s, (struct op){.block = e->block, .bytes = e->bytes, .kind = OP_OVERFLOW});
     }
     if (rc) return rc;
-    bool group = true;
-    for (size_t i = 0; i < d.n_evict && !rc; i++, group = false)
+    for (size_t i = 0; i < d.n_evict && !rc; i++)
         rc = op_push(s, (struct op){.block = d.evict[i].block,
                                     .bytes = d.evict[i].bytes,
                                     .kind = OP_EVICT,
-                                    .writeback = d.evict[i].writeback,
-                                    .group = group});
+                                    .writeback = d.evict[i].writeback});
     if (rc) return rc;
     uint8_t kind = OP_USE;
     if (d.fetch)
@@ -410,14 +521,103 @@ static int access(struct state *s, struct swap_policy *pol, const struct swap_ev
         kind = OP_FIRST;
     else if (e->is_copy && !swap_policy_is_resident(pol, e->block))
         kind = OP_HOST;
-    return op_push(s,
-                   (struct op){.block = e->block, .bytes = e->bytes, .kind = kind, .group = group});
+    return op_push(s, (struct op){.block = e->block, .bytes = e->bytes, .kind = kind});
+}
+
+/* Each launch's device time in t as the model takes it (recorded or
+ * estimated), in nanoseconds: what a rewritten trace keeps, since its
+ * units' sizes are not the bytes its kernels touch. *estimated: how many
+ * were estimated. -ENOMEM. */
+static int launch_durations(const struct swap_trace *t, const struct swap_model_params *p,
+                            const struct swap_model_rates *r, uint64_t **out, size_t *n,
+                            uint64_t *estimated)
+{
+    struct swap_model_result res = {0};
+    struct state s = {.p = p, .r = r, .res = &res};
+    size_t cap = 0;
+    *out = NULL;
+    *n = 0;
+    bool open = false;
+    for (size_t i = 0; i <= t->n; i++) {
+        bool last = i == t->n;
+        if (!last && t->ev[i].kind == SWAP_EV_ACCESS) {
+            if (t->ev[i].is_copy)
+                s.copy_bytes += t->ev[i].bytes;
+            else
+                s.launch_bytes += t->ev[i].bytes;
+            open = true;
+            continue;
+        }
+        if (last ? !open : t->ev[i].kind != SWAP_EV_LAUNCH) continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 1024;
+            uint64_t *a = realloc(*out, cap * sizeof(*a));
+            if (!a) {
+                free(*out);
+                *out = NULL;
+                return -ENOMEM;
+            }
+            *out = a;
+        }
+        (*out)[(*n)++] = (uint64_t)llround(launch_device_seconds(&s) * 1e9);
+        s.launch++;
+        s.launch_bytes = s.copy_bytes = 0;
+        open = false;
+    }
+    *estimated = res.estimated_launches;
+    return 0;
+}
+
+/* The run on a rewritten trace (params.segments, SWAP_MODEL_UNIT_PACK),
+ * with the original's launch durations. */
+static int run_rewritten(const struct swap_trace *t, const struct swap_model_params *p,
+                         struct swap_model_result *r)
+{
+    struct swap_model_rates defaults;
+    swap_model_default_rates(&defaults);
+    const struct swap_model_rates *rates = p->rates ? p->rates : &defaults;
+    struct swap_trace seg = {0}, packed = {0};
+    const struct swap_trace *cur = t;
+    uint64_t *ns = NULL, estimated = 0;
+    size_t n = 0;
+    int rc = launch_durations(t, p, rates, &ns, &n, &estimated);
+    if (!rc && p->segments) {
+        rc = swap_model_segments(cur, p->chunk, &seg);
+        cur = &seg;
+    }
+    if (!rc && p->unit == SWAP_MODEL_UNIT_PACK) {
+        rc = swap_model_pack(cur, p->unit_bytes, &packed);
+        cur = &packed;
+    }
+    if (!rc) {
+        struct swap_model_params q = *p;
+        q.segments = false;
+        if (q.unit == SWAP_MODEL_UNIT_PACK) q.unit = SWAP_MODEL_UNIT_BLOCK;
+        q.launch_ns = ns;
+        q.n_launch_ns = n;
+        rc = swap_model_run(cur, &q, r);
+        if (!rc) r->estimated_launches = estimated;
+    }
+    swap_trace_fini(&seg);
+    swap_trace_fini(&packed);
+    free(ns);
+    return rc;
 }
 
 int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p,
                    struct swap_model_result *r)
 {
     if (!t || !p || !r) return -EINVAL;
+    if (p->engine != SWAP_MODEL_NONE && p->engine != SWAP_MODEL_MANAGED &&
+        p->engine != SWAP_MODEL_VMM)
+        return -EINVAL;
+    if (p->engine == SWAP_MODEL_VMM &&
+        (p->movers > SWAP_MODEL_MOVERS_MAX || (p->headroom && p->headroom >= p->budget) ||
+         (p->unit == SWAP_MODEL_UNIT_PACK && !p->unit_bytes)))
+        return -EINVAL;
+    if ((p->engine != SWAP_MODEL_NONE && p->segments) ||
+        (p->engine == SWAP_MODEL_VMM && p->unit == SWAP_MODEL_UNIT_PACK))
+        return run_rewritten(t, p, r);
     struct swap_model_rates defaults;
     swap_model_default_rates(&defaults);
     struct state s = {.p = p, .r = p->rates ? p->rates : &defaults, .res = r};
@@ -425,11 +625,11 @@ int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p
     struct swap_policy *pol = NULL;
     uint64_t *next = NULL;
     int rc = 0;
-    if (p->engine != SWAP_MODEL_NONE && p->engine != SWAP_MODEL_MANAGED &&
-        p->engine != SWAP_MODEL_VMM)
-        return -EINVAL;
+    s.movers = p->movers ? p->movers : 1;
+    s.capacity = (int64_t)p->budget;
     if (p->engine != SWAP_MODEL_NONE) {
-        struct swap_params prm = {.kind = p->kind, .budget_bytes = p->budget};
+        uint64_t room = p->engine == SWAP_MODEL_VMM ? p->headroom : 0;
+        struct swap_params prm = {.kind = p->kind, .budget_bytes = p->budget - room};
         rc = swap_policy_create_params(&prm, &pol);
         if (!rc && p->clean_weight > 0) swap_policy_set_clean_weight(pol, p->clean_weight);
         if (!rc && p->kind == SWAP_POLICY_MIN) rc = swap_replay_next_uses(t, &next);
@@ -448,6 +648,7 @@ int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p
             break;
         case SWAP_EV_FREE:
             if (pol) swap_policy_free(pol, e->block);
+            rc = block_freed(&s, e->block);
             break;
         case SWAP_EV_ITER:
             iter_cur(&s)->seconds = s.last_end - iter_start;
@@ -475,6 +676,7 @@ int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p
         free(b);
     }
     free(s.ops);
+    free(s.occ);
     free(next);
     if (pol) swap_policy_destroy(pol);
     if (rc) swap_model_result_fini(r);

@@ -1,7 +1,7 @@
 /* swap_model: a timing model of host swap, for the offline tools only. It
  * replays a trace with a policy's decisions through a host thread that
- * submits launches, one compute queue, two copy engines and a mover thread
- * that remaps address ranges, at rates measured on real GPUs, and gives
+ * submits launches, one compute queue, two copy engines and mover threads
+ * that remap address ranges, at rates measured on real GPUs, and gives
  * each iteration's modeled time beside its physical bound.
  *
  * Engines:
@@ -13,16 +13,32 @@
  * - SWAP_MODEL_VMM: the planned engine. Evictions on the device->host copy
  *   engine, fetches on the host->device one, both at the pinned-copy rates
  *   (the both-ways rate while the other engine is busy), each followed by a
- *   remap (unmap, map, set access) on one mover thread, in decision order;
- *   a clean eviction is a remap alone. An eviction waits until every launch
- *   that touched its block has completed; a fetch waits for the room its
- *   access's evictions free and for the block's host copy; a launch waits
- *   for its blocks' fetches. Nothing else limits how far ahead a fetch
- *   starts: the budget alone does (an ideal fetch-ahead). A block's first
+ *   remap (unmap, map, set access) on the mover threads (the first free
+ *   one takes the next remap, in decision order); a clean eviction is a
+ *   remap alone. An eviction waits until every launch that touched its
+ *   block has completed; a fetch waits for room on the device (below) and
+ *   for the block's host copy; a launch waits for its blocks' fetches.
+ *   Fetches start as early as room allows (an ideal fetch-ahead: the
+ *   policy's decision stands for a perfect prediction). A block's first
  *   touch costs no remap: the engine maps a new block when it is
- *   allocated, which the trace does not show (a caching allocator, as
- *   PyTorch's, allocates rarely; its tensors are the trace's blocks); it
- *   waits only for the room its access's evictions free.
+ *   allocated, which the trace does not show; it waits only for room.
+ *
+ * Room: the device holds at most `budget` bytes at every instant. A fetch
+ * takes its bytes when its copy starts, a first touch when it is mapped;
+ * an eviction gives them back when its remap ends, a freed block when the
+ * last launch that used it ends. The policy runs at
+ * budget - headroom, so `headroom` bytes are kept for fetches in flight:
+ * with headroom 0 a fetch waits for the evictions that make its room; with
+ * more, the policy evicts earlier and fetches start before the victims'
+ * last uses end.
+ *
+ * The unit moved (params.unit): each block alone; blocks under 2 MiB on
+ * the managed path (migrated on the launch's stream as SWAP_MODEL_MANAGED
+ * does, sharing the budget); or blocks packed in allocation order into
+ * units of unit_bytes (swap_model_pack). params.segments first rewrites a
+ * PyTorch trace's tensors into the caching allocator's segments, whole or
+ * in chunks (swap_model_segments): the blocks the shim sees under PyTorch.
+ * A rewritten trace keeps the original's launch durations.
  *
  * A launch made only of copies and sets makes the host wait for it (the
  * trace does not tell a synchronous copy from an asynchronous one), so the
@@ -44,6 +60,12 @@ enum swap_model_engine {
     SWAP_MODEL_NONE,
     SWAP_MODEL_MANAGED,
     SWAP_MODEL_VMM,
+};
+
+enum swap_model_unit {
+    SWAP_MODEL_UNIT_BLOCK,         /* every block moved alone */
+    SWAP_MODEL_UNIT_SMALL_MANAGED, /* blocks under 2 MiB on the managed path */
+    SWAP_MODEL_UNIT_PACK,          /* packed into units of unit_bytes */
 };
 
 /* A rate that depends on the size of one transfer: GB/s (1e9 bytes per
@@ -95,7 +117,19 @@ struct swap_model_params {
      * for the rest. */
     const uint64_t *launch_ns;
     size_t n_launch_ns;
+    /* Both engines: rewrite into PyTorch's segments first, moved whole
+     * (chunk 0) or in chunks of that many bytes (swap_model_segments). */
+    bool segments;
+    uint64_t chunk;
+    /* SWAP_MODEL_VMM only (zero: one block per unit, no headroom, one
+     * mover). */
+    enum swap_model_unit unit;
+    uint64_t unit_bytes; /* SWAP_MODEL_UNIT_PACK: U */
+    uint64_t headroom;   /* bytes kept free for fetches in flight, < budget */
+    unsigned movers;     /* remapping threads, 0 = 1, at most SWAP_MODEL_MOVERS_MAX */
 };
+
+#define SWAP_MODEL_MOVERS_MAX 16
 
 /* One iteration (the events up to an I line, or after the last one). */
 struct swap_model_iter {
@@ -114,9 +148,40 @@ struct swap_model_result {
     uint64_t h2d_bytes, d2h_bytes;
     uint64_t launches, estimated_launches; /* how many got the estimate */
     uint64_t overflows;                    /* accesses read over the link */
+    /* VMM: moves that found the device over the budget for good (the
+     * policy's books and the room disagree); 0 in a sound run. */
+    uint64_t room_overruns;
 };
 
 void swap_model_result_fini(struct swap_model_result *r);
+
+/* The trace with its blocks packed in allocation order (a block's first
+ * access, or its first after a free) into units of unit_bytes: a block
+ * goes into the open unit if it fits in what is left of it, else opens a
+ * new one; a block of unit_bytes or more is a unit of its own, its size
+ * rounded up to 2 MiB. A unit is accessed in a launch when any member is
+ * (once, written when any member access writes, by a copy when all are
+ * copies), has the unit's size, and is freed when no more blocks go into
+ * it and every member is freed. Launches, iterations and their order are
+ * kept. -EINVAL (unit_bytes 0), -ENOMEM. */
+int swap_model_pack(const struct swap_trace *in, uint64_t unit_bytes, struct swap_trace *out);
+
+/* The trace as the shim sees a PyTorch program: every block is a tensor
+ * placed by PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp)
+ * and the new blocks are its segments, accessed as swap_model_pack's units
+ * and never freed (the allocator caches them); with chunk > 0, each
+ * segment's chunks of that many bytes instead, a tensor's access touching
+ * the chunks its bytes lie in (an engine that maps a segment as chunks and
+ * moves each alone). The rules: sizes rounded up
+ * to 512 bytes; tensors of 1 MiB or less from the small pool, whose
+ * segments are 2 MiB, larger ones from the large pool, whose segments are
+ * 20 MiB for tensors under 10 MiB and the tensor's size rounded up to
+ * 2 MiB above; the smallest free piece that fits is taken (best fit, then
+ * the lowest segment and offset), split when the rest is 512 bytes or
+ * more (small pool) or more than 1 MiB (large pool); freed pieces merge
+ * with free neighbours of their segment. One stream, no empty_cache, no
+ * expandable segments. -ENOMEM. */
+int swap_model_segments(const struct swap_trace *in, uint64_t chunk, struct swap_trace *out);
 
 /* Run the model. -EINVAL (bad params), -ENOMEM. */
 int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p,
