@@ -34,6 +34,8 @@ extern "C" {
 #define SIMCUDA_ENV_FAIL_LAUNCH "SIMCUDA_FAIL_LAUNCH"       /* next N kernel launches fail */
 /* next N cuMemCreate calls that ask for a shareable handle type fail */
 #define SIMCUDA_ENV_FAIL_VMM_SHAREABLE "SIMCUDA_FAIL_VMM_SHAREABLE"
+/* next N cuMemCreate calls of host-located memory fail */
+#define SIMCUDA_ENV_FAIL_VMM_HOST "SIMCUDA_FAIL_VMM_HOST"
 #define SIMCUDA_ENV_MANAGED_MEMORY                                                                 \
     "SIMCUDA_MANAGED_MEMORY" /* managed pool bytes, default 4 x device */
 /* Allocation-table entries (live allocations, machine-wide), a count with
@@ -64,6 +66,8 @@ enum simcuda_fault {
     SIMCUDA_FAULT_LAUNCH,        /* cuLaunchKernel*: CUDA_ERROR_LAUNCH_FAILED */
     SIMCUDA_FAULT_VMM_SHAREABLE, /* cuMemCreate asking for a shareable handle type:
                                     CUDA_ERROR_NOT_SUPPORTED (a driver that refuses it) */
+    SIMCUDA_FAULT_VMM_HOST,      /* cuMemCreate of host-located memory: CUDA_ERROR_NOT_SUPPORTED
+                                    (a driver or system without it: host swap's fallback) */
     SIMCUDA_FAULT_COUNT
 };
 

@@ -1,0 +1,173 @@
+/* swap_vmm: host swap's VMM engine end to end (test_swap.c), through the
+ * driver door only. N blocks of SIZE bytes (2 MiB and more: VMM-backed
+ * under the shim) are filled with known bytes; each iteration launches a
+ * kernel per block (it and the next one as parameters: a hand-written PTX
+ * kernel that does nothing, so the bytes are the copies' on a GPU and on
+ * the simulator alike) and overwrites one word of the block; at the end
+ * every block is read back and hashed. The program knows nothing of the
+ * shim: the same checksum with and without it is the test.
+ *
+ *   swap_vmm [--blocks N] [--size BYTES] [--iters N] [--hold] [--fork]
+ *            [--end free|reset|exit]
+ *
+ * --hold (simulator only): the launch stream is held (simcuda_stream_hold),
+ * so every kernel stays queued until something waits for it: a remap
+ * under one faults the context (every later call returns 700).
+ * --fork: after the first iteration a child is forked that exits at once;
+ * the parent goes on. --end: free every block (default), reset the primary
+ * context with the blocks allocated (cuDevicePrimaryCtxReset), or exit
+ * with them allocated.
+ *
+ * Output: "checksum HEX", and when the simulator's counters are found
+ * (dlsym): "device_used BYTES" (device bytes in use before the end: the
+ * shim's chunk pool), "peak_device_used BYTES" (the most seen after any
+ * launch). Exit status 0, or the failing step's number. */
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "simcuda.h"
+
+static const char ptx[] = ".version 8.0\n.target sm_75\n.address_size 64\n\n"
+                          ".visible .entry touch2(\n"
+                          "\t.param .u64 touch2_param_0,\n"
+                          "\t.param .u64 touch2_param_1\n"
+                          ")\n{\n\tret;\n}\n";
+
+#define CHECK(step, call)                                                                          \
+    do {                                                                                           \
+        CUresult r_ = (call);                                                                      \
+        if (r_ != CUDA_SUCCESS) {                                                                  \
+            fprintf(stderr, "step %d: %s failed with %d\n", step, #call, (int)r_);                 \
+            return step;                                                                           \
+        }                                                                                          \
+    } while (0)
+
+typedef void (*stats_fn)(struct simcuda_stats *);
+typedef int (*hold_fn)(void *, int);
+
+static void *sim_symbol(const char *name)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return h ? dlsym(h, name) : NULL;
+}
+
+static uint64_t device_used(stats_fn stats)
+{
+    struct simcuda_stats s;
+    memset(&s, 0, sizeof s);
+    stats(&s);
+    return s.used[0];
+}
+
+int main(int argc, char **argv)
+{
+    int nblocks = 6, iters = 4;
+    size_t size = 4u << 20;
+    int hold = 0, do_fork = 0;
+    const char *end = "free";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--blocks") && i + 1 < argc)
+            nblocks = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--size") && i + 1 < argc)
+            size = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+            iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--hold"))
+            hold = 1;
+        else if (!strcmp(argv[i], "--fork"))
+            do_fork = 1;
+        else if (!strcmp(argv[i], "--end") && i + 1 < argc)
+            end = argv[++i];
+        else {
+            fprintf(stderr, "usage: swap_vmm [--blocks N] [--size BYTES] [--iters N] [--hold] "
+                            "[--fork] [--end free|reset|exit]\n");
+            return 64;
+        }
+    }
+    if (nblocks < 2 || nblocks > 64 || size < 64 || iters < 0) return 64;
+
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule mod;
+    CUfunction touch;
+    CUstream stream;
+    CHECK(1, cuInit(0));
+    CHECK(2, cuDeviceGet(&dev, 0));
+    CHECK(3, cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(4, cuCtxSetCurrent(ctx));
+    CHECK(5, cuModuleLoadData(&mod, ptx));
+    CHECK(6, cuModuleGetFunction(&touch, mod, "touch2"));
+    CHECK(7, cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    stats_fn stats = (stats_fn)sim_symbol("simcuda_stats");
+    hold_fn hold_stream = (hold_fn)sim_symbol("simcuda_stream_hold");
+    if (hold && (!hold_stream || hold_stream(stream, 1))) {
+        fprintf(stderr, "--hold needs the simulator\n");
+        return 8;
+    }
+
+    CUdeviceptr block[64];
+    size_t words = size / sizeof(uint32_t);
+    uint32_t *host = malloc(size);
+    if (!host) return 9;
+    for (int b = 0; b < nblocks; b++) {
+        CHECK(10, cuMemAlloc(&block[b], size));
+        for (size_t w = 0; w < words; w++)
+            host[w] = (uint32_t)(b * 0x01000193u) ^ (uint32_t)(w * 2654435761u);
+        CHECK(11, cuMemcpyHtoD(block[b], host, size));
+    }
+    uint64_t peak = 0;
+    for (int it = 0; it < iters; it++) {
+        for (int b = 0; b < nblocks; b++) {
+            void *params[] = {&block[b], &block[(b + 1) % nblocks]};
+            CHECK(12, cuLaunchKernel(touch, 1, 1, 1, 32, 1, 1, 0, stream, params, NULL));
+            uint32_t word = (uint32_t)(it * 1000 + b);
+            size_t at = ((size_t)it * 4099 + (size_t)b * 131) % words;
+            CHECK(13, cuMemcpyHtoD(block[b] + at * sizeof word, &word, sizeof word));
+            if (stats) {
+                uint64_t u = device_used(stats);
+                if (u > peak) peak = u;
+            }
+        }
+        if (it == 0 && do_fork) {
+            pid_t pid = fork();
+            if (pid == 0) _exit(0);
+            int st = 0;
+            if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st)) return 14;
+        }
+    }
+    CHECK(15, cuStreamSynchronize(stream));
+    if (hold) hold_stream(stream, 0);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int b = 0; b < nblocks; b++) {
+        CHECK(16, cuMemcpyDtoH(host, block[b], size));
+        for (size_t w = 0; w < words; w++)
+            h = (h ^ host[w]) * 0x100000001b3ull;
+    }
+    printf("checksum %016llx\n", (unsigned long long)h);
+    if (stats) {
+        printf("device_used %llu\n", (unsigned long long)device_used(stats));
+        printf("peak_device_used %llu\n", (unsigned long long)peak);
+    }
+    fflush(stdout);
+    free(host);
+    if (!strcmp(end, "free")) {
+        for (int b = 0; b < nblocks; b++)
+            CHECK(17, cuMemFree(block[b]));
+        CHECK(18, cuMemAlloc(&block[0], size)); /* the context still works */
+        CHECK(19, cuMemFree(block[0]));
+    } else if (!strcmp(end, "reset")) {
+        CHECK(20, cuDevicePrimaryCtxReset(dev));
+        CHECK(21, cuDevicePrimaryCtxRetain(&ctx, dev)); /* a new context works */
+        CHECK(22, cuCtxSetCurrent(ctx));
+        CHECK(23, cuMemAlloc(&block[0], size));
+        CHECK(24, cuMemFree(block[0]));
+    }
+    printf("end %s ok\n", end);
+    return 0;
+}
