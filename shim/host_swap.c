@@ -701,7 +701,7 @@ void swap_report(void)
         swap_vmm_counts(&v);
         log_report(
             "swap: engine vmm: VMM blocks %llu (fell back to managed %llu), remaps to device "
-            "%llu, to host %llu, fetch copies %llu, write-backs %llu, fetches waited for by "
+            "%llu, to the host %llu, fetch copies %llu, write-backs %llu, fetches waited for by "
             "the launch's stream %llu, chunks created %llu, exports pinned on the device "
             "%llu, remap failures %llu, forgotten at a context's end %llu",
             (unsigned long long)v.blocks, (unsigned long long)v.fallbacks,
