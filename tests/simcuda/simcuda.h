@@ -209,6 +209,11 @@ SIMCUDA_API int simcuda_stream_hold(void *stream, int on);
 /* Kernels queued (on held streams) in this process now. */
 SIMCUDA_API unsigned simcuda_queued_launches(void);
 
+/* How many cuStreamWaitEvent calls this process made with stream as the
+ * waiting stream (NULL and CU_STREAM_LEGACY count as one; at most 64
+ * streams are counted, the rest answer 0). */
+SIMCUDA_API unsigned long simcuda_stream_waits(void *stream);
+
 /* Removes the shared-memory objects of machine `name` (NULL: the one named
  * by SIMCUDA_MACHINE, else "default") for the calling user. Processes that
  * still map them keep working on the unlinked objects. Returns the number of

@@ -21,7 +21,9 @@
  * Output: "checksum HEX", and when the simulator's counters are found
  * (dlsym): "device_used BYTES" (device bytes in use before the end: the
  * shim's chunk pool), "peak_device_used BYTES" (the most seen after any
- * launch). Exit status 0, or the failing step's number. */
+ * launch), "launch_stream_waits N" (the cuStreamWaitEvent calls that made
+ * the launch stream wait: the shim's, for its fetch copies). Exit status 0,
+ * or the failing step's number. */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdint.h>
@@ -50,6 +52,7 @@ static const char ptx[] = ".version 8.0\n.target sm_75\n.address_size 64\n\n"
 
 typedef void (*stats_fn)(struct simcuda_stats *);
 typedef int (*hold_fn)(void *, int);
+typedef unsigned long (*waits_fn)(void *);
 
 static void *sim_symbol(const char *name)
 {
@@ -154,6 +157,8 @@ int main(int argc, char **argv)
         printf("device_used %llu\n", (unsigned long long)device_used(stats));
         printf("peak_device_used %llu\n", (unsigned long long)peak);
     }
+    waits_fn waits = (waits_fn)sim_symbol("simcuda_stream_waits");
+    if (waits) printf("launch_stream_waits %lu\n", waits(stream));
     fflush(stdout);
     free(host);
     if (!strcmp(end, "free")) {
