@@ -43,6 +43,7 @@ struct vmm_block {
     bool touched;         /* some work was recorded on it since its allocation */
     uint64_t streams;     /* slots whose last event may follow work on it */
     uint64_t fetch_rec;   /* the host-to-device slot's record count after its fetch copy */
+    int fetch_waiter;     /* slot + 1 of a stream already made to wait for that copy */
     uint64_t alloc_epoch; /* unknown_epoch at allocation */
     uint64_t fetch_epoch; /* unknown_epoch when it was last placed on the device */
     UT_hash_handle hh;
@@ -229,7 +230,10 @@ static int slot_new(CUstream s, CUcontext ctx, pid_t tid, bool internal)
         if (k < 0 || wait_host(bit(k))) return -1;
         struct vmm_block *b, *tmp;
         HASH_ITER(hh, blocks, b, tmp)
-        b->streams &= ~bit(k);
+        {
+            b->streams &= ~bit(k);
+            if (b->fetch_waiter == k + 1) b->fetch_waiter = 0;
+        }
         all_mask &= ~bit(k);
         /* its event is kept for the new stream: an event may be recorded on any stream of its
          * context */
@@ -508,6 +512,7 @@ static int fetch(struct vmm_block *b, unsigned flags)
         s->recorded++, s->last_use = ++use_clock;
         b->streams = bit(d->h2d_slot);
         b->fetch_rec = s->recorded;
+        b->fetch_waiter = 0;
         counts.fetch_copies++;
     }
     b->on_device = true;
@@ -535,8 +540,14 @@ void swap_vmm_before(struct vmm_block *b, CUstream stream)
     struct vdev *d = &devs[b->device];
     if (d->h2d_slot < 0) return;
     struct slot *s = &slots[d->h2d_slot];
-    if (b->fetch_rec > s->done && real_cuStreamWaitEvent(stream, s->ev, 0) == CUDA_SUCCESS)
-        counts.stream_waits++;
+    if (b->fetch_rec <= s->done) return;
+    /* A stream that waited for this copy once has every later piece of its
+     * work ordered after it. */
+    int k = slot_of(stream);
+    if (k >= 0 && b->fetch_waiter == k + 1) return;
+    if (real_cuStreamWaitEvent(stream, s->ev, 0) != CUDA_SUCCESS) return;
+    counts.stream_waits++;
+    b->fetch_waiter = k + 1;
 }
 
 void swap_vmm_before_unknown(CUstream stream)
@@ -587,7 +598,9 @@ int swap_vmm_free(struct vmm_block *b)
     if (!b) return -EINVAL;
     bool pushed = enter_ctx(b->ctx);
     int rc = wait_host(b->streams | all_mask);
-    if (rc) real_cuCtxSynchronize(); /* never unmap under queued work */
+    /* Never unmap under queued work: a pinned block's accesses are no
+     * longer recorded, so its free waits for the context, as cudaFree does. */
+    if (rc || b->pinned) rc = real_cuCtxSynchronize() == CUDA_SUCCESS ? 0 : -EIO;
     if (b->pinned) {
         /* The ledger's free of an exported mapping (limbo while importers hold it). */
         if (do_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) rc = -EIO;
@@ -681,7 +694,10 @@ void swap_vmm_context_gone(CUcontext ctx, void (*forget)(uint64_t base))
             slots[k] = (struct slot){0};
             all_mask &= ~bit(k);
             HASH_ITER(hh, blocks, b, tmp)
-            b->streams &= ~bit(k);
+            {
+                b->streams &= ~bit(k);
+                if (b->fetch_waiter == k + 1) b->fetch_waiter = 0;
+            }
         }
     for (int dev = 0; dev < MAX_DEVICES; dev++) {
         struct vdev *d = &devs[dev];
