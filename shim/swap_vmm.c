@@ -144,12 +144,21 @@ uint64_t swap_vmm_granularity(CUdevice dev)
                  (int)dev);
         return 0;
     }
+    /* One unit for the range, the chunks and the host copy: the larger of
+     * the device's and the host location's granularities (powers of two). */
     CUmemAllocationProp p = device_prop(dev);
-    size_t g = 0;
+    size_t g = 0, h = 0;
     if (real_cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
             CUDA_SUCCESS ||
         !g || (g & (g - 1)))
         return 0;
+    p.location.type = d->host_numa_ok && d->numa >= 0 ? CU_MEM_LOCATION_TYPE_HOST_NUMA
+                                                      : CU_MEM_LOCATION_TYPE_HOST;
+    p.location.id = p.location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ? d->numa : 0;
+    if (real_cuMemGetAllocationGranularity(&h, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM) ==
+            CUDA_SUCCESS &&
+        h > g && !(h & (h - 1)))
+        g = h;
     d->gran = g;
     return g;
 }
