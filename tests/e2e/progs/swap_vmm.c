@@ -8,8 +8,11 @@
  * shim: the same checksum with and without it is the test.
  *
  *   swap_vmm [--blocks N] [--size BYTES] [--iters N] [--hold] [--fork]
- *            [--end free|reset|exit]
+ *            [--threads T] [--end free|reset|exit]
  *
+ * --threads T: T threads run the iterations at once, each on a stream of
+ * its own, writing words of their own (word index = thread mod T), so the
+ * bytes do not depend on how they interleave.
  * --hold (simulator only): the launch stream is held (simcuda_stream_hold),
  * so every kernel stays queued until something waits for it: a remap
  * under one faults the context (every later call returns 700).
@@ -26,6 +29,7 @@
  * or the failing step's number. */
 #include <cuda.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,8 +72,40 @@ static uint64_t device_used(stats_fn stats)
     return s.used[0];
 }
 
+struct work {
+    CUcontext ctx;
+    CUfunction touch;
+    CUdeviceptr *block;
+    int nblocks, iters, thread, threads;
+    size_t words;
+    CUresult result;
+};
+
+/* One thread's iterations, on a stream of its own. */
+static void *run_thread(void *arg)
+{
+    struct work *w = arg;
+    CUstream stream;
+    w->result = cuCtxSetCurrent(w->ctx);
+    if (w->result == CUDA_SUCCESS) w->result = cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+    size_t slots = w->words / (size_t)w->threads;
+    for (int it = 0; it < w->iters && w->result == CUDA_SUCCESS; it++)
+        for (int b = 0; b < w->nblocks && w->result == CUDA_SUCCESS; b++) {
+            void *params[] = {&w->block[b], &w->block[(b + 1) % w->nblocks]};
+            w->result = cuLaunchKernel(w->touch, 1, 1, 1, 32, 1, 1, 0, stream, params, NULL);
+            uint32_t word = (uint32_t)(it * 1000 + b + w->thread * 1000000);
+            size_t at = ((size_t)it * 4099 + (size_t)b * 131) % slots * (size_t)w->threads +
+                        (size_t)w->thread;
+            if (w->result == CUDA_SUCCESS)
+                w->result = cuMemcpyHtoD(w->block[b] + at * sizeof word, &word, sizeof word);
+        }
+    if (w->result == CUDA_SUCCESS) w->result = cuStreamSynchronize(stream);
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
+    int threads = 0;
     int nblocks = 6, iters = 4;
     size_t size = 4u << 20;
     int hold = 0, do_fork = 0;
@@ -85,6 +121,8 @@ int main(int argc, char **argv)
             hold = 1;
         else if (!strcmp(argv[i], "--fork"))
             do_fork = 1;
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--end") && i + 1 < argc)
             end = argv[++i];
         else {
@@ -93,7 +131,8 @@ int main(int argc, char **argv)
             return 64;
         }
     }
-    if (nblocks < 2 || nblocks > 64 || size < 64 || iters < 0) return 64;
+    if (nblocks < 2 || nblocks > 64 || size < 64 || iters < 0 || threads < 0 || threads > 16)
+        return 64;
 
     CUdevice dev;
     CUcontext ctx;
@@ -125,6 +164,26 @@ int main(int argc, char **argv)
         CHECK(11, cuMemcpyHtoD(block[b], host, size));
     }
     uint64_t peak = 0;
+    if (threads) {
+        pthread_t tid[16];
+        struct work w[16];
+        for (int t = 0; t < threads; t++) {
+            w[t] = (struct work){.ctx = ctx,
+                                 .touch = touch,
+                                 .block = block,
+                                 .nblocks = nblocks,
+                                 .iters = iters,
+                                 .thread = t,
+                                 .threads = threads,
+                                 .words = words};
+            if (pthread_create(&tid[t], NULL, run_thread, &w[t])) return 25;
+        }
+        for (int t = 0; t < threads; t++) {
+            pthread_join(tid[t], NULL);
+            CHECK(26, w[t].result);
+        }
+        iters = 0; /* done */
+    }
     for (int it = 0; it < iters; it++) {
         for (int b = 0; b < nblocks; b++) {
             void *params[] = {&block[b], &block[(b + 1) % nblocks]};
