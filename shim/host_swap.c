@@ -76,7 +76,7 @@ static unsigned long vmm_blocks; /* atomic: VMM-backed blocks live (pinned ones 
  * follow: set (swap_lock held) by a hook that saw VMM blocks, cleared
  * (swap_lock dropped) by after_call. */
 #define PENDING_MAX 64
-static __thread struct {
+static __thread __attribute__((tls_model("initial-exec"))) struct {
     bool active, all;
     CUstream stream;
     size_t n;
@@ -641,7 +641,7 @@ static CUstream pt(cudaStream_t s)
             hook;                                                                                  \
         }                                                                                          \
         ret r_ = CALL_REAL_RUNTIME(name, args);                                                    \
-        if (__builtin_expect(pending.active, 0)) after_call();                                     \
+        if (SWAP_ON && pending.active) after_call();                                               \
         return r_;                                                                                 \
     }
 #define DRIVER_SWAP(ret, name, base, ver, params, args, hook)                                      \
@@ -651,7 +651,7 @@ static CUstream pt(cudaStream_t s)
             hook;                                                                                  \
         }                                                                                          \
         ret r_ = CALL_REAL_DRIVER(name, args);                                                     \
-        if (__builtin_expect(pending.active, 0)) after_call();                                     \
+        if (SWAP_ON && pending.active) after_call();                                               \
         return r_;                                                                                 \
     }
 #include "symbols.def"
