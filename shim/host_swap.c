@@ -56,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_PARAMS 1024
 /* Budget accounting unit: a block is charged its size rounded up to this
@@ -483,11 +484,28 @@ static void forget_block(uint64_t base)
     unregister_locked(base, true);
 }
 
+/* swap_lock, waiting at most a second. Trap: on the exit path (a context's
+ * end in the runtime's teardown, the exit report) another thread may hold
+ * swap_lock across a real launch that waits for a runtime lock the exiting
+ * thread holds; waiting for ever would hang the program's exit. */
+static bool lock_bounded(void)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 1;
+    return pthread_mutex_timedlock(&swap_lock, &until) == 0;
+}
+
 void swap_context_gone(uint64_t ctx)
 {
-    if (!__atomic_load_n(&swap_enabled, __ATOMIC_ACQUIRE) || !ctx) return;
-    pthread_mutex_lock(&swap_lock);
-    if (vmm_blocks) swap_vmm_context_gone((CUcontext)ctx, forget_block);
+    /* Even with no block left: the engine's streams and chunks of ctx go too. */
+    if (!__atomic_load_n(&swap_enabled, __ATOMIC_ACQUIRE) || !ctx || !engine_vmm) return;
+    if (!lock_bounded()) {
+        LOG_ONCE(LOG_WARN, "swap: a context ended while another thread held host swap's lock; "
+                           "its VMM blocks are left as they are");
+        return;
+    }
+    swap_vmm_context_gone((CUcontext)ctx, forget_block);
     pthread_mutex_unlock(&swap_lock);
 }
 
@@ -677,7 +695,7 @@ void swap_report(void)
     if (!swap_enabled) return;
     struct swap_counters sum;
     struct swap_engine_counts own;
-    pthread_mutex_lock(&swap_lock);
+    if (!lock_bounded()) return; /* a thread holds it across a real call (lock_bounded) */
     swap_engine_counters(engine, &sum, &own);
     log_report(
         "swap: policy %s, budget %llu bytes/device, managed blocks %llu (fallbacks %llu), launches "

@@ -473,8 +473,8 @@ Test(swap, vmm_blocks_evicted_at_free_reset_exit_and_fork)
 {
     char want[64];
     vmm_plain(want, sizeof want, ARGS("--iters", "2"));
-    static const char *ends[] = {"free", "reset", "exit"};
-    for (size_t i = 0; i < 3; i++) {
+    static const char *ends[] = {"free", "reset", "free-reset", "exit"};
+    for (size_t i = 0; i < 4; i++) {
         static struct vmm_stats s;
         vmm_run(&s, "swap-vmm", "12M", NULL, ARGS("--iters", "2", "--end", ends[i]));
         cr_expect_str_eq(s.checksum, want, "%s", ends[i]);
@@ -484,6 +484,9 @@ Test(swap, vmm_blocks_evicted_at_free_reset_exit_and_fork)
         RUN_EXPECT_FIELD(&s.r, key, "ok");
         if (!strcmp(ends[i], "reset"))
             cr_expect_eq(s.forgotten, 6, "the reset context's blocks are forgotten");
+        /* The new context's block is VMM-backed too: the old context's
+         * streams were forgotten with it. */
+        if (strstr(ends[i], "reset")) cr_expect_eq(s.fell_back, 0, "%s", ends[i]);
     }
     static struct vmm_stats f;
     vmm_run(&f, "swap-vmm", "12M", NULL, ARGS("--iters", "2", "--fork"));

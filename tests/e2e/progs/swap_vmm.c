@@ -8,7 +8,7 @@
  * shim: the same checksum with and without it is the test.
  *
  *   swap_vmm [--blocks N] [--size BYTES] [--iters N] [--hold] [--fork]
- *            [--threads T] [--end free|reset|exit]
+ *            [--threads T] [--end free|reset|free-reset|exit]
  *
  * --threads T: T threads run the iterations at once, each on a stream of
  * its own, writing words of their own (word index = thread mod T), so the
@@ -18,8 +18,9 @@
  * under one faults the context (every later call returns 700).
  * --fork: after the first iteration a child is forked that exits at once;
  * the parent goes on. --end: free every block (default), reset the primary
- * context with the blocks allocated (cuDevicePrimaryCtxReset), or exit
- * with them allocated.
+ * context with the blocks allocated (cuDevicePrimaryCtxReset), free them
+ * then reset, or exit with them allocated; after a reset a block is made
+ * and freed in the new context.
  *
  * Output: "checksum HEX", and when the simulator's counters are found
  * (dlsym): "device_used BYTES" (device bytes in use before the end: the
@@ -109,7 +110,7 @@ int main(int argc, char **argv)
     int nblocks = 6, iters = 4;
     size_t size = 4u << 20;
     int hold = 0, do_fork = 0;
-    const char *end = "free";
+    const char *end = "free", *argv_end;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--blocks") && i + 1 < argc)
             nblocks = atoi(argv[++i]);
@@ -131,6 +132,7 @@ int main(int argc, char **argv)
             return 64;
         }
     }
+    argv_end = end;
     if (nblocks < 2 || nblocks > 64 || size < 64 || iters < 0 || threads < 0 || threads > 16)
         return 64;
 
@@ -220,6 +222,11 @@ int main(int argc, char **argv)
     if (waits) printf("launch_stream_waits %lu\n", waits(stream));
     fflush(stdout);
     free(host);
+    if (!strcmp(end, "free-reset")) { /* every block freed, then the context reset */
+        for (int b = 0; b < nblocks; b++)
+            CHECK(27, cuMemFree(block[b]));
+        end = "reset";
+    }
     if (!strcmp(end, "free")) {
         for (int b = 0; b < nblocks; b++)
             CHECK(17, cuMemFree(block[b]));
@@ -232,6 +239,6 @@ int main(int argc, char **argv)
         CHECK(23, cuMemAlloc(&block[0], size));
         CHECK(24, cuMemFree(block[0]));
     }
-    printf("end %s ok\n", end);
+    printf("end %s ok\n", argv_end);
     return 0;
 }
