@@ -317,7 +317,7 @@ struct vmm_stats {
     struct run_result r;
     char checksum[64];
     unsigned long long blocks, fell_back, to_device, to_host, fetch_copies, writebacks;
-    unsigned long long stream_waits, chunks, pinned, forgotten;
+    unsigned long long stream_waits, chunks, pinned, forgotten, remap_failures;
     char log[256];
 };
 
@@ -366,6 +366,7 @@ static void vmm_run(struct vmm_stats *s, const char *prog, const char *budget,
     s->chunks = number_after(s->log, "chunks created ");
     s->pinned = number_max(s->log, "exports pinned on the device ");
     s->forgotten = number_after(s->log, "forgotten at a context's end ");
+    s->remap_failures = number_after(s->log, "remap failures ");
     unlink(s->log);
 }
 
@@ -471,8 +472,11 @@ Test(swap, vmm_remaps_wait_for_queued_kernels)
  * and a fork child that exits at once while the parent goes on. */
 Test(swap, vmm_blocks_evicted_at_free_reset_exit_and_fork)
 {
-    char want[64];
+    char want[64], want_after[64];
     vmm_plain(want, sizeof want, ARGS("--iters", "2"));
+    struct run_result plain;
+    run_prog(&plain, "swap-vmm", false, NULL, ARGS("--iters", "2", "--end", "reset"));
+    text(&plain, "checksum_after_reset", want_after, sizeof want_after);
     static const char *ends[] = {"free", "reset", "free-reset", "exit"};
     for (size_t i = 0; i < 4; i++) {
         static struct vmm_stats s;
@@ -486,7 +490,13 @@ Test(swap, vmm_blocks_evicted_at_free_reset_exit_and_fork)
             cr_expect_eq(s.forgotten, 6, "the reset context's blocks are forgotten");
         /* The new context's block is VMM-backed too: the old context's
          * streams were forgotten with it. */
-        if (strstr(ends[i], "reset")) cr_expect_eq(s.fell_back, 0, "%s", ends[i]);
+        if (strstr(ends[i], "reset")) {
+            cr_expect_eq(s.fell_back, 0, "%s", ends[i]);
+            cr_expect_eq(s.remap_failures, 0, "%s", ends[i]);
+            char after[64];
+            text(&s.r, "checksum_after_reset", after, sizeof after);
+            cr_expect_str_eq(after, want_after, "%s: the new context's blocks", ends[i]);
+        }
     }
     static struct vmm_stats f;
     vmm_run(&f, "swap-vmm", "12M", NULL, ARGS("--iters", "2", "--fork"));

@@ -19,8 +19,8 @@
  * --fork: after the first iteration a child is forked that exits at once;
  * the parent goes on. --end: free every block (default), reset the primary
  * context with the blocks allocated (cuDevicePrimaryCtxReset), free them
- * then reset, or exit with them allocated; after a reset a block is made
- * and freed in the new context.
+ * then reset, or exit with them allocated; after a reset the new context
+ * runs a shorter workload of its own ("checksum_after_reset HEX").
  *
  * Output: "checksum HEX", and when the simulator's counters are found
  * (dlsym): "device_used BYTES" (device bytes in use before the end: the
@@ -71,6 +71,41 @@ static uint64_t device_used(stats_fn stats)
     memset(&s, 0, sizeof s);
     stats(&s);
     return s.used[0];
+}
+
+/* After a context reset: the module again, nblocks new blocks filled,
+ * launched over twice and read back; their hash into *out. 0 or a step. */
+static int again(int nblocks, size_t size, uint64_t *out)
+{
+    CUmodule mod;
+    CUfunction touch;
+    CUdeviceptr block[64];
+    size_t words = size / sizeof(uint32_t);
+    uint32_t *host = malloc(size);
+    if (!host) return 30;
+    CHECK(31, cuModuleLoadData(&mod, ptx));
+    CHECK(32, cuModuleGetFunction(&touch, mod, "touch2"));
+    for (int b = 0; b < nblocks; b++) {
+        CHECK(33, cuMemAlloc(&block[b], size));
+        for (size_t w = 0; w < words; w++)
+            host[w] = (uint32_t)(b * 0x9e3779b9u) ^ (uint32_t)w;
+        CHECK(34, cuMemcpyHtoD(block[b], host, size));
+    }
+    for (int it = 0; it < 2; it++)
+        for (int b = 0; b < nblocks; b++) {
+            void *params[] = {&block[b], &block[(b + 1) % nblocks]};
+            CHECK(35, cuLaunchKernel(touch, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
+        }
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int b = 0; b < nblocks; b++) {
+        CHECK(36, cuMemcpyDtoH(host, block[b], size));
+        for (size_t w = 0; w < words; w++)
+            h = (h ^ host[w]) * 0x100000001b3ull;
+        CHECK(37, cuMemFree(block[b]));
+    }
+    free(host);
+    *out = h;
+    return 0;
 }
 
 struct work {
@@ -236,8 +271,10 @@ int main(int argc, char **argv)
         CHECK(20, cuDevicePrimaryCtxReset(dev));
         CHECK(21, cuDevicePrimaryCtxRetain(&ctx, dev)); /* a new context works */
         CHECK(22, cuCtxSetCurrent(ctx));
-        CHECK(23, cuMemAlloc(&block[0], size));
-        CHECK(24, cuMemFree(block[0]));
+        uint64_t h2 = 0;
+        int step = again(nblocks, size, &h2);
+        if (step) return step;
+        printf("checksum_after_reset %016llx\n", (unsigned long long)h2);
     }
     printf("end %s ok\n", argv_end);
     return 0;
