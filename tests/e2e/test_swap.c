@@ -317,7 +317,7 @@ struct vmm_stats {
     struct run_result r;
     char checksum[64];
     unsigned long long blocks, fell_back, to_device, to_host, fetch_copies, writebacks;
-    unsigned long long stream_waits, chunks, pinned, forgotten, remap_failures;
+    unsigned long long stream_waits, chunks, pinned, forgotten, remap_failures, no_layout;
     char log[256];
 };
 
@@ -367,6 +367,7 @@ static void vmm_run(struct vmm_stats *s, const char *prog, const char *budget,
     s->pinned = number_max(s->log, "exports pinned on the device ");
     s->forgotten = number_after(s->log, "forgotten at a context's end ");
     s->remap_failures = number_after(s->log, "remap failures ");
+    s->no_layout = number_max(s->log, "launches without a known layout ");
     unlink(s->log);
 }
 
@@ -545,4 +546,20 @@ Test(swap, vmm_engine_serves_threads_on_their_own_streams)
     vmm_run(&s, "swap-vmm", "12M", NULL, ARGS("--iters", "5", "--threads", "3"));
     cr_expect_str_eq(s.checksum, want);
     cr_expect_gt(s.to_host, 0);
+}
+
+/* A kernel whose layout the shim cannot read (SIMCUDA_FAIL_PARAM_INFO: the
+ * first layout query fails) stays queued on a second stream, reading block
+ * 0: it may touch every block, so no block is unmapped before it completes
+ * -- block 0 is evicted while it is queued. */
+Test(swap, vmm_remaps_wait_for_queued_kernels_of_unknown_layout)
+{
+    char want[64];
+    vmm_plain(want, sizeof want, ARGS("--iters", "3"));
+    static struct vmm_stats s;
+    vmm_run(&s, "swap-vmm", "12M", ENV("SIMCUDA_FAIL_PARAM_INFO=1"),
+            ARGS("--iters", "3", "--unknown"));
+    cr_expect_str_eq(s.checksum, want);
+    cr_expect_gt(s.to_host, 0, "blocks were evicted while the unknown kernel was queued");
+    cr_expect_eq(s.no_layout, 1, "peek's launch");
 }

@@ -36,6 +36,8 @@ extern "C" {
 #define SIMCUDA_ENV_FAIL_VMM_SHAREABLE "SIMCUDA_FAIL_VMM_SHAREABLE"
 /* next N cuMemCreate calls of host-located memory fail */
 #define SIMCUDA_ENV_FAIL_VMM_HOST "SIMCUDA_FAIL_VMM_HOST"
+/* next N cuFuncGetParamInfo calls fail */
+#define SIMCUDA_ENV_FAIL_PARAM_INFO "SIMCUDA_FAIL_PARAM_INFO"
 #define SIMCUDA_ENV_MANAGED_MEMORY                                                                 \
     "SIMCUDA_MANAGED_MEMORY" /* managed pool bytes, default 4 x device */
 /* Allocation-table entries (live allocations, machine-wide), a count with
@@ -68,6 +70,8 @@ enum simcuda_fault {
                                     CUDA_ERROR_NOT_SUPPORTED (a driver that refuses it) */
     SIMCUDA_FAULT_VMM_HOST,      /* cuMemCreate of host-located memory: CUDA_ERROR_NOT_SUPPORTED
                                     (a driver or system without it: host swap's fallback) */
+    SIMCUDA_FAULT_PARAM_INFO,    /* cuFuncGetParamInfo: CUDA_ERROR_NOT_SUPPORTED (a kernel whose
+                                    layout cannot be read: host swap's unknown-layout launch) */
     SIMCUDA_FAULT_COUNT
 };
 

@@ -8,7 +8,8 @@
  * shim: the same checksum with and without it is the test.
  *
  *   swap_vmm [--blocks N] [--size BYTES] [--iters N] [--hold] [--fork]
- *            [--threads T] [--end free|reset|free-reset|exit]
+ *            [--threads T] [--unknown]
+ *            [--end free|reset|free-reset|exit]
  *
  * --threads T: T threads run the iterations at once, each on a stream of
  * its own, writing words of their own (word index = thread mod T), so the
@@ -16,6 +17,10 @@
  * --hold (simulator only): the launch stream is held (simcuda_stream_hold),
  * so every kernel stays queued until something waits for it: a remap
  * under one faults the context (every later call returns 700).
+ * --unknown (simulator only): before anything else, kernel `peek` is
+ * launched on block 0 on a second, held stream (run it with
+ * SIMCUDA_FAIL_PARAM_INFO=1: the shim cannot read peek's layout, so the
+ * launch may touch any block), and stays queued until the end.
  * --fork: after the first iteration a child is forked that exits at once;
  * the parent goes on. --end: free every block (default), reset the primary
  * context with the blocks allocated (cuDevicePrimaryCtxReset), free them
@@ -44,6 +49,9 @@ static const char ptx[] = ".version 8.0\n.target sm_75\n.address_size 64\n\n"
                           ".visible .entry touch2(\n"
                           "\t.param .u64 touch2_param_0,\n"
                           "\t.param .u64 touch2_param_1\n"
+                          ")\n{\n\tret;\n}\n"
+                          ".visible .entry peek(\n"
+                          "\t.param .u64 peek_param_0\n"
                           ")\n{\n\tret;\n}\n";
 
 #define CHECK(step, call)                                                                          \
@@ -144,7 +152,7 @@ int main(int argc, char **argv)
     int threads = 0;
     int nblocks = 6, iters = 4;
     size_t size = 4u << 20;
-    int hold = 0, do_fork = 0;
+    int hold = 0, do_fork = 0, unknown = 0;
     const char *end = "free", *argv_end;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--blocks") && i + 1 < argc)
@@ -155,6 +163,8 @@ int main(int argc, char **argv)
             iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--hold"))
             hold = 1;
+        else if (!strcmp(argv[i], "--unknown"))
+            unknown = 1;
         else if (!strcmp(argv[i], "--fork"))
             do_fork = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
@@ -201,6 +211,15 @@ int main(int argc, char **argv)
         CHECK(11, cuMemcpyHtoD(block[b], host, size));
     }
     uint64_t peak = 0;
+    CUstream second = NULL;
+    if (unknown) {
+        CUfunction peek;
+        CHECK(40, cuModuleGetFunction(&peek, mod, "peek"));
+        CHECK(41, cuStreamCreate(&second, CU_STREAM_NON_BLOCKING));
+        if (!hold_stream || hold_stream(second, 1)) return 42;
+        void *params[] = {&block[0]};
+        CHECK(43, cuLaunchKernel(peek, 1, 1, 1, 32, 1, 1, 0, second, params, NULL));
+    }
     if (threads) {
         pthread_t tid[16];
         struct work w[16];
@@ -242,6 +261,7 @@ int main(int argc, char **argv)
     }
     CHECK(15, cuStreamSynchronize(stream));
     if (hold) hold_stream(stream, 0);
+    if (second) hold_stream(second, 0);
     uint64_t h = 0xcbf29ce484222325ull;
     for (int b = 0; b < nblocks; b++) {
         CHECK(16, cuMemcpyDtoH(host, block[b], size));
