@@ -92,6 +92,7 @@ static bool enter_ctx(CUcontext ctx)
     return real_cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS;
 }
 
+/* Undo enter_ctx (pushed: what it returned). */
 static void leave_ctx(bool pushed)
 {
     CUcontext c;
@@ -100,6 +101,7 @@ static void leave_ctx(bool pushed)
 
 /* ---- device probe and its streams --------------------------------------- */
 
+/* Pinned memory on device dev, no shareable handle type. */
 static CUmemAllocationProp device_prop(int dev)
 {
     CUmemAllocationProp p = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
@@ -107,6 +109,7 @@ static CUmemAllocationProp device_prop(int dev)
     return p;
 }
 
+/* Attribute a of dev, or otherwise when the driver does not answer. */
 static int attribute(CUdevice dev, CUdevice_attribute a, int otherwise)
 {
     int v = otherwise;
@@ -188,6 +191,7 @@ static int dev_streams(int dev, CUcontext ctx)
 
 /* ---- stream slots -------------------------------------------------------- */
 
+/* Slot k's bit in a mask of streams. */
 static uint64_t bit(int k)
 {
     return 1ull << k;
@@ -446,6 +450,9 @@ static CUresult map_chunks(struct vmm_block *b)
     return r;
 }
 
+/* b (on its device) to its host copy: written back when dirty, remapped
+ * after every piece of work that may touch it completed. 0, or -EIO with b
+ * still on the device (or, if even that remap failed, logged). */
 static int evict(struct vmm_block *b, unsigned flags)
 {
     struct vdev *d = &devs[b->device];
@@ -482,6 +489,9 @@ static int evict(struct vmm_block *b, unsigned flags)
     return 0;
 }
 
+/* b (host-backed) onto device chunks, its host copy copied in on the
+ * host-to-device stream unless it is new; the copy is not waited for here.
+ * 0, -ENOMEM (no chunk: b stays host-backed), or -EIO with b host-backed. */
 static int fetch(struct vmm_block *b, unsigned flags)
 {
     struct vdev *d = &devs[b->device];
@@ -595,6 +605,7 @@ void swap_vmm_after(CUstream stream, struct vmm_block *const *touched, size_t n,
 
 /* ---- free, export, context end ------------------------------------------ */
 
+/* b's staging mapping, host copy and staging range go (at its free). */
 static void release_host_side(struct vmm_block *b)
 {
     real_cuMemUnmap((CUdeviceptr)b->staging, b->size);
