@@ -596,10 +596,7 @@ void swap_vmm_after(CUstream stream, struct vmm_block *const *touched, size_t n,
     if (all) {
         all_mask |= bit(k);
         s->all_upto = s->recorded;
-        unknown_epoch++;
-        struct vmm_block *b, *tmp;
-        HASH_ITER(hh, blocks, b, tmp)
-        b->touched = true;
+        unknown_epoch++; /* every block may have been written (alloc_epoch, fetch_epoch) */
     }
 }
 
