@@ -27,7 +27,9 @@
  * then reset, or exit with them allocated; after a reset the new context
  * runs a shorter workload of its own ("checksum_after_reset HEX").
  *
- * Output: "checksum HEX", and when the simulator's counters are found
+ * Output: "checksum HEX", "loop_ms MS" (the iterations, fills and
+ * read-backs excluded: on a GPU, where the kernels take no time, the cost
+ * of the moves), and when the simulator's counters are found
  * (dlsym): "device_used BYTES" (device bytes in use before the end: the
  * shim's chunk pool), "peak_device_used BYTES" (the most seen after any
  * launch), "launch_stream_waits N" (the cuStreamWaitEvent calls that made
@@ -41,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "simcuda.h"
@@ -211,6 +214,8 @@ int main(int argc, char **argv)
         CHECK(11, cuMemcpyHtoD(block[b], host, size));
     }
     uint64_t peak = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     CUstream second = NULL;
     if (unknown) {
         CUfunction peek;
@@ -260,6 +265,7 @@ int main(int argc, char **argv)
         }
     }
     CHECK(15, cuStreamSynchronize(stream));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     if (hold) hold_stream(stream, 0);
     if (second) hold_stream(second, 0);
     uint64_t h = 0xcbf29ce484222325ull;
@@ -269,6 +275,8 @@ int main(int argc, char **argv)
             h = (h ^ host[w]) * 0x100000001b3ull;
     }
     printf("checksum %016llx\n", (unsigned long long)h);
+    printf("loop_ms %.3f\n",
+           (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
     if (stats) {
         printf("device_used %llu\n", (unsigned long long)device_used(stats));
         printf("peak_device_used %llu\n", (unsigned long long)peak);
