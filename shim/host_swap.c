@@ -585,6 +585,18 @@ static void after_call(void)
     pthread_mutex_unlock(&swap_lock);
 }
 
+/* True when VMM blocks live and stream is being captured into a graph:
+ * then host swap leaves the work alone (nothing runs now; the graph's
+ * launch counts as touching every block), so that no event, wait or copy
+ * of the engine's enters the capture. */
+static bool capturing(CUstream stream)
+{
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    return __atomic_load_n(&vmm_blocks, __ATOMIC_RELAXED) && real_cuStreamIsCapturing &&
+           real_cuStreamIsCapturing(stream, &st) == CUDA_SUCCESS &&
+           st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 /* Everything before one launch: find the blocks its parameters point into,
  * report them, apply the decisions. */
 static void before_launch(enum fn_kind kind, const void *fn, void **args, void **extra,
@@ -593,6 +605,7 @@ static void before_launch(enum fn_kind kind, const void *fn, void **args, void *
     if (!__atomic_load_n(&live_blocks, __ATOMIC_RELAXED) || !fn) return;
     const struct layout *l = args ? layout_of(kind, fn) : NULL;
     if (kind == FN_RUNTIME) runtime_context();
+    if (capturing(stream)) return;
     pthread_mutex_lock(&swap_lock);
     struct swap_touch t = {0};
     struct swap_index *blocks = swap_engine_index(engine);
@@ -615,7 +628,7 @@ static void before_launch(enum fn_kind kind, const void *fn, void **args, void *
 /* One copy or set: src (read) and dst (written), either may be 0. */
 static void record_copy(uint64_t dst, uint64_t src, CUstream stream)
 {
-    if (!__atomic_load_n(&live_blocks, __ATOMIC_RELAXED)) return;
+    if (!__atomic_load_n(&live_blocks, __ATOMIC_RELAXED) || capturing(stream)) return;
     pthread_mutex_lock(&swap_lock);
     struct swap_block *s = src ? swap_engine_find(engine, src) : NULL;
     struct swap_block *d = dst ? swap_engine_find(engine, dst) : NULL;
@@ -632,7 +645,7 @@ static void record_copy(uint64_t dst, uint64_t src, CUstream stream)
  * copy): it may touch every swappable block. */
 static void touch_all(CUstream stream)
 {
-    if (!__atomic_load_n(&vmm_blocks, __ATOMIC_RELAXED)) return;
+    if (!__atomic_load_n(&vmm_blocks, __ATOMIC_RELAXED) || capturing(stream)) return;
     pthread_mutex_lock(&swap_lock);
     struct swap_touch t = {0};
     keep_or_unlock(stream, &t, true);
