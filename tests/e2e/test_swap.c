@@ -521,14 +521,15 @@ Test(swap, vmm_allocation_falls_back_to_managed_when_host_vmm_is_refused)
 /* Export of a VMM-backed swappable block (4 MiB): it moves into one
  * exportable device allocation, pinned outside the budget, and the
  * importers read the exporter's bytes -- whether it was on the device
- * (budget 64M) or on the host (budget 2M: it never fit). */
+ * (budget 64M) or on the host (budget 2M: it never fit), and when the
+ * exporter frees it while they read (limbo keeps it for them). */
 Test(swap, export_of_a_vmm_backed_block_succeeds_and_importers_read_it)
 {
-    static const char *budgets[] = {"64M", "2M"};
+    static const char *budgets[] = {"64M", "2M"}, *frees[] = {"after-close", "while-reading"};
     for (size_t i = 0; i < 2; i++) {
         static struct vmm_stats s;
         vmm_run(&s, "pair-runtime", budgets[i], NULL,
-                ARGS("--blocks", "2", "--size", "4194304", "--consumers", "2"));
+                ARGS("--blocks", "2", "--size", "4194304", "--consumers", "2", "--free", frees[i]));
         RUN_EXPECT_FIELD(&s.r, "consumer 0", "ok");
         RUN_EXPECT_FIELD(&s.r, "consumer 1", "ok");
         cr_expect_eq(s.pinned, 2, "budget %s: both blocks pinned for export", budgets[i]);
