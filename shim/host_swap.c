@@ -89,7 +89,7 @@ static FILE *trace;
 /* The shim's own counts, beside the policies' (under swap_lock). */
 static struct {
     uint64_t managed_allocs, fallback_allocs, launches_scanned, launches_no_layout, copies_recorded;
-    uint64_t refused_exports, pinned_exports;
+    uint64_t refused_exports;
 } counts;
 
 /* ---- kernel parameter layouts, cached per function ---------------------- */
@@ -519,7 +519,6 @@ bool swap_refuses_export_slow(uint64_t ptr, const char *call)
     struct vmm_block *v = b && vmm_blocks ? swap_vmm_find(base) : NULL;
     if (v && swap_vmm_pin_for_export(v) == 0) {
         swap_engine_remove(engine, base, NULL);
-        counts.pinned_exports++;
         pthread_mutex_unlock(&swap_lock);
         LOG_RATE(LOG_INFO,
                  "%s(%#llx): the swappable block (%llu bytes) stays on the device, outside "
