@@ -34,10 +34,19 @@ typedef int host_free_block_fn(uint64_t base, int device, uint64_t ctx, uint64_t
 
 /* Move [base, base + size) to device (>= 0) or to the host (-1), on stream
  * (an opaque handle passed through); ctx is the engine's (swap_ops.ctx).
+ * flags say what the bytes need (a backing that copies uses them; managed
+ * memory, which the driver migrates itself, ignores both):
+ *   HOST_MOVE_NEW    the block is new: nothing to copy, its bytes are
+ *                    undefined (placing it);
+ *   HOST_MOVE_DIRTY  to the host: the device copy is newer than the host's
+ *                    (write it back); without it the host copy is current.
  * 0, or a negative errno: the block stays where it was. A swap engine takes
  * it per engine (swap_engine_create), not from the table: each engine may
  * carry its own context (the unit tests' record their moves). */
-typedef int host_move_fn(void *ctx, uint64_t base, uint64_t size, int device, uint64_t stream);
+#define HOST_MOVE_NEW 1u
+#define HOST_MOVE_DIRTY 2u
+typedef int host_move_fn(void *ctx, uint64_t base, uint64_t size, int device, uint64_t stream,
+                         unsigned flags);
 
 /* backtrace()'s contract (libunwind's unw_backtrace, which the shim may
  * load: shim/unwind.c): fill pcs with at most max return addresses,

@@ -10,6 +10,7 @@
  * would then answer for memory that is no longer mapped. Only the real
  * driver and runtime are asked; no state here. */
 #include "context.h"
+#include "hooks.h"
 #include "resolve.h"
 #include "vmm.h"
 #include "ipc.h"
@@ -60,6 +61,7 @@ static bool kept_on_teardown(const struct ipc_handle *h)
 static void context_gone(CUcontext ctx)
 {
     if (shim_tracking() && ctx) ipc_context_gone((uint64_t)ctx, kept_on_teardown);
+    hooks_context_gone((uint64_t)ctx); /* host swap's VMM blocks of ctx (init.c) */
 }
 
 /* Device dev's primary context while it is active, or NULL: retained and

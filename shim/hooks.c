@@ -34,3 +34,9 @@ void hooks_first_open(void)
     const struct shim_hooks *h = __atomic_load_n(&given, __ATOMIC_ACQUIRE);
     if (h && h->first_open) h->first_open();
 }
+
+void hooks_context_gone(uint64_t ctx)
+{
+    const struct shim_hooks *h = __atomic_load_n(&given, __ATOMIC_ACQUIRE);
+    if (h && h->context_gone) h->context_gone(ctx);
+}

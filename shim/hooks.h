@@ -1,13 +1,15 @@
 /* hooks: what init.c, the top of the shim, gives the files below it, so
  * that none of them calls up into it: the start-up that resolve.c runs at
  * the first entry, and the exit hooks that memory.c and vmm.c ask for at the
- * first tracked export and open. init.c's constructor gives them, once.
+ * first tracked export and open, and the end of a context that context.c
+ * passes on to host swap. init.c's constructor gives them, once.
  * Trap: another library's constructor may enter the shim before that; such
  * calls find no start-up and pass through untracked (resolve.c). */
 #ifndef HOOKS_H
 #define HOOKS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 struct shim_hooks {
     /* The start-up after the real functions are found (memory and core,
@@ -17,6 +19,8 @@ struct shim_hooks {
      * importer's leak report, the first time. */
     void (*first_export)(void);
     void (*first_open)(void);
+    /* A context ended (context.c): host swap forgets its VMM blocks. */
+    void (*context_gone)(uint64_t ctx);
 };
 
 /* Give the hooks (h must outlive the process); from init.c's constructor. */
@@ -28,5 +32,6 @@ void hooks_start(void);
 /* The exit hooks; nothing until given. */
 void hooks_first_export(void);
 void hooks_first_open(void);
+void hooks_context_gone(uint64_t ctx);
 
 #endif

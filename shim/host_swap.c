@@ -1,14 +1,19 @@
 /* host_swap: host swap's hooks in the shim (docs/swap.md). Swappable
- * allocations are managed memory, registered with the swap engine
+ * allocations are VMM-backed (shim/swap_vmm.c: IPCSHIM_SWAP_ENGINE=vmm, the
+ * default, blocks of at least the VMM granularity) or managed memory (the
+ * rest, and every block with IPCSHIM_SWAP_ENGINE=managed), registered with
+ * the swap engine
  * (core/swap/swap_engine.h), which owns the block index, one eviction policy per
  * device (core/swap/swap.h) and the budget accounting. Here: every kernel launch
  * has its parameter words scanned against the engine's index, every copy
  * and set its two ends looked up, and each block found is reported to the
  * engine before the real call; the engine decides and asks for moves
- * through its one device operation, cuda_move (cuMemAdvise preferred
- * location + cuMemPrefetchAsync on the launch's stream). The launch, copy
- * and set wrappers are generated from symbols.def (RUNTIME_SWAP /
- * DRIVER_SWAP lines and their hooks).
+ * through its one device operation, cuda_move (a VMM block: swap_vmm_move;
+ * a managed one: cuMemAdvise preferred location + cuMemPrefetchAsync on the
+ * launch's stream). The launch, copy and set wrappers are generated from
+ * symbols.def (RUNTIME_SWAP / DRIVER_SWAP lines and their hooks); after the
+ * real call of one that touched a VMM block (or may have: unknown layout,
+ * graph), swap_vmm_after records the stream's event for the blocks.
  *
  * Invariants:
  * - the bytes placed on a device (on_device blocks) are a subset of what
@@ -16,13 +21,19 @@
  *   IPCSHIM_DEVICE_BUDGET; the hardware may still fault in what the shim
  *   could not predict (a launch whose layout is unknown), never
  *   incorrectly, only at a cost;
- * - exported and imported blocks are never in the index: swappable blocks
- *   refuse to be exported, imports are never registered.
+ * - exported and imported blocks are never in the index: a managed
+ *   swappable block refuses to be exported, a VMM-backed one is pinned on
+ *   the device and leaves the index first (swap_vmm_pin_for_export), imports
+ *   are never registered.
  *
  * Locking: one mutex (swap_lock) around the engine, the layout cache and
- * the trace. A free that is not of a swappable block does not take it (a
- * lock-free counting filter, base_filter). The prefetch and advise calls
- * are made under it (they only enqueue work). Kernels are recorded as
+ * the trace, and swap_vmm.c's state. A free that is not of a swappable
+ * block does not take it (a lock-free counting filter, base_filter). The
+ * prefetch and advise calls and the VMM remaps are made under it. A launch,
+ * copy or set that touches a VMM block (or may: unknown accesses) keeps it
+ * from before the real call until its event is recorded after it (the
+ * thread-local `pending`): an eviction on another thread in between would
+ * not know of the queued work and could unmap under it. Kernels are recorded as
  * writing every block they touch: a launch does not say which parameters it
  * writes. Copies and sets record the source as read and the destination as
  * written, and neither fetch nor evict (a copy works wherever the block is;
@@ -37,6 +48,7 @@
 #include "swap_engine.h"
 #include "swap_index.h"
 #include "swap_trace.h"
+#include "swap_vmm.h"
 #include "uthash_wrap.h"
 
 #include <errno.h>
@@ -44,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_PARAMS 1024
 /* Budget accounting unit: a block is charged its size rounded up to this
@@ -57,6 +70,19 @@ static pthread_mutex_t swap_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct swap_engine *engine; /* core/swap/swap_engine.h: index, policies, budget */
 static unsigned long live_blocks;  /* atomic: launches skip the scan while 0 */
 static enum swap_policy_kind policy_kind;
+static bool engine_vmm;          /* IPCSHIM_SWAP_ENGINE=vmm */
+static unsigned long vmm_blocks; /* atomic: VMM-backed blocks live (pinned ones included) */
+
+/* The work between a hook and its real call that swap_vmm_after must
+ * follow: set (swap_lock held) by a hook that saw VMM blocks, cleared
+ * (swap_lock dropped) by after_call. */
+#define PENDING_MAX 64
+static __thread __attribute__((tls_model("initial-exec"))) struct {
+    bool active, all;
+    CUstream stream;
+    size_t n;
+    struct vmm_block *v[PENDING_MAX];
+} pending;
 static uint64_t budget;
 static FILE *trace;
 
@@ -170,12 +196,16 @@ static CUmemLocation location(int device)
     return l;
 }
 
-/* The engine's move (host_move_fn, core/host.h): prefetch [base, base + size) to device (or the
- * host, -1) on stream, with the preferred location set the same way. Under swap_lock (the engine is
+/* The engine's move (host_move_fn, core/host.h): a VMM block's remap (swap_vmm_move, which uses
+ * flags); a managed block's prefetch of [base, base + size) to device (or the host, -1) on stream,
+ * with the preferred location set the same way (flags ignored). Under swap_lock (the engine is
  * called under it). */
-static int cuda_move(void *ctx, uint64_t base, uint64_t size, int device, uint64_t stream)
+static int cuda_move(void *ctx, uint64_t base, uint64_t size, int device, uint64_t stream,
+                     unsigned flags)
 {
     (void)ctx;
+    struct vmm_block *v = vmm_blocks ? swap_vmm_find(base) : NULL;
+    if (v) return swap_vmm_move(v, device, flags);
     CUmemLocation to = location(device);
     if (real_cuMemAdvise_v2)
         real_cuMemAdvise_v2((CUdeviceptr)base, size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, to);
@@ -238,6 +268,7 @@ void swap_init(void)
         return;
     }
     policy_kind = o->swap_policy == SWAP_OPT_LRU ? SWAP_POLICY_LRU : SWAP_POLICY_HISTORY;
+    engine_vmm = o->swap_engine == SWAP_ENGINE_VMM;
     budget = o->device_budget;
     static const struct swap_ops ops = {.move = cuda_move};
     if (swap_engine_create(policy_kind, budget, &ops, &engine)) {
@@ -258,9 +289,10 @@ void swap_init(void)
             fprintf(trace, "# ipcshim swap trace v1\n"); /* init.c flushes it at exit */
     }
     log_msg(LOG_INFO,
-            "host swap on: budget %llu bytes per device, blocks of %llu bytes and more, policy %s",
+            "host swap on: budget %llu bytes per device, blocks of %llu bytes and more, policy %s, "
+            "engine %s",
             (unsigned long long)budget, (unsigned long long)swap_min_bytes,
-            swap_policy_kind_name(policy_kind));
+            swap_policy_kind_name(policy_kind), engine_vmm ? "vmm" : "managed");
     __atomic_store_n(&swap_enabled, true, __ATOMIC_RELEASE);
 }
 
@@ -322,21 +354,55 @@ static uint32_t *filter_slot(uint64_t base)
     return &base_filter[x % FILTER_SLOTS];
 }
 
+/* Index a new block of device dev, charged in units of unit bytes. Under
+ * swap_lock. 0, or the engine's negative errno (logged). */
+static int register_locked(uint64_t base, size_t size, CUdevice dev, uint64_t unit, bool vmm)
+{
+    int rc = swap_engine_add(engine, base, size, dev, unit);
+    if (!rc) {
+        if (vmm)
+            __atomic_add_fetch(&vmm_blocks, 1, __ATOMIC_RELAXED);
+        else
+            counts.managed_allocs++;
+        __atomic_add_fetch(&live_blocks, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(filter_slot(base), 1, __ATOMIC_RELEASE);
+    } else {
+        LOG_RATE(LOG_WARN, "swap: cannot index block %#llx (%d); left to the hardware",
+                 (unsigned long long)base, rc);
+    }
+    return rc;
+}
+
 static void register_block(uint64_t base, size_t size)
 {
     CUdevice dev = 0;
     real_cuCtxGetDevice(&dev);
     pthread_mutex_lock(&swap_lock);
-    int rc = swap_engine_add(engine, base, size, dev, CHARGE_UNIT);
-    if (!rc) {
-        counts.managed_allocs++;
-        __atomic_add_fetch(&live_blocks, 1, __ATOMIC_RELAXED);
-        __atomic_add_fetch(filter_slot(base), 1, __ATOMIC_RELEASE);
+    register_locked(base, size, dev, CHARGE_UNIT, false);
+    pthread_mutex_unlock(&swap_lock);
+}
+
+/* A VMM-backed block of size bytes in the current context, indexed: true
+ * and *base; false when the block should be managed instead (too small, no
+ * VMM engine, or the driver refused a step: logged once by swap_vmm.c). */
+static bool vmm_alloc(size_t size, uint64_t *base)
+{
+    if (!engine_vmm) return false;
+    CUdevice dev = 0;
+    CUcontext ctx = NULL;
+    if (real_cuCtxGetDevice(&dev) != CUDA_SUCCESS || real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS ||
+        !ctx)
+        return false;
+    pthread_mutex_lock(&swap_lock);
+    uint64_t g = swap_vmm_granularity(dev);
+    bool ok = g && size >= g && swap_vmm_alloc(size, dev, ctx, base) == 0;
+    if (ok && register_locked(*base, size, dev, g, true)) {
+        struct vmm_block *v = swap_vmm_find(*base);
+        swap_vmm_free(v);
+        ok = false;
     }
     pthread_mutex_unlock(&swap_lock);
-    if (rc)
-        LOG_RATE(LOG_WARN, "swap: cannot index block %#llx (%d); left to the hardware",
-                 (unsigned long long)base, rc);
+    return ok;
 }
 
 static void fallback(int code)
@@ -352,6 +418,11 @@ static void fallback(int code)
 bool swap_alloc_runtime(void **ptr, size_t size)
 {
     if (!ptr || !real_cudaMallocManaged) return false;
+    uint64_t base = 0;
+    if (engine_vmm && shim_current_context(true) && vmm_alloc(size, &base)) {
+        *ptr = (void *)(uintptr_t)base;
+        return true;
+    }
     cudaError_t r = real_cudaMallocManaged(ptr, size, cudaMemAttachGlobal);
     if (r != cudaSuccess) {
         if (real_cudaGetLastError) real_cudaGetLastError(); /* the ordinary allocation decides */
@@ -365,6 +436,11 @@ bool swap_alloc_runtime(void **ptr, size_t size)
 bool swap_alloc_driver(CUdeviceptr *ptr, size_t size)
 {
     if (!ptr) return false;
+    uint64_t base = 0;
+    if (vmm_alloc(size, &base)) {
+        *ptr = (CUdeviceptr)base;
+        return true;
+    }
     CUresult r = real_cuMemAllocManaged(ptr, size, CU_MEM_ATTACH_GLOBAL);
     if (r != CUDA_SUCCESS) {
         fallback(r);
@@ -374,19 +450,62 @@ bool swap_alloc_driver(CUdeviceptr *ptr, size_t size)
     return true;
 }
 
-void swap_on_free_slow(uint64_t ptr)
+/* The block at base leaves the filter and the counts (it left the index,
+ * or was pinned out of it). Under swap_lock. */
+static void unregister_locked(uint64_t base, bool vmm)
 {
-    if (!ptr || !__atomic_load_n(filter_slot(ptr), __ATOMIC_ACQUIRE)) return; /* lock-free */
+    __atomic_sub_fetch(&live_blocks, 1, __ATOMIC_RELAXED);
+    if (vmm) __atomic_sub_fetch(&vmm_blocks, 1, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(filter_slot(base), 1, __ATOMIC_RELEASE);
+    if (trace) {
+        struct swap_event e = {.kind = SWAP_EV_FREE, .block = base};
+        swap_trace_write_event(trace, &e);
+    }
+}
+
+bool swap_on_free_slow(uint64_t ptr)
+{
+    if (!ptr || !__atomic_load_n(filter_slot(ptr), __ATOMIC_ACQUIRE)) return false; /* lock-free */
     struct swap_block b;
     pthread_mutex_lock(&swap_lock);
-    if (!swap_engine_remove(engine, ptr, &b)) {
-        __atomic_sub_fetch(&live_blocks, 1, __ATOMIC_RELAXED);
-        __atomic_sub_fetch(filter_slot(b.base), 1, __ATOMIC_RELEASE);
-        if (trace) {
-            struct swap_event e = {.kind = SWAP_EV_FREE, .block = b.base};
-            swap_trace_write_event(trace, &e);
-        }
+    struct vmm_block *v = vmm_blocks ? swap_vmm_find(ptr) : NULL;
+    bool indexed = !swap_engine_remove(engine, ptr, &b);
+    if (indexed || v) unregister_locked(ptr, v != NULL);
+    if (v) swap_vmm_free(v); /* the program's free is this one: never the real one */
+    pthread_mutex_unlock(&swap_lock);
+    return v != NULL;
+}
+
+/* The context ctx ended: its VMM blocks are forgotten (swap_vmm.c); each
+ * leaves the index here. Under swap_lock. */
+static void forget_block(uint64_t base)
+{
+    swap_engine_remove(engine, base, NULL);
+    unregister_locked(base, true);
+}
+
+/* swap_lock, waiting at most a second. Trap: on the exit path (a context's
+ * end in the runtime's teardown, the exit report) another thread may hold
+ * swap_lock across a real launch that waits for a runtime lock the exiting
+ * thread holds; waiting for ever would hang the program's exit. */
+static bool lock_bounded(void)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 1;
+    return pthread_mutex_timedlock(&swap_lock, &until) == 0;
+}
+
+void swap_context_gone(uint64_t ctx)
+{
+    /* Even with no block left: the engine's streams and chunks of ctx go too. */
+    if (!__atomic_load_n(&swap_enabled, __ATOMIC_ACQUIRE) || !ctx || !engine_vmm) return;
+    if (!lock_bounded()) {
+        LOG_ONCE(LOG_WARN, "swap: a context ended while another thread held host swap's lock; "
+                           "its VMM blocks are left as they are");
+        return;
     }
+    swap_vmm_context_gone((CUcontext)ctx, forget_block);
     pthread_mutex_unlock(&swap_lock);
 }
 
@@ -394,7 +513,19 @@ bool swap_refuses_export_slow(uint64_t ptr, const char *call)
 {
     pthread_mutex_lock(&swap_lock);
     struct swap_block *b = engine ? swap_engine_find(engine, ptr) : NULL;
-    uint64_t size = b ? b->size : 0;
+    uint64_t size = b ? b->size : 0, base = b ? b->base : 0;
+    /* A VMM-backed block is exported from one device allocation, pinned
+     * outside the engine and its budget (swap_vmm_pin_for_export). */
+    struct vmm_block *v = b && vmm_blocks ? swap_vmm_find(base) : NULL;
+    if (v && swap_vmm_pin_for_export(v) == 0) {
+        swap_engine_remove(engine, base, NULL);
+        pthread_mutex_unlock(&swap_lock);
+        LOG_RATE(LOG_INFO,
+                 "%s(%#llx): the swappable block (%llu bytes) stays on the device, outside "
+                 "IPCSHIM_DEVICE_BUDGET, from now on",
+                 call, (unsigned long long)ptr, (unsigned long long)size);
+        return false;
+    }
     if (b) counts.refused_exports++;
     pthread_mutex_unlock(&swap_lock);
     if (!b) return false;
@@ -420,6 +551,51 @@ static void runtime_context(void)
     ready = true;
 }
 
+/* Hold swap_lock until after the real call when the work touches VMM
+ * blocks (or may: all), with the stream's waits for their fetches in
+ * place; else drop it. Under swap_lock. */
+static void keep_or_unlock(CUstream stream, const struct swap_touch *t, bool all)
+{
+    size_t n = 0;
+    if (__atomic_load_n(&vmm_blocks, __ATOMIC_RELAXED)) {
+        for (size_t i = 0; i < t->n; i++) {
+            struct vmm_block *v = swap_vmm_find(t->block[i]->base);
+            if (!v) continue;
+            swap_vmm_before(v, stream);
+            if (n < PENDING_MAX)
+                pending.v[n++] = v;
+            else
+                all = true;
+        }
+        if (all) swap_vmm_before_unknown(stream);
+    }
+    if (!n && (!all || !__atomic_load_n(&vmm_blocks, __ATOMIC_RELAXED))) {
+        pthread_mutex_unlock(&swap_lock);
+        return;
+    }
+    pending.active = true, pending.all = all, pending.stream = stream, pending.n = n;
+}
+
+/* After the real call of work a hook kept swap_lock for: its event. */
+static void after_call(void)
+{
+    pending.active = false;
+    swap_vmm_after(pending.stream, pending.v, pending.n, pending.all);
+    pthread_mutex_unlock(&swap_lock);
+}
+
+/* True when VMM blocks live and stream is being captured into a graph:
+ * then host swap leaves the work alone (nothing runs now; the graph's
+ * launch counts as touching every block), so that no event, wait or copy
+ * of the engine's enters the capture. */
+static bool capturing(CUstream stream)
+{
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    return __atomic_load_n(&vmm_blocks, __ATOMIC_RELAXED) && real_cuStreamIsCapturing &&
+           real_cuStreamIsCapturing(stream, &st) == CUDA_SUCCESS &&
+           st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 /* Everything before one launch: find the blocks its parameters point into,
  * report them, apply the decisions. */
 static void before_launch(enum fn_kind kind, const void *fn, void **args, void **extra,
@@ -428,6 +604,7 @@ static void before_launch(enum fn_kind kind, const void *fn, void **args, void *
     if (!__atomic_load_n(&live_blocks, __ATOMIC_RELAXED) || !fn) return;
     const struct layout *l = args ? layout_of(kind, fn) : NULL;
     if (kind == FN_RUNTIME) runtime_context();
+    if (capturing(stream)) return;
     pthread_mutex_lock(&swap_lock);
     struct swap_touch t = {0};
     struct swap_index *blocks = swap_engine_index(engine);
@@ -438,27 +615,39 @@ static void before_launch(enum fn_kind kind, const void *fn, void **args, void *
             if (extra[j] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[j + 1])
                 swap_index_scan_buffer(blocks, extra[i + 1], *(size_t *)extra[j + 1], &t);
     }
-    if (args && (!l || !l->known) && !extra) counts.launches_no_layout++;
+    bool unknown = args && (!l || !l->known) && !extra;
+    if (unknown) counts.launches_no_layout++;
     for (size_t i = 0; i < t.n; i++)
         access_block(t.block[i], true, false, stream);
     if (t.n) counts.launches_scanned++;
     end_launch(t.n);
-    pthread_mutex_unlock(&swap_lock);
+    keep_or_unlock(stream, &t, unknown || t.overflow);
 }
 
 /* One copy or set: src (read) and dst (written), either may be 0. */
 static void record_copy(uint64_t dst, uint64_t src, CUstream stream)
 {
-    if (!__atomic_load_n(&live_blocks, __ATOMIC_RELAXED)) return;
+    if (!__atomic_load_n(&live_blocks, __ATOMIC_RELAXED) || capturing(stream)) return;
     pthread_mutex_lock(&swap_lock);
     struct swap_block *s = src ? swap_engine_find(engine, src) : NULL;
     struct swap_block *d = dst ? swap_engine_find(engine, dst) : NULL;
-    size_t n = 0;
-    if (s) access_block(s, false, true, stream), n++;
-    if (d) access_block(d, true, true, stream), n++;
-    if (n) counts.copies_recorded++;
-    end_launch(n);
-    pthread_mutex_unlock(&swap_lock);
+    struct swap_touch t = {0};
+    if (s) access_block(s, false, true, stream), t.block[t.n++] = s;
+    if (d) access_block(d, true, true, stream);
+    if (d && d != s) t.block[t.n++] = d;
+    if (t.n) counts.copies_recorded++;
+    end_launch(t.n);
+    keep_or_unlock(stream, &t, false);
+}
+
+/* Work whose accesses the shim cannot see (a graph launch, a 2D driver
+ * copy): it may touch every swappable block. */
+static void touch_all(CUstream stream)
+{
+    if (!__atomic_load_n(&vmm_blocks, __ATOMIC_RELAXED) || capturing(stream)) return;
+    pthread_mutex_lock(&swap_lock);
+    struct swap_touch t = {0};
+    keep_or_unlock(stream, &t, true);
 }
 
 /* The per-thread variants' default stream. */
@@ -470,14 +659,20 @@ static CUstream pt(cudaStream_t s)
 #define SWAP_ON __builtin_expect(swap_enabled, 0)
 
 /* The launch, copy and set entry points: do_<name> for every RUNTIME_SWAP
- * and DRIVER_SWAP line of symbols.def, its hook then the real call. */
+ * and DRIVER_SWAP line of symbols.def: its hook, the real call, and
+ * after_call when the hook kept swap_lock. A runtime-door hook first makes
+ * the runtime's context current when VMM blocks live (their events are
+ * recorded in it). */
 #define RUNTIME_SWAP(ret, name, params, args, hook)                                                \
     ret do_##name params                                                                           \
     {                                                                                              \
         if (SWAP_ON) {                                                                             \
+            if (__atomic_load_n(&vmm_blocks, __ATOMIC_RELAXED)) runtime_context();                 \
             hook;                                                                                  \
         }                                                                                          \
-        return CALL_REAL_RUNTIME(name, args);                                                      \
+        ret r_ = CALL_REAL_RUNTIME(name, args);                                                    \
+        if (SWAP_ON && pending.active) after_call();                                               \
+        return r_;                                                                                 \
     }
 #define DRIVER_SWAP(ret, name, base, ver, params, args, hook)                                      \
     ret do_##name params                                                                           \
@@ -485,7 +680,9 @@ static CUstream pt(cudaStream_t s)
         if (SWAP_ON) {                                                                             \
             hook;                                                                                  \
         }                                                                                          \
-        return CALL_REAL_DRIVER(name, args);                                                       \
+        ret r_ = CALL_REAL_DRIVER(name, args);                                                     \
+        if (SWAP_ON && pending.active) after_call();                                               \
+        return r_;                                                                                 \
     }
 #include "symbols.def"
 
@@ -510,7 +707,7 @@ void swap_report(void)
     if (!swap_enabled) return;
     struct swap_counters sum;
     struct swap_engine_counts own;
-    pthread_mutex_lock(&swap_lock);
+    if (!lock_bounded()) return; /* a thread holds it across a real call (lock_bounded) */
     swap_engine_counters(engine, &sum, &own);
     log_report(
         "swap: policy %s, budget %llu bytes/device, managed blocks %llu (fallbacks %llu), launches "
@@ -529,6 +726,23 @@ void swap_report(void)
                (unsigned long long)own.to_device_bytes, (unsigned long long)own.to_host_bytes,
                (unsigned long long)own.created_bytes, (unsigned long long)own.move_failures,
                (unsigned long long)own.overflows, (unsigned long long)counts.refused_exports);
+    if (engine_vmm) {
+        struct swap_vmm_counts v;
+        swap_vmm_counts(&v);
+        log_report(
+            "swap: engine vmm: VMM blocks %llu (fell back to managed %llu), remaps to device "
+            "%llu, to the host %llu, fetch copies %llu, write-backs %llu, fetches waited for by "
+            "the launch's stream %llu, chunks created %llu, exports pinned on the device "
+            "%llu, remap failures %llu, forgotten at a context's end %llu",
+            (unsigned long long)v.blocks, (unsigned long long)v.fallbacks,
+            (unsigned long long)v.to_device, (unsigned long long)v.to_host,
+            (unsigned long long)v.fetch_copies, (unsigned long long)v.writebacks,
+            (unsigned long long)v.stream_waits, (unsigned long long)v.chunks,
+            (unsigned long long)v.exports, (unsigned long long)v.remap_failures,
+            (unsigned long long)v.forgotten);
+    } else {
+        log_report("swap: engine managed");
+    }
     if (trace) fflush(trace);
     pthread_mutex_unlock(&swap_lock);
 }

@@ -39,20 +39,29 @@ static inline bool swap_wants(size_t size)
 }
 
 /* Allocate a swappable block through each door. Returns true with the
- * managed block in *ptr and registered; false when the caller should make an
+ * VMM-backed or managed block in *ptr and registered; false when the caller should make an
  * ordinary allocation instead (managed allocation failed: logged once). */
 bool swap_alloc_runtime(void **ptr, size_t size);
 bool swap_alloc_driver(CUdeviceptr *ptr, size_t size);
 
-/* Before the real free of ptr: unregister it if it is a swappable block. */
-void swap_on_free_slow(uint64_t ptr);
-static inline void swap_on_free(uint64_t ptr)
+/* Before the real free of ptr: unregister it if it is a swappable block.
+ * True when it was a VMM-backed block, which this call freed: the caller
+ * reports success and makes no real free. */
+bool swap_on_free_slow(uint64_t ptr);
+static inline bool swap_on_free(uint64_t ptr)
 {
-    if (__builtin_expect(swap_enabled, 0)) swap_on_free_slow(ptr);
+    return __builtin_expect(swap_enabled, 0) && swap_on_free_slow(ptr);
 }
 
+/* The context ctx ended (shim/context.c): its VMM-backed blocks are
+ * forgotten, without a driver call. */
+void swap_context_gone(uint64_t ctx);
+
 /* Before a real export of ptr: true (and one clear log line) when ptr lies in
- * a swappable block, which cannot be exported; the caller fails the call. */
+ * a managed swappable block, which cannot be exported; the caller fails the
+ * call. A VMM-backed block is pinned on the device for the export instead
+ * (false: the caller passes the call on, and shim/vmm.c's legacy export of
+ * VMM memory serves it). */
 bool swap_refuses_export_slow(uint64_t ptr, const char *call);
 static inline bool swap_refuses_export(uint64_t ptr, const char *call)
 {

@@ -74,6 +74,7 @@ static const struct shim_hooks hooks = {
     .start = start_up,
     .first_export = at_first_export,
     .first_open = at_first_open,
+    .context_gone = swap_context_gone,
 };
 
 /* 1. Runs after libc's initialiser (this library depends on libc). */

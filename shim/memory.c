@@ -108,7 +108,7 @@ static __attribute__((noinline)) int op_free_tracked(uint64_t ptr, void *stream,
                                                      int (*real_free)(uint64_t, void *),
                                                      const struct door_codes *codes)
 {
-    swap_on_free(ptr);
+    if (swap_on_free(ptr)) return codes->ok; /* a VMM-backed block: freed there */
     if (!shim_tracking() || !ptr) return real_free(ptr, stream);
     /* A pool import's pointer: the free ends the import (op_close's rules). */
     struct ipc_close ticket;

@@ -88,11 +88,13 @@ struct swap_index *swap_engine_index(struct swap_engine *e)
 }
 
 /* Move b to device (or the host, -1) through the table; the note follows
- * only a successful move. placing: b is new (nothing to copy). */
+ * only a successful move. placing: b is new (nothing to copy); dirty: an
+ * eviction that must write the device copy back. */
 static void move(struct swap_engine *e, struct swap_block *b, int device, uint64_t stream,
-                 bool placing)
+                 bool placing, bool dirty)
 {
-    if (e->ops.move(e->ops.ctx, b->base, b->size, device, stream)) {
+    unsigned flags = (placing ? HOST_MOVE_NEW : 0) | (dirty && device < 0 ? HOST_MOVE_DIRTY : 0);
+    if (e->ops.move(e->ops.ctx, b->base, b->size, device, stream, flags)) {
         e->c.move_failures++;
         return;
     }
@@ -119,16 +121,17 @@ int swap_engine_access(struct swap_engine *e, struct swap_block *b, bool is_writ
     if (rc) return rc;
     for (size_t i = 0; i < d.n_evict; i++) {
         struct swap_block *v = swap_index_find(e->index, d.evict[i].block);
-        if (v && v->base == d.evict[i].block && v->on_device) move(e, v, -1, stream, false);
+        if (v && v->base == d.evict[i].block && v->on_device)
+            move(e, v, -1, stream, false, d.evict[i].writeback);
     }
     if (d.to_host) {
         /* A new block the copy creates on the host: put it there first, so
          * that the driver does not create it on the device. */
-        move(e, b, -1, stream, true);
+        move(e, b, -1, stream, true, false);
     } else if ((!by_copy || d.first_touch) && !b->on_device) {
         /* The policy now counts b as resident: placing it keeps the
          * guarantee (a new block a copy creates goes there before it). */
-        move(e, b, b->device, stream, d.first_touch);
+        move(e, b, b->device, stream, d.first_touch, false);
     }
     return 0;
 }

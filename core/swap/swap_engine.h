@@ -2,8 +2,10 @@
  * swappable blocks and one eviction policy per device, keeps the budget
  * accounting, and turns each access into device operations: the victims to
  * move to the host, then the block to bring to its device. What a move is
- * (cuMemAdvise + cuMemPrefetchAsync in the shim, a recording in the unit
- * tests) is the host's move (host_move_fn, host.h, whose contract it keeps),
+ * (in the shim a VMM remap with its copies, or cuMemAdvise +
+ * cuMemPrefetchAsync for managed memory; a recording in the unit tests) is
+ * the host's move (host_move_fn, host.h, whose contract it keeps: each move
+ * says whether the block is new and whether an eviction writes it back),
  * handed to each engine with its own context: core never calls CUDA.
  *
  * Guarantee: the bytes the engine has placed on a device (blocks whose

@@ -98,6 +98,32 @@ Test(swap, training_at_1_5x_budget_is_correct_bounded_and_history_beats_lru)
     cr_expect_lt(hist.h2d, lru.h2d, "history %llu bytes to device, lru %llu", hist.h2d, lru.h2d);
 }
 
+/* IPCSHIM_SWAP_ENGINE names the backing; train's blocks (64 KiB to 1.5 MiB)
+ * are under the VMM granularity, so both engines keep them managed, and
+ * both keep train's checksum. */
+Test(swap, training_keeps_its_checksum_with_either_engine)
+{
+    need_train();
+    struct run_result plain, vmm, managed;
+    char want[64], got[64];
+    run_prog(&plain, "train", false, NULL, ARGS("--iters", "3"));
+    cr_assert_eq(plain.status, 0, "%s", plain.out);
+    text(&plain, "checksum", want, sizeof want);
+    run_prog(
+        &vmm, "train", true,
+        ENV("IPCSHIM_DEVICE_BUDGET=20M", "IPCSHIM_SWAP_MIN_BYTES=64K", "IPCSHIM_SWAP_ENGINE=vmm"),
+        ARGS("--iters", "3"));
+    run_prog(&managed, "train", true,
+             ENV("IPCSHIM_DEVICE_BUDGET=20M", "IPCSHIM_SWAP_MIN_BYTES=64K",
+                 "IPCSHIM_SWAP_ENGINE=managed"),
+             ARGS("--iters", "3"));
+    cr_assert_eq(vmm.status, 0, "%s", vmm.out);
+    cr_assert_eq(managed.status, 0, "%s", managed.out);
+    cr_expect_str_eq(text(&vmm, "checksum", got, sizeof got), want, "vmm");
+    cr_expect_str_eq(text(&managed, "checksum", got, sizeof got), want, "managed");
+    cr_expect_gt(field(&vmm, "fetches"), 0, "vmm: train's small blocks are managed and move");
+}
+
 /* The number after `key` in the first line of the file at path that has it. */
 static unsigned long long number_after(const char *path, const char *key)
 {
@@ -278,4 +304,263 @@ Test(swap, ipc_pair_export_of_swappable_blocks_fails_clearly)
              ARGS("--blocks", "1", "--size", "1048576"));
     cr_expect_eq(r.status, 2, "status %d: %s", r.status, r.out);
     cr_expect(strstr(r.out, "get handle failed with 1"), "%s", r.out);
+}
+
+/* ---- the VMM engine (IPCSHIM_SWAP_ENGINE=vmm, the default) ---------------
+ * swap-vmm (progs/swap_vmm.c): 6 blocks of 4 MiB (VMM-backed: at least the
+ * 2 MiB granularity), each launch touching two of them, a word of each
+ * block rewritten per iteration, then every block read back and hashed. */
+
+#define VMM_BLOCKS_BYTES (6ull * 4 * 1024 * 1024)
+
+struct vmm_stats {
+    struct run_result r;
+    char checksum[64];
+    unsigned long long blocks, fell_back, to_device, to_host, fetch_copies, writebacks;
+    unsigned long long stream_waits, chunks, pinned, forgotten, remap_failures, no_layout;
+    char log[256];
+};
+
+/* The largest number after `key` on any line of the file at path (several
+ * processes' reports: the exporter's and its importers'). */
+static unsigned long long number_max(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no log at %s", path);
+    char line[1024];
+    unsigned long long most = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *at = strstr(line, key);
+        unsigned long long v = at ? strtoull(at + strlen(key), NULL, 10) : 0;
+        if (v > most) most = v;
+    }
+    fclose(f);
+    return most;
+}
+
+/* Run prog under the shim with the VMM engine's figures read from its exit
+ * report (IPCSHIM_STATS into a log file). extra: more environment, NULL-ended. */
+static void vmm_run(struct vmm_stats *s, const char *prog, const char *budget,
+                    const char *const *extra, const char *const *args)
+{
+    char env_log[300], env_budget[64];
+    snprintf(s->log, sizeof s->log, "/tmp/ipcshim-swap-vmm-%d.log", (int)getpid());
+    unlink(s->log);
+    snprintf(env_log, sizeof env_log, "IPCSHIM_LOG_FILE=%s", s->log);
+    snprintf(env_budget, sizeof env_budget, "IPCSHIM_DEVICE_BUDGET=%s", budget);
+    const char *env[16] = {env_log, env_budget, "IPCSHIM_STATS=1", "IPCSHIM_EXIT_WAIT=0"};
+    size_t n = 4;
+    for (size_t i = 0; extra && extra[i] && n < 15; i++)
+        env[n++] = extra[i];
+    run_prog(&s->r, prog, true, env, args);
+    cr_assert_eq(s->r.status, 0, "%s: status %d\n%s", prog, s->r.status, s->r.out);
+    if (run_field(&s->r, "checksum", buf, sizeof buf))
+        snprintf(s->checksum, sizeof s->checksum, "%s", buf);
+    s->blocks = number_after(s->log, "VMM blocks ");
+    s->fell_back = number_after(s->log, "fell back to managed ");
+    s->to_device = number_after(s->log, "remaps to device ");
+    s->to_host = number_after(s->log, "to the host ");
+    s->fetch_copies = number_after(s->log, "fetch copies ");
+    s->writebacks = number_after(s->log, "write-backs ");
+    s->stream_waits = number_after(s->log, "waited for by the launch's stream ");
+    s->chunks = number_after(s->log, "chunks created ");
+    s->pinned = number_max(s->log, "exports pinned on the device ");
+    s->forgotten = number_after(s->log, "forgotten at a context's end ");
+    s->remap_failures = number_after(s->log, "remap failures ");
+    s->no_layout = number_max(s->log, "launches without a known layout ");
+    unlink(s->log);
+}
+
+/* The checksum swap-vmm prints without the shim, with args. */
+static void vmm_plain(char *want, size_t len, const char *const *args)
+{
+    struct run_result plain;
+    run_prog(&plain, "swap-vmm", false, NULL, args);
+    cr_assert_eq(plain.status, 0, "without the shim: %s", plain.out);
+    text(&plain, "checksum", want, len);
+}
+
+/* At 1.5x the budget, blocks of 4 MiB are VMM-backed, move both ways (fetch
+ * copies, write-backs), keep their bytes, and the device never holds more
+ * than the budget (the chunk pool is all the device memory the blocks use);
+ * every fetch copy is waited for by a launch's stream, not by the host. */
+Test(swap, vmm_engine_backs_large_blocks_and_keeps_their_bytes_under_the_budget)
+{
+    char want[64];
+    vmm_plain(want, sizeof want, ARGS("--iters", "4"));
+    static struct vmm_stats s;
+    const unsigned long long budget = VMM_BLOCKS_BYTES * 2 / 3; /* 16 MiB */
+    char b[32];
+    snprintf(b, sizeof b, "%llu", budget);
+    vmm_run(&s, "swap-vmm", b, NULL, ARGS("--iters", "4"));
+    cr_expect_str_eq(s.checksum, want, "data differs from the run without the shim");
+    cr_expect_eq(s.blocks, 7, "6 blocks and the one the program makes after its frees");
+    cr_expect_eq(s.fell_back, 0);
+    cr_expect_gt(s.fetch_copies, 0, "the budget made the engine fetch");
+    cr_expect_gt(s.writebacks, 0, "and write back");
+    cr_expect_eq(s.to_host, s.writebacks, "every block a kernel touched is written: all dirty");
+    /* The driver's count: the program's launch stream was made to wait. */
+    unsigned long long waits = field(&s.r, "launch_stream_waits");
+    cr_expect_geq(waits, s.fetch_copies,
+                  "each fetch copy is waited for by the launching stream (%llu waits, %llu copies)",
+                  waits, s.fetch_copies);
+    cr_expect_leq(waits, s.stream_waits, "the shim counts the copies' streams' waits too");
+    unsigned long long used = field(&s.r, "device_used"), peak = field(&s.r, "peak_device_used");
+    cr_expect_gt(used, 0, "the blocks used the device");
+    cr_expect_leq(peak, budget, "%llu device bytes, budget %llu", peak, budget);
+    cr_expect_eq(used, s.chunks * 2 * 1024 * 1024, "the device holds the chunk pool, no more");
+}
+
+/* The same program with IPCSHIM_SWAP_ENGINE=managed: managed memory, the
+ * same bytes, no VMM block. */
+Test(swap, managed_engine_is_chosen_by_name)
+{
+    char want[64];
+    vmm_plain(want, sizeof want, ARGS("--iters", "3"));
+    char log[256], env_log[300];
+    snprintf(log, sizeof log, "/tmp/ipcshim-swap-managed-%d.log", (int)getpid());
+    unlink(log);
+    snprintf(env_log, sizeof env_log, "IPCSHIM_LOG_FILE=%s", log);
+    struct run_result r;
+    run_prog(
+        &r, "swap-vmm", true,
+        ENV("IPCSHIM_DEVICE_BUDGET=16M", "IPCSHIM_SWAP_ENGINE=managed", "IPCSHIM_STATS=1", env_log),
+        ARGS("--iters", "3"));
+    cr_assert_eq(r.status, 0, "%s", r.out);
+    cr_expect_str_eq(text(&r, "checksum", buf, sizeof buf), want);
+    cr_expect_eq(field(&r, "device_used"), 0, "managed blocks are not device allocations");
+    cr_expect_eq(number_after(log, "managed blocks "), 7);
+    FILE *f = fopen(log, "r");
+    cr_assert(f);
+    char line[1024];
+    bool named = false;
+    while (fgets(line, sizeof line, f))
+        named |= strstr(line, "swap: engine managed") != NULL;
+    fclose(f);
+    unlink(log);
+    cr_expect(named, "the report names the managed engine");
+}
+
+/* A budget smaller than one block: nothing fits, every block stays
+ * host-backed and every access goes over the link: slow, and correct. */
+Test(swap, vmm_blocks_larger_than_the_budget_stay_on_the_host_and_stay_correct)
+{
+    char want[64];
+    vmm_plain(want, sizeof want, ARGS("--iters", "3"));
+    static struct vmm_stats s;
+    vmm_run(&s, "swap-vmm", "2M", NULL, ARGS("--iters", "3"));
+    cr_expect_str_eq(s.checksum, want);
+    cr_expect_eq(s.to_device, 0);
+    cr_expect_eq(field(&s.r, "device_used"), 0, "nothing was placed on the device");
+}
+
+/* Every kernel stays queued on a held stream (the simulator completes it
+ * only when something waits for it; a remap under a queued kernel faults
+ * the context, as on the H200): evictions must wait for the launches'
+ * events before they unmap. */
+Test(swap, vmm_remaps_wait_for_queued_kernels)
+{
+    char want[64];
+    vmm_plain(want, sizeof want, ARGS("--iters", "4"));
+    static struct vmm_stats s;
+    vmm_run(&s, "swap-vmm", "12M", NULL, ARGS("--iters", "4", "--hold"));
+    cr_expect_str_eq(s.checksum, want);
+    cr_expect_gt(s.to_host, 0, "blocks with queued kernels were evicted");
+}
+
+/* The end of a program with blocks evicted: freed, the context reset
+ * (its blocks forgotten, a new context works), or exit with them allocated;
+ * and a fork child that exits at once while the parent goes on. */
+Test(swap, vmm_blocks_evicted_at_free_reset_exit_and_fork)
+{
+    char want[64], want_after[64];
+    vmm_plain(want, sizeof want, ARGS("--iters", "2"));
+    struct run_result plain;
+    run_prog(&plain, "swap-vmm", false, NULL, ARGS("--iters", "2", "--end", "reset"));
+    text(&plain, "checksum_after_reset", want_after, sizeof want_after);
+    static const char *ends[] = {"free", "reset", "free-reset", "exit"};
+    for (size_t i = 0; i < 4; i++) {
+        static struct vmm_stats s;
+        vmm_run(&s, "swap-vmm", "12M", NULL, ARGS("--iters", "2", "--end", ends[i]));
+        cr_expect_str_eq(s.checksum, want, "%s", ends[i]);
+        cr_expect_gt(s.to_host, 0, "%s: some blocks were evicted", ends[i]);
+        char key[32];
+        snprintf(key, sizeof key, "end %s", ends[i]);
+        RUN_EXPECT_FIELD(&s.r, key, "ok");
+        if (!strcmp(ends[i], "reset"))
+            cr_expect_eq(s.forgotten, 6, "the reset context's blocks are forgotten");
+        /* The new context's block is VMM-backed too: the old context's
+         * streams were forgotten with it. */
+        if (strstr(ends[i], "reset")) {
+            cr_expect_eq(s.fell_back, 0, "%s", ends[i]);
+            cr_expect_eq(s.remap_failures, 0, "%s", ends[i]);
+            char after[64];
+            text(&s.r, "checksum_after_reset", after, sizeof after);
+            cr_expect_str_eq(after, want_after, "%s: the new context's blocks", ends[i]);
+        }
+    }
+    static struct vmm_stats f;
+    vmm_run(&f, "swap-vmm", "12M", NULL, ARGS("--iters", "2", "--fork"));
+    cr_expect_str_eq(f.checksum, want, "fork");
+}
+
+/* A driver without host-located VMM memory for a block (the simulator
+ * refuses two host creates: HOST_NUMA, then HOST): that block falls back to
+ * managed memory, the others stay VMM-backed, the bytes are right. */
+Test(swap, vmm_allocation_falls_back_to_managed_when_host_vmm_is_refused)
+{
+    char want[64];
+    vmm_plain(want, sizeof want, ARGS("--iters", "2"));
+    static struct vmm_stats s;
+    vmm_run(&s, "swap-vmm", "12M", ENV("SIMCUDA_FAIL_VMM_HOST=2"), ARGS("--iters", "2"));
+    cr_expect_str_eq(s.checksum, want);
+    cr_expect_eq(s.fell_back, 1);
+    cr_expect_eq(s.blocks, 6, "the 5 others, and the one made after the frees");
+}
+
+/* Export of a VMM-backed swappable block (4 MiB): it moves into one
+ * exportable device allocation, pinned outside the budget, and the
+ * importers read the exporter's bytes -- whether it was on the device
+ * (budget 64M) or on the host (budget 2M: it never fit), and when the
+ * exporter frees it while they read (limbo keeps it for them). */
+Test(swap, export_of_a_vmm_backed_block_succeeds_and_importers_read_it)
+{
+    static const char *budgets[] = {"64M", "2M"}, *frees[] = {"after-close", "while-reading"};
+    for (size_t i = 0; i < 2; i++) {
+        static struct vmm_stats s;
+        vmm_run(&s, "pair-runtime", budgets[i], NULL,
+                ARGS("--blocks", "2", "--size", "4194304", "--consumers", "2", "--free", frees[i]));
+        RUN_EXPECT_FIELD(&s.r, "consumer 0", "ok");
+        RUN_EXPECT_FIELD(&s.r, "consumer 1", "ok");
+        cr_expect_eq(s.pinned, 2, "budget %s: both blocks pinned for export", budgets[i]);
+    }
+}
+
+/* Three threads, a stream each, launching over the same blocks at once:
+ * the remaps one thread makes never unmap under another's queued work, and
+ * the bytes are those of the run without the shim. */
+Test(swap, vmm_engine_serves_threads_on_their_own_streams)
+{
+    char want[64];
+    vmm_plain(want, sizeof want, ARGS("--iters", "5", "--threads", "3"));
+    static struct vmm_stats s;
+    vmm_run(&s, "swap-vmm", "12M", NULL, ARGS("--iters", "5", "--threads", "3"));
+    cr_expect_str_eq(s.checksum, want);
+    cr_expect_gt(s.to_host, 0);
+}
+
+/* A kernel whose layout the shim cannot read (SIMCUDA_FAIL_PARAM_INFO: the
+ * first layout query fails) stays queued on a second stream, reading block
+ * 0: it may touch every block, so no block is unmapped before it completes
+ * -- block 0 is evicted while it is queued. */
+Test(swap, vmm_remaps_wait_for_queued_kernels_of_unknown_layout)
+{
+    char want[64];
+    vmm_plain(want, sizeof want, ARGS("--iters", "3"));
+    static struct vmm_stats s;
+    vmm_run(&s, "swap-vmm", "12M", ENV("SIMCUDA_FAIL_PARAM_INFO=1"),
+            ARGS("--iters", "3", "--unknown"));
+    cr_expect_str_eq(s.checksum, want);
+    cr_expect_gt(s.to_host, 0, "blocks were evicted while the unknown kernel was queued");
+    cr_expect_eq(s.no_layout, 1, "peek's launch");
 }

@@ -159,6 +159,7 @@ CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *
     int dead;
     const struct sim_kernel *k = function_layout(func, &dead);
     if (!k) return CUDA_ERROR_INVALID_HANDLE;
+    if (sim_drv_fault(SIMCUDA_FAULT_PARAM_INFO)) return CUDA_ERROR_NOT_SUPPORTED;
     if ((!paramOffset && !paramSize) || paramIndex >= k->nparams) return CUDA_ERROR_INVALID_VALUE;
     if (paramOffset) *paramOffset = k->params[paramIndex].offset;
     if (paramSize) *paramSize = k->params[paramIndex].size;

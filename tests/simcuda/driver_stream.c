@@ -98,13 +98,47 @@ CUresult sim_drv_check_event(CUevent e, struct sim_event *copy_out)
     return ev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
+/* Waits counted per waiting stream (simcuda_stream_waits): host swap's
+ * tests check that a launch's stream, not the host, waits for a fetch. */
+#define WAIT_COUNTED 64
+static struct {
+    CUstream stream;
+    unsigned long n;
+} g_waits[WAIT_COUNTED];
+
+static void count_wait(CUstream s)
+{
+    if (s == CU_STREAM_LEGACY) s = NULL;
+    pthread_mutex_lock(&sim_drv_lock);
+    for (unsigned i = 0; i < WAIT_COUNTED; i++)
+        if (g_waits[i].stream == s || !g_waits[i].n) {
+            g_waits[i].stream = s;
+            g_waits[i].n++;
+            break;
+        }
+    pthread_mutex_unlock(&sim_drv_lock);
+}
+
+SIMCUDA_API unsigned long simcuda_stream_waits(void *stream)
+{
+    CUstream s = stream == (void *)CU_STREAM_LEGACY ? NULL : (CUstream)stream;
+    unsigned long n = 0;
+    pthread_mutex_lock(&sim_drv_lock);
+    for (unsigned i = 0; i < WAIT_COUNTED && g_waits[i].n; i++)
+        if (g_waits[i].stream == s) n = g_waits[i].n;
+    pthread_mutex_unlock(&sim_drv_lock);
+    return n;
+}
+
 CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
     ENTER();
     CUresult r = sim_drv_check_stream(hStream);
     if (r != CUDA_SUCCESS) return r;
     (void)Flags;
-    return sim_drv_check_event(hEvent, NULL);
+    r = sim_drv_check_event(hEvent, NULL);
+    if (r == CUDA_SUCCESS) count_wait(hStream);
+    return r;
 }
 CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {

@@ -254,6 +254,7 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         return CUDA_ERROR_NOT_SUPPORTED;
     if (sim_drv_fault_alloc()) return CUDA_ERROR_OUT_OF_MEMORY;
     if (sim_drv_vmm_host_location(&prop->location)) {
+        if (sim_drv_fault(SIMCUDA_FAULT_VMM_HOST)) return CUDA_ERROR_NOT_SUPPORTED;
         int fd = sim_drv_vmm_host_create(size);
         if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
         pthread_mutex_lock(&sim_drv_lock);

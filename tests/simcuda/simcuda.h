@@ -34,6 +34,10 @@ extern "C" {
 #define SIMCUDA_ENV_FAIL_LAUNCH "SIMCUDA_FAIL_LAUNCH"       /* next N kernel launches fail */
 /* next N cuMemCreate calls that ask for a shareable handle type fail */
 #define SIMCUDA_ENV_FAIL_VMM_SHAREABLE "SIMCUDA_FAIL_VMM_SHAREABLE"
+/* next N cuMemCreate calls of host-located memory fail */
+#define SIMCUDA_ENV_FAIL_VMM_HOST "SIMCUDA_FAIL_VMM_HOST"
+/* next N cuFuncGetParamInfo calls fail */
+#define SIMCUDA_ENV_FAIL_PARAM_INFO "SIMCUDA_FAIL_PARAM_INFO"
 #define SIMCUDA_ENV_MANAGED_MEMORY                                                                 \
     "SIMCUDA_MANAGED_MEMORY" /* managed pool bytes, default 4 x device */
 /* Allocation-table entries (live allocations, machine-wide), a count with
@@ -64,6 +68,10 @@ enum simcuda_fault {
     SIMCUDA_FAULT_LAUNCH,        /* cuLaunchKernel*: CUDA_ERROR_LAUNCH_FAILED */
     SIMCUDA_FAULT_VMM_SHAREABLE, /* cuMemCreate asking for a shareable handle type:
                                     CUDA_ERROR_NOT_SUPPORTED (a driver that refuses it) */
+    SIMCUDA_FAULT_VMM_HOST,      /* cuMemCreate of host-located memory: CUDA_ERROR_NOT_SUPPORTED
+                                    (a driver or system without it: host swap's fallback) */
+    SIMCUDA_FAULT_PARAM_INFO,    /* cuFuncGetParamInfo: CUDA_ERROR_NOT_SUPPORTED (a kernel whose
+                                    layout cannot be read: host swap's unknown-layout launch) */
     SIMCUDA_FAULT_COUNT
 };
 
@@ -204,6 +212,11 @@ SIMCUDA_API int simcuda_stream_hold(void *stream, int on);
 
 /* Kernels queued (on held streams) in this process now. */
 SIMCUDA_API unsigned simcuda_queued_launches(void);
+
+/* How many cuStreamWaitEvent calls this process made with stream as the
+ * waiting stream (NULL and CU_STREAM_LEGACY count as one; at most 64
+ * streams are counted, the rest answer 0). */
+SIMCUDA_API unsigned long simcuda_stream_waits(void *stream);
 
 /* Removes the shared-memory objects of machine `name` (NULL: the one named
  * by SIMCUDA_MACHINE, else "default") for the calling user. Processes that

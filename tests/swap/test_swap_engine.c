@@ -12,12 +12,14 @@ struct move_log {
         uint64_t base;
         int device;
         uint64_t stream;
+        unsigned flags;
     } m[256];
     int n;
     int fail_next; /* the next move(s) fail */
 };
 
-static int fake_move(void *ctx, uint64_t base, uint64_t size, int device, uint64_t stream)
+static int fake_move(void *ctx, uint64_t base, uint64_t size, int device, uint64_t stream,
+                     unsigned flags)
 {
     struct move_log *l = ctx;
     (void)size;
@@ -25,7 +27,7 @@ static int fake_move(void *ctx, uint64_t base, uint64_t size, int device, uint64
         l->fail_next--;
         return -EIO;
     }
-    if (l->n < 256) l->m[l->n++] = (typeof(l->m[0])){base, device, stream};
+    if (l->n < 256) l->m[l->n++] = (typeof(l->m[0])){base, device, stream, flags};
     return 0;
 }
 
@@ -203,5 +205,36 @@ Test(swap_engine, copies_create_new_blocks_where_they_fit_and_move_nothing_else)
     cr_expect_eq(own.to_device_bytes, pc.h2d_bytes, "the engine's fetches are the policy's");
     cr_expect_eq(own.to_host_bytes, pc.d2h_bytes, "and its evictions (a was dirty)");
     cr_expect_eq(pc.faults, 1);
+    swap_engine_destroy(e);
+}
+
+/* What a copying backing needs from each move (host.h's flags): a first
+ * touch is NEW (nothing to copy), a fetch is not; an eviction is DIRTY
+ * exactly when the policy writes the block back (it was written while
+ * resident), a clean one (only read since its fetch) is not. */
+Test(swap_engine, moves_say_whether_the_block_is_new_and_whether_it_is_dirty)
+{
+    struct move_log l = {0};
+    struct swap_engine *e = make(&l, SWAP_POLICY_LRU, 2 * MB);
+    uint64_t a = 0x1000000, b = 0x2000000, c = 0x3000000;
+    for (uint64_t x = a; x <= c; x += 0x1000000)
+        cr_assert_eq(swap_engine_add(e, x, MB, 0, 4096), 0);
+    cr_assert_eq(launch(e, &a, 1, 0), 0); /* a: first touch, written */
+    cr_assert_eq(l.n, 1);
+    cr_expect_eq(l.m[0].flags, HOST_MOVE_NEW, "a first touch copies nothing");
+    struct swap_block *bb = swap_engine_find(e, b);
+    cr_assert_eq(swap_engine_access(e, bb, false, false, 0), 0); /* b: first touch, read */
+    swap_engine_end_launch(e);
+    cr_assert_eq(launch(e, &c, 1, 0), 0); /* evicts a (LRU, dirty), places c */
+    cr_assert_eq(l.n, 4);
+    cr_expect(l.m[2].base == a && l.m[2].device == -1);
+    cr_expect_eq(l.m[2].flags, HOST_MOVE_DIRTY, "a was written on the device: write it back");
+    cr_expect_eq(l.m[3].flags, HOST_MOVE_NEW);
+    cr_assert_eq(launch(e, &a, 1, 0), 0); /* evicts b (clean), fetches a */
+    cr_assert_eq(l.n, 6);
+    cr_expect(l.m[4].base == b && l.m[4].device == -1);
+    cr_expect_eq(l.m[4].flags, 0, "b was only read: its host copy is current");
+    cr_expect(l.m[5].base == a && l.m[5].device == 0);
+    cr_expect_eq(l.m[5].flags, 0, "a fetch copies the host copy in");
     swap_engine_destroy(e);
 }

@@ -1,0 +1,731 @@
+/* swap_vmm: host swap's VMM backing (swap_vmm.h, docs/swap.md). Every call
+ * runs under host_swap.c's swap_lock; nothing here locks.
+ *
+ * THE INVARIANT, for every block here: its range always maps the current
+ * copy of its bytes with device read/write access -- device chunks while
+ * resident, its host copy while evicted -- so a wrong or missing prediction
+ * is slow (a kernel reads the host copy over the link), never wrong; and a
+ * range is never unmapped while queued work may touch it. "May touch" is
+ * known from events: after every launch, copy or set that host_swap.c sees
+ * touching a VMM block, the stream's event is recorded again and the block
+ * keeps the stream's bit (struct vmm_block.streams); work whose accesses
+ * are unknown (a kernel without a layout, a graph, a 2D driver copy) puts
+ * its stream in all_mask, which every block's wait includes. Before any
+ * unmap the host waits for those events (or, for a write-back, the copy
+ * waits for them on the device and the host waits for the copy). A fetch's
+ * copy is never waited for by the host: the launch's stream waits for it
+ * (swap_vmm_before). An event recorded later on the same stream stands for
+ * everything before it, so each stream needs one event, re-recorded. */
+#include "swap_vmm.h"
+#include "host.h"
+#include "log.h"
+#include "resolve.h"
+#include "uthash_wrap.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_DEVICES 64
+#define SLOTS 64 /* streams tracked at once; the least recently used is retired */
+
+struct vmm_block {
+    uint64_t base; /* key: the program's address */
+    uint64_t size; /* rounded up to the granularity */
+    uint64_t staging;
+    CUcontext ctx;
+    int device;
+    CUmemGenericAllocationHandle host;
+    CUmemGenericAllocationHandle *chunks;  /* size / granularity, while on_device */
+    CUmemGenericAllocationHandle exported; /* pinned: the exportable allocation */
+    bool on_device, pinned;
+    bool touched;         /* some work was recorded on it since its allocation */
+    uint64_t streams;     /* slots whose last event may follow work on it */
+    uint64_t fetch_rec;   /* the host-to-device slot's record count after its fetch copy */
+    int fetch_waiter;     /* slot + 1 of a stream already made to wait for that copy */
+    uint64_t alloc_epoch; /* unknown_epoch at allocation */
+    uint64_t fetch_epoch; /* unknown_epoch when it was last placed on the device */
+    UT_hash_handle hh;
+};
+
+/* A stream the shim has seen work on, with its one event. */
+struct slot {
+    bool used, internal; /* internal: a host-to-device stream of ours, never retired */
+    CUstream stream;
+    CUcontext ctx;
+    pid_t tid; /* CU_STREAM_PER_THREAD names one stream per thread */
+    CUevent ev;
+    uint64_t recorded, done; /* records so far; records known complete */
+    uint64_t all_upto;       /* the record that followed its last unknown work */
+    uint64_t last_use;
+};
+
+struct vdev {
+    bool probed;
+    uint64_t gran; /* 0: not usable */
+    int numa;      /* host NUMA id, -1: none (HOST location) */
+    bool host_numa_ok, host_ok;
+    CUcontext ctx; /* the context of its streams and events, NULL until made */
+    CUstream h2d, d2h;
+    CUevent d2h_ev;
+    int h2d_slot;
+    CUmemGenericAllocationHandle *pool;
+    size_t npool, cap;
+};
+
+static struct vmm_block *blocks;
+static struct slot slots[SLOTS];
+static struct vdev devs[MAX_DEVICES];
+static uint64_t all_mask, use_clock, unknown_epoch;
+static struct swap_vmm_counts counts;
+
+/* ---- contexts ----------------------------------------------------------- */
+
+/* Make ctx current on this thread; true when it was pushed (leave_ctx). */
+static bool enter_ctx(CUcontext ctx)
+{
+    CUcontext cur = NULL;
+    if (!ctx || !real_cuCtxGetCurrent || real_cuCtxGetCurrent(&cur) != CUDA_SUCCESS || cur == ctx ||
+        !real_cuCtxPushCurrent_v2)
+        return false;
+    return real_cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS;
+}
+
+/* Undo enter_ctx (pushed: what it returned). */
+static void leave_ctx(bool pushed)
+{
+    CUcontext c;
+    if (pushed && real_cuCtxPopCurrent_v2) real_cuCtxPopCurrent_v2(&c);
+}
+
+/* ---- device probe and its streams --------------------------------------- */
+
+/* Pinned memory on device dev, no shareable handle type. */
+static CUmemAllocationProp device_prop(int dev)
+{
+    CUmemAllocationProp p = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                             .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev}};
+    return p;
+}
+
+/* Attribute a of dev, or otherwise when the driver does not answer. */
+static int attribute(CUdevice dev, CUdevice_attribute a, int otherwise)
+{
+    int v = otherwise;
+    if (!real_cuDeviceGetAttribute || real_cuDeviceGetAttribute(&v, a, dev) != CUDA_SUCCESS)
+        return otherwise;
+    return v;
+}
+
+uint64_t swap_vmm_granularity(CUdevice dev)
+{
+    if (dev < 0 || dev >= MAX_DEVICES) return 0;
+    struct vdev *d = &devs[dev];
+    if (d->probed) return d->gran;
+    d->probed = true;
+    d->h2d_slot = -1;
+    if (!REAL(cuMemCreate) || !REAL(cuMemMap) || !REAL(cuMemUnmap) || !REAL(cuMemRelease) ||
+        !REAL(cuMemAddressReserve) || !REAL(cuMemAddressFree) || !REAL(cuMemSetAccess) ||
+        !REAL(cuMemGetAllocationGranularity) || !REAL(cuDeviceGetAttribute) ||
+        !REAL(cuStreamCreate) || !REAL(cuStreamWaitEvent) || !REAL(cuEventCreate) ||
+        !REAL(cuEventRecord) || !REAL(cuEventSynchronize) || !REAL(cuMemcpyDtoDAsync_v2)) {
+        LOG_ONCE(LOG_WARN, "swap: the driver lacks the VMM calls host swap's vmm engine needs; "
+                           "swappable blocks use managed memory");
+        return 0;
+    }
+    d->host_numa_ok =
+        attribute(dev, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0) == 1;
+    d->host_ok =
+        attribute(dev, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0) == 1;
+    d->numa = attribute(dev, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, -1);
+    if (attribute(dev, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0) != 1 ||
+        (!d->host_numa_ok && !d->host_ok)) {
+        LOG_ONCE(LOG_WARN,
+                 "swap: device %d has no host-located VMM memory (attributes 141/145); "
+                 "swappable blocks use managed memory",
+                 (int)dev);
+        return 0;
+    }
+    /* One unit for the range, the chunks and the host copy: the larger of
+     * the device's and the host location's granularities (powers of two). */
+    CUmemAllocationProp p = device_prop(dev);
+    size_t g = 0, h = 0;
+    if (real_cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
+            CUDA_SUCCESS ||
+        !g || (g & (g - 1)))
+        return 0;
+    p.location.type = d->host_numa_ok && d->numa >= 0 ? CU_MEM_LOCATION_TYPE_HOST_NUMA
+                                                      : CU_MEM_LOCATION_TYPE_HOST;
+    p.location.id = p.location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ? d->numa : 0;
+    if (real_cuMemGetAllocationGranularity(&h, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM) ==
+            CUDA_SUCCESS &&
+        h > g && !(h & (h - 1)))
+        g = h;
+    d->gran = g;
+    return g;
+}
+
+static int slot_new(CUstream s, CUcontext ctx, pid_t tid, bool internal);
+
+/* The device's two copy streams and the write-back event, made once per
+ * context in ctx (current). 0 or -EIO. */
+static int dev_streams(int dev, CUcontext ctx)
+{
+    struct vdev *d = &devs[dev];
+    if (d->ctx == ctx && d->h2d) return 0;
+    if (d->ctx && d->ctx != ctx) return -EIO; /* one context per device */
+    CUstream h2d = NULL, d2h = NULL;
+    CUevent ev = NULL;
+    if (real_cuStreamCreate(&h2d, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+        real_cuStreamCreate(&d2h, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+        real_cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+        LOG_ONCE(LOG_WARN, "swap: cannot create the VMM engine's copy streams");
+        return -EIO; /* a stream made is left: the context may still use it */
+    }
+    int k = slot_new(h2d, ctx, 0, true);
+    if (k < 0) return -EIO;
+    d->ctx = ctx, d->h2d = h2d, d->d2h = d2h, d->d2h_ev = ev, d->h2d_slot = k;
+    return 0;
+}
+
+/* ---- stream slots -------------------------------------------------------- */
+
+/* Slot k's bit in a mask of streams. */
+static uint64_t bit(int k)
+{
+    return 1ull << k;
+}
+
+/* The host waits for the events of the slots in mask; they count as done.
+ * A failed wait leaves the slot as it was (-EIO): the caller must not unmap. */
+static int wait_host(uint64_t mask)
+{
+    int rc = 0;
+    for (int k = 0; k < SLOTS; k++) {
+        if (!(mask & bit(k)) || !slots[k].used) continue;
+        struct slot *s = &slots[k];
+        if (s->done >= s->recorded) continue;
+        uint64_t upto = s->recorded;
+        if (real_cuEventSynchronize(s->ev) != CUDA_SUCCESS) {
+            rc = -EIO;
+            continue;
+        }
+        s->done = upto;
+        if (s->done >= s->all_upto) all_mask &= ~bit(k);
+    }
+    return rc;
+}
+
+/* stream waits (on the device) for the events of the slots in mask. */
+static int wait_stream(CUstream stream, uint64_t mask)
+{
+    int rc = 0;
+    for (int k = 0; k < SLOTS; k++)
+        if ((mask & bit(k)) && slots[k].used && slots[k].done < slots[k].recorded &&
+            real_cuStreamWaitEvent(stream, slots[k].ev, 0) != CUDA_SUCCESS)
+            rc = -EIO;
+    return rc;
+}
+
+/* A free slot for (s, ctx, tid): a new event in the current context (ctx);
+ * the least recently used slot is retired when none is free (its work is
+ * waited for, so that no block needs it). The index, or -1. */
+static int slot_new(CUstream s, CUcontext ctx, pid_t tid, bool internal)
+{
+    int k = -1;
+    for (int i = 0; i < SLOTS && k < 0; i++)
+        if (!slots[i].used) k = i;
+    if (k < 0) {
+        uint64_t oldest = UINT64_MAX;
+        for (int i = 0; i < SLOTS; i++)
+            if (!slots[i].internal && slots[i].last_use < oldest) oldest = slots[i].last_use, k = i;
+        if (k < 0 || wait_host(bit(k))) return -1;
+        struct vmm_block *b, *tmp;
+        HASH_ITER(hh, blocks, b, tmp)
+        {
+            b->streams &= ~bit(k);
+            if (b->fetch_waiter == k + 1) b->fetch_waiter = 0;
+        }
+        all_mask &= ~bit(k);
+        /* its event is kept for the new stream: an event may be recorded on any stream of its
+         * context */
+        if (slots[k].ctx != ctx) slots[k].ev = NULL;
+    }
+    CUevent ev = slots[k].used ? slots[k].ev : NULL;
+    if (!ev && real_cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+        slots[k].used = false;
+        return -1;
+    }
+    slots[k] = (struct slot){.used = true,
+                             .internal = internal,
+                             .stream = s,
+                             .ctx = ctx,
+                             .tid = tid,
+                             .ev = ev,
+                             .last_use = ++use_clock};
+    return k;
+}
+
+/* The slot of stream in the current context, made when new; -1 when none can be had. */
+static int slot_of(CUstream stream)
+{
+    CUcontext ctx = NULL;
+    if (real_cuCtxGetCurrent) real_cuCtxGetCurrent(&ctx);
+    if (stream == CU_STREAM_LEGACY) stream = NULL;
+    pid_t tid = stream == CU_STREAM_PER_THREAD ? gettid() : 0;
+    for (int k = 0; k < SLOTS; k++)
+        if (slots[k].used && slots[k].stream == stream && slots[k].ctx == ctx &&
+            slots[k].tid == tid) {
+            slots[k].last_use = ++use_clock;
+            return k;
+        }
+    return slot_new(stream, ctx, tid, false);
+}
+
+/* ---- blocks ------------------------------------------------------------- */
+
+bool swap_vmm_live(void)
+{
+    return blocks != NULL;
+}
+
+struct vmm_block *swap_vmm_find(uint64_t base)
+{
+    struct vmm_block *b = NULL;
+    if (blocks) HASH_FIND(hh, blocks, &base, sizeof base, b);
+    return b;
+}
+
+bool swap_vmm_pinned(const struct vmm_block *b)
+{
+    return b && b->pinned;
+}
+
+/* Map handle at [va, va + size) with device read/write access. */
+static CUresult map_rw(uint64_t va, uint64_t size, CUmemGenericAllocationHandle h, int dev)
+{
+    CUresult r = real_cuMemMap((CUdeviceptr)va, size, 0, h, 0);
+    if (r != CUDA_SUCCESS) return r;
+    CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
+                         .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    r = real_cuMemSetAccess((CUdeviceptr)va, size, &a, 1);
+    if (r != CUDA_SUCCESS) real_cuMemUnmap((CUdeviceptr)va, size);
+    return r;
+}
+
+/* The block's host copy: HOST_NUMA on the device's node, else HOST. */
+static CUresult create_host(const struct vdev *d, uint64_t size, CUmemGenericAllocationHandle *h)
+{
+    CUmemAllocationProp p = {.type = CU_MEM_ALLOCATION_TYPE_PINNED};
+    CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+    if (d->host_numa_ok && d->numa >= 0) {
+        p.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA, p.location.id = d->numa;
+        r = real_cuMemCreate(h, size, &p, 0);
+    }
+    if (r != CUDA_SUCCESS && d->host_ok) {
+        p.location.type = CU_MEM_LOCATION_TYPE_HOST, p.location.id = 0;
+        r = real_cuMemCreate(h, size, &p, 0);
+    }
+    return r;
+}
+
+int swap_vmm_alloc(size_t size, CUdevice dev, CUcontext ctx, uint64_t *base)
+{
+    uint64_t g = swap_vmm_granularity(dev);
+    if (!g || !size || !base) return -ENOTSUP;
+    struct vdev *d = &devs[dev];
+    uint64_t rounded = (size + g - 1) / g * g;
+    CUdeviceptr va = 0, staging = 0;
+    CUmemGenericAllocationHandle host = 0;
+    bool mapped_va = false, mapped_staging = false;
+    struct vmm_block *b = calloc(1, sizeof *b);
+    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+    const char *what = "memory";
+    if (!b) goto fail;
+    if (dev_streams(dev, ctx)) {
+        what = "streams";
+        goto fail;
+    }
+    what = "cuMemAddressReserve";
+    if ((r = real_cuMemAddressReserve(&va, rounded, g, 0, 0)) != CUDA_SUCCESS) goto fail;
+    if ((r = real_cuMemAddressReserve(&staging, rounded, g, 0, 0)) != CUDA_SUCCESS) goto fail;
+    what = "host-located cuMemCreate";
+    if ((r = create_host(d, rounded, &host)) != CUDA_SUCCESS) goto fail;
+    what = "cuMemMap";
+    if ((r = map_rw(staging, rounded, host, dev)) != CUDA_SUCCESS) goto fail;
+    mapped_staging = true;
+    if ((r = map_rw(va, rounded, host, dev)) != CUDA_SUCCESS) goto fail;
+    mapped_va = true;
+    b->chunks = calloc(rounded / g, sizeof *b->chunks);
+    if (!b->chunks) {
+        r = CUDA_ERROR_OUT_OF_MEMORY, what = "memory";
+        goto fail;
+    }
+    b->base = va, b->size = rounded, b->staging = staging, b->ctx = ctx, b->device = dev;
+    b->host = host;
+    b->alloc_epoch = b->fetch_epoch = unknown_epoch;
+    HASH_ADD(hh, blocks, base, sizeof b->base, b);
+    if (!UTH_ADDED(b, hh)) {
+        what = "memory";
+        goto fail;
+    }
+    counts.blocks++;
+    *base = va;
+    return 0;
+fail:
+    if (mapped_va) real_cuMemUnmap(va, rounded);
+    if (mapped_staging) real_cuMemUnmap(staging, rounded);
+    if (host) real_cuMemRelease(host);
+    if (staging) real_cuMemAddressFree(staging, rounded);
+    if (va) real_cuMemAddressFree(va, rounded);
+    if (b) free(b->chunks);
+    free(b);
+    counts.fallbacks++;
+    LOG_ONCE(LOG_WARN,
+             "swap: a VMM-backed block could not be made (%s: CUresult %d); such blocks use "
+             "managed memory instead",
+             what, (int)r);
+    return -ENOMEM;
+}
+
+/* ---- the chunk pool ----------------------------------------------------- */
+
+/* n chunks of device d into out (from the pool, else new). 0 or -ENOMEM
+ * (none taken). */
+static int chunks_take(int dev, size_t n, CUmemGenericAllocationHandle *out)
+{
+    struct vdev *d = &devs[dev];
+    size_t i = 0;
+    for (; i < n && d->npool; i++)
+        out[i] = d->pool[--d->npool];
+    CUmemAllocationProp p = device_prop(dev);
+    for (; i < n; i++) {
+        if (real_cuMemCreate(&out[i], d->gran, &p, 0) != CUDA_SUCCESS) break;
+        counts.chunks++;
+    }
+    if (i == n) return 0;
+    while (i > 0)
+        d->pool[d->npool++] = out[--i]; /* room: they came from the pool or grow it below */
+    return -ENOMEM;
+}
+
+/* Give n chunks back to the pool (kept for reuse; never released). */
+static void chunks_give(int dev, size_t n, const CUmemGenericAllocationHandle *in)
+{
+    struct vdev *d = &devs[dev];
+    if (d->npool + n > d->cap) {
+        size_t cap = d->cap ? d->cap : 16;
+        while (cap < d->npool + n)
+            cap *= 2;
+        CUmemGenericAllocationHandle *p = realloc(d->pool, cap * sizeof *p);
+        if (!p) {
+            for (size_t i = 0; i < n; i++)
+                real_cuMemRelease(in[i]); /* no room to keep it: let it go */
+            return;
+        }
+        d->pool = p, d->cap = cap;
+    }
+    memcpy(d->pool + d->npool, in, n * sizeof *in);
+    d->npool += n;
+}
+
+/* ---- moves -------------------------------------------------------------- */
+
+/* Map b's device chunks at its range (nothing mapped there now). */
+static CUresult map_chunks(struct vmm_block *b)
+{
+    uint64_t g = devs[b->device].gran, n = b->size / g, i = 0;
+    CUresult r = CUDA_SUCCESS;
+    for (; i < n; i++)
+        if ((r = real_cuMemMap((CUdeviceptr)(b->base + i * g), g, 0, b->chunks[i], 0)) !=
+            CUDA_SUCCESS)
+            break;
+    if (r == CUDA_SUCCESS) {
+        CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = b->device},
+                             .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        r = real_cuMemSetAccess((CUdeviceptr)b->base, b->size, &a, 1);
+    }
+    if (r != CUDA_SUCCESS && i) real_cuMemUnmap((CUdeviceptr)b->base, i * g);
+    return r;
+}
+
+/* b (on its device) to its host copy: written back when dirty, remapped
+ * after every piece of work that may touch it completed. 0, or -EIO with b
+ * still on the device (or, if even that remap failed, logged). */
+static int evict(struct vmm_block *b, unsigned flags)
+{
+    struct vdev *d = &devs[b->device];
+    uint64_t mask = b->streams | all_mask;
+    /* Unknown work since the fetch may have written it: write it back. */
+    bool dirty = (flags & HOST_MOVE_DIRTY) || b->fetch_epoch != unknown_epoch;
+    if (dirty) {
+        if (wait_stream(d->d2h, mask) ||
+            real_cuMemcpyDtoDAsync_v2((CUdeviceptr)b->staging, (CUdeviceptr)b->base, b->size,
+                                      d->d2h) != CUDA_SUCCESS ||
+            real_cuEventRecord(d->d2h_ev, d->d2h) != CUDA_SUCCESS ||
+            real_cuEventSynchronize(d->d2h_ev) != CUDA_SUCCESS)
+            return -EIO;
+        counts.writebacks++;
+    }
+    /* After a write-back every event in mask is complete already (the copy
+     * waited for them): this costs a query each, and on the simulator, where
+     * a stream's wait does not hold its later work, completes them. */
+    if (wait_host(mask)) return -EIO;
+    if (real_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) return -EIO;
+    CUresult r = map_rw(b->base, b->size, b->host, b->device);
+    if (r != CUDA_SUCCESS) {
+        /* The device copy is still current: put it back. */
+        if (map_chunks(b) != CUDA_SUCCESS)
+            log_msg(LOG_ERROR,
+                    "swap: block %#llx could not be remapped (CUresult %d); its range is unmapped",
+                    (unsigned long long)b->base, (int)r);
+        return -EIO;
+    }
+    chunks_give(b->device, b->size / d->gran, b->chunks);
+    b->on_device = false;
+    b->streams = 0;
+    counts.to_host++;
+    return 0;
+}
+
+/* b (host-backed) onto device chunks, its host copy copied in on the
+ * host-to-device stream unless it is new; the copy is not waited for here.
+ * 0, -ENOMEM (no chunk: b stays host-backed), or -EIO with b host-backed. */
+static int fetch(struct vmm_block *b, unsigned flags)
+{
+    struct vdev *d = &devs[b->device];
+    if (chunks_take(b->device, b->size / d->gran, b->chunks)) return -ENOMEM;
+    /* Work queued on the host copy (a launch that could not be predicted
+     * reads it over the link) must be done before it is unmapped. */
+    if (wait_host(b->streams | all_mask) ||
+        real_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) {
+        chunks_give(b->device, b->size / d->gran, b->chunks);
+        return -EIO;
+    }
+    CUresult r = map_chunks(b);
+    /* A new block's bytes are undefined: nothing to copy, unless some work
+     * the policy did not see may have written the host copy already. */
+    bool copy = !(flags & HOST_MOVE_NEW) || b->touched || b->alloc_epoch != unknown_epoch;
+    struct slot *s = &slots[d->h2d_slot];
+    if (r == CUDA_SUCCESS && copy) {
+        r = real_cuMemcpyDtoDAsync_v2((CUdeviceptr)b->base, (CUdeviceptr)b->staging, b->size,
+                                      d->h2d);
+        if (r == CUDA_SUCCESS) r = real_cuEventRecord(s->ev, d->h2d);
+        if (r != CUDA_SUCCESS) {
+            /* The copy may have been queued: wait for it before unmapping. */
+            real_cuCtxSynchronize();
+            real_cuMemUnmap((CUdeviceptr)b->base, b->size);
+        }
+    }
+    if (r != CUDA_SUCCESS) {
+        if (map_rw(b->base, b->size, b->host, b->device) != CUDA_SUCCESS)
+            log_msg(LOG_ERROR,
+                    "swap: block %#llx could not be remapped (CUresult %d); its range is unmapped",
+                    (unsigned long long)b->base, (int)r);
+        chunks_give(b->device, b->size / d->gran, b->chunks);
+        return -EIO;
+    }
+    b->streams = 0;
+    if (copy) {
+        s->recorded++, s->last_use = ++use_clock;
+        b->streams = bit(d->h2d_slot);
+        b->fetch_rec = s->recorded;
+        b->fetch_waiter = 0;
+        counts.fetch_copies++;
+    }
+    b->on_device = true;
+    b->fetch_epoch = unknown_epoch;
+    counts.to_device++;
+    return 0;
+}
+
+int swap_vmm_move(struct vmm_block *b, int device, unsigned flags)
+{
+    if (!b || b->pinned) return -EINVAL;
+    if ((device >= 0) == b->on_device) return 0;
+    bool pushed = enter_ctx(b->ctx);
+    int rc = device < 0 ? evict(b, flags) : fetch(b, flags);
+    leave_ctx(pushed);
+    if (rc) counts.remap_failures++;
+    return rc;
+}
+
+/* ---- ordering around the program's work --------------------------------- */
+
+void swap_vmm_before(struct vmm_block *b, CUstream stream)
+{
+    if (!b || !b->on_device || b->pinned) return;
+    struct vdev *d = &devs[b->device];
+    if (d->h2d_slot < 0) return;
+    struct slot *s = &slots[d->h2d_slot];
+    if (b->fetch_rec <= s->done) return;
+    /* A stream that waited for this copy once has every later piece of its
+     * work ordered after it. */
+    int k = slot_of(stream);
+    if (k >= 0 && b->fetch_waiter == k + 1) return;
+    if (real_cuStreamWaitEvent(stream, s->ev, 0) != CUDA_SUCCESS) return;
+    counts.stream_waits++;
+    b->fetch_waiter = k + 1;
+}
+
+void swap_vmm_before_unknown(CUstream stream)
+{
+    for (int dev = 0; dev < MAX_DEVICES; dev++) {
+        struct vdev *d = &devs[dev];
+        if (d->h2d_slot < 0 || !d->h2d) continue;
+        if (wait_stream(stream, bit(d->h2d_slot)) == 0 &&
+            slots[d->h2d_slot].done < slots[d->h2d_slot].recorded)
+            counts.stream_waits++;
+    }
+}
+
+void swap_vmm_after(CUstream stream, struct vmm_block *const *touched, size_t n, bool all)
+{
+    int k = slot_of(stream);
+    if (k < 0 || real_cuEventRecord(slots[k].ev, stream) != CUDA_SUCCESS) {
+        /* Cannot be tracked: wait for it now rather than remap under it. */
+        LOG_ONCE(LOG_WARN, "swap: cannot record an event after a launch; waiting for it instead");
+        real_cuCtxSynchronize();
+        return;
+    }
+    struct slot *s = &slots[k];
+    s->recorded++;
+    for (size_t i = 0; i < n; i++)
+        if (touched[i]) touched[i]->streams |= bit(k), touched[i]->touched = true;
+    if (all) {
+        all_mask |= bit(k);
+        s->all_upto = s->recorded;
+        unknown_epoch++; /* every block may have been written (alloc_epoch, fetch_epoch) */
+    }
+}
+
+/* ---- free, export, context end ------------------------------------------ */
+
+/* b's staging mapping, host copy and staging range go (at its free). */
+static void release_host_side(struct vmm_block *b)
+{
+    real_cuMemUnmap((CUdeviceptr)b->staging, b->size);
+    real_cuMemRelease(b->host);
+    real_cuMemAddressFree((CUdeviceptr)b->staging, b->size);
+}
+
+int swap_vmm_free(struct vmm_block *b)
+{
+    if (!b) return -EINVAL;
+    bool pushed = enter_ctx(b->ctx);
+    int rc = wait_host(b->streams | all_mask);
+    /* Never unmap under queued work: a pinned block's accesses are no
+     * longer recorded, so its free waits for the context, as cudaFree does. */
+    if (rc || b->pinned) rc = real_cuCtxSynchronize() == CUDA_SUCCESS ? 0 : -EIO;
+    if (b->pinned) {
+        /* The ledger's free of an exported mapping (limbo while importers hold it). */
+        if (do_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) rc = -EIO;
+        do_cuMemRelease(b->exported);
+    } else {
+        if (real_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) rc = -EIO;
+        if (b->on_device) chunks_give(b->device, b->size / devs[b->device].gran, b->chunks);
+    }
+    release_host_side(b);
+    if (real_cuMemAddressFree((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) rc = -EIO;
+    leave_ctx(pushed);
+    HASH_DEL(blocks, b);
+    free(b->chunks);
+    free(b);
+    if (rc) LOG_RATE(LOG_WARN, "swap: free of a VMM-backed block: the driver refused a step");
+    return rc;
+}
+
+int swap_vmm_pin_for_export(struct vmm_block *b)
+{
+    if (!b) return -EINVAL;
+    if (b->pinned) return 0;
+    struct vdev *d = &devs[b->device];
+    bool pushed = enter_ctx(b->ctx);
+    int rc = -EIO;
+    CUmemGenericAllocationHandle h = 0;
+    /* The host copy first becomes current (a write-back, whatever the policy thinks). */
+    if (b->on_device) {
+        if (wait_stream(d->d2h, b->streams | all_mask) ||
+            real_cuMemcpyDtoDAsync_v2((CUdeviceptr)b->staging, (CUdeviceptr)b->base, b->size,
+                                      d->d2h) != CUDA_SUCCESS ||
+            real_cuEventRecord(d->d2h_ev, d->d2h) != CUDA_SUCCESS ||
+            real_cuEventSynchronize(d->d2h_ev) != CUDA_SUCCESS)
+            goto out;
+        counts.writebacks++;
+    }
+    if (wait_host(b->streams | all_mask)) goto out;
+    CUmemAllocationProp p = device_prop(b->device);
+    p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    if (do_cuMemCreate(&h, b->size, &p, 0) != CUDA_SUCCESS) {
+        h = 0;
+        goto out;
+    }
+    if (real_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) goto out;
+    CUresult r = do_cuMemMap((CUdeviceptr)b->base, b->size, 0, h, 0);
+    CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = b->device},
+                         .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    if (r == CUDA_SUCCESS) r = real_cuMemSetAccess((CUdeviceptr)b->base, b->size, &a, 1);
+    if (r == CUDA_SUCCESS)
+        r = real_cuMemcpyDtoDAsync_v2((CUdeviceptr)b->base, (CUdeviceptr)b->staging, b->size,
+                                      d->h2d);
+    if (r == CUDA_SUCCESS) r = real_cuEventRecord(d->d2h_ev, d->h2d);
+    if (r == CUDA_SUCCESS) r = real_cuEventSynchronize(d->d2h_ev);
+    if (r != CUDA_SUCCESS) {
+        real_cuCtxSynchronize();
+        do_cuMemUnmap((CUdeviceptr)b->base, b->size);
+        /* back to what it was: the device copy (still in the chunks) or the host's */
+        if (b->on_device ? map_chunks(b) : map_rw(b->base, b->size, b->host, b->device))
+            log_msg(LOG_ERROR, "swap: block %#llx could not be remapped; its range is unmapped",
+                    (unsigned long long)b->base);
+        goto out;
+    }
+    if (b->on_device) chunks_give(b->device, b->size / d->gran, b->chunks);
+    b->pinned = true, b->on_device = true, b->exported = h, b->streams = 0;
+    h = 0;
+    counts.exports++;
+    rc = 0;
+out:
+    if (h) do_cuMemRelease(h);
+    leave_ctx(pushed);
+    if (rc)
+        LOG_RATE(LOG_WARN, "swap: block %#llx could not be made exportable",
+                 (unsigned long long)b->base);
+    return rc;
+}
+
+void swap_vmm_context_gone(CUcontext ctx, void (*forget)(uint64_t base))
+{
+    struct vmm_block *b, *tmp;
+    HASH_ITER(hh, blocks, b, tmp)
+    {
+        if (b->ctx != ctx) continue;
+        HASH_DEL(blocks, b);
+        if (forget) forget(b->base);
+        free(b->chunks);
+        free(b);
+        counts.forgotten++;
+    }
+    for (int k = 0; k < SLOTS; k++)
+        if (slots[k].used && slots[k].ctx == ctx) {
+            slots[k] = (struct slot){0};
+            all_mask &= ~bit(k);
+            HASH_ITER(hh, blocks, b, tmp)
+            {
+                b->streams &= ~bit(k);
+                if (b->fetch_waiter == k + 1) b->fetch_waiter = 0;
+            }
+        }
+    for (int dev = 0; dev < MAX_DEVICES; dev++) {
+        struct vdev *d = &devs[dev];
+        if (d->ctx != ctx) continue;
+        free(d->pool); /* the chunks are the driver's to reclaim */
+        d->pool = NULL, d->npool = d->cap = 0;
+        d->ctx = NULL, d->h2d = d->d2h = NULL, d->d2h_ev = NULL, d->h2d_slot = -1;
+    }
+}
+
+void swap_vmm_counts(struct swap_vmm_counts *out)
+{
+    *out = counts;
+}

@@ -1,0 +1,95 @@
+/* swap_vmm: host swap's VMM backing (docs/swap.md, "The VMM engine"),
+ * defined in shim/swap_vmm.c and driven by shim/host_swap.c, whose
+ * swap_lock serialises every call here (no lock of its own).
+ *
+ * A VMM-backed block is a reserved address range whose mapping moves:
+ * resident, device chunks from a per-device pool; evicted, the block's own
+ * host-located copy, which is also mapped for good at a second "staging"
+ * address (the copy engines' host end). The ordering state is the
+ * per-stream events that host_swap.c records after each launch, copy or
+ * set it sees (swap_vmm_after), kept per block. */
+#ifndef SHIM_SWAP_VMM_H
+#define SHIM_SWAP_VMM_H
+
+#include "symbols.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct vmm_block;
+
+/* What the VMM backing did, for swap_report (under swap_lock). */
+struct swap_vmm_counts {
+    uint64_t blocks, fallbacks;        /* blocks VMM-backed; refused by the driver (managed) */
+    uint64_t to_device, to_host;       /* remaps */
+    uint64_t fetch_copies, writebacks; /* copies host->device, device->host */
+    uint64_t stream_waits,
+        host_waits;  /* fetch copies waited for by a launch's stream; by the host */
+    uint64_t chunks; /* device chunks created (the pool's size) */
+    uint64_t exports, remap_failures; /* blocks pinned for export; remaps the driver refused */
+    uint64_t forgotten;               /* blocks of a context that ended, forgotten */
+};
+
+/* The VMM granularity of device dev when its driver can back blocks with
+ * device and host-located VMM memory (attributes 102 and 141 or 145), else 0
+ * (logged once). Probed once per device. */
+uint64_t swap_vmm_granularity(CUdevice dev);
+
+/* A new VMM-backed block of size bytes on dev in context ctx: a range
+ * reserved at the granularity, its host copy created and mapped at the
+ * range and at the staging address, device read/write access on both. The
+ * block starts host-backed. 0 and *base, or a negative errno with nothing
+ * left behind (the caller falls back to managed memory; logged once). */
+int swap_vmm_alloc(size_t size, CUdevice dev, CUcontext ctx, uint64_t *base);
+
+/* The VMM block whose base is base, or NULL (a managed block). */
+struct vmm_block *swap_vmm_find(uint64_t base);
+
+/* The engine's move of a VMM block (host_move_fn's contract, core/host.h):
+ * to the host (device < 0) or to its device, flags HOST_MOVE_NEW /
+ * HOST_MOVE_DIRTY. Evict: copy out on the device-to-host stream when dirty
+ * (after the block's events), wait on the host, remap. Fetch: wait for the
+ * block's events on the host, remap, copy in on the host-to-device stream
+ * (not waited for here: swap_vmm_before makes the launch's stream wait).
+ * 0, or a negative errno with the block's range still mapping its current
+ * bytes. */
+int swap_vmm_move(struct vmm_block *b, int device, unsigned flags);
+
+/* Before work on stream that touches b: the stream waits for b's fetch copy
+ * if it may still be running. */
+void swap_vmm_before(struct vmm_block *b, CUstream stream);
+/* Before work on stream whose accesses are unknown: the stream waits for
+ * every fetch copy that may still be running. */
+void swap_vmm_before_unknown(CUstream stream);
+/* After work was queued on stream that touches blocks[0..n) (all: work of
+ * unknown accesses, which may touch every block): one event recorded on
+ * stream, kept by each block (all: by the stream's "touches everything"
+ * mark). The thread's current context is the stream's. */
+void swap_vmm_after(CUstream stream, struct vmm_block *const *blocks, size_t n, bool all);
+
+/* The program frees b: wait for its events, unmap, chunks back to the pool,
+ * host copy and reservations released; b is gone. 0, or a negative errno
+ * (logged; b is gone from the tables either way). */
+int swap_vmm_free(struct vmm_block *b);
+
+/* A legacy export of b: its bytes move into one exportable device
+ * allocation (created through the shim's own cuMemCreate and mapped through
+ * its cuMemMap, so shim/vmm.c's legacy export of VMM memory serves the
+ * handle) mapped at b's range for good; b is pinned (the caller takes it out
+ * of the engine). 0 (also when b was pinned already), or a negative errno
+ * with b unchanged. */
+int swap_vmm_pin_for_export(struct vmm_block *b);
+bool swap_vmm_pinned(const struct vmm_block *b);
+
+/* The context ctx ended (cudaDeviceReset, cuCtxDestroy): every block,
+ * stream, event and chunk of it is forgotten without a driver call; each
+ * block's base is passed to forget (the caller drops it from the engine). */
+void swap_vmm_context_gone(CUcontext ctx, void (*forget)(uint64_t base));
+
+/* True while any VMM block lives (launches then record events). */
+bool swap_vmm_live(void);
+
+void swap_vmm_counts(struct swap_vmm_counts *out);
+
+#endif
