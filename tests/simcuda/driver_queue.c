@@ -29,7 +29,10 @@
  * CUDA_ERROR_ILLEGAL_ADDRESS (a sticky error: the simulator has one such
  * state per process, not per context). Work that completes on memory no
  * longer valid faults the same way.
- * State: process-local, under sim_drv_lock; effects run without it.
+ * State: process-local, under sim_drv_lock; effects run without it, one at
+ * a time under g_run_lock (taken before sim_drv_lock), so that work leaves
+ * the queue and has its effect in one step and a stream's work keeps its
+ * order when several threads complete work at once.
  */
 #include "driver_internal.h"
 #include "sim_image.h"
@@ -69,6 +72,7 @@ static size_t g_queued, g_cap;
 static CUstream g_held[HELD_MAX];
 static unsigned g_nheld;
 static uint64_t g_seq;
+static pthread_mutex_t g_run_lock = PTHREAD_MUTEX_INITIALIZER;
 
 CUresult sim_drv_sticky;
 
@@ -194,6 +198,7 @@ static void drain(void)
     for (;;) {
         struct queued q;
         int found = 0;
+        pthread_mutex_lock(&g_run_lock);
         pthread_mutex_lock(&sim_drv_lock);
         for (size_t i = 0; i < g_queued && !found; i++) {
             const struct queued *e = &g_queue[i];
@@ -203,8 +208,9 @@ static void drain(void)
             found = 1;
         }
         pthread_mutex_unlock(&sim_drv_lock);
+        if (found) run(&q);
+        pthread_mutex_unlock(&g_run_lock);
         if (!found) return;
-        run(&q);
     }
 }
 
@@ -214,22 +220,26 @@ static void force(CUstream s, uint64_t upto)
 {
     for (;;) {
         struct queued q;
+        pthread_mutex_lock(&g_run_lock);
         pthread_mutex_lock(&sim_drv_lock);
         size_t i = first_of_locked(s);
         if (i == g_queued || g_queue[i].seq > upto) {
             pthread_mutex_unlock(&sim_drv_lock);
+            pthread_mutex_unlock(&g_run_lock);
             break;
         }
         if (g_queue[i].kind == Q_WAIT && !done_locked(g_queue[i].dep, g_queue[i].dep_upto)) {
             CUstream dep = g_queue[i].dep; /* waits point back in time: this ends */
             uint64_t dep_upto = g_queue[i].dep_upto;
             pthread_mutex_unlock(&sim_drv_lock);
+            pthread_mutex_unlock(&g_run_lock);
             force(dep, dep_upto);
             continue;
         }
         take_locked(i, &q);
         pthread_mutex_unlock(&sim_drv_lock);
         run(&q);
+        pthread_mutex_unlock(&g_run_lock);
     }
     drain();
 }
@@ -238,12 +248,14 @@ static void force_all(void)
 {
     for (;;) {
         struct queued q;
+        pthread_mutex_lock(&g_run_lock);
         pthread_mutex_lock(&sim_drv_lock);
         int any = g_queued > 0;
         if (any) take_locked(0, &q); /* the oldest waits for nothing older */
         pthread_mutex_unlock(&sim_drv_lock);
+        if (any) run(&q);
+        pthread_mutex_unlock(&g_run_lock);
         if (!any) return;
-        run(&q);
     }
 }
 
@@ -414,6 +426,7 @@ void sim_drv_queue_drop_locked(void)
 
 void sim_drv_queue_fork_child(void)
 {
+    pthread_mutex_init(&g_run_lock, NULL);
     sim_drv_queue_drop_locked();
 }
 
