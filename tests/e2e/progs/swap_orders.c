@@ -201,7 +201,7 @@ static void pressure(void)
 }
 
 /* Reads every block back (the blocks in `gone` are skipped) and prints the
- * verdict, then whether the context still allocates. */
+ * verdict, then whether the context still allocates; then frees them. */
 static void finish(unsigned gone)
 {
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
@@ -226,7 +226,11 @@ static void finish(unsigned gone)
     int r = cudaMalloc(&p, 1 << 20);
     saw_700 |= r == 700;
     printf("final_malloc: %d\n", r);
-    if (!r) cudaFree(p);
+    if (!r) {
+        check(cudaFree(p), "cudaFree");
+        for (int b = 0; b < NBLK; b++)
+            if (!(gone & (1u << b))) check(cudaFree(blk[b]), "cudaFree at the end");
+    }
     printf("errors: %d\nsaw_700: %s\n", errors, saw_700 ? "yes" : "no");
 }
 
@@ -436,7 +440,7 @@ static void unsafe_unmap(void)
     printf("queued_after: %u\na_after: %s\n", nqueued(), where(blk[A]));
     hold_s2(0);
     check(cuStreamSynchronize(s2), "cuStreamSynchronize(S2)");
-    finish(0);
+    finish(0); /* the context is dead: nothing is freed */
 }
 
 int main(int argc, char **argv)
