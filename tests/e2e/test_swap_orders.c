@@ -193,6 +193,32 @@ BOTH_ENGINES(an_unknown_layout_launch_queued_over_the_victim, "unknown-layout",
  * queued on S2; the copy's bytes must be in A. */
 BOTH_ENGINES(an_unrecorded_copy_queued_into_the_victim, "unrecorded-copy", expect_queued_order)
 
+/* 6c. The fetch's side: A evicted and C freed (room for A: no eviction,
+ * whose wait would cover the fetch's), a kernel of unknown layout queued
+ * over A (reading the host copy over the link, or, with managed memory,
+ * faulting it in), then a launch over A that needs it fetched. A VMM
+ * engine may re-point A at device memory only once that kernel is done. */
+static void expect_queued_fetch(const struct orders *o)
+{
+    expect_text(o, "a_after", "host");
+    cr_expect_eq(num(o, "free_c"), 0);
+    expect_text(o, "a_at_queue", "host");
+    cr_expect_eq(num(o, "fetch_queued_before"), 1, "%s/%s: the kernel over A was not queued",
+                 o->mode, o->engine);
+    cr_expect_geq(stat_of(o, "launches without a known layout "), 1);
+    char buf[64], before[64];
+    const char *after = field(o, "a_after_fetch", buf, sizeof buf);
+    long long queued = num(o, "fetch_queued_after");
+    if (!o->vmm)
+        cr_expect_eq(queued, 1, "%s/%s: the kernel over A did not stay queued", o->mode, o->engine);
+    else if (!strcmp(after, "device") &&
+             strcmp(field(o, "a_before_fetch", before, sizeof before), "device"))
+        cr_expect_eq(queued, 0, "%s: A was remapped with work over it still queued", o->mode);
+    expect_intact(o);
+}
+BOTH_ENGINES(a_fetch_of_a_block_with_queued_work_of_unknown_layout, "queued-fetch",
+             expect_queued_fetch)
+
 /* 4. fork with A evicted: the child does no CUDA and exits; the parent
  * fetches A back. */
 static void expect_fork(const struct orders *o)

@@ -15,6 +15,10 @@
  *                    read (cuFuncGetParamInfo refuses it)
  *   unrecorded-copy  the same with a cuMemcpyAsync (an entry point host
  *                    swap does not record) of 64 KiB into A on S2
+ *   queued-fetch     A evicted, C freed; a kernel of unknown layout over A
+ *                    (it reads the host copy over the link) queued on held
+ *                    S2; then a kernel over A on S1, which fetches A into
+ *                    C's room
  *   fork             A evicted, then fork; the child does no CUDA and
  *                    exits; the parent fetches A back
  *   export           A evicted, then cudaIpcGetMemHandle(A); when it
@@ -31,7 +35,10 @@
  * Output, one fact a line: "backing: managed|vmm|device" (what A is),
  * "queued_before: N" and "a_before: device|host" (before the order's
  * trigger), "queued_after: N" and "a_after: ..." (right after it),
- * (queued: kernels and copies still queued, simcuda_queued_work), mode lines ("export: CODE",
+ * (queued: kernels and copies still queued, simcuda_queued_work); with
+ * queued-fetch also "a_at_queue", "fetch_queued_before", "a_before_fetch",
+ * "fetch_queued_after", "a_after_fetch" (the same around the fetch); mode
+ * lines ("export: CODE",
  * "child: STATUS", "free: CODE", "reset: CODE", "import_open: CODE", "import_read: ok|wrong"),
  * "error: WHAT CODE" for every call that failed, "errors: N", "bad_words: N" (words that differ
  * from the mirror; -1 when they could not be read), "checksum: HEX" and "want: HEX" (FNV-1a of the
@@ -267,6 +274,27 @@ static void evict_a(void)
     check(cuStreamSynchronize(s1), "cuStreamSynchronize(S1)");
 }
 
+/* The fetch's side of the rule: A is evicted, queued work of unknown
+ * layout reads it where it is, and a launch the shim sees needs A on the
+ * device. */
+static void queued_fetch_order(void)
+{
+    evict_a();
+    /* Room for A, so that its fetch needs no eviction (whose own wait
+     * would cover the fetch's). */
+    printf("free_c: %d\n", check(cudaFree(blk[C]), "cudaFree(C)"));
+    printf("a_at_queue: %s\n", where(blk[A]));
+    hold_s2(1);
+    add(A, s2, 1, true);
+    printf("fetch_queued_before: %u\na_before_fetch: %s\n", nqueued(), where(blk[A]));
+    add(A, s1, 4, false);
+    printf("fetch_queued_after: %u\na_after_fetch: %s\n", nqueued(), where(blk[A]));
+    hold_s2(0);
+    check(cuStreamSynchronize(s2), "cuStreamSynchronize(S2)");
+    add(B, s1, 5, false);
+    finish(1u << C);
+}
+
 static void fork_order(void)
 {
     evict_a();
@@ -456,6 +484,8 @@ int main(int argc, char **argv)
     if (!is(mode, "unsafe-unmap")) printf("backing: %s\n", backing(blk[A]));
     if (is(mode, "queued-victim") || is(mode, "unknown-layout") || is(mode, "unrecorded-copy"))
         queued_order(mode);
+    else if (is(mode, "queued-fetch"))
+        queued_fetch_order();
     else if (is(mode, "fork"))
         fork_order();
     else if (is(mode, "export"))
