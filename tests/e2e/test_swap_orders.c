@@ -189,9 +189,13 @@ static void expect_unknown_layout(const struct orders *o)
 BOTH_ENGINES(an_unknown_layout_launch_queued_over_the_victim, "unknown-layout",
              expect_unknown_layout)
 
-/* 3. A cuMemCpyAsync of 64 KiB into A (host swap records no such copy)
- * queued on S2; the copy's bytes must be in A. */
+/* 3. A cuMemcpyAsync of 64 KiB into A (today's host swap records no such
+ * copy) queued on S2; the copy's bytes must be in A. */
 BOTH_ENGINES(an_unrecorded_copy_queued_into_the_victim, "unrecorded-copy", expect_queued_order)
+
+/* 3b. The same with an asynchronous set (cuMemsetD32Async): its 16 KiB
+ * must be in A. */
+BOTH_ENGINES(an_unrecorded_set_queued_into_the_victim, "unrecorded-set", expect_queued_order)
 
 /* 6c. The fetch's side: A evicted and C freed (room for A: no eviction,
  * whose wait would cover the fetch's), a kernel of unknown layout queued

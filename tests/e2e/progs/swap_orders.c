@@ -19,6 +19,7 @@
  *                    (it reads the host copy over the link) queued on held
  *                    S2; then a kernel over A on S1, which fetches A into
  *                    C's room
+ *   unrecorded-set   the same with a cuMemsetD32Async of 16 KiB into A
  *   fork             A evicted, then fork; the child does no CUDA and
  *                    exits; the parent fetches A back
  *   export           A evicted, then cudaIpcGetMemHandle(A); when it
@@ -249,6 +250,12 @@ static void queued_order(const char *mode)
         add(A, s2, 1, false);
     } else if (is(mode, "unknown-layout")) {
         add(A, s2, 1, true);
+    } else if (is(mode, "unrecorded-set")) {
+        const size_t at = 4097, n = 4096; /* words into A */
+        for (size_t i = 0; i < n; i++)
+            want[A][at + i] = 0x5a5a5a5au;
+        check(cuMemsetD32Async((CUdeviceptr)(uintptr_t)blk[A] + at * 4, 0x5a5a5a5au, n, s2),
+              "cuMemsetD32Async");
     } else {
         static uint32_t part[16384]; /* 64 KiB, pageable */
         const size_t at = 12345;     /* words into A */
@@ -482,7 +489,8 @@ int main(int argc, char **argv)
     const char *mode = argv[1];
     start();
     if (!is(mode, "unsafe-unmap")) printf("backing: %s\n", backing(blk[A]));
-    if (is(mode, "queued-victim") || is(mode, "unknown-layout") || is(mode, "unrecorded-copy"))
+    if (is(mode, "queued-victim") || is(mode, "unknown-layout") || is(mode, "unrecorded-copy") ||
+        is(mode, "unrecorded-set"))
         queued_order(mode);
     else if (is(mode, "queued-fetch"))
         queued_fetch_order();
