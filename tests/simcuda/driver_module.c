@@ -169,7 +169,7 @@ CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *
     return CUDA_SUCCESS;
 }
 
-/* ---- kernels: recorded, never executed ---- */
+/* ---- kernels: recorded, never executed (but builtins: driver_kernels.c) ---- */
 
 #define TOUCH_MAX 256 /* distinct managed allocations looked at per launch */
 

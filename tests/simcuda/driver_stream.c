@@ -1,10 +1,10 @@
 /*
- * driver_stream.c: streams and events. All work is synchronous, so a
- * stream or an event only needs to exist: streams are validated, queries
- * and synchronisations succeed at once, an event records the time of its
- * cuEventRecord for cuEventElapsedTime. Both belong to the context current
- * at their creation and go with it (driver_ctx.c). Interprocess event
- * handles are driver_ipc.c.
+ * driver_stream.c: streams and events. Work is synchronous unless a test
+ * holds a stream (driver_queue.c, which owns queries, waits and
+ * synchronisations of queued work); an event records the time of its
+ * cuEventRecord for cuEventElapsedTime and the queued work it follows. Both belong to the context
+ * current at their creation and go with it (driver_ctx.c). Interprocess event handles are
+ * driver_ipc.c.
  */
 #include "driver_internal.h"
 

@@ -99,7 +99,8 @@ struct simcuda_stats {
     uint64_t proc_pool_imports; /* successful cuMemPoolImportPointer calls, repeats included */
 };
 
-/* A recorded kernel launch (kernels are never executed). */
+/* A recorded kernel launch (kernels are never executed, but for the
+ * builtins of SIMCUDA_BUILTIN_PTX). */
 struct simcuda_launch {
     void *func;
     unsigned int grid[3];
