@@ -145,6 +145,66 @@ CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcD
     return copy(dstDevice, 1, srcDevice, 1, ByteCount, hStream, 1);
 }
 
+/* A 2D copy, row by row (each row one piece of queued work when it
+ * queues), with copy()'s rules for the whole copy. Arrays are not
+ * simulated. */
+static CUresult copy2d(const CUDA_MEMCPY2D *p, CUstream s, int async)
+{
+    ENTER();
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    if (p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->dstMemoryType == CU_MEMORYTYPE_ARRAY)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (p->Height > 1 && (p->srcPitch < p->WidthInBytes || p->dstPitch < p->WidthInBytes))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr src = p->srcMemoryType == CU_MEMORYTYPE_HOST ? H(p->srcHost) : p->srcDevice;
+    CUdeviceptr dst = p->dstMemoryType == CU_MEMORYTYPE_HOST ? H(p->dstHost) : p->dstDevice;
+    src += p->srcY * p->srcPitch + p->srcXInBytes;
+    dst += p->dstY * p->dstPitch + p->dstXInBytes;
+    int src_dev = p->srcMemoryType == CU_MEMORYTYPE_DEVICE;
+    int dst_dev = p->dstMemoryType == CU_MEMORYTYPE_DEVICE;
+    for (size_t r = 0; r < p->Height; r++) { /* every row checked before a byte moves */
+        CUresult e;
+        if ((e = sim_drv_check_range(dst + r * p->dstPitch, p->WidthInBytes,
+                                     dst_dev ? DEVICE_ONLY : ANY_MEMORY)) != CUDA_SUCCESS ||
+            (e = sim_drv_check_range(src + r * p->srcPitch, p->WidthInBytes,
+                                     src_dev ? DEVICE_ONLY : ANY_MEMORY)) != CUDA_SUCCESS)
+            return e;
+    }
+    CUresult e = sim_drv_check_stream(s);
+    if (e != CUDA_SUCCESS || !p->WidthInBytes) return e;
+    int to_pageable = 0, from_pageable = 0;
+    if (!sim_drv_queue_idle()) { /* as copy() does, once for the whole copy */
+        struct ptr_info pi;
+        to_pageable = sim_drv_classify(dst, &pi) == PTR_NONE;
+        from_pageable = sim_drv_classify(src, &pi) == PTR_NONE;
+        if (!async || to_pageable || from_pageable) sim_drv_queue_sync(s);
+    }
+    for (size_t r = 0; r < p->Height; r++) {
+        CUdeviceptr d = dst + r * p->dstPitch, f = src + r * p->srcPitch;
+        if (async && !to_pageable && sim_drv_queue_copy(s, d, f, p->WidthInBytes, from_pageable))
+            continue;
+        memmove((void *)(uintptr_t)d, (const void *)(uintptr_t)f, p->WidthInBytes);
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
+{
+    return copy2d(pCopy, NULL, 0);
+}
+CUresult CUDAAPI cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
+{
+    return copy2d(pCopy, NULL, 0);
+}
+CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
+{
+    return copy2d(pCopy, hStream, 1);
+}
+CUresult CUDAAPI cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
+{
+    return copy2d(pCopy, hStream, 1);
+}
+
 void sim_drv_fill(CUdeviceptr dst, unsigned value, unsigned width, size_t n)
 {
     if (width == 1) {

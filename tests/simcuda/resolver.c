@@ -158,6 +158,10 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync, 2000, 0)                                               \
     X(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2, 3020, 0)                                            \
     X(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2_ptsz, 7000, 1)                                       \
+    X(cuMemcpy2D, cuMemcpy2D_v2, 3020, 0)                                                          \
+    X(cuMemcpy2DUnaligned, cuMemcpy2DUnaligned_v2, 3020, 0)                                        \
+    X(cuMemcpy2DAsync, cuMemcpy2DAsync_v2, 3020, 0)                                                \
+    X(cuMemcpy2DAsync, cuMemcpy2DAsync_v2_ptsz, 7000, 1)                                           \
     X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync, 3000, 0)                                               \
     X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync_v2, 3020, 0)                                            \
     X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync_v2_ptsz, 7000, 1)                                       \

@@ -458,3 +458,36 @@ Test(simvmmhost, a_free_waits_for_the_queued_work)
     cr_expect_eq(simcuda_queued_work(), 0, "cudaFree synchronises the device");
     cr_expect_eq(word_at(q), 4);
 }
+
+Test(simvmmhost, a_2d_copy_lands_row_by_row_in_stream_order)
+{
+    init_builtins();
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr p;
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuMemsetD32(p, 0, 1024));
+    static uint32_t rows[4][8];
+    for (unsigned r = 0; r < 4; r++)
+        for (unsigned i = 0; i < 8; i++)
+            rows[r][i] = r * 100 + i + 1;
+    CUDA_MEMCPY2D c;
+    memset(&c, 0, sizeof(c));
+    c.srcMemoryType = CU_MEMORYTYPE_HOST;
+    c.srcHost = rows;
+    c.srcPitch = sizeof(rows[0]);
+    c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.dstDevice = p + 64;
+    c.dstPitch = 256;
+    c.WidthInBytes = sizeof(rows[0]);
+    c.Height = 4;
+    cr_assert_eq(simcuda_stream_hold(s, 1), 0);
+    OK(cuMemcpy2DAsync(&c, s));
+    cr_expect_eq(simcuda_queued_work(), 4, "a piece of work a row");
+    cr_expect_eq(word_at(p + 64 + 3 * 256 + 28), 0);
+    cr_assert_eq(simcuda_stream_hold(s, 0), 0);
+    cr_expect_eq(word_at(p + 64 + 3 * 256 + 28), 308);
+    cr_expect_eq(word_at(p + 64 + 32), 0, "between the rows: untouched");
+    c.Height = 2, c.dstPitch = 16; /* a pitch below the width */
+    FAILS(cuMemcpy2D(&c), CUDA_ERROR_INVALID_VALUE);
+}
