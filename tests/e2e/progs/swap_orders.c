@@ -20,6 +20,8 @@
  *                    S2; then a kernel over A on S1, which fetches A into
  *                    C's room
  *   unrecorded-set   the same with a cuMemsetD32Async of 16 KiB into A
+ *   unrecorded-copy2d  the same with a cuMemcpy2DAsync of 16 rows of 1 KiB
+ *                    into A (a pitch of 4 KiB)
  *   fork             A evicted, then fork; the child does no CUDA and
  *                    exits; the parent fetches A back
  *   export           A evicted, then cudaIpcGetMemHandle(A); when it
@@ -250,6 +252,23 @@ static void queued_order(const char *mode)
         add(A, s2, 1, false);
     } else if (is(mode, "unknown-layout")) {
         add(A, s2, 1, true);
+    } else if (is(mode, "unrecorded-copy2d")) {
+        static uint32_t rows[16][256];          /* pageable */
+        const size_t at = 262144, pitch = 1024; /* words into A; words a row */
+        for (size_t r = 0; r < 16; r++)
+            for (size_t i = 0; i < 256; i++)
+                rows[r][i] = want[A][at + r * pitch + i] = 0xd0000000u + (uint32_t)(r << 8 | i);
+        CUDA_MEMCPY2D c;
+        memset(&c, 0, sizeof c);
+        c.srcMemoryType = CU_MEMORYTYPE_HOST;
+        c.srcHost = rows;
+        c.srcPitch = sizeof rows[0];
+        c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+        c.dstDevice = (CUdeviceptr)(uintptr_t)blk[A] + at * 4;
+        c.dstPitch = pitch * 4;
+        c.WidthInBytes = sizeof rows[0];
+        c.Height = 16;
+        check(cuMemcpy2DAsync(&c, s2), "cuMemcpy2DAsync");
     } else if (is(mode, "unrecorded-set")) {
         const size_t at = 4097, n = 4096; /* words into A */
         for (size_t i = 0; i < n; i++)
@@ -490,7 +509,7 @@ int main(int argc, char **argv)
     start();
     if (!is(mode, "unsafe-unmap")) printf("backing: %s\n", backing(blk[A]));
     if (is(mode, "queued-victim") || is(mode, "unknown-layout") || is(mode, "unrecorded-copy") ||
-        is(mode, "unrecorded-set"))
+        is(mode, "unrecorded-set") || is(mode, "unrecorded-copy2d"))
         queued_order(mode);
     else if (is(mode, "queued-fetch"))
         queued_fetch_order();
