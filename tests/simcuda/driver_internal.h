@@ -295,6 +295,10 @@ SIM_INTERNAL CUresult sim_drv_builtin_run(int b, const struct sim_builtin_args *
 /* Writes n elements of `width` (1, 2 or 4) bytes of value at dst. */
 SIM_INTERNAL void sim_drv_fill(CUdeviceptr dst, unsigned value, unsigned width, size_t n);
 
+/* The parameter layout of a live function of a loaded module, NULL for
+ * any other handle (driver_module.c). Takes sim_drv_lock. */
+SIM_INTERNAL const struct sim_kernel *sim_drv_function_layout(CUfunction f);
+
 /* ---- queued work (driver_queue.c) ---- */
 
 /* Work issued on stream s is queued when s is held or still has queued

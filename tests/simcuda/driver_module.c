@@ -231,6 +231,12 @@ static void launch_touch(unsigned dev, const struct sim_kernel *k, void **params
     sim_unlock();
 }
 
+const struct sim_kernel *sim_drv_function_layout(CUfunction f)
+{
+    int dead, builtin;
+    return function_layout(f, &dead, &builtin);
+}
+
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                        unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params,
                        void **extra)

@@ -491,3 +491,38 @@ Test(simvmmhost, a_2d_copy_lands_row_by_row_in_stream_order)
     c.Height = 2, c.dstPitch = 16; /* a pitch below the width */
     FAILS(cuMemcpy2D(&c), CUDA_ERROR_INVALID_VALUE);
 }
+
+Test(simvmmhost, a_graph_runs_its_kernel_nodes_in_order_on_the_stream)
+{
+    init_builtins();
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr p;
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuMemsetD32(p, 1, 1024));
+    uint64_t count = 1024;
+    uint32_t value = 10;
+    void *params[] = {&p, &count, &value};
+    CUDA_KERNEL_NODE_PARAMS k;
+    memset(&k, 0, sizeof(k));
+    k.func = g_add;
+    k.gridDimX = 4, k.gridDimY = k.gridDimZ = 1;
+    k.blockDimX = 256, k.blockDimY = k.blockDimZ = 1;
+    k.kernelParams = params;
+    CUgraph g;
+    CUgraphNode n1, n2;
+    CUgraphExec e;
+    OK(cuGraphCreate(&g, 0));
+    OK(cuGraphAddKernelNode(&n1, g, NULL, 0, &k));
+    value = 100; /* the node kept its own copy: the second adds 100 */
+    OK(cuGraphAddKernelNode(&n2, g, &n1, 1, &k));
+    OK(cuGraphInstantiate(&e, g, 0));
+    OK(cuGraphDestroy(g));
+    cr_assert_eq(simcuda_stream_hold(s, 1), 0);
+    OK(cuGraphLaunch(e, s));
+    cr_expect_eq(simcuda_queued_launches(), 2);
+    cr_expect_eq(word_at(p), 1);
+    OK(cuStreamSynchronize(s));
+    cr_expect_eq(word_at(p + 4092), 111);
+    OK(cuGraphExecDestroy(e));
+}
