@@ -227,6 +227,10 @@ static void expect_queued_fetch(const struct orders *o)
 BOTH_ENGINES(a_fetch_of_a_block_with_queued_work_of_unknown_layout, "queued-fetch",
              expect_queued_fetch)
 
+/* 6d. A graph launch (one kernel node over A) queued on S2: the shim sees
+ * the graph, not its kernel, so it counts as touching every block. */
+BOTH_ENGINES(a_graph_launch_queued_over_the_victim, "graph-victim", expect_queued_order)
+
 /* 4. fork with A evicted: the child does no CUDA and exits; the parent
  * fetches A back. */
 static void expect_fork(const struct orders *o)

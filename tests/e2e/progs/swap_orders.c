@@ -22,6 +22,9 @@
  *   unrecorded-set   the same with a cuMemsetD32Async of 16 KiB into A
  *   unrecorded-copy2d  the same with a cuMemcpy2DAsync of 16 rows of 1 KiB
  *                    into A (a pitch of 4 KiB)
+ *   graph-victim     the same with a graph (one kernel node over A)
+ *                    launched on S2: the shim sees the graph launch, not
+ *                    its kernel
  *   fork             A evicted, then fork; the child does no CUDA and
  *                    exits; the parent fetches A back
  *   export           A evicted, then cudaIpcGetMemHandle(A); when it
@@ -252,6 +255,27 @@ static void queued_order(const char *mode)
         add(A, s2, 1, false);
     } else if (is(mode, "unknown-layout")) {
         add(A, s2, 1, true);
+    } else if (is(mode, "graph-victim")) {
+        CUgraph g;
+        CUgraphNode node;
+        CUgraphExec exec;
+        CUdeviceptr p = (CUdeviceptr)(uintptr_t)blk[A];
+        uint64_t count = WORDS;
+        uint32_t value = 1;
+        void *params[] = {&p, &count, &value};
+        CUDA_KERNEL_NODE_PARAMS k;
+        memset(&k, 0, sizeof k);
+        k.func = add_fn;
+        k.gridDimX = WORDS / 256, k.gridDimY = k.gridDimZ = 1;
+        k.blockDimX = 256, k.blockDimY = k.blockDimZ = 1;
+        k.kernelParams = params;
+        if (check(cuGraphCreate(&g, 0), "cuGraphCreate") ||
+            check(cuGraphAddKernelNode(&node, g, NULL, 0, &k), "cuGraphAddKernelNode") ||
+            check(cuGraphInstantiate(&exec, g, 0), "cuGraphInstantiate"))
+            setup_fail("graph", 0);
+        if (!check(cuGraphLaunch(exec, s2), "cuGraphLaunch"))
+            for (size_t i = 0; i < WORDS; i++)
+                want[A][i] += value;
     } else if (is(mode, "unrecorded-copy2d")) {
         static uint32_t rows[16][256];          /* pageable */
         const size_t at = 262144, pitch = 1024; /* words into A; words a row */
@@ -509,7 +533,7 @@ int main(int argc, char **argv)
     start();
     if (!is(mode, "unsafe-unmap")) printf("backing: %s\n", backing(blk[A]));
     if (is(mode, "queued-victim") || is(mode, "unknown-layout") || is(mode, "unrecorded-copy") ||
-        is(mode, "unrecorded-set") || is(mode, "unrecorded-copy2d"))
+        is(mode, "unrecorded-set") || is(mode, "unrecorded-copy2d") || is(mode, "graph-victim"))
         queued_order(mode);
     else if (is(mode, "queued-fetch"))
         queued_fetch_order();
