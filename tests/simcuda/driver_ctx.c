@@ -96,6 +96,7 @@ static void ctx_teardown(struct sim_ctx *c)
             free(im);
         }
     }
+    sim_drv_queue_drop_locked(); /* its queued work dies with it (driver_queue.c) */
     struct host_alloc *h, *htmp;
     HASH_ITER(hh, sim_drv_host, h, htmp)
     {
@@ -262,7 +263,7 @@ CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
 {
     ENTER();
     if (!ctx_or_current(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-    sim_drv_queue_complete(NULL, 1); /* driver_queue.c */
+    sim_drv_queue_sync_all(); /* driver_queue.c */
     return CUDA_SUCCESS;
 }
 

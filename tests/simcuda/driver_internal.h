@@ -271,31 +271,78 @@ SIM_INTERNAL int sim_drv_vmm_host_create(size_t size);
  * there); MAP_FAILED on failure. */
 SIM_INTERNAL void *sim_drv_vmm_host_map(int fd, size_t offset, size_t size, CUdeviceptr at);
 
+/* ---- builtin kernels (driver_kernels.c) ---- */
+
+/* What a builtin kernel's launch passed (its parameters, taken at launch). */
+struct sim_builtin_args {
+    uint64_t ptr;   /* the words it works on */
+    uint64_t count; /* how many 32-bit words */
+    uint32_t value;
+};
+struct sim_kernel;
+/* The builtin a kernel of this name is (SIM_BUILTIN_*), 0 for none. */
+SIM_INTERNAL int sim_drv_builtin_of(const char *name);
+/* Whether cuFuncGetParamInfo refuses builtin b (its layout is hidden). */
+SIM_INTERNAL int sim_drv_builtin_opaque(int b);
+/* Reads builtin b's parameters from a launch's params or extra buffer
+ * (layout k). Returns 0, or -1 when they cannot be read. */
+SIM_INTERNAL int sim_drv_builtin_args(int b, const struct sim_kernel *k, void **params,
+                                      void **extra, struct sim_builtin_args *out);
+/* Runs builtin b on the memory as mapped now. Returns CUDA_SUCCESS, or
+ * CUDA_ERROR_ILLEGAL_ADDRESS when its range is not valid device memory (the
+ * kernel faulted). Takes sim_drv_lock (range checks). */
+SIM_INTERNAL CUresult sim_drv_builtin_run(int b, const struct sim_builtin_args *a);
+/* Writes n elements of `width` (1, 2 or 4) bytes of value at dst. */
+SIM_INTERNAL void sim_drv_fill(CUdeviceptr dst, unsigned value, unsigned width, size_t n);
+
+/* The parameter layout of a live function of a loaded module, NULL for
+ * any other handle (driver_module.c). Takes sim_drv_lock. */
+SIM_INTERNAL const struct sim_kernel *sim_drv_function_layout(CUfunction f);
+
 /* ---- queued work (driver_queue.c) ---- */
 
-struct sim_kernel;
-/* A launch on stream s: kept queued (its parameter words recorded) when s
- * is held, else nothing. Takes sim_drv_lock. */
-SIM_INTERNAL void sim_drv_queue_launch(CUstream s, const struct sim_kernel *k, void **params,
-                                       void **extra);
-/* The queued kernels of stream s (of every stream when all) complete.
- * Takes sim_drv_lock. */
-SIM_INTERNAL void sim_drv_queue_complete(CUstream s, int all);
-/* Whether stream s has queued kernels. Takes sim_drv_lock. */
+/* Work issued on stream s is queued when s is held or still has queued
+ * work (stream order); each of these returns 1 when it queued the work (its
+ * effect comes at completion), 0 when the caller does it now. All take
+ * sim_drv_lock. A kernel launch (builtin b with args, or 0): its parameter
+ * words are recorded as what it may touch. */
+SIM_INTERNAL int sim_drv_queue_launch(CUstream s, const struct sim_kernel *k, int builtin,
+                                      const struct sim_builtin_args *args, void **params,
+                                      void **extra);
+/* An asynchronous copy of n bytes; stage: take the source's bytes now (a
+ * pageable source, which the driver stages before returning). */
+SIM_INTERNAL int sim_drv_queue_copy(CUstream s, CUdeviceptr dst, CUdeviceptr src, size_t n,
+                                    int stage);
+/* An asynchronous set of n elements of `width` bytes. */
+SIM_INTERNAL int sim_drv_queue_set(CUstream s, CUdeviceptr dst, unsigned value, unsigned width,
+                                   size_t n);
+/* cuStreamWaitEvent: s's later work waits for stream `on`'s work up to
+ * sequence upto (an event's `after`). Takes sim_drv_lock. */
+SIM_INTERNAL void sim_drv_queue_wait(CUstream s, CUstream on, uint64_t upto);
+/* The host waits for stream s's queued work (all streams' with
+ * sync_all; s's up to `upto` with sync_upto), and what it depends on:
+ * it completes now. Take sim_drv_lock; effects run without it. */
+SIM_INTERNAL void sim_drv_queue_sync(CUstream s);
+SIM_INTERNAL void sim_drv_queue_sync_all(void);
+SIM_INTERNAL void sim_drv_queue_sync_upto(CUstream s, uint64_t upto);
+/* Whether no stream is held and nothing is queued (a hint read without
+ * the lock: the common case stays off it). */
+SIM_INTERNAL int sim_drv_queue_idle(void);
+/* Whether stream s has queued work. Takes sim_drv_lock. */
 SIM_INTERNAL int sim_drv_queue_busy(CUstream s);
-/* The sequence number of the last kernel queued on s, 0 when none (what an
+/* The sequence number of the last work queued on s, 0 when none (what an
  * event recorded there now follows). Caller holds sim_drv_lock. */
 SIM_INTERNAL uint64_t sim_drv_queue_tail_locked(CUstream s);
-/* Whether every kernel queued on s up to sequence `upto` has completed.
+/* Whether every work queued on s up to sequence `upto` has completed.
  * Caller holds sim_drv_lock. */
 SIM_INTERNAL int sim_drv_queue_done_locked(CUstream s, uint64_t upto);
-/* Completes the kernels queued on s up to sequence `upto`. Caller holds
- * sim_drv_lock. */
-SIM_INTERNAL void sim_drv_queue_complete_upto_locked(CUstream s, uint64_t upto);
-/* The mappings of the reservation [lo, lo + size) are being unmapped: if a
- * queued kernel may touch it, the context faults (driver_queue.c). Caller
+/* The mappings of the reservation [lo, lo + size) are being unmapped: if
+ * queued work may touch it, the context faults (driver_queue.c). Caller
  * holds sim_drv_lock. */
 SIM_INTERNAL void sim_drv_queue_unmapped_locked(CUdeviceptr lo, size_t size);
+/* Drops all queued work and holds (a context's end). Caller holds
+ * sim_drv_lock. */
+SIM_INTERNAL void sim_drv_queue_drop_locked(void);
 /* Forgets queued work and holds in a fork child. */
 SIM_INTERNAL void sim_drv_queue_fork_child(void);
 

@@ -170,6 +170,7 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
     uint64_t off;
     int dev = sim_window_of((uintptr_t)dptr, &off);
     if (!dptr || dev < 0) return CUDA_ERROR_INVALID_VALUE;
+    sim_drv_queue_sync_all(); /* a free waits for the device (driver_queue.c) */
     if (sim_free((unsigned)dev, off) == SIM_OK) return CUDA_SUCCESS;
     return sim_drv_import_free(dptr) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }

@@ -37,6 +37,7 @@ struct sim_function {
     struct obj o;
     struct sim_module *mod;
     const struct sim_kernel *k; /* in mod->img */
+    int builtin;                /* driver_kernels.c: a kernel the simulator runs */
     int dead;
 };
 
@@ -123,6 +124,7 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const cha
             if (f) {
                 f->mod = m;
                 f->k = k;
+                f->builtin = sim_drv_builtin_of(k->name);
                 if (sim_drv_obj_add(&f->o, OBJ_FUNCTION) < 0) {
                     free(f);
                     f = NULL;
@@ -142,12 +144,13 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const cha
 /* The layout of a live function of a loaded module (layouts are immutable
  * and never freed, so the pointer stays valid without the lock); NULL for
  * any other handle. *dead is set for a function of an unloaded module. */
-static const struct sim_kernel *function_layout(CUfunction f, int *dead)
+static const struct sim_kernel *function_layout(CUfunction f, int *dead, int *builtin)
 {
     pthread_mutex_lock(&sim_drv_lock);
     struct sim_function *fn = (struct sim_function *)sim_drv_obj_find(f, OBJ_FUNCTION);
     const struct sim_kernel *k = fn && !fn->dead ? fn->k : NULL;
     *dead = fn && fn->dead;
+    *builtin = k ? fn->builtin : 0;
     pthread_mutex_unlock(&sim_drv_lock);
     return k;
 }
@@ -156,17 +159,18 @@ CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *
                                     size_t *paramSize)
 {
     ENTER();
-    int dead;
-    const struct sim_kernel *k = function_layout(func, &dead);
+    int dead, builtin;
+    const struct sim_kernel *k = function_layout(func, &dead, &builtin);
     if (!k) return CUDA_ERROR_INVALID_HANDLE;
     if (sim_drv_fault(SIMCUDA_FAULT_PARAM_INFO)) return CUDA_ERROR_NOT_SUPPORTED;
+    if (sim_drv_builtin_opaque(builtin)) return CUDA_ERROR_NOT_SUPPORTED; /* driver_kernels.c */
     if ((!paramOffset && !paramSize) || paramIndex >= k->nparams) return CUDA_ERROR_INVALID_VALUE;
     if (paramOffset) *paramOffset = k->params[paramIndex].offset;
     if (paramSize) *paramSize = k->params[paramIndex].size;
     return CUDA_SUCCESS;
 }
 
-/* ---- kernels: recorded, never executed ---- */
+/* ---- kernels: recorded, never executed (but builtins: driver_kernels.c) ---- */
 
 #define TOUCH_MAX 256 /* distinct managed allocations looked at per launch */
 
@@ -228,6 +232,12 @@ static void launch_touch(unsigned dev, const struct sim_kernel *k, void **params
     sim_unlock();
 }
 
+const struct sim_kernel *sim_drv_function_layout(CUfunction f)
+{
+    int dead, builtin;
+    return function_layout(f, &dead, &builtin);
+}
+
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                        unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params,
                        void **extra)
@@ -239,8 +249,8 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     /* A function of a loaded module brings its layout; any other non-NULL
      * handle is accepted and recorded without one (the simulated runtime's
      * kernels whose image could not be loaded). */
-    int dead;
-    const struct sim_kernel *k = function_layout(f, &dead);
+    int dead, builtin;
+    const struct sim_kernel *k = function_layout(f, &dead, &builtin);
     if (dead) return CUDA_ERROR_INVALID_HANDLE;
     if (!gx || !gy || !gz || !bx || !by || !bz || (params && extra))
         return CUDA_ERROR_INVALID_VALUE;
@@ -248,7 +258,14 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     if (r != CUDA_SUCCESS) return r;
     if (sim_drv_fault(SIMCUDA_FAULT_LAUNCH)) return CUDA_ERROR_LAUNCH_FAILED;
     launch_touch(c->dev, k, params, extra);
-    sim_drv_queue_launch(s, k, params, extra);
+    struct sim_builtin_args args;
+    if (builtin && sim_drv_builtin_args(builtin, k, params, extra, &args)) builtin = 0;
+    if (!sim_drv_queue_launch(s, k, builtin, builtin ? &args : NULL, params, extra) && builtin &&
+        sim_drv_builtin_run(builtin, &args) != CUDA_SUCCESS) {
+        pthread_mutex_lock(&sim_drv_lock);
+        sim_drv_sticky = CUDA_ERROR_ILLEGAL_ADDRESS; /* the kernel faulted (driver_kernels.c) */
+        pthread_mutex_unlock(&sim_drv_lock);
+    }
     pthread_mutex_lock(&sim_drv_lock);
     struct simcuda_launch *l = &g_launches[sim_drv_launch_count % LAUNCH_LOG];
     l->func = (void *)f;

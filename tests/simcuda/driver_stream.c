@@ -1,10 +1,10 @@
 /*
- * driver_stream.c: streams and events. All work is synchronous, so a
- * stream or an event only needs to exist: streams are validated, queries
- * and synchronisations succeed at once, an event records the time of its
- * cuEventRecord for cuEventElapsedTime. Both belong to the context current
- * at their creation and go with it (driver_ctx.c). Interprocess event
- * handles are driver_ipc.c.
+ * driver_stream.c: streams and events. Work is synchronous unless a test
+ * holds a stream (driver_queue.c, which owns queries, waits and
+ * synchronisations of queued work); an event records the time of its
+ * cuEventRecord for cuEventElapsedTime and the queued work it follows. Both belong to the context
+ * current at their creation and go with it (driver_ctx.c). Interprocess event handles are
+ * driver_ipc.c.
  */
 #include "driver_internal.h"
 
@@ -71,7 +71,7 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
 {
     ENTER();
     CUresult r = sim_drv_check_stream(hStream);
-    if (r == CUDA_SUCCESS) sim_drv_queue_complete(hStream, 0); /* driver_queue.c */
+    if (r == CUDA_SUCCESS) sim_drv_queue_sync(hStream); /* driver_queue.c */
     return r;
 }
 CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
@@ -136,9 +136,11 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned in
     CUresult r = sim_drv_check_stream(hStream);
     if (r != CUDA_SUCCESS) return r;
     (void)Flags;
-    r = sim_drv_check_event(hEvent, NULL);
-    if (r == CUDA_SUCCESS) count_wait(hStream);
-    return r;
+    struct sim_event e;
+    if ((r = sim_drv_check_event(hEvent, &e)) != CUDA_SUCCESS) return r;
+    if (e.after) sim_drv_queue_wait(hStream, e.stream, e.after); /* driver_queue.c */
+    count_wait(hStream);
+    return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -198,7 +200,7 @@ CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     return cuEventRecord(hEvent, hStream);
 }
 
-/* Complete unless recorded after kernels still queued (driver_queue.c). */
+/* Complete unless recorded after work still queued (driver_queue.c). */
 CUresult CUDAAPI cuEventQuery(CUevent hEvent)
 {
     ENTER();
@@ -210,15 +212,14 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent)
     return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
-/* Completes the queued kernels the event follows (driver_queue.c). */
+/* Completes the queued work the event follows (driver_queue.c). */
 CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
 {
     ENTER();
-    pthread_mutex_lock(&sim_drv_lock);
-    struct sim_event *e = (struct sim_event *)sim_drv_obj_find(hEvent, OBJ_EVENT);
-    if (e && e->after) sim_drv_queue_complete_upto_locked(e->stream, e->after);
-    pthread_mutex_unlock(&sim_drv_lock);
-    return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    struct sim_event e;
+    if (sim_drv_check_event(hEvent, &e) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_HANDLE;
+    sim_drv_queue_sync_upto(e.stream, e.after);
+    return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)

@@ -158,6 +158,17 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync, 2000, 0)                                               \
     X(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2, 3020, 0)                                            \
     X(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2_ptsz, 7000, 1)                                       \
+    X(cuGraphCreate, cuGraphCreate, 10000, 0)                                                      \
+    X(cuGraphDestroy, cuGraphDestroy, 10000, 0)                                                    \
+    X(cuGraphAddKernelNode, cuGraphAddKernelNode_v2, 12000, 0)                                     \
+    X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0)                          \
+    X(cuGraphExecDestroy, cuGraphExecDestroy, 10000, 0)                                            \
+    X(cuGraphLaunch, cuGraphLaunch, 10000, 0)                                                      \
+    X(cuGraphLaunch, cuGraphLaunch_ptsz, 10000, 1)                                                 \
+    X(cuMemcpy2D, cuMemcpy2D_v2, 3020, 0)                                                          \
+    X(cuMemcpy2DUnaligned, cuMemcpy2DUnaligned_v2, 3020, 0)                                        \
+    X(cuMemcpy2DAsync, cuMemcpy2DAsync_v2, 3020, 0)                                                \
+    X(cuMemcpy2DAsync, cuMemcpy2DAsync_v2_ptsz, 7000, 1)                                           \
     X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync, 3000, 0)                                               \
     X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync_v2, 3020, 0)                                            \
     X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync_v2_ptsz, 7000, 1)                                       \

@@ -107,7 +107,8 @@ struct simcuda_stats {
     uint64_t proc_pool_imports; /* successful cuMemPoolImportPointer calls, repeats included */
 };
 
-/* A recorded kernel launch (kernels are never executed). */
+/* A recorded kernel launch (kernels are never executed, but for the
+ * builtins of SIMCUDA_BUILTIN_PTX). */
 struct simcuda_launch {
     void *func;
     unsigned int grid[3];
@@ -167,6 +168,32 @@ struct simcuda_param {
     uint32_t size;
 };
 
+/* The kernels the simulator runs (driver_kernels.c), as PTX for
+ * cuModuleLoadData; the same PTX runs on a device. Parameters (u32 *p, u64
+ * count, u32 value): p[i] += value for i < count, one thread per word.
+ * simcuda_add_u32_opaque is the same kernel, but the simulator's
+ * cuFuncGetParamInfo refuses it (CUDA_ERROR_NOT_SUPPORTED): a kernel whose
+ * launches an interposer cannot read. */
+#define SIMCUDA_ADD_U32_PTX_ENTRY(NAME)                                                            \
+    ".visible .entry " NAME "(\n"                                                                  \
+    "\t.param .u64 " NAME "_param_0,\n"                                                            \
+    "\t.param .u64 " NAME "_param_1,\n"                                                            \
+    "\t.param .u32 " NAME "_param_2\n"                                                             \
+    ")\n{\n"                                                                                       \
+    "\t.reg .pred %p<2>;\n\t.reg .b32 %r<6>;\n\t.reg .b64 %rd<8>;\n"                               \
+    "\tld.param.u64 %rd1, [" NAME "_param_0];\n"                                                   \
+    "\tld.param.u64 %rd2, [" NAME "_param_1];\n"                                                   \
+    "\tld.param.u32 %r1, [" NAME "_param_2];\n"                                                    \
+    "\tmov.u32 %r2, %ctaid.x;\n\tmov.u32 %r3, %ntid.x;\n\tmov.u32 %r4, %tid.x;\n"                  \
+    "\tmul.wide.u32 %rd3, %r2, %r3;\n\tcvt.u64.u32 %rd4, %r4;\n\tadd.s64 %rd3, %rd3, %rd4;\n"      \
+    "\tsetp.ge.u64 %p1, %rd3, %rd2;\n\t@%p1 bra $L_" NAME "_done;\n"                               \
+    "\tcvta.to.global.u64 %rd5, %rd1;\n\tshl.b64 %rd6, %rd3, 2;\n\tadd.s64 %rd7, %rd5, %rd6;\n"    \
+    "\tld.global.u32 %r5, [%rd7];\n\tadd.s32 %r5, %r5, %r1;\n\tst.global.u32 [%rd7], %r5;\n"       \
+    "$L_" NAME "_done:\n\tret;\n}\n"
+#define SIMCUDA_BUILTIN_PTX                                                                        \
+    ".version 8.0\n.target sm_90\n.address_size 64\n\n" SIMCUDA_ADD_U32_PTX_ENTRY(                 \
+        "simcuda_add_u32") SIMCUDA_ADD_U32_PTX_ENTRY("simcuda_add_u32_opaque")
+
 #if defined(__GNUC__)
 #define SIMCUDA_API __attribute__((visibility("default")))
 #else
@@ -210,13 +237,15 @@ SIMCUDA_API int simcuda_managed_residency(const void *ptr, struct simcuda_reside
  * Returns 0, or -1 for an unknown stream or too many holds. */
 SIMCUDA_API int simcuda_stream_hold(void *stream, int on);
 
-/* Kernels queued (on held streams) in this process now. */
+/* Kernels queued (on held streams, or behind them) in this process now. */
 SIMCUDA_API unsigned simcuda_queued_launches(void);
 
 /* How many cuStreamWaitEvent calls this process made with stream as the
  * waiting stream (NULL and CU_STREAM_LEGACY count as one; at most 64
  * streams are counted, the rest answer 0). */
 SIMCUDA_API unsigned long simcuda_stream_waits(void *stream);
+/* Kernels, copies and sets queued in this process now. */
+SIMCUDA_API unsigned simcuda_queued_work(void);
 
 /* Removes the shared-memory objects of machine `name` (NULL: the one named
  * by SIMCUDA_MACHINE, else "default") for the calling user. Processes that

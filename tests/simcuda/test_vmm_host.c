@@ -318,3 +318,211 @@ Test(simvmmhost, a_queued_kernel_of_unknown_layout_may_touch_any_range)
     CUdeviceptr p;
     FAILS(cuMemAlloc(&p, 4096), CUDA_ERROR_ILLEGAL_ADDRESS);
 }
+
+/* ---- work that completes later: builtin kernels, copies, sets, waits ---- */
+
+static CUfunction g_add, g_add_opaque;
+
+static void init_builtins(void)
+{
+    init0();
+    CUmodule mod;
+    OK(cuModuleLoadData(&mod, SIMCUDA_BUILTIN_PTX));
+    OK(cuModuleGetFunction(&g_add, mod, "simcuda_add_u32"));
+    OK(cuModuleGetFunction(&g_add_opaque, mod, "simcuda_add_u32_opaque"));
+}
+
+static void add_on(CUfunction f, CUstream s, CUdeviceptr p, uint64_t count, uint32_t value)
+{
+    void *params[] = {&p, &count, &value};
+    OK(cuLaunchKernel(f, (unsigned)((count + 255) / 256), 1, 1, 256, 1, 1, 0, s, params, NULL));
+}
+
+static uint32_t word_at(CUdeviceptr p)
+{
+    uint32_t w = 0;
+    OK(cuMemcpyDtoH(&w, p, 4));
+    return w;
+}
+
+Test(simvmmhost, a_builtin_kernel_runs_when_it_completes)
+{
+    init_builtins();
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr p;
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuMemsetD32(p, 10, 1024));
+    add_on(g_add, s, p, 1024, 5);
+    cr_expect_eq(word_at(p + 4092), 15, "not held: it ran at once");
+    cr_assert_eq(simcuda_stream_hold(s, 1), 0);
+    add_on(g_add, s, p, 1024, 100);
+    cr_expect_eq(word_at(p), 15, "queued: not run yet");
+    cr_assert_eq(simcuda_stream_hold(s, 0), 0);
+    cr_expect_eq(word_at(p), 115, "the release completed it");
+    size_t off = 0, size = 0;
+    OK(cuFuncGetParamInfo(g_add, 2, &off, &size));
+    cr_expect(off == 16 && size == 4);
+    FAILS(cuFuncGetParamInfo(g_add_opaque, 0, &off, &size), CUDA_ERROR_NOT_SUPPORTED);
+    add_on(g_add_opaque, NULL, p, 1, 1);
+    cr_expect_eq(word_at(p), 116);
+}
+
+Test(simvmmhost, an_async_copy_on_a_held_stream_lands_when_it_completes)
+{
+    init_builtins();
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr p;
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuMemsetD32(p, 0, 1024));
+    cr_assert_eq(simcuda_stream_hold(s, 1), 0);
+    static uint32_t src[1024];
+    for (unsigned i = 0; i < 1024; i++)
+        src[i] = 7;
+    OK(cuMemcpyHtoDAsync(p, src, sizeof(src), s));
+    src[0] = 8; /* pageable: staged at the call, as the driver does */
+    OK(cuMemsetD32Async(p + 8, 9, 1, s));
+    cr_expect_eq(simcuda_queued_work(), 2);
+    cr_expect_eq(simcuda_queued_launches(), 0);
+    cr_expect_eq(word_at(p), 0, "queued: not copied yet");
+    OK(cuStreamSynchronize(s));
+    cr_expect_eq(word_at(p), 7);
+    cr_expect_eq(word_at(p + 4), 7);
+    cr_expect_eq(word_at(p + 8), 9, "the set ran after the copy, in stream order");
+}
+
+/* What an engine's eviction does: its copy stream waits for the event
+ * recorded after the kernel that uses the block, then copies; the copy sees
+ * the kernel's effect, however the host waits for it. */
+Test(simvmmhost, a_stream_waiting_on_an_event_queues_its_work_behind_it)
+{
+    init_builtins();
+    CUstream s, copier;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&copier, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr a, b;
+    OK(cuMemAlloc(&a, 4096));
+    OK(cuMemAlloc(&b, 4096));
+    OK(cuMemsetD32(a, 1, 1024));
+    CUevent e;
+    OK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    cr_assert_eq(simcuda_stream_hold(s, 1), 0);
+    add_on(g_add, s, a, 1024, 2);
+    OK(cuEventRecord(e, s));
+    OK(cuStreamWaitEvent(copier, e, 0));
+    OK(cuMemcpyDtoDAsync(b, a, 4096, copier));
+    FAILS(cuStreamQuery(copier), CUDA_ERROR_NOT_READY);
+    cr_expect_eq(simcuda_queued_work(), 2, "the kernel and the copy behind it");
+    OK(cuStreamSynchronize(copier)); /* the host waits: the kernel finishes first */
+    cr_expect_eq(word_at(b + 100), 3, "the copy saw the kernel's effect");
+    cr_expect_eq(simcuda_queued_work(), 0);
+    /* The same, completed by releasing the held stream. */
+    add_on(g_add, s, a, 1024, 2);
+    OK(cuEventRecord(e, s));
+    OK(cuStreamWaitEvent(copier, e, 0));
+    OK(cuMemcpyDtoDAsync(b, a, 4096, copier));
+    cr_assert_eq(simcuda_stream_hold(s, 0), 0);
+    cr_expect_eq(word_at(b), 5);
+}
+
+Test(simvmmhost, unmapping_a_range_a_queued_copy_writes_kills_the_context)
+{
+    init_builtins();
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUmemAllocationProp pd = prop_at(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+    CUmemGenericAllocationHandle a;
+    OK(cuMemCreate(&a, GRAN, &pd, 0));
+    CUdeviceptr va = mapped(a, GRAN);
+    cr_assert_eq(simcuda_stream_hold(s, 1), 0);
+    static uint32_t src[16];
+    OK(cuMemcpyHtoDAsync(va + 64, src, sizeof(src), s));
+    OK(cuMemUnmap(va, GRAN));
+    CUdeviceptr p;
+    FAILS(cuMemAlloc(&p, 4096), CUDA_ERROR_ILLEGAL_ADDRESS);
+}
+
+Test(simvmmhost, a_free_waits_for_the_queued_work)
+{
+    init_builtins();
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr p, q;
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuMemAlloc(&q, 4096));
+    OK(cuMemsetD32(q, 0, 1024));
+    cr_assert_eq(simcuda_stream_hold(s, 1), 0);
+    add_on(g_add, s, q, 1024, 4);
+    OK(cuMemFree(p));
+    cr_expect_eq(simcuda_queued_work(), 0, "cudaFree synchronises the device");
+    cr_expect_eq(word_at(q), 4);
+}
+
+Test(simvmmhost, a_2d_copy_lands_row_by_row_in_stream_order)
+{
+    init_builtins();
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr p;
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuMemsetD32(p, 0, 1024));
+    static uint32_t rows[4][8];
+    for (unsigned r = 0; r < 4; r++)
+        for (unsigned i = 0; i < 8; i++)
+            rows[r][i] = r * 100 + i + 1;
+    CUDA_MEMCPY2D c;
+    memset(&c, 0, sizeof(c));
+    c.srcMemoryType = CU_MEMORYTYPE_HOST;
+    c.srcHost = rows;
+    c.srcPitch = sizeof(rows[0]);
+    c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.dstDevice = p + 64;
+    c.dstPitch = 256;
+    c.WidthInBytes = sizeof(rows[0]);
+    c.Height = 4;
+    cr_assert_eq(simcuda_stream_hold(s, 1), 0);
+    OK(cuMemcpy2DAsync(&c, s));
+    cr_expect_eq(simcuda_queued_work(), 4, "a piece of work a row");
+    cr_expect_eq(word_at(p + 64 + 3 * 256 + 28), 0);
+    cr_assert_eq(simcuda_stream_hold(s, 0), 0);
+    cr_expect_eq(word_at(p + 64 + 3 * 256 + 28), 308);
+    cr_expect_eq(word_at(p + 64 + 32), 0, "between the rows: untouched");
+    c.Height = 2, c.dstPitch = 16; /* a pitch below the width */
+    FAILS(cuMemcpy2D(&c), CUDA_ERROR_INVALID_VALUE);
+}
+
+Test(simvmmhost, a_graph_runs_its_kernel_nodes_in_order_on_the_stream)
+{
+    init_builtins();
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr p;
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuMemsetD32(p, 1, 1024));
+    uint64_t count = 1024;
+    uint32_t value = 10;
+    void *params[] = {&p, &count, &value};
+    CUDA_KERNEL_NODE_PARAMS k;
+    memset(&k, 0, sizeof(k));
+    k.func = g_add;
+    k.gridDimX = 4, k.gridDimY = k.gridDimZ = 1;
+    k.blockDimX = 256, k.blockDimY = k.blockDimZ = 1;
+    k.kernelParams = params;
+    CUgraph g;
+    CUgraphNode n1, n2;
+    CUgraphExec e;
+    OK(cuGraphCreate(&g, 0));
+    OK(cuGraphAddKernelNode(&n1, g, NULL, 0, &k));
+    value = 100; /* the node kept its own copy: the second adds 100 */
+    OK(cuGraphAddKernelNode(&n2, g, &n1, 1, &k));
+    OK(cuGraphInstantiate(&e, g, 0));
+    OK(cuGraphDestroy(g));
+    cr_assert_eq(simcuda_stream_hold(s, 1), 0);
+    OK(cuGraphLaunch(e, s));
+    cr_expect_eq(simcuda_queued_launches(), 2);
+    cr_expect_eq(word_at(p), 1);
+    OK(cuStreamSynchronize(s));
+    cr_expect_eq(word_at(p + 4092), 111);
+    OK(cuGraphExecDestroy(e));
+}

@@ -1,0 +1,313 @@
+/* test_swap_orders: host swap in the orders where a swap engine could lose
+ * bytes or kill the context (issue 45, item 6), each recreated exactly by
+ * progs/swap_orders.c on the simulator and run under both engines
+ * (IPCSHIM_SWAP_ENGINE=managed and vmm): three blocks of 4 MiB under a
+ * budget of 8 MiB, so that the kernels of the order's trigger must evict A.
+ * Every run ends with every byte checked against the program's mirror, no
+ * call answering 700, and a new cudaMalloc succeeding. Each test also
+ * asserts that its order really happened (the work was still queued when
+ * the trigger came, A was evicted), so that it keeps meaning something when
+ * the engine is rewritten; the unsafe-unmap case shows these checks catch
+ * an engine that unmaps under queued work.
+ *
+ * A shim that does not know IPCSHIM_SWAP_ENGINE runs the vmm cases on the
+ * managed engine; they then assert what managed must do. */
+#include "run.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void setup(void)
+{
+    run_setup("swap_orders");
+}
+TestSuite(swap_orders, .init = setup, .fini = run_cleanup, .timeout = 120);
+
+struct orders {
+    struct run_result r;
+    const char *mode, *engine;
+    char log[4096]; /* the shim's log: warnings and the stats lines */
+    bool vmm;       /* A is VMM-backed (else managed) */
+};
+
+/* Whether this shim has the engine option at all (its options table names
+ * every variable it reads). */
+static bool shim_knows_engine(void)
+{
+    const char *lib = getenv("IPCSHIM_LIB");
+    FILE *f = lib ? fopen(lib, "rb") : NULL;
+    if (!f) return false;
+    static char buf[1 << 16];
+    const char key[] = "IPCSHIM_swap_engine";
+    size_t keep = 0, n;
+    bool found = false;
+    while (!found && (n = fread(buf + keep, 1, sizeof buf - keep, f)) > 0) {
+        n += keep;
+        found = memmem(buf, n, key, sizeof key - 1) != NULL;
+        keep = sizeof key - 1;
+        memmove(buf, buf + n - keep, keep);
+    }
+    fclose(f);
+    return found;
+}
+
+static const char *field(const struct orders *o, const char *key, char *buf, size_t len)
+{
+    const char *v = run_field(&o->r, key, buf, len);
+    cr_assert(v, "%s/%s: no \"%s\" line in:\n%s", o->mode, o->engine, key, o->r.out);
+    return v;
+}
+
+static long long num(const struct orders *o, const char *key)
+{
+    char buf[64];
+    return strtoll(field(o, key, buf, sizeof buf), NULL, 0);
+}
+
+static void expect_text(const struct orders *o, const char *key, const char *want)
+{
+    char buf[128];
+    const char *got = field(o, key, buf, sizeof buf);
+    cr_expect_str_eq(got, want, "%s/%s: %s is %s, expected %s\n%s", o->mode, o->engine, key, got,
+                     want, o->r.out);
+}
+
+/* The number after `key` in the shim's log (its stats lines). */
+static long long stat_of(const struct orders *o, const char *key)
+{
+    const char *at = strstr(o->log, key);
+    cr_assert(at, "%s/%s: no \"%s\" in the shim's log:\n%s", o->mode, o->engine, key, o->log);
+    return strtoll(at + strlen(key), NULL, 10);
+}
+
+static void run_order(struct orders *o, const char *mode, const char *engine)
+{
+    char log[256], env_log[300], env_engine[64];
+    snprintf(log, sizeof log, "/tmp/ipcshim-swap-orders-%d.log", (int)getpid());
+    unlink(log);
+    snprintf(env_log, sizeof env_log, "IPCSHIM_LOG_FILE=%s", log);
+    snprintf(env_engine, sizeof env_engine, "IPCSHIM_SWAP_ENGINE=%s", engine);
+    o->mode = mode, o->engine = engine;
+    run_prog(&o->r, "swap-orders", true,
+             ENV("IPCSHIM_DEVICE_BUDGET=8M", "IPCSHIM_SWAP_MIN_BYTES=2M", "IPCSHIM_STATS=1",
+                 "IPCSHIM_EXIT_WAIT=0", env_engine, env_log),
+             ARGS(mode));
+    o->log[0] = 0;
+    FILE *f = fopen(log, "r");
+    if (f) {
+        size_t n = fread(o->log, 1, sizeof o->log - 1, f);
+        o->log[n] = 0;
+        fclose(f);
+    }
+    unlink(log);
+    fprintf(stderr, "---- %s, IPCSHIM_SWAP_ENGINE=%s\n%s%s", mode, engine, o->r.out, o->log);
+    cr_assert_eq(o->r.status, 0, "%s/%s: status %d\n%s", mode, engine, o->r.status, o->r.out);
+    char buf[64];
+    const char *backing = field(o, "backing", buf, sizeof buf);
+    o->vmm = !strcmp(backing, "vmm");
+    if (!strcmp(engine, "vmm") && shim_knows_engine())
+        cr_expect(o->vmm, "%s: A is %s, not VMM-backed, with IPCSHIM_SWAP_ENGINE=vmm", mode,
+                  backing);
+    else
+        cr_expect_str_eq(backing, "managed", "%s/%s: A is %s", mode, engine, backing);
+    if (!strcmp(engine, "vmm") && !o->vmm)
+        fprintf(stderr,
+                "note: %s: this shim has no VMM engine; the vmm case ran on managed memory\n",
+                mode);
+}
+
+/* What every order must end with: every byte right, no 700, the context
+ * alive, the budget kept. */
+static void expect_intact(const struct orders *o)
+{
+    char a[64], b[64];
+    cr_expect_eq(num(o, "bad_words"), 0, "%s/%s: words differ from the mirror\n%s", o->mode,
+                 o->engine, o->r.out);
+    cr_expect_str_eq(field(o, "checksum", a, sizeof a), field(o, "want", b, sizeof b),
+                     "%s/%s: checksum", o->mode, o->engine);
+    cr_expect_eq(num(o, "final_malloc"), 0, "%s/%s: the context is dead\n%s", o->mode, o->engine,
+                 o->r.out);
+    expect_text(o, "saw_700", "no");
+    cr_expect_eq(num(o, "errors"), 0, "%s/%s: calls failed\n%s", o->mode, o->engine, o->r.out);
+    cr_expect_eq(stat_of(o, "over budget "), 0, "%s/%s: over budget", o->mode, o->engine);
+}
+
+/* Orders 1-3: the work on S2 was queued when the kernels over B and C came,
+ * A was resident, and room had to be made. With managed memory A is moved
+ * to the host at once (harmless: pages migrate under a kernel). A VMM
+ * engine may evict A only by a remap, so only once that work is done: A is
+ * host-backed only with nothing queued (the simulator would also have
+ * faulted the context). */
+static void expect_queued_order(const struct orders *o)
+{
+    long long queued_before = num(o, "queued_before"); /* a 2D copy queues a piece a row */
+    cr_expect_geq(queued_before, 1, "%s/%s: the work over A was not queued", o->mode, o->engine);
+    expect_text(o, "a_before", "device");
+    cr_expect_geq(stat_of(o, "evictions "), 1, "%s/%s: nothing was evicted", o->mode, o->engine);
+    char buf[64];
+    const char *after = field(o, "a_after", buf, sizeof buf);
+    long long queued = num(o, "queued_after");
+    if (!o->vmm) {
+        cr_expect_str_eq(after, "host", "%s/%s: A was not the victim", o->mode, o->engine);
+        cr_expect_eq(queued, queued_before, "%s/%s: the work over A did not stay queued", o->mode,
+                     o->engine);
+    } else if (!strcmp(after, "host")) {
+        cr_expect_eq(queued, 0, "%s: A was remapped with work over it still queued", o->mode);
+    }
+    expect_intact(o);
+}
+
+#define BOTH_ENGINES(name, mode, check)                                                            \
+    Test(swap_orders, name##_managed)                                                              \
+    {                                                                                              \
+        static struct orders o;                                                                    \
+        run_order(&o, mode, "managed");                                                            \
+        check(&o);                                                                                 \
+    }                                                                                              \
+    Test(swap_orders, name##_vmm)                                                                  \
+    {                                                                                              \
+        static struct orders o;                                                                    \
+        run_order(&o, mode, "vmm");                                                                \
+        check(&o);                                                                                 \
+    }
+
+/* 1. A kernel still queued on another stream when its block is the victim;
+ * its effect (+1 on every word of A) must be in A's bytes. */
+BOTH_ENGINES(a_kernel_queued_on_another_stream_when_its_block_is_the_victim, "queued-victim",
+             expect_queued_order)
+
+/* 2. A launch the shim cannot read (cuFuncGetParamInfo refuses its
+ * function) queued over A when the eviction's copy and remap come. */
+static void expect_unknown_layout(const struct orders *o)
+{
+    cr_expect_geq(stat_of(o, "launches without a known layout "), 1,
+                  "%s/%s: the shim knew the launch's layout", o->mode, o->engine);
+    expect_queued_order(o);
+}
+BOTH_ENGINES(an_unknown_layout_launch_queued_over_the_victim, "unknown-layout",
+             expect_unknown_layout)
+
+/* 3. A cuMemcpyAsync of 64 KiB into A (today's host swap records no such
+ * copy) queued on S2; the copy's bytes must be in A. */
+BOTH_ENGINES(an_unrecorded_copy_queued_into_the_victim, "unrecorded-copy", expect_queued_order)
+
+/* 3b. The same with an asynchronous set (cuMemsetD32Async): its 16 KiB
+ * must be in A. */
+BOTH_ENGINES(an_unrecorded_set_queued_into_the_victim, "unrecorded-set", expect_queued_order)
+
+/* 3c. The same with a 2D copy (cuMemcpy2DAsync, 16 rows of 1 KiB). */
+BOTH_ENGINES(an_unrecorded_2d_copy_queued_into_the_victim, "unrecorded-copy2d", expect_queued_order)
+
+/* 6c. The fetch's side: A evicted and C freed (room for A: no eviction,
+ * whose wait would cover the fetch's), a kernel of unknown layout queued
+ * over A (reading the host copy over the link, or, with managed memory,
+ * faulting it in), then a launch over A that needs it fetched. A VMM
+ * engine may re-point A at device memory only once that kernel is done. */
+static void expect_queued_fetch(const struct orders *o)
+{
+    expect_text(o, "a_after", "host");
+    cr_expect_eq(num(o, "free_c"), 0);
+    expect_text(o, "a_at_queue", "host");
+    cr_expect_eq(num(o, "fetch_queued_before"), 1, "%s/%s: the kernel over A was not queued",
+                 o->mode, o->engine);
+    cr_expect_geq(stat_of(o, "launches without a known layout "), 1);
+    char buf[64], before[64];
+    const char *after = field(o, "a_after_fetch", buf, sizeof buf);
+    long long queued = num(o, "fetch_queued_after");
+    if (!o->vmm)
+        cr_expect_eq(queued, 1, "%s/%s: the kernel over A did not stay queued", o->mode, o->engine);
+    else if (!strcmp(after, "device") &&
+             strcmp(field(o, "a_before_fetch", before, sizeof before), "device"))
+        cr_expect_eq(queued, 0, "%s: A was remapped with work over it still queued", o->mode);
+    expect_intact(o);
+}
+BOTH_ENGINES(a_fetch_of_a_block_with_queued_work_of_unknown_layout, "queued-fetch",
+             expect_queued_fetch)
+
+/* 6d. A graph launch (one kernel node over A) queued on S2: the shim sees
+ * the graph, not its kernel, so it counts as touching every block. */
+BOTH_ENGINES(a_graph_launch_queued_over_the_victim, "graph-victim", expect_queued_order)
+
+/* 4. fork with A evicted: the child does no CUDA and exits; the parent
+ * fetches A back. */
+static void expect_fork(const struct orders *o)
+{
+    expect_text(o, "a_after", "host");
+    expect_text(o, "a_after_fork", "host");
+    cr_expect_eq(num(o, "child"), 0, "%s/%s: the child failed", o->mode, o->engine);
+    expect_intact(o);
+}
+BOTH_ENGINES(fork_with_blocks_evicted, "fork", expect_fork)
+
+/* 5. cudaIpcGetMemHandle on A while A is evicted. The managed engine
+ * refuses it (docs/swap.md, "Exported and imported blocks"); a VMM block
+ * exports, and the importer reads what the exporter wrote to A while it
+ * kept running kernels over all three blocks under the budget. */
+static void expect_export(const struct orders *o)
+{
+    expect_text(o, "a_after", "host");
+    if (!o->vmm) {
+        cr_expect_eq(num(o, "export"), 1, "%s/%s: expected cudaErrorInvalidValue", o->mode,
+                     o->engine);
+        cr_expect(strstr(o->log, "cudaIpcGetMemHandle") && strstr(o->log, "refused"),
+                  "%s/%s: no log line for the refusal:\n%s", o->mode, o->engine, o->log);
+    } else {
+        cr_expect_eq(num(o, "export"), 0, "%s: the export of a VMM block failed", o->mode);
+        cr_expect_eq(num(o, "import_open"), 0);
+        expect_text(o, "import_read", "ok");
+        cr_expect_eq(num(o, "import_close"), 0);
+        cr_expect_eq(num(o, "importer"), 0);
+    }
+    expect_intact(o);
+}
+BOTH_ENGINES(a_block_exported_while_evicted, "export", expect_export)
+
+/* 6a. cudaFree of A while a kernel over it is still queued (a free
+ * synchronises: the kernel completes first). */
+static void expect_free_queued(const struct orders *o)
+{
+    cr_expect_eq(num(o, "queued_before"), 1, "%s/%s: the kernel was not queued", o->mode,
+                 o->engine);
+    cr_expect_eq(num(o, "free"), 0, "%s/%s: cudaFree(A) failed", o->mode, o->engine);
+    cr_expect_eq(num(o, "queued_after_free"), 0);
+    expect_intact(o);
+}
+BOTH_ENGINES(a_free_of_a_block_with_queued_work, "free-queued", expect_free_queued)
+
+/* 6b. cudaDeviceReset with A evicted, then new blocks in a new context. The
+ * engine must forget the old context's blocks without calling the driver on
+ * them: a VMM engine that moved them would fault or fail; today's managed
+ * engine still prefetches them (the driver refuses: "prefetch failures")
+ * and counts them against the budget, which costs no byte. */
+static void expect_reset(const struct orders *o)
+{
+    expect_text(o, "a_after", "host");
+    cr_expect_eq(num(o, "reset"), 0);
+    long long stale = stat_of(o, "prefetch failures ");
+    if (o->vmm)
+        cr_expect_eq(stale, 0, "%s: moves of blocks the reset destroyed", o->mode);
+    else if (stale)
+        fprintf(stderr, "note: %s/%s: the managed engine moved %lld blocks the reset destroyed\n",
+                o->mode, o->engine, stale);
+    expect_intact(o);
+}
+BOTH_ENGINES(device_reset_with_blocks_evicted, "reset", expect_reset)
+
+/* What the checks above catch: an eviction by hand that unmaps a VMM range
+ * under a queued kernel (no shim). The context dies with 700, as on the
+ * H200, and the final allocation says so. */
+Test(swap_orders, unmapping_under_a_queued_kernel_is_what_the_checks_catch)
+{
+    struct orders o = {.mode = "unsafe-unmap", .engine = "none"};
+    run_prog(&o.r, "swap-orders", false, NULL, ARGS("unsafe-unmap"));
+    fprintf(stderr, "---- unsafe-unmap, no shim\n%s", o.r.out);
+    cr_assert_eq(o.r.status, 0, "status %d\n%s", o.r.status, o.r.out);
+    expect_text(&o, "backing", "vmm");
+    cr_expect_eq(num(&o, "queued_before"), 1);
+    expect_text(&o, "saw_700", "yes");
+    cr_expect_eq(num(&o, "final_malloc"), 700);
+    cr_expect_neq(num(&o, "bad_words"), 0, "the bytes cannot be right after the fault");
+}
