@@ -77,11 +77,18 @@ def test_whole_run_on_the_simulator_prints_the_validation_block():
                      "--free last --reset release", "--free last --reset ctx",
                      "--kind legacy --free last --reset device", "--kind legacy --free last --reset ctx"):
             check(f"| orders {args}: shim answers as the driver | pass |" in text, f"orders {args} in:\n{text}")
-        # --swap: the training loop keeps its checksum under each policy and
-        # budget, and every probe of the driver's move costs printed a line.
-        for policy in ("history", "lru"):
-            for over in ("1.5", "2"):
-                check(f"| swap: {policy} at {over}x, same checksum | pass |" in text, f"swap {policy} {over} in:\n{text}")
+        # --swap: the training loop, at both shapes, keeps its checksum under
+        # each engine and budget, the speed-up row is computed, and every
+        # probe of the driver's move costs printed a line.
+        for shape in ("x1", "x8"):
+            for engine in ("managed", "vmm"):
+                for over in ("1.5", "2"):
+                    row = f"| swap: train {shape}, {engine} at {over}x, same checksum | pass |"
+                    check(row in text, f"{row} in:\n{text}")
+            check(re.search(rf"\| swap: train {shape}, vmm over managed at 1.5x \| info \| [0-9.]+x \(issue 45 goal", text),
+                  f"speed-up row of train {shape} in:\n{text}")
+        check(re.search(r"\| swap: train x8, vmm at 1.5x, moves \| info \|.*VMM blocks [1-9]", text),
+              f"train x8's VMM blocks in:\n{text}")
         for probe in ("swap-move-256K", "swap-move-2048K", "swap-move-16384K", "swap-overlap", "swap-pattern",
                       "swap-pattern-side", "swap-duplex"):
             check(f"- **{probe}**:" in text, f"probe {probe} in:\n{text}")
