@@ -139,7 +139,7 @@ static uint64_t pointer_attribute(uint64_t ptr, CUpointer_attribute what)
     uint64_t value = 0; /* wide enough for every attribute asked here */
     void *into[] = {&value};
     return REAL(cuPointerGetAttributes) &&
-                   real_cuPointerGetAttributes(1, &what, into, (CUdeviceptr)ptr) == CUDA_SUCCESS
+                   do_cuPointerGetAttributes(1, &what, into, (CUdeviceptr)ptr) == CUDA_SUCCESS
                ? value
                : 0;
 }
@@ -191,7 +191,8 @@ static void note_export(const void *handle, uint64_t ptr, int kind)
                                   CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                                   CU_POINTER_ATTRIBUTE_BUFFER_ID};
     void *into[] = {&base, &size, &ctx, &device, &buffer_id};
-    if (real_cuPointerGetAttributes(5, what, into, (CUdeviceptr)ptr) != CUDA_SUCCESS || !base ||
+    /* do_: a swappable block's own range and context (shim/query.c), not its chunk's. */
+    if (do_cuPointerGetAttributes(5, what, into, (CUdeviceptr)ptr) != CUDA_SUCCESS || !base ||
         !size) {
         LOG_RATE(LOG_WARN, "cannot find the allocation of exported pointer %#llx; left untracked",
                  (unsigned long long)ptr);
