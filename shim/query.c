@@ -14,7 +14,6 @@
 #include "resolve.h"
 #include "swap_vmm.h"
 
-
 /* The VMM-backed block holding ptr, into *r. */
 static inline bool block_of(uint64_t ptr, struct swap_vmm_range *r)
 {
@@ -92,8 +91,7 @@ CUresult do_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUd
 CUresult do_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
                                    void **data, CUdeviceptr ptr)
 {
-    CUresult res =
-        CALL_REAL_DRIVER(cuPointerGetAttributes, (numAttributes, attributes, data, ptr));
+    CUresult res = CALL_REAL_DRIVER(cuPointerGetAttributes, (numAttributes, attributes, data, ptr));
     struct swap_vmm_range r;
     if (res != CUDA_SUCCESS || !block_of(ptr, &r)) return res;
     for (unsigned int i = 0; i < numAttributes; i++)

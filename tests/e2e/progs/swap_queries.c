@@ -109,13 +109,14 @@ static void query(const char *phase, uint64_t off, CUdeviceptr p)
         CUresult r1 = cuPointerGetAttribute(&v, what[i], p);
         CUresult r2 = via_attribute(&w, what[i], p);
         uint64_t want = 0;
-        memcpy(&want, into[i], what[i] == CU_POINTER_ATTRIBUTE_IS_MANAGED ||
-                                       what[i] == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
-                                   ? 1
-                               : what[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE ||
-                                       what[i] == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-                                   ? 4
-                                   : 8);
+        memcpy(&want, into[i],
+               what[i] == CU_POINTER_ATTRIBUTE_IS_MANAGED ||
+                       what[i] == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
+                   ? 1
+               : what[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE ||
+                       what[i] == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+                   ? 4
+                   : 8);
         printf("q %s %llu attribute-%d %d %d %s\n", phase, (unsigned long long)off, (int)what[i],
                (int)r1, (int)r2, v == want && w == want ? "agrees" : "differs");
     }
@@ -237,8 +238,7 @@ int main(int argc, char **argv)
             _exit(127);
         }
         int status = 0;
-        if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
-            WEXITSTATUS(status))
+        if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
             return 18;
     }
     CHECK(19, cudaFree(a));
