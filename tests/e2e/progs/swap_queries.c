@@ -84,7 +84,9 @@ static void query(const char *phase, uint64_t off, CUdeviceptr p)
     unsigned int type = 0;
     int ordinal = -9;
     CUcontext owner = NULL;
-    unsigned char legacy = 9, managed = 9;
+    /* Booleans: the driver's width is not documented (one byte here, in
+     * the simulator); zeroed ints read the same either way. */
+    unsigned int legacy = 0, managed = 0;
     unsigned long long id = 0;
     CUpointer_attribute what[] = {
         CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
@@ -95,6 +97,7 @@ static void query(const char *phase, uint64_t off, CUdeviceptr p)
     void *into[] = {&start, &rsize, &type, &ordinal, &owner, &dptr, &managed, &legacy, &id};
     const size_t n = sizeof what / sizeof what[0];
     r = cuPointerGetAttributes((unsigned)n, what, into, p);
+    legacy &= 0xff, managed &= 0xff;
     if (!first_id && r == CUDA_SUCCESS) first_id = id;
     printf("q %s %llu attributes %d start %lld size %zu type %u ordinal %d context %d dptr %d "
            "managed %u legacy %u id %s\n",
