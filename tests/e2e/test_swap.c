@@ -633,3 +633,22 @@ Test(swap, vmm_blocks_answer_pointer_queries_as_cudamalloc_blocks, .timeout = 18
     RUN_EXPECT_FIELD(&shim, "export:", "0");
     RUN_EXPECT_FIELD(&shim, "import:", "ok");
 }
+
+/* Queries from another thread while launches move the block to the host
+ * and back 100 times each: every answer is the block's (never the chunk's,
+ * never an error while its range is being remapped), and nothing hangs
+ * (the queries take no lock a launch holds). */
+Test(swap, vmm_block_queries_stay_right_while_another_thread_moves_it, .timeout = 180)
+{
+    static struct run_result plain;
+    run_prog(&plain, "swap-queries", false, NULL, ARGS("--race", "200"));
+    cr_assert_eq(plain.status, 0, "without the shim: status %d\n%s", plain.status, plain.out);
+    cr_assert(strstr(plain.out, " wrong 0\n"), "without the shim:\n%s", plain.out);
+    static struct vmm_stats s;
+    vmm_run(&s, "swap-queries", "12M", NULL, ARGS("--race", "200"));
+    const char *v = run_field(&s.r, "race:", buf, sizeof buf);
+    cr_assert(v, "%s", s.r.out);
+    cr_expect(strstr(v, " wrong 0"), "race: %s", v);
+    cr_expect(strncmp(v, "queries 0 ", 10), "the thread asked nothing: %s", v);
+    cr_expect_geq(s.to_host, 100, "A and B evicted each other (%llu evictions)", s.to_host);
+}

@@ -13,6 +13,11 @@
  * must read as without it.
  *
  *   swap_queries            the run
+ *   swap_queries --race N   a thread asks about A (range, range attributes,
+ *                           cudaPointerGetAttributes) while the main thread
+ *                           launches `peek` N times on A and B in turn (under
+ *                           the budget, each launch evicts the other block):
+ *                           "race: queries Q wrong W"
  *   swap_queries --importer HEX OFFSET SEED   (internal)
  *
  * Output: "q PHASE OFFSET WHAT VALUE" for every answer (addresses relative
@@ -23,6 +28,7 @@
  * or the failing step's number. */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,6 +188,63 @@ static int importer(const char *hex, const char *offset, const char *seed)
     return 0;
 }
 
+/* --race: the querying thread's state. */
+static struct {
+    CUdeviceptr a;
+    int stop;
+    unsigned long queries, wrong;
+} race;
+
+/* Ask about A until told to stop; count answers that are not A's. */
+static void *race_queries(void *arg)
+{
+    (void)arg;
+    if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS) {
+        race.wrong++;
+        return NULL;
+    }
+    const uint64_t offs[] = {0, 3 * MIB, BLOCK - 1};
+    while (!__atomic_load_n(&race.stop, __ATOMIC_ACQUIRE)) {
+        for (int i = 0; i < 3; i++) {
+            CUdeviceptr p = race.a + offs[i], base = 0, start = 0;
+            size_t size = 0, rsize = 0;
+            struct cudaPointerAttributes at;
+            int ok = cuMemGetAddressRange(&base, &size, p) == CUDA_SUCCESS && base == race.a &&
+                     size == BLOCK;
+            ok = ok &&
+                 cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p) ==
+                     CUDA_SUCCESS &&
+                 start == race.a;
+            ok =
+                ok &&
+                cuPointerGetAttribute(&rsize, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p) == CUDA_SUCCESS &&
+                rsize == BLOCK;
+            ok = ok && cudaPointerGetAttributes(&at, (void *)(uintptr_t)p) == cudaSuccess &&
+                 at.type == cudaMemoryTypeDevice && at.device == 0;
+            race.queries++;
+            if (!ok) race.wrong++;
+        }
+    }
+    return NULL;
+}
+
+static int run_race(CUfunction peek, CUdeviceptr a, CUdeviceptr b, int n)
+{
+    race.a = a;
+    pthread_t t;
+    if (pthread_create(&t, NULL, race_queries, NULL)) return 40;
+    for (int i = 0; i < n; i++) {
+        CUdeviceptr p = i % 2 ? b : a;
+        void *params[] = {&p};
+        CHECK(41, cuLaunchKernel(peek, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
+        CHECK(42, cuCtxSynchronize());
+    }
+    __atomic_store_n(&race.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    printf("race: queries %lu wrong %lu\n", race.queries, race.wrong);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 5 && !strcmp(argv[1], "--importer")) return importer(argv[2], argv[3], argv[4]);
@@ -212,6 +275,8 @@ int main(int argc, char **argv)
     free(fill);
     CHECK(14, cudaDeviceSynchronize());
 
+    if (argc == 3 && !strcmp(argv[1], "--race"))
+        return run_race(peek, (CUdeviceptr)(uintptr_t)a, (CUdeviceptr)(uintptr_t)b, atoi(argv[2]));
     query_block("resident", (CUdeviceptr)(uintptr_t)a, BLOCK);
     CUdeviceptr pb = (CUdeviceptr)(uintptr_t)b;
     void *params[] = {&pb};
