@@ -132,14 +132,23 @@ static inline int op_free(uint64_t ptr, void *stream, int (*real_free)(uint64_t,
     return real_free(ptr, stream);
 }
 
+/* The driver's pointer attributes, or with host swap on, shim/query.c's
+ * (a swappable block's own range and context, not its chunk's). */
+static inline CUresult attributes_of(unsigned n, CUpointer_attribute *what, void **into,
+                                     uint64_t ptr)
+{
+    if (__builtin_expect(swap_enabled, 0))
+        return do_cuPointerGetAttributes(n, what, into, (CUdeviceptr)ptr);
+    return real_cuPointerGetAttributes(n, what, into, (CUdeviceptr)ptr);
+}
+
 /* After a real get-handle failed: say once, per kind, what memory legacy
  * IPC refuses (it exports only ordinary cudaMalloc/cuMemAlloc memory). */
 static uint64_t pointer_attribute(uint64_t ptr, CUpointer_attribute what)
 {
     uint64_t value = 0; /* wide enough for every attribute asked here */
     void *into[] = {&value};
-    return REAL(cuPointerGetAttributes) &&
-                   real_cuPointerGetAttributes(1, &what, into, (CUdeviceptr)ptr) == CUDA_SUCCESS
+    return REAL(cuPointerGetAttributes) && attributes_of(1, &what, into, ptr) == CUDA_SUCCESS
                ? value
                : 0;
 }
@@ -191,8 +200,7 @@ static void note_export(const void *handle, uint64_t ptr, int kind)
                                   CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                                   CU_POINTER_ATTRIBUTE_BUFFER_ID};
     void *into[] = {&base, &size, &ctx, &device, &buffer_id};
-    if (real_cuPointerGetAttributes(5, what, into, (CUdeviceptr)ptr) != CUDA_SUCCESS || !base ||
-        !size) {
+    if (attributes_of(5, what, into, ptr) != CUDA_SUCCESS || !base || !size) {
         LOG_RATE(LOG_WARN, "cannot find the allocation of exported pointer %#llx; left untracked",
                  (unsigned long long)ptr);
         return;

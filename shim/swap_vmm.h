@@ -1,6 +1,7 @@
 /* swap_vmm: host swap's VMM backing (docs/swap.md, "The VMM engine"),
  * defined in shim/swap_vmm.c and driven by shim/host_swap.c, whose
- * swap_lock serialises every call here (no lock of its own).
+ * swap_lock serialises every call here but swap_vmm_query (pointer queries,
+ * shim/query.c, from any thread).
  *
  * A VMM-backed block is a reserved address range whose mapping moves:
  * resident, device chunks from a per-device pool; evicted, the block's own
@@ -86,6 +87,19 @@ bool swap_vmm_pinned(const struct vmm_block *b);
  * stream, event and chunk of it is forgotten without a driver call; each
  * block's base is passed to forget (the caller drops it from the engine). */
 void swap_vmm_context_gone(CUcontext ctx, void (*forget)(uint64_t base));
+
+/* A live block as the program sees it: what cudaMalloc would have given. */
+struct swap_vmm_range {
+    uint64_t base, size; /* the size the program asked for */
+    int device;
+    CUcontext ctx;      /* the context current at its allocation */
+    uint64_t buffer_id; /* its host copy's BUFFER_ID: one for its life; 0: unknown */
+};
+
+/* The block whose [base, base + size) holds ptr, into *out: true, or false
+ * at the cost of one load when ptr is in no block's 2 MiB granules. Any
+ * thread, without swap_lock (its own leaf lock: it waits for no call). */
+bool swap_vmm_query(uint64_t ptr, struct swap_vmm_range *out);
 
 /* True while any VMM block lives (launches then record events). */
 bool swap_vmm_live(void);

@@ -564,3 +564,91 @@ Test(swap, vmm_remaps_wait_for_queued_kernels_of_unknown_layout)
     cr_expect_gt(s.to_host, 0, "blocks were evicted while the unknown kernel was queued");
     cr_expect_eq(s.no_layout, 1, "peek's launch");
 }
+
+/* ---- pointer queries of VMM-backed blocks --------------------------------
+ * swap-queries (progs/swap_queries.c) asks the driver (exported symbols and
+ * the resolver door) and the runtime about pointers 0, 3 MiB and 8 MiB - 1
+ * into an 8 MiB cudaMalloc block while it is on the device and after it was
+ * evicted, about an ordinary block and a host address, then exports a
+ * second block the way numba does (base from cuMemGetAddressRange, offset
+ * beside the handle). */
+
+/* The "q " lines of out, in order, into lines (len bytes). */
+static void query_lines(const char *out, char *lines, size_t len)
+{
+    size_t n = 0;
+    for (const char *at = out; at && *at;) {
+        const char *end = strchr(at, '\n');
+        size_t l = end ? (size_t)(end - at) + 1 : strlen(at);
+        if (!strncmp(at, "q ", 2) && n + l < len) memcpy(lines + n, at, l), n += l;
+        at = end ? end + 1 : NULL;
+    }
+    lines[n] = 0;
+}
+
+/* The first line where a and b differ, as "plain: ... / shim: ...". */
+static const char *first_difference(const char *a, const char *b, char *out, size_t len)
+{
+    while (*a || *b) {
+        size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
+        if (la != lb || strncmp(a, b, la)) {
+            snprintf(out, len, "without the shim: %.*s\nunder the shim:   %.*s", (int)la, a,
+                     (int)lb, b);
+            return out;
+        }
+        a += la + (a[la] != 0), b += lb + (b[lb] != 0);
+    }
+    return NULL;
+}
+
+/* Resident and evicted, a VMM-backed block answers every query as the
+ * cudaMalloc it replaced (its base and the size asked for, device memory of
+ * its device and context, not managed, legacy-IPC capable, one buffer id),
+ * through the exported symbols, cuGetProcAddress and cudaPointerGetAttributes;
+ * an ordinary block and a host address answer as without the shim; a
+ * numba-style export of a pointer 3 MiB into a resident block reads the
+ * right bytes in the importer. */
+Test(swap, vmm_blocks_answer_pointer_queries_as_cudamalloc_blocks, .timeout = 180)
+{
+    static struct run_result plain, shim;
+    static char want[16384], got[16384], diff[1024];
+    run_prog(&plain, "swap-queries", false, NULL, NULL);
+    cr_assert_eq(plain.status, 0, "without the shim: status %d\n%s", plain.status, plain.out);
+    run_prog(&shim, "swap-queries", true,
+             ENV("IPCSHIM_DEVICE_BUDGET=12M", "IPCSHIM_EXIT_WAIT=0", "IPCSHIM_SWAP_ENGINE=vmm"),
+             NULL);
+    cr_assert_eq(shim.status, 0, "under the shim: status %d\n%s", shim.status, shim.out);
+    /* The states the queries were asked in (the mapping itself is passed through). */
+    cr_assert(strstr(shim.out, "state resident 3145728 mapping_size 2097152\n"),
+              "A was not on the device's 2 MiB chunks at the first queries:\n%s", shim.out);
+    cr_assert(strstr(shim.out, "state evicted 3145728 mapping_size 8388608\n"),
+              "A was not evicted to its host copy at the second queries:\n%s", shim.out);
+    query_lines(plain.out, want, sizeof want);
+    query_lines(shim.out, got, sizeof got);
+    cr_assert(strstr(want, "q evicted 3145728 range 0 3145728 8388608\n"), "%s", want);
+    const char *d = first_difference(want, got, diff, sizeof diff);
+    cr_expect(!d, "an answer differs:\n%s", d);
+    RUN_EXPECT_FIELD(&plain, "export:", "0");
+    RUN_EXPECT_FIELD(&plain, "import:", "ok");
+    RUN_EXPECT_FIELD(&shim, "export:", "0");
+    RUN_EXPECT_FIELD(&shim, "import:", "ok");
+}
+
+/* Queries from another thread while launches move the block to the host
+ * and back 100 times each: every answer is the block's (never the chunk's,
+ * never an error while its range is being remapped), and nothing hangs
+ * (the queries take no lock a launch holds). */
+Test(swap, vmm_block_queries_stay_right_while_another_thread_moves_it, .timeout = 180)
+{
+    static struct run_result plain;
+    run_prog(&plain, "swap-queries", false, NULL, ARGS("--race", "200"));
+    cr_assert_eq(plain.status, 0, "without the shim: status %d\n%s", plain.status, plain.out);
+    cr_assert(strstr(plain.out, " wrong 0\n"), "without the shim:\n%s", plain.out);
+    static struct vmm_stats s;
+    vmm_run(&s, "swap-queries", "12M", NULL, ARGS("--race", "200"));
+    const char *v = run_field(&s.r, "race:", buf, sizeof buf);
+    cr_assert(v, "%s", s.r.out);
+    cr_expect(strstr(v, " wrong 0"), "race: %s", v);
+    cr_expect(strncmp(v, "queries 0 ", 10), "the thread asked nothing: %s", v);
+    cr_expect_geq(s.to_host, 100, "A and B evicted each other (%llu evictions)", s.to_host);
+}

@@ -257,8 +257,9 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         if (sim_drv_fault(SIMCUDA_FAULT_VMM_HOST)) return CUDA_ERROR_NOT_SUPPORTED;
         int fd = sim_drv_vmm_host_create(size);
         if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+        uint64_t serial = sim_new_serial(); /* its BUFFER_ID, unique like any other */
         pthread_mutex_lock(&sim_drv_lock);
-        r = handle_new(0, 0, 0, 0, size, 0, CU_MEM_HANDLE_TYPE_NONE, handle);
+        r = handle_new(0, 0, serial, 0, size, 0, CU_MEM_HANDLE_TYPE_NONE, handle);
         struct vmm_handle *hd = r == CUDA_SUCCESS ? handle_find(*handle) : NULL;
         if (hd) {
             hd->host_fd = fd;

@@ -159,6 +159,36 @@ Test(simvmmhost, host_located_memory_maps_at_a_device_address_and_costs_the_devi
     FAILS(cuMemCreate(&h, GRAN, &bad, 0), CUDA_ERROR_NOT_SUPPORTED);
 }
 
+/* Each host-located allocation has a BUFFER_ID of its own, as every CUDA
+ * allocation does (cuPointerGetAttribute's docs), and answers as device
+ * memory of its device, not managed, not legacy-IPC capable. */
+Test(simvmmhost, host_located_memory_answers_pointer_queries_with_its_own_buffer_id)
+{
+    init0();
+    CUmemAllocationProp p = prop_at(CU_MEM_LOCATION_TYPE_HOST_NUMA, 0);
+    CUmemGenericAllocationHandle h1, h2;
+    OK(cuMemCreate(&h1, GRAN, &p, 0));
+    OK(cuMemCreate(&h2, GRAN, &p, 0));
+    CUdeviceptr a = mapped(h1, GRAN), b = mapped(h2, GRAN);
+    unsigned long long ida = 0, idb = 0;
+    OK(cuPointerGetAttribute(&ida, CU_POINTER_ATTRIBUTE_BUFFER_ID, a + 100));
+    OK(cuPointerGetAttribute(&idb, CU_POINTER_ATTRIBUTE_BUFFER_ID, b));
+    cr_expect_neq(ida, 0);
+    cr_expect_neq(idb, 0);
+    cr_expect_neq(ida, idb);
+    unsigned int type = 0;
+    unsigned char managed = 9, legacy = 9;
+    OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a));
+    OK(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, a));
+    OK(cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, a));
+    cr_expect_eq(type, CU_MEMORYTYPE_DEVICE);
+    cr_expect_eq(managed, 0);
+    cr_expect_eq(legacy, 0);
+    void *host = NULL;
+    FAILS(cuPointerGetAttribute(&host, CU_POINTER_ATTRIBUTE_HOST_POINTER, a),
+          CUDA_ERROR_INVALID_VALUE);
+}
+
 /* The probe's `remap`: copy through a second mapping, unmap, map the other
  * backing, set access; both ways, data intact. */
 Test(simvmmhost, one_address_moves_between_device_and_host_backing_with_its_data)
