@@ -303,7 +303,8 @@ Test(swap, ipc_pair_works_with_swap_on_in_exporter_and_importers)
 Test(swap, ipc_pair_export_of_managed_swappable_blocks_fails_clearly)
 {
     struct run_result r;
-    run_prog(&r, "pair-runtime", true, ENV("IPCSHIM_DEVICE_BUDGET=64M", "IPCSHIM_SWAP_MIN_BYTES=1M"),
+    run_prog(&r, "pair-runtime", true,
+             ENV("IPCSHIM_DEVICE_BUDGET=64M", "IPCSHIM_SWAP_MIN_BYTES=1M"),
              ARGS("--blocks", "1", "--size", "1048576"));
     cr_expect_eq(r.status, 2, "status %d: %s", r.status, r.out);
     cr_expect(strstr(r.out, "get handle failed with 1"), "%s", r.out);
