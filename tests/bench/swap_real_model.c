@@ -1,8 +1,9 @@
 /* swap-real --model: the timing model (swap_model.h) over traces at budgets
  * of 1/1.25, 1/1.5 and 1/2 of each trace's peak live bytes. Per trace and
  * budget: one row of means per iteration (unlimited, T_bound, today's
- * managed engine, the planned VMM engine in its chosen design, VMM_DESIGN
- * below, both with history's decisions on the blocks the shim sees: a
+ * managed engine, the VMM engine as the shim builds it today, BUILT_DESIGN
+ * below, the planned VMM engine in its chosen design, VMM_DESIGN below,
+ * all with history's decisions on the blocks the shim sees: a
  * PyTorch trace's tensors placed in the caching allocator's segments, the
  * traces the shim wrote (device addresses) as they are; and the VMM
  * engine again with remaps that cost nothing, vmm-nr: what the copies
@@ -120,36 +121,47 @@ struct design {
     double headroom;
     unsigned movers;
     bool free_remaps;
+    enum swap_model_wait wait; /* SWAP_MODEL_BUILT */
 };
 
 #define VMM SWAP_MODEL_VMM
+#define BUILT SWAP_MODEL_BUILT
+#define WQ SWAP_MODEL_WAIT_QUEUE
+#define WLU SWAP_MODEL_WAIT_LAST_USE
 #define BLOCK SWAP_MODEL_UNIT_BLOCK
 #define SMALL SWAP_MODEL_UNIT_SMALL_MANAGED
 static const struct design designs[] = {
     /* today's engine on what the shim sees */
-    {"mgd:seg", SWAP_MODEL_MANAGED, BLOCK, 0, true, 0, 0, 1, false},
+    {"mgd:seg", SWAP_MODEL_MANAGED, BLOCK, 0, true, 0, 0, 1, false, WQ},
+    /* the VMM engine as built (whole blocks, moved by the launching thread,
+     * no fetch ahead); with 8 MiB chunks; with an eviction waiting only for
+     * the victim's launches; with free remaps */
+    {"built", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ},
+    {"built c8", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ},
+    {"built lu", BUILT, SMALL, 0, true, 0, 0, 1, false, WLU},
+    {"built nr", BUILT, SMALL, 0, true, 0, 0, 1, true, WQ},
     /* item 4: the unit, with today's schedule */
-    {"a:block", VMM, BLOCK, 0, false, 0, 0, 1, false},
-    {"b:small-mgd", VMM, SMALL, 0, false, 0, 0, 1, false},
-    {"c:pack2", VMM, SWAP_MODEL_UNIT_PACK, 2, false, 0, 0, 1, false},
-    {"c:pack16", VMM, SWAP_MODEL_UNIT_PACK, 16, false, 0, 0, 1, false},
-    {"d:seg", VMM, BLOCK, 0, true, 0, 0, 1, false},
-    {"d:chunk2", VMM, SMALL, 0, true, 2, 0, 1, false},
-    {"d:chunk4", VMM, SMALL, 0, true, 4, 0, 1, false},
-    {"d:chunk8", VMM, SMALL, 0, true, 8, 0, 1, false},
+    {"a:block", VMM, BLOCK, 0, false, 0, 0, 1, false, WQ},
+    {"b:small-mgd", VMM, SMALL, 0, false, 0, 0, 1, false, WQ},
+    {"c:pack2", VMM, SWAP_MODEL_UNIT_PACK, 2, false, 0, 0, 1, false, WQ},
+    {"c:pack16", VMM, SWAP_MODEL_UNIT_PACK, 16, false, 0, 0, 1, false, WQ},
+    {"d:seg", VMM, BLOCK, 0, true, 0, 0, 1, false, WQ},
+    {"d:chunk2", VMM, SMALL, 0, true, 2, 0, 1, false, WQ},
+    {"d:chunk4", VMM, SMALL, 0, true, 4, 0, 1, false, WQ},
+    {"d:chunk8", VMM, SMALL, 0, true, 8, 0, 1, false, WQ},
     /* item 3: the schedule, on d:chunk8 */
-    {"d8 h5", VMM, SMALL, 0, true, 8, 0.05, 1, false},
-    {"d8 h10", VMM, SMALL, 0, true, 8, 0.10, 1, false},
-    {"d8 2mv", VMM, SMALL, 0, true, 8, 0, 2, false},
-    {"d8 4mv", VMM, SMALL, 0, true, 8, 0, 4, false},
-    {"d8 2mv h5", VMM, SMALL, 0, true, 8, 0.05, 2, false},
-    {"d8 4mv h5", VMM, SMALL, 0, true, 8, 0.05, 4, false},
-    {"d8 4mv h10", VMM, SMALL, 0, true, 8, 0.10, 4, false},
-    {"d8 4mv h20", VMM, SMALL, 0, true, 8, 0.20, 4, false},
-    {"d2 4mv h5", VMM, SMALL, 0, true, 2, 0.05, 4, false},
-    {"d8 nr", VMM, SMALL, 0, true, 8, 0, 1, true},
-    {"d8 nr h5", VMM, SMALL, 0, true, 8, 0.05, 1, true},
-    {"d8 nr h10", VMM, SMALL, 0, true, 8, 0.10, 1, true},
+    {"d8 h5", VMM, SMALL, 0, true, 8, 0.05, 1, false, WQ},
+    {"d8 h10", VMM, SMALL, 0, true, 8, 0.10, 1, false, WQ},
+    {"d8 2mv", VMM, SMALL, 0, true, 8, 0, 2, false, WQ},
+    {"d8 4mv", VMM, SMALL, 0, true, 8, 0, 4, false, WQ},
+    {"d8 2mv h5", VMM, SMALL, 0, true, 8, 0.05, 2, false, WQ},
+    {"d8 4mv h5", VMM, SMALL, 0, true, 8, 0.05, 4, false, WQ},
+    {"d8 4mv h10", VMM, SMALL, 0, true, 8, 0.10, 4, false, WQ},
+    {"d8 4mv h20", VMM, SMALL, 0, true, 8, 0.20, 4, false, WQ},
+    {"d2 4mv h5", VMM, SMALL, 0, true, 2, 0.05, 4, false, WQ},
+    {"d8 nr", VMM, SMALL, 0, true, 8, 0, 1, true, WQ},
+    {"d8 nr h5", VMM, SMALL, 0, true, 8, 0.05, 1, true, WQ},
+    {"d8 nr h10", VMM, SMALL, 0, true, 8, 0.10, 1, true, WQ},
 };
 #define ND (sizeof(designs) / sizeof(designs[0]))
 
@@ -175,6 +187,7 @@ static void design_params(const struct design *d, bool tensors, uint64_t budget,
     p->chunk = d->chunk_mib * 1024 * 1024;
     p->headroom = (uint64_t)(d->headroom * (double)budget);
     p->movers = d->movers;
+    p->built_wait = d->wait;
 }
 
 /* The designs swap-real --model prints: today's engine and the VMM
@@ -188,6 +201,7 @@ static const struct design *find_design(const char *name)
 }
 #define MANAGED_DESIGN "mgd:seg"
 #define VMM_DESIGN "d:chunk8"
+#define BUILT_DESIGN "built"
 
 int swap_real_model(int n, char **paths, const char *json)
 {
@@ -198,16 +212,17 @@ int swap_real_model(int n, char **paths, const char *json)
     }
     if (jf)
         fprintf(jf, "{\n  \"unit\": \"seconds per iteration, bytes per iteration\",\n  "
-                    "\"managed\": \"" MANAGED_DESIGN "\",\n  \"vmm\": \"" VMM_DESIGN
-                    "\",\n  \"rows\": [\n");
+                    "\"managed\": \"" MANAGED_DESIGN "\",\n  \"vmm_built\": \"" BUILT_DESIGN
+                    "\",\n  \"vmm\": \"" VMM_DESIGN "\",\n  \"rows\": [\n");
     printf("timing model (tests/swap/offline/swap_model.c): ms per iteration, mean over iterations "
            "2..n-2 "
-           "(all when fewer); managed = today's engine, vmm = the planned one (" VMM_DESIGN
-           " of swap-real --designs), both with history's decisions on the blocks the shim sees "
+           "(all when fewer); managed = the managed engine, built = the VMM engine as built "
+           "today (" BUILT_DESIGN "), vmm = the planned one (" VMM_DESIGN
+           " of swap-real --designs), all with history's decisions on the blocks the shim sees "
            "(PyTorch traces: the caching allocator's segments); bound = T_bound\n");
-    printf("%-32s %6s %8s %4s %8s %8s %9s %8s %8s %8s %8s %9s %9s\n", "trace", "budget", "MiB",
-           "dur", "unlim", "bound", "managed", "vmm", "vmm-nr", "vmm/bnd", "worst it", "vmm/mgd",
-           "MiB in/out");
+    printf("%-32s %6s %8s %4s %8s %8s %9s %9s %8s %8s %8s %8s %8s %9s %9s\n", "trace", "budget",
+           "MiB", "dur", "unlim", "bound", "managed", "built", "vmm", "vmm-nr", "bt/bnd", "vmm/bnd",
+           "worst it", "vmm/mgd", "MiB in/out");
     struct worst w_it = {0}, w_run = {0}, w_speed = {0};
     int rows = 0, rc = 0;
     char managed_goal[512] = "";
@@ -233,13 +248,15 @@ int swap_real_model(int n, char **paths, const char *json)
         rc = swap_model_run(&t, &up, &unl);
         for (size_t k = 0; k < NO && !rc; k++) {
             uint64_t budget = (uint64_t)((double)ws / oversubs[k]);
-            struct swap_model_result off, mg, vm, v0;
+            struct swap_model_result off, mg, bt, vm, v0;
             const char *best = "";
-            struct swap_model_params pm = up, pv = up;
+            struct swap_model_params pm = up, pb = up, pv = up;
             design_params(find_design(MANAGED_DESIGN), tensors, budget, &pm);
+            design_params(find_design(BUILT_DESIGN), tensors, budget, &pb);
             design_params(find_design(VMM_DESIGN), tensors, budget, &pv);
             rc = swap_model_offline(&t, budget, NULL, &off, &best);
             if (!rc) rc = swap_model_run(&t, &pm, &mg);
+            if (!rc) rc = swap_model_run(&t, &pb, &bt);
             if (!rc) rc = swap_model_run(&t, &pv, &vm);
             struct swap_model_rates free_remaps;
             swap_model_default_rates(&free_remaps);
@@ -253,13 +270,14 @@ int swap_real_model(int n, char **paths, const char *json)
                         name, oversubs[k],
                         (unsigned long long)(vm.room_overruns + v0.room_overruns));
             size_t its = unl.iterations;
-            if (off.iterations != its || mg.iterations != its || vm.iterations != its) {
+            if (off.iterations != its || mg.iterations != its || bt.iterations != its ||
+                vm.iterations != its) {
                 fprintf(stderr, "swap-real: %s: iteration counts differ\n", name);
                 rc = -EINVAL;
                 break;
             }
             size_t lo = its >= 4 ? 2 : 0, hi = its >= 4 ? its - 1 : its;
-            double bound_sum = 0, vmm_sum = 0, worst_it = 0;
+            double bound_sum = 0, vmm_sum = 0, built_sum = 0, worst_it = 0;
             double *bound = calloc(its, sizeof(*bound));
             if (!bound) {
                 rc = -ENOMEM;
@@ -270,6 +288,7 @@ int swap_real_model(int n, char **paths, const char *json)
                 bound[j] = swap_model_bound(&unl.it[j], &off.it[j]);
                 bound_sum += bound[j];
                 vmm_sum += vm.it[j].seconds;
+                built_sum += bt.it[j].seconds;
                 if (j >= lo && j < hi) {
                     bmean += bound[j];
                     double v = bound[j] > 0 ? vm.it[j].seconds / bound[j] : 1;
@@ -278,6 +297,7 @@ int swap_real_model(int n, char **paths, const char *json)
             }
             bmean /= (double)(hi - lo);
             double run = bound_sum > 0 ? vmm_sum / bound_sum : 1;
+            double brun = bound_sum > 0 ? built_sum / bound_sum : 1;
             double mm = mean(&mg, lo, hi), vmean = mean(&vm, lo, hi);
             double speed = mm > 0 ? vmean / mm : 1;
             note(&w_run, run, name, oversubs[k]);
@@ -289,17 +309,18 @@ int swap_real_model(int n, char **paths, const char *json)
             in /= (double)(hi - lo), out /= (double)(hi - lo);
             char worst_s[16] = "-";
             if (its >= 4) snprintf(worst_s, sizeof(worst_s), "%.3f", worst_it);
-            printf("%-32s %5.2fx %8.1f %4s %8.3f %8.3f %9.3f %8.3f %8.3f %8.3f %8s %9.3f "
-                   "%4.0f/%-4.0f\n",
+            printf("%-32s %5.2fx %8.1f %4s %8.3f %8.3f %9.3f %9.3f %8.3f %8.3f %8.3f %8.3f %8s "
+                   "%8.3f %4.0f/%-4.0f\n",
                    name, oversubs[k], mib((double)budget), dur ? "rec" : "est",
-                   mean(&unl, lo, hi) * 1e3, bmean * 1e3, mm * 1e3, vmean * 1e3,
-                   mean(&v0, lo, hi) * 1e3, run, worst_s, speed, mib(in), mib(out));
-            printf("    per iteration, ms bound/managed/vmm, vmm MiB in/out, offline (%s) MiB "
-                   "in/out:",
+                   mean(&unl, lo, hi) * 1e3, bmean * 1e3, mm * 1e3, mean(&bt, lo, hi) * 1e3,
+                   vmean * 1e3, mean(&v0, lo, hi) * 1e3, brun, run, worst_s, speed, mib(in),
+                   mib(out));
+            printf("    per iteration, ms bound/managed/built/vmm, vmm MiB in/out, offline (%s) "
+                   "MiB in/out:",
                    best);
             for (size_t j = 0; j < its; j++)
-                printf("%s %.2f/%.2f/%.2f %.0f/%.0f %.0f/%.0f", j ? "," : "", bound[j] * 1e3,
-                       mg.it[j].seconds * 1e3, vm.it[j].seconds * 1e3,
+                printf("%s %.2f/%.2f/%.2f/%.2f %.0f/%.0f %.0f/%.0f", j ? "," : "", bound[j] * 1e3,
+                       mg.it[j].seconds * 1e3, bt.it[j].seconds * 1e3, vm.it[j].seconds * 1e3,
                        mib((double)vm.it[j].h2d_bytes), mib((double)vm.it[j].d2h_bytes),
                        mib((double)off.it[j].h2d_bytes), mib((double)off.it[j].d2h_bytes));
             printf("\n");
@@ -319,18 +340,20 @@ int swap_real_model(int n, char **paths, const char *json)
                 fprintf(jf,
                         "%s    {\"trace\": \"%s\", \"oversub\": %.2f, \"budget\": %llu, "
                         "\"durations\": \"%s\", \"offline\": \"%s\", \"vmm_over_bound\": %.4f, "
+                        "\"vmm_built_over_bound\": %.4f, "
                         "\"worst_iteration\": %.4f, \"vmm_over_managed\": %.4f, \"iterations\": [",
                         rows ? ",\n" : "", name, oversubs[k], (unsigned long long)budget,
-                        dur ? "recorded" : "estimated", best, run, worst_it, speed);
+                        dur ? "recorded" : "estimated", best, run, brun, worst_it, speed);
                 for (size_t j = 0; j < its; j++)
                     fprintf(jf,
                             "%s\n      {\"unlimited\": %.9f, \"bound\": %.9f, \"managed\": %.9f, "
-                            "\"vmm\": %.9f, \"vmm_free_remaps\": %.9f, \"vmm_h2d\": %llu, "
+                            "\"vmm_built\": %.9f, \"vmm\": %.9f, \"vmm_free_remaps\": %.9f, "
+                            "\"vmm_h2d\": %llu, "
                             "\"vmm_d2h\": %llu, "
                             "\"managed_h2d\": %llu, \"managed_d2h\": %llu, \"offline_h2d\": %llu, "
                             "\"offline_d2h\": %llu}",
                             j ? "," : "", unl.it[j].seconds, bound[j], mg.it[j].seconds,
-                            vm.it[j].seconds, v0.it[j].seconds,
+                            bt.it[j].seconds, vm.it[j].seconds, v0.it[j].seconds,
                             (unsigned long long)vm.it[j].h2d_bytes,
                             (unsigned long long)vm.it[j].d2h_bytes,
                             (unsigned long long)mg.it[j].h2d_bytes,
@@ -343,6 +366,7 @@ int swap_real_model(int n, char **paths, const char *json)
             free(bound);
             swap_model_result_fini(&off);
             swap_model_result_fini(&mg);
+            swap_model_result_fini(&bt);
             swap_model_result_fini(&vm);
             swap_model_result_fini(&v0);
         }
@@ -384,7 +408,10 @@ int swap_real_designs(int n, char **paths)
         "VMM engine variants (swap_model.h), history's decisions: mean ms per iteration over "
         "iterations 2..n-2 / the same iterations' T_bound; a:block one block per unit, "
         "b:small-mgd blocks under 2 MiB managed, c:packU blocks packed in allocation order "
-        "into U MiB, d:seg PyTorch's segments (traces the shim wrote as they are), d:chunk2 their "
+        "into U MiB, built the VMM engine as built today (segments whole, moved by the launching "
+        "thread, no fetch ahead; built c8 in 8 MiB chunks, built lu evictions waiting only for "
+        "the victim's launches, built nr free remaps), d:seg PyTorch's segments (traces the shim "
+        "wrote as they are), d:chunk2 their "
         "2 MiB "
         "chunks moved alone and b's rule (d:chunkN: N MiB chunks); then dN (d:chunkN) with hN "
         "headroom N %% of the budget, Nmv N remap threads, nr free remaps; bnd:c8 T_bound of the "

@@ -109,6 +109,72 @@ Test(swap_model, vmm_copies_wait_for_the_last_use_and_remaps_for_the_copies)
     swap_model_result_fini(&r);
 }
 
+Test(swap_model, built_moves_on_the_host_thread_before_the_launch)
+{
+    struct swap_model_result r;
+    run(SWAP_MODEL_BUILT, &r);
+    /* launch 0: the host maps block 1 (a remap, nothing copied), submits
+     * (+1), the launch runs (+10). */
+    double l0 = 100 + 1 + 10;
+    /* launch 1: the host waits for launch 0 (the stream's event) and for
+     * block 1's write-back, remaps it, maps block 2, submits. */
+    double h1 = l0 + MOVE + 100 + 100 + 1, l1 = h1 + 10;
+    /* launch 2: the host waits for launch 1 and block 2's write-back,
+     * remaps it, remaps block 1 and queues its copy, which only the launch
+     * waits for: the host submits before the copy ends. */
+    double fetch1 = l1 + MOVE + 100 + 100, l2 = fetch1 + MOVE + 10;
+    cr_expect(fabs(r.it[0].seconds - l1 * US) < 1e-12, "%.9f vs %.9f", r.it[0].seconds, l1 * US);
+    cr_expect(fabs(r.seconds - l2 * US) < 1e-12, "%.9f vs %.9f", r.seconds, l2 * US);
+    swap_model_result_fini(&r);
+}
+
+/* Blocks 1, 2, 3 of 4 MiB (two 2 MiB chunks each) under a budget of 8 MiB,
+ * lru, each written by one launch; launch 1 runs 1 ms: launch 2's
+ * eviction of block 1 waits for it (the shim's one event per stream)
+ * unless it waits only for block 1's own launch. */
+static double built_three(enum swap_model_wait wait)
+{
+    struct swap_trace t = {0};
+    for (uint64_t b = 1; b <= 3; b++) {
+        push(&t, 'A', b, 4 * MIB, true);
+        push(&t, 'L', 0, 0, false);
+    }
+    struct swap_model_rates rates;
+    unit_rates(&rates);
+    rates.map_chunk_us = 20;
+    static const uint64_t ns[] = {10000, 1000000, 10000};
+    struct swap_model_params p = {.engine = SWAP_MODEL_BUILT,
+                                  .kind = SWAP_POLICY_LRU,
+                                  .budget = 8 * MIB,
+                                  .rates = &rates,
+                                  .launch_ns = ns,
+                                  .n_launch_ns = 3,
+                                  .built_wait = wait};
+    struct swap_model_result r;
+    cr_assert_eq(swap_model_run(&t, &p, &r), 0);
+    cr_expect_eq(r.h2d_bytes, 0);
+    cr_expect_eq(r.d2h_bytes, 4 * MIB);
+    double s = r.seconds;
+    swap_model_result_fini(&r);
+    swap_trace_fini(&t);
+    return s;
+}
+
+Test(swap_model, built_evictions_wait_for_the_stream_and_map_each_chunk)
+{
+    /* a first touch maps two chunks: the remap (100) and one more map (20) */
+    double h0 = 120 + 1, h1 = h0 + 120 + 1, l1 = h1 + 1000;
+    /* launch 2: block 1's write-back starts when launch 1 ends */
+    double l2 = l1 + 4 * MOVE + 100 + 120 + 1 + 10;
+    double s = built_three(SWAP_MODEL_WAIT_QUEUE);
+    cr_expect(fabs(s - l2 * US) < 1e-12, "%.9f vs %.9f", s, l2 * US);
+    /* waiting for block 1's launch only: the copy starts when the host gets
+     * there, and the launch follows the host, not launch 1 */
+    l2 = h1 + 4 * MOVE + 100 + 120 + 1 + 10;
+    s = built_three(SWAP_MODEL_WAIT_LAST_USE);
+    cr_expect(fabs(s - l2 * US) < 1e-12, "%.9f vs %.9f", s, l2 * US);
+}
+
 Test(swap_model, the_unlimited_run_is_submissions_and_launches_and_the_bound_takes_the_largest)
 {
     struct swap_trace t = {0};

@@ -24,7 +24,8 @@
  * - managed_*: docs/swap.md "Where the time goes", tests/gpu/swap_probes.cu
  *   on the 2026-11-27 H100 (four runs): the middle of each measured range,
  *   cuMemPrefetchAsync of whole blocks.
- * - remap: `PROBE remap`, unmap + map + set access, 2 MiB and 64 MiB.
+ * - remap: `PROBE remap`, unmap + map + set access, 2 MiB and 64 MiB;
+ *   map_chunk_us its map alone at 2 MiB.
  * - host_read_gbps: `PROBE vmmhost`, a kernel reading HOST_NUMA memory.
  * - device_gbps: the H200's HBM3e peak (NVIDIA's data sheet, 4.8 TB/s);
  *   device_share 0.5 and kernel_min_us 2 are stated estimates, not
@@ -67,6 +68,7 @@ void swap_model_default_rates(struct swap_model_rates *r)
     r->device_share = 0.5;
     r->kernel_min_us = 2;
     r->submit_us = 5;
+    r->map_chunk_us = 44.6;
 }
 
 static double curve_gbps(const struct swap_model_curve *c, uint64_t bytes)
@@ -453,14 +455,100 @@ static int time_vmm(struct state *s, double submit, double device, double *end)
     return 0;
 }
 
+/* The VMM engine as built (swap_model.h, SWAP_MODEL_BUILT): the host
+ * thread, from s->host, does the moves one after the other, then submits
+ * the launch. */
+static int time_built(struct state *s, double device, double *end)
+{
+    const struct swap_model_params *p = s->p;
+    double h = s->host, ready = 0, extra = 0, mt = 0;
+    int rc = 0;
+    for (size_t i = 0; i < s->n_ops && !rc; i++) {
+        const struct op *o = &s->ops[i];
+        struct blk *b = blk_get(s, o->block);
+        if (!b) return -ENOMEM;
+        bool managed = p->unit == SWAP_MODEL_UNIT_SMALL_MANAGED && o->bytes < 2 * MIB;
+        /* a fetch's remap: one cuMemMap per 2 MiB chunk */
+        uint64_t chunks = (o->bytes + 2 * MIB - 1) / (2 * MIB);
+        double map = swap_model_remap_seconds(s->r, o->bytes) +
+                     (double)(chunks ? chunks - 1 : 0) * s->r->map_chunk_us * 1e-6;
+        if (managed && (o->kind == OP_EVICT || o->kind == OP_FETCH)) {
+            /* on the launch's stream before the launch, as SWAP_MODEL_VMM's */
+            double t = mt > s->queue ? mt : s->queue;
+            if (h > t) t = h;
+            bool in = o->kind == OP_FETCH;
+            mt = t +
+                 swap_model_curve_seconds(in ? &s->r->managed_h2d : &s->r->managed_d2h, o->bytes);
+            count_move(s, in, o->bytes);
+            if (in)
+                b->dev_ready = mt;
+            else
+                b->host_ready = mt;
+            continue;
+        }
+        switch (o->kind) {
+        case OP_EVICT: {
+            /* the host waits for the victim's events (its fetch copy among them) */
+            double wait = p->built_wait == SWAP_MODEL_WAIT_LAST_USE ? b->last_end : s->queue;
+            if (b->dev_ready > wait) wait = b->dev_ready;
+            if (o->writeback) {
+                double cs = h > s->d2h ? h : s->d2h;
+                if (wait > cs) cs = wait;
+                s->d2h = copy_end(s, &s->r->pinned_d2h, cs, s->h2d, o->bytes);
+                count_move(s, false, o->bytes);
+                wait = s->d2h;
+            }
+            if (wait > h) h = wait;
+            h += swap_model_remap_seconds(s->r, o->bytes);
+            b->host_ready = h;
+            break;
+        }
+        case OP_FETCH: {
+            if (b->host_ready > h) h = b->host_ready;
+            h += map;
+            double cs = h > s->h2d ? h : s->h2d;
+            s->h2d = copy_end(s, &s->r->pinned_h2d, cs, s->d2h, o->bytes);
+            count_move(s, true, o->bytes);
+            b->dev_ready = s->h2d;
+            break;
+        }
+        case OP_FIRST: /* a new block starts host-backed: a remap, nothing copied */
+            if (!managed) h += map;
+            b->dev_ready = h;
+            break;
+        case OP_OVERFLOW:
+            if (b->host_ready > ready) ready = b->host_ready;
+            extra += (double)o->bytes /
+                     ((managed ? s->r->managed_h2d.gbps[0] : s->r->host_read_gbps) * 1e9);
+            break;
+        case OP_HOST:
+            if (b->host_ready > ready) ready = b->host_ready;
+            break;
+        case OP_USE:
+            break;
+        }
+        if (o->kind == OP_USE || o->kind == OP_FETCH || o->kind == OP_FIRST) {
+            if (b->dev_ready > ready) ready = b->dev_ready;
+        }
+    }
+    s->host = h + s->r->submit_us * 1e-6;
+    double start = s->host > s->queue ? s->host : s->queue;
+    if (ready > start) start = ready;
+    if (mt > start) start = mt;
+    *end = start + device + extra;
+    return rc;
+}
+
 /* Time the current launch: its submission, its moves, its run. */
 static int launch_done(struct state *s)
 {
     const struct swap_model_params *p = s->p;
-    s->host += s->r->submit_us * 1e-6;
     double device = launch_device_seconds(s), end = 0;
     int rc = 0;
-    if (p->engine == SWAP_MODEL_VMM)
+    if (p->engine != SWAP_MODEL_BUILT) s->host += s->r->submit_us * 1e-6;
+    if (p->engine == SWAP_MODEL_BUILT)
+        rc = time_built(s, device, &end);
+    else if (p->engine == SWAP_MODEL_VMM)
         rc = time_vmm(s, s->host, device, &end);
     else
         rc = time_managed(s, s->host, device, &end);
@@ -609,14 +697,16 @@ int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p
 {
     if (!t || !p || !r) return -EINVAL;
     if (p->engine != SWAP_MODEL_NONE && p->engine != SWAP_MODEL_MANAGED &&
-        p->engine != SWAP_MODEL_VMM)
+        p->engine != SWAP_MODEL_VMM && p->engine != SWAP_MODEL_BUILT)
+        return -EINVAL;
+    bool vmm = p->engine == SWAP_MODEL_VMM || p->engine == SWAP_MODEL_BUILT;
+    if (p->engine == SWAP_MODEL_BUILT && p->unit == SWAP_MODEL_UNIT_PACK && !p->unit_bytes)
         return -EINVAL;
     if (p->engine == SWAP_MODEL_VMM &&
         (p->movers > SWAP_MODEL_MOVERS_MAX || (p->headroom && p->headroom >= p->budget) ||
          (p->unit == SWAP_MODEL_UNIT_PACK && !p->unit_bytes)))
         return -EINVAL;
-    if ((p->engine != SWAP_MODEL_NONE && p->segments) ||
-        (p->engine == SWAP_MODEL_VMM && p->unit == SWAP_MODEL_UNIT_PACK))
+    if ((p->engine != SWAP_MODEL_NONE && p->segments) || (vmm && p->unit == SWAP_MODEL_UNIT_PACK))
         return run_rewritten(t, p, r);
     struct swap_model_rates defaults;
     swap_model_default_rates(&defaults);

@@ -22,6 +22,22 @@
  *   policy's decision stands for a perfect prediction). A block's first
  *   touch costs no remap: the engine maps a new block when it is
  *   allocated, which the trace does not show; it waits only for room.
+ * - SWAP_MODEL_BUILT: the VMM engine as the shim builds it today
+ *   (shim/swap_vmm.c): each unit moves whole, only when the launch that
+ *   needs it is decided, on the host thread before that launch is
+ *   submitted. An eviction makes the host wait for the victim's events
+ *   and, dirty, for its write-back on the device->host engine, then remap;
+ *   a fetch is a remap by the host, then a copy on the host->device engine
+ *   that only the launch waits for; a first touch is a remap alone (a new
+ *   block starts host-backed). The shim records one event per stream, re-
+ *   recorded after each launch, so with the model's one compute queue the
+ *   victim's events are every launch submitted so far (params.built_wait
+ *   SWAP_MODEL_WAIT_LAST_USE: only the launches that used the victim, as
+ *   per-block events would give). A fetch's remap maps the unit's 2 MiB
+ *   chunks one cuMemMap each: the remap of the unit's size plus
+ *   map_chunk_us for every chunk after the first. No room is tracked: the
+ *   host finishes each eviction before the next fetch starts. Units under
+ *   2 MiB with SWAP_MODEL_UNIT_SMALL_MANAGED move as SWAP_MODEL_VMM's.
  *
  * Room: the device holds at most `budget` bytes at every instant. A fetch
  * takes its bytes when its copy starts, a first touch when it is mapped;
@@ -60,6 +76,13 @@ enum swap_model_engine {
     SWAP_MODEL_NONE,
     SWAP_MODEL_MANAGED,
     SWAP_MODEL_VMM,
+    SWAP_MODEL_BUILT,
+};
+
+/* What an eviction waits for under SWAP_MODEL_BUILT. */
+enum swap_model_wait {
+    SWAP_MODEL_WAIT_QUEUE,    /* every launch submitted so far (the shim's stream events) */
+    SWAP_MODEL_WAIT_LAST_USE, /* the launches that used the victim */
 };
 
 enum swap_model_unit {
@@ -92,6 +115,7 @@ struct swap_model_rates {
     double device_share;   /* share of it a launch's estimate assumes */
     double kernel_min_us;  /* the least a launch takes on the device */
     double submit_us;      /* host time to submit one launch */
+    double map_chunk_us;   /* SWAP_MODEL_BUILT: one cuMemMap of a 2 MiB chunk */
 };
 
 /* The defaults, with their sources in swap_model.c. */
@@ -121,12 +145,14 @@ struct swap_model_params {
      * (chunk 0) or in chunks of that many bytes (swap_model_segments). */
     bool segments;
     uint64_t chunk;
-    /* SWAP_MODEL_VMM only (zero: one block per unit, no headroom, one
-     * mover). */
+    /* SWAP_MODEL_VMM (zero: one block per unit, no headroom, one mover);
+     * SWAP_MODEL_BUILT takes unit too. */
     enum swap_model_unit unit;
     uint64_t unit_bytes; /* SWAP_MODEL_UNIT_PACK: U */
     uint64_t headroom;   /* bytes kept free for fetches in flight, < budget */
     unsigned movers;     /* remapping threads, 0 = 1, at most SWAP_MODEL_MOVERS_MAX */
+    /* SWAP_MODEL_BUILT only; unit as for SWAP_MODEL_VMM. */
+    enum swap_model_wait built_wait;
 };
 
 #define SWAP_MODEL_MOVERS_MAX 16
