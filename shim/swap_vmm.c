@@ -728,10 +728,10 @@ int swap_vmm_free(struct vmm_block *b)
     if (!b) return -EINVAL;
     ranges_remove(b->base);
     bool pushed = enter_ctx(b->ctx);
-    int rc = wait_host(b->streams | all_mask);
-    /* Never unmap under queued work: a pinned block's accesses are no
-     * longer recorded, so its free waits for the context, as cudaFree does. */
-    if (rc || b->pinned) rc = real_cuCtxSynchronize() == CUDA_SUCCESS ? 0 : -EIO;
+    /* Never unmap under queued work (a pinned block's accesses are no
+     * longer recorded); and the program's cudaFree/cuMemFree would have
+     * waited for the device: a program may count on that. */
+    int rc = real_cuCtxSynchronize() == CUDA_SUCCESS ? 0 : -EIO;
     if (b->pinned) {
         /* The ledger's free of an exported mapping (limbo while importers hold it). */
         if (do_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) rc = -EIO;

@@ -69,7 +69,7 @@ void swap_vmm_before_unknown(CUstream stream);
  * mark). The thread's current context is the stream's. */
 void swap_vmm_after(CUstream stream, struct vmm_block *const *blocks, size_t n, bool all);
 
-/* The program frees b: wait for its events, unmap, chunks back to the pool,
+/* The program frees b: wait for the device (as cudaFree does), unmap, chunks back to the pool,
  * host copy and reservations released; b is gone. 0, or a negative errno
  * (logged; b is gone from the tables either way). */
 int swap_vmm_free(struct vmm_block *b);
