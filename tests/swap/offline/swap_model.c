@@ -462,6 +462,9 @@ static int time_built(struct state *s, double device, double *end)
 {
     const struct swap_model_params *p = s->p;
     double h = s->host, ready = 0, extra = 0, mt = 0;
+    /* async: when the chunks of the evictions decided since the last
+     * fetch or first touch are free for the next one to take */
+    double handover = 0;
     int rc = 0;
     for (size_t i = 0; i < s->n_ops && !rc; i++) {
         const struct op *o = &s->ops[i];
@@ -491,6 +494,20 @@ static int time_built(struct state *s, double device, double *end)
             /* the host waits for the victim's events (its fetch copy among them) */
             double wait = p->built_wait == SWAP_MODEL_WAIT_LAST_USE ? b->last_end : s->queue;
             if (b->dev_ready > wait) wait = b->dev_ready;
+            if (p->built_async) {
+                /* ordered on the device: the write-back (or, clean, the
+                 * next copy into its chunks) waits for the victim's
+                 * events; the mover remaps its range after that */
+                double ev = wait > h ? wait : h;
+                if (o->writeback) {
+                    double cs = s->d2h > ev ? s->d2h : ev;
+                    ev = s->d2h = copy_end(s, &s->r->pinned_d2h, cs, s->h2d, o->bytes);
+                    count_move(s, false, o->bytes);
+                }
+                if (ev > handover) handover = ev;
+                b->host_ready = remap_end(s, ev, o->bytes);
+                break;
+            }
             if (o->writeback) {
                 double cs = h > s->d2h ? h : s->d2h;
                 if (wait > cs) cs = wait;
@@ -498,30 +515,48 @@ static int time_built(struct state *s, double device, double *end)
                 count_move(s, false, o->bytes);
                 wait = s->d2h;
             }
-            if (wait > h) h = wait;
+            if (wait > h) {
+                s->res->host_evict_wait_seconds += wait - h;
+                h = wait;
+            }
             h += swap_model_remap_seconds(s->r, o->bytes);
+            s->res->host_remap_seconds += swap_model_remap_seconds(s->r, o->bytes);
             b->host_ready = h;
             break;
         }
         case OP_FETCH: {
-            if (b->host_ready > h) h = b->host_ready;
+            if (b->host_ready > h) {
+                s->res->host_evict_wait_seconds += b->host_ready - h;
+                h = b->host_ready;
+            }
             h += map;
+            s->res->host_remap_seconds += map;
             double cs = h > s->h2d ? h : s->h2d;
+            if (handover > cs) cs = handover; /* async: into the victims' chunks */
+            handover = 0;
             s->h2d = copy_end(s, &s->r->pinned_h2d, cs, s->d2h, o->bytes);
             count_move(s, true, o->bytes);
             b->dev_ready = s->h2d;
             break;
         }
         case OP_FIRST: /* a new block starts host-backed: a remap, nothing copied */
-            if (!managed) h += map;
-            b->dev_ready = h;
+            if (!managed) {
+                h += map;
+                s->res->host_remap_seconds += map;
+            }
+            b->dev_ready = h > handover ? h : handover;
+            handover = 0;
             break;
         case OP_OVERFLOW:
+            /* async: the launch may not be submitted before the range maps
+             * the host copy (its chunks may hold another block by now) */
+            if (p->built_async && b->host_ready > h) h = b->host_ready;
             if (b->host_ready > ready) ready = b->host_ready;
             extra += (double)o->bytes /
                      ((managed ? s->r->managed_h2d.gbps[0] : s->r->host_read_gbps) * 1e9);
             break;
         case OP_HOST:
+            if (p->built_async && b->host_ready > h) h = b->host_ready;
             if (b->host_ready > ready) ready = b->host_ready;
             break;
         case OP_USE:
