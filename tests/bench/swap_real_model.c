@@ -123,6 +123,7 @@ struct design {
     bool free_remaps;
     enum swap_model_wait wait; /* SWAP_MODEL_BUILT */
     bool async;                /* SWAP_MODEL_BUILT: async evictions */
+    bool serial;               /* with async: remaps one at a time */
 };
 
 #define VMM SWAP_MODEL_VMM
@@ -133,40 +134,42 @@ struct design {
 #define SMALL SWAP_MODEL_UNIT_SMALL_MANAGED
 static const struct design designs[] = {
     /* today's engine on what the shim sees */
-    {"mgd:seg", SWAP_MODEL_MANAGED, BLOCK, 0, true, 0, 0, 1, false, WQ, false},
+    {"mgd:seg", SWAP_MODEL_MANAGED, BLOCK, 0, true, 0, 0, 1, false, WQ, false, false},
     /* the VMM engine as built (whole blocks, moved by the launching thread,
      * no fetch ahead); with 8 MiB chunks; with an eviction waiting only for
      * the victim's launches; with free remaps */
-    {"built", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, false},
-    {"built c8", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, false},
-    {"built lu", BUILT, SMALL, 0, true, 0, 0, 1, false, WLU, false},
-    {"built nr", BUILT, SMALL, 0, true, 0, 0, 1, true, WQ, false},
+    {"built", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, false, false},
+    {"built c8", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, false, false},
+    {"built lu", BUILT, SMALL, 0, true, 0, 0, 1, false, WLU, false, false},
+    {"built nr", BUILT, SMALL, 0, true, 0, 0, 1, true, WQ, false, false},
     /* the candidate next step: async evictions (swap_model.h), whole and in
-     * 8 MiB chunks */
-    {"built async", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, true},
-    {"built async c8", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, true},
+     * 8 MiB chunks; 1r with the host's and the mover's remaps one at a time */
+    {"built async", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, true, false},
+    {"built async c8", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, true, false},
+    {"built async 1r", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, true, true},
+    {"built async c8 1r", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, true, true},
     /* item 4: the unit, with today's schedule */
-    {"a:block", VMM, BLOCK, 0, false, 0, 0, 1, false, WQ, false},
-    {"b:small-mgd", VMM, SMALL, 0, false, 0, 0, 1, false, WQ, false},
-    {"c:pack2", VMM, SWAP_MODEL_UNIT_PACK, 2, false, 0, 0, 1, false, WQ, false},
-    {"c:pack16", VMM, SWAP_MODEL_UNIT_PACK, 16, false, 0, 0, 1, false, WQ, false},
-    {"d:seg", VMM, BLOCK, 0, true, 0, 0, 1, false, WQ, false},
-    {"d:chunk2", VMM, SMALL, 0, true, 2, 0, 1, false, WQ, false},
-    {"d:chunk4", VMM, SMALL, 0, true, 4, 0, 1, false, WQ, false},
-    {"d:chunk8", VMM, SMALL, 0, true, 8, 0, 1, false, WQ, false},
+    {"a:block", VMM, BLOCK, 0, false, 0, 0, 1, false, WQ, false, false},
+    {"b:small-mgd", VMM, SMALL, 0, false, 0, 0, 1, false, WQ, false, false},
+    {"c:pack2", VMM, SWAP_MODEL_UNIT_PACK, 2, false, 0, 0, 1, false, WQ, false, false},
+    {"c:pack16", VMM, SWAP_MODEL_UNIT_PACK, 16, false, 0, 0, 1, false, WQ, false, false},
+    {"d:seg", VMM, BLOCK, 0, true, 0, 0, 1, false, WQ, false, false},
+    {"d:chunk2", VMM, SMALL, 0, true, 2, 0, 1, false, WQ, false, false},
+    {"d:chunk4", VMM, SMALL, 0, true, 4, 0, 1, false, WQ, false, false},
+    {"d:chunk8", VMM, SMALL, 0, true, 8, 0, 1, false, WQ, false, false},
     /* item 3: the schedule, on d:chunk8 */
-    {"d8 h5", VMM, SMALL, 0, true, 8, 0.05, 1, false, WQ, false},
-    {"d8 h10", VMM, SMALL, 0, true, 8, 0.10, 1, false, WQ, false},
-    {"d8 2mv", VMM, SMALL, 0, true, 8, 0, 2, false, WQ, false},
-    {"d8 4mv", VMM, SMALL, 0, true, 8, 0, 4, false, WQ, false},
-    {"d8 2mv h5", VMM, SMALL, 0, true, 8, 0.05, 2, false, WQ, false},
-    {"d8 4mv h5", VMM, SMALL, 0, true, 8, 0.05, 4, false, WQ, false},
-    {"d8 4mv h10", VMM, SMALL, 0, true, 8, 0.10, 4, false, WQ, false},
-    {"d8 4mv h20", VMM, SMALL, 0, true, 8, 0.20, 4, false, WQ, false},
-    {"d2 4mv h5", VMM, SMALL, 0, true, 2, 0.05, 4, false, WQ, false},
-    {"d8 nr", VMM, SMALL, 0, true, 8, 0, 1, true, WQ, false},
-    {"d8 nr h5", VMM, SMALL, 0, true, 8, 0.05, 1, true, WQ, false},
-    {"d8 nr h10", VMM, SMALL, 0, true, 8, 0.10, 1, true, WQ, false},
+    {"d8 h5", VMM, SMALL, 0, true, 8, 0.05, 1, false, WQ, false, false},
+    {"d8 h10", VMM, SMALL, 0, true, 8, 0.10, 1, false, WQ, false, false},
+    {"d8 2mv", VMM, SMALL, 0, true, 8, 0, 2, false, WQ, false, false},
+    {"d8 4mv", VMM, SMALL, 0, true, 8, 0, 4, false, WQ, false, false},
+    {"d8 2mv h5", VMM, SMALL, 0, true, 8, 0.05, 2, false, WQ, false, false},
+    {"d8 4mv h5", VMM, SMALL, 0, true, 8, 0.05, 4, false, WQ, false, false},
+    {"d8 4mv h10", VMM, SMALL, 0, true, 8, 0.10, 4, false, WQ, false, false},
+    {"d8 4mv h20", VMM, SMALL, 0, true, 8, 0.20, 4, false, WQ, false, false},
+    {"d2 4mv h5", VMM, SMALL, 0, true, 2, 0.05, 4, false, WQ, false, false},
+    {"d8 nr", VMM, SMALL, 0, true, 8, 0, 1, true, WQ, false, false},
+    {"d8 nr h5", VMM, SMALL, 0, true, 8, 0.05, 1, true, WQ, false, false},
+    {"d8 nr h10", VMM, SMALL, 0, true, 8, 0.10, 1, true, WQ, false, false},
 };
 #define ND (sizeof(designs) / sizeof(designs[0]))
 
@@ -194,6 +197,7 @@ static void design_params(const struct design *d, bool tensors, uint64_t budget,
     p->movers = d->movers;
     p->built_wait = d->wait;
     p->built_async = d->async;
+    p->built_remaps_serial = d->serial;
 }
 
 /* The designs swap-real --model prints: today's engine and the VMM
@@ -417,7 +421,8 @@ int swap_real_designs(int n, char **paths)
         "into U MiB, built the VMM engine as built today (segments whole, moved by the launching "
         "thread, no fetch ahead; built c8 in 8 MiB chunks, built lu evictions waiting only for "
         "the victim's launches, built nr free remaps, built async with async evictions, the "
-        "write-back ordered on the device and the victim's range remapped by a mover thread), "
+        "write-back ordered on the device and the victim's range remapped by a mover thread; 1r "
+        "the host's and the mover's remaps one at a time), "
         "d:seg PyTorch's segments (traces the shim "
         "wrote as they are), d:chunk2 their "
         "2 MiB "

@@ -192,6 +192,50 @@ Test(swap_model, async_evictions_order_the_write_back_on_the_device_and_remap_on
     swap_model_result_fini(&r);
 }
 
+/* The first iteration of the tiny trace under async evictions, remaps of
+ * 2000 us, the host's and the mover's remaps side by side or one at a time. */
+static double async_first_iteration(bool serial)
+{
+    struct swap_trace t = {0};
+    tiny(&t);
+    struct swap_model_rates rates;
+    unit_rates(&rates);
+    rates.remap_us[0] = rates.remap_us[1] = 2000;
+    struct swap_model_params p = {.engine = SWAP_MODEL_BUILT,
+                                  .kind = SWAP_POLICY_LRU,
+                                  .budget = MIB,
+                                  .rates = &rates,
+                                  .launch_ns = ten_us,
+                                  .n_launch_ns = 3,
+                                  .built_async = true,
+                                  .built_remaps_serial = serial};
+    struct swap_model_result r;
+    cr_assert_eq(swap_model_run(&t, &p, &r), 0);
+    double s = r.it[0].seconds;
+    swap_model_result_fini(&r);
+    swap_trace_fini(&t);
+    return s;
+}
+
+Test(swap_model, async_remaps_one_at_a_time_take_the_first_gap_that_fits)
+{
+    /* launch 0: the host maps block 1 (2000), submits (2001), it runs to
+     * 2011; launch 1: block 1's write-back ends at 2011 + MOVE, and the
+     * mover remaps its range from then for 2000 us */
+    double wb1 = 2011 + MOVE;
+    /* side by side: the host maps block 2 from 2001 to 4001, submits, and
+     * launch 1 runs once the write-back is done too */
+    double l1 = 4001 + 1 + 10;
+    cr_expect(wb1 < 4001);
+    double s = async_first_iteration(false);
+    cr_expect(fabs(s - l1 * US) < 1e-12, "%.9f vs %.9f", s, l1 * US);
+    /* one at a time: the host's 2000 us do not fit before the mover's
+     * remap, so they follow it */
+    l1 = wb1 + 2000 + 2000 + 1 + 10;
+    s = async_first_iteration(true);
+    cr_expect(fabs(s - l1 * US) < 1e-12, "%.9f vs %.9f", s, l1 * US);
+}
+
 /* Blocks 1, 2, 3 of 4 MiB (two 2 MiB chunks each) under a budget of 8 MiB,
  * lru, each written by one launch; launch 1 runs 1 ms: launch 2's
  * eviction of block 1 waits for it (the shim's one event per stream)

@@ -165,6 +165,12 @@ struct state {
     int64_t occ_base, capacity;
     struct swap_model_result *res;
     size_t cap_it;
+    /* SWAP_MODEL_BUILT with built_remaps_serial: the remaps planned from
+     * the host's time on, [a, b) each, sorted, not overlapping */
+    struct busy {
+        double a, b;
+    } * busy;
+    size_t n_busy, cap_busy;
 };
 
 static struct blk *blk_get(struct state *s, uint64_t id)
@@ -455,6 +461,50 @@ static int time_vmm(struct state *s, double submit, double device, double *end)
     return 0;
 }
 
+/* With built_remaps_serial: a remap of secs that may start at t, in the
+ * first gap from t on between the remaps planned (the driver taken to run
+ * one remap at a time, whichever thread asks first); its end, or a
+ * negative value when out of memory. Remaps that ended by now (no request
+ * starts before it) are dropped. */
+static double serial_remap(struct state *s, double now, double t, double secs)
+{
+    size_t k = 0;
+    while (k < s->n_busy && s->busy[k].b <= now)
+        k++;
+    if (k) {
+        memmove(s->busy, s->busy + k, (s->n_busy - k) * sizeof(*s->busy));
+        s->n_busy -= k;
+    }
+    size_t i = 0;
+    for (; i < s->n_busy; i++) {
+        if (s->busy[i].b <= t) continue;
+        if (t + secs <= s->busy[i].a) break; /* fits in the gap before it */
+        t = s->busy[i].b;
+    }
+    if (s->n_busy == s->cap_busy) {
+        size_t cap = s->cap_busy ? 2 * s->cap_busy : 16;
+        struct busy *a = realloc(s->busy, cap * sizeof(*a));
+        if (!a) return -1;
+        s->busy = a;
+        s->cap_busy = cap;
+    }
+    memmove(s->busy + i + 1, s->busy + i, (s->n_busy - i) * sizeof(*s->busy));
+    s->busy[i] = (struct busy){t, t + secs};
+    s->n_busy++;
+    return t + secs;
+}
+
+/* A remap of secs by the host thread from h under SWAP_MODEL_BUILT; its
+ * end (the wait for other remaps counted as a wait in moves). */
+static double host_remap(struct state *s, double h, double secs)
+{
+    if (!s->p->built_async || !s->p->built_remaps_serial) return h + secs;
+    double end = serial_remap(s, h, h, secs);
+    if (end < 0) return end;
+    s->res->host_evict_wait_seconds += end - secs - h;
+    return end;
+}
+
 /* The VMM engine as built (swap_model.h, SWAP_MODEL_BUILT): the host
  * thread, from s->host, does the moves one after the other, then submits
  * the launch. */
@@ -505,7 +555,13 @@ static int time_built(struct state *s, double device, double *end)
                     count_move(s, false, o->bytes);
                 }
                 if (ev > handover) handover = ev;
-                b->host_ready = remap_end(s, ev, o->bytes);
+                if (p->built_remaps_serial) {
+                    b->host_ready =
+                        serial_remap(s, h, ev, swap_model_remap_seconds(s->r, o->bytes));
+                    if (b->host_ready < 0) return -ENOMEM;
+                } else {
+                    b->host_ready = remap_end(s, ev, o->bytes);
+                }
                 break;
             }
             if (o->writeback) {
@@ -529,7 +585,8 @@ static int time_built(struct state *s, double device, double *end)
                 s->res->host_evict_wait_seconds += b->host_ready - h;
                 h = b->host_ready;
             }
-            h += map;
+            h = host_remap(s, h, map);
+            if (h < 0) return -ENOMEM;
             s->res->host_remap_seconds += map;
             double cs = h > s->h2d ? h : s->h2d;
             if (handover > cs) cs = handover; /* async: into the victims' chunks */
@@ -541,7 +598,8 @@ static int time_built(struct state *s, double device, double *end)
         }
         case OP_FIRST: /* a new block starts host-backed: a remap, nothing copied */
             if (!managed) {
-                h += map;
+                h = host_remap(s, h, map);
+                if (h < 0) return -ENOMEM;
                 s->res->host_remap_seconds += map;
             }
             b->dev_ready = h > handover ? h : handover;
@@ -802,6 +860,7 @@ int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p
     }
     free(s.ops);
     free(s.occ);
+    free(s.busy);
     free(next);
     if (pol) swap_policy_destroy(pol);
     if (rc) swap_model_result_fini(r);

@@ -163,6 +163,10 @@ struct swap_model_params {
     /* SWAP_MODEL_BUILT only; unit as for SWAP_MODEL_VMM. */
     enum swap_model_wait built_wait;
     bool built_async; /* SWAP_MODEL_BUILT: async evictions (above) */
+    /* with built_async: the host's remaps and the mover's run one at a
+     * time, in the order decided (whether the driver runs remaps of
+     * different ranges from two threads side by side is not measured) */
+    bool built_remaps_serial;
 };
 
 #define SWAP_MODEL_MOVERS_MAX 16
