@@ -127,6 +127,7 @@ struct blk {
     double dev_ready;      /* its device copy is mapped and current from then */
     double host_ready;     /* its host copy is mapped and current from then */
     uint64_t device_bytes; /* VMM: what it holds of the room (swap_model.h) */
+    bool remap_pending;    /* built_remaps_serial: host_ready not known yet */
     UT_hash_handle hh;
 };
 
@@ -165,12 +166,15 @@ struct state {
     int64_t occ_base, capacity;
     struct swap_model_result *res;
     size_t cap_it;
-    /* SWAP_MODEL_BUILT with built_remaps_serial: the remaps planned from
-     * the host's time on, [a, b) each, sorted, not overlapping */
-    struct busy {
-        double a, b;
-    } * busy;
-    size_t n_busy, cap_busy;
+    /* SWAP_MODEL_BUILT with built_remaps_serial: one remap at a time, in
+     * the order the threads ask (remap_free: when the current one ends);
+     * the mover's requests not served yet, sorted by the time they ask */
+    double remap_free;
+    struct pending {
+        double arrival, secs;
+        uint64_t block;
+    } * pending;
+    size_t n_pending, cap_pending;
 };
 
 static struct blk *blk_get(struct state *s, uint64_t id)
@@ -320,6 +324,17 @@ static int occ_add(struct state *s, double t, int64_t d)
     return 0;
 }
 
+/* A block freed: its pending remap is dropped (the shim would free it). */
+static void mover_forget(struct state *s, uint64_t id)
+{
+    for (size_t i = 0; i < s->n_pending; i++) {
+        if (s->pending[i].block != id) continue;
+        memmove(s->pending + i, s->pending + i + 1, (s->n_pending - i - 1) * sizeof(*s->pending));
+        s->n_pending--;
+        return;
+    }
+}
+
 /* A block freed: its room comes back when the last launch that used it
  * ends, and its id may come back as a new block. */
 static int block_freed(struct state *s, uint64_t id)
@@ -332,6 +347,7 @@ static int block_freed(struct state *s, uint64_t id)
         double t = b->last_end > b->dev_ready ? b->last_end : b->dev_ready;
         rc = occ_add(s, t, -(int64_t)b->device_bytes);
     }
+    if (b->remap_pending) mover_forget(s, id);
     HASH_DEL(s->blocks, b);
     free(b);
     return rc;
@@ -461,48 +477,57 @@ static int time_vmm(struct state *s, double submit, double device, double *end)
     return 0;
 }
 
-/* With built_remaps_serial: a remap of secs that may start at t, in the
- * first gap from t on between the remaps planned (the driver taken to run
- * one remap at a time, whichever thread asks first); its end, or a
- * negative value when out of memory. Remaps that ended by now (no request
- * starts before it) are dropped. */
-static double serial_remap(struct state *s, double now, double t, double secs)
+/* With built_remaps_serial (swap_model.h): the driver runs one remap at a
+ * time, first come first served. The host asks at its own time, which
+ * only grows; the mover asks when a write-back ends, which may lie ahead
+ * of the host, so its requests wait in s->pending until the host asks
+ * later than they do, or needs their end. */
+static void serve_one(struct state *s)
 {
-    size_t k = 0;
-    while (k < s->n_busy && s->busy[k].b <= now)
-        k++;
-    if (k) {
-        memmove(s->busy, s->busy + k, (s->n_busy - k) * sizeof(*s->busy));
-        s->n_busy -= k;
+    struct pending q = s->pending[0];
+    memmove(s->pending, s->pending + 1, (s->n_pending - 1) * sizeof(*s->pending));
+    s->n_pending--;
+    double start = s->remap_free > q.arrival ? s->remap_free : q.arrival;
+    s->remap_free = start + q.secs;
+    struct blk *b;
+    HASH_FIND(hh, s->blocks, &q.block, sizeof(q.block), b);
+    if (b && b->remap_pending) {
+        b->host_ready = s->remap_free;
+        b->remap_pending = false;
     }
-    size_t i = 0;
-    for (; i < s->n_busy; i++) {
-        if (s->busy[i].b <= t) continue;
-        if (t + secs <= s->busy[i].a) break; /* fits in the gap before it */
-        t = s->busy[i].b;
+}
+
+/* The mover's remap of block b, asked at arrival. -ENOMEM. */
+static int mover_request(struct state *s, struct blk *b, double arrival, double secs)
+{
+    if (s->n_pending == s->cap_pending) {
+        size_t cap = s->cap_pending ? 2 * s->cap_pending : 16;
+        struct pending *a = realloc(s->pending, cap * sizeof(*a));
+        if (!a) return -ENOMEM;
+        s->pending = a;
+        s->cap_pending = cap;
     }
-    if (s->n_busy == s->cap_busy) {
-        size_t cap = s->cap_busy ? 2 * s->cap_busy : 16;
-        struct busy *a = realloc(s->busy, cap * sizeof(*a));
-        if (!a) return -1;
-        s->busy = a;
-        s->cap_busy = cap;
-    }
-    memmove(s->busy + i + 1, s->busy + i, (s->n_busy - i) * sizeof(*s->busy));
-    s->busy[i] = (struct busy){t, t + secs};
-    s->n_busy++;
-    return t + secs;
+    size_t i = s->n_pending;
+    while (i > 0 && s->pending[i - 1].arrival > arrival)
+        i--;
+    memmove(s->pending + i + 1, s->pending + i, (s->n_pending - i) * sizeof(*s->pending));
+    s->pending[i] = (struct pending){arrival, secs, b->id};
+    s->n_pending++;
+    b->remap_pending = true;
+    return 0;
 }
 
 /* A remap of secs by the host thread from h under SWAP_MODEL_BUILT; its
- * end (the wait for other remaps counted as a wait in moves). */
+ * end (a wait for the mover's remaps counted as a wait in moves). */
 static double host_remap(struct state *s, double h, double secs)
 {
     if (!s->p->built_async || !s->p->built_remaps_serial) return h + secs;
-    double end = serial_remap(s, h, h, secs);
-    if (end < 0) return end;
-    s->res->host_evict_wait_seconds += end - secs - h;
-    return end;
+    while (s->n_pending && s->pending[0].arrival <= h)
+        serve_one(s);
+    double start = s->remap_free > h ? s->remap_free : h;
+    s->res->host_evict_wait_seconds += start - h;
+    s->remap_free = start + secs;
+    return s->remap_free;
 }
 
 /* The VMM engine as built (swap_model.h, SWAP_MODEL_BUILT): the host
@@ -520,6 +545,8 @@ static int time_built(struct state *s, double device, double *end)
         const struct op *o = &s->ops[i];
         struct blk *b = blk_get(s, o->block);
         if (!b) return -ENOMEM;
+        while (b->remap_pending) /* its host_ready, before anyone reads it */
+            serve_one(s);
         bool managed = p->unit == SWAP_MODEL_UNIT_SMALL_MANAGED && o->bytes < 2 * MIB;
         /* a fetch's remap: one cuMemMap per 2 MiB chunk */
         uint64_t chunks = (o->bytes + 2 * MIB - 1) / (2 * MIB);
@@ -556,9 +583,7 @@ static int time_built(struct state *s, double device, double *end)
                 }
                 if (ev > handover) handover = ev;
                 if (p->built_remaps_serial) {
-                    b->host_ready =
-                        serial_remap(s, h, ev, swap_model_remap_seconds(s->r, o->bytes));
-                    if (b->host_ready < 0) return -ENOMEM;
+                    rc = mover_request(s, b, ev, swap_model_remap_seconds(s->r, o->bytes));
                 } else {
                     b->host_ready = remap_end(s, ev, o->bytes);
                 }
@@ -586,7 +611,6 @@ static int time_built(struct state *s, double device, double *end)
                 h = b->host_ready;
             }
             h = host_remap(s, h, map);
-            if (h < 0) return -ENOMEM;
             s->res->host_remap_seconds += map;
             double cs = h > s->h2d ? h : s->h2d;
             if (handover > cs) cs = handover; /* async: into the victims' chunks */
@@ -599,7 +623,6 @@ static int time_built(struct state *s, double device, double *end)
         case OP_FIRST: /* a new block starts host-backed: a remap, nothing copied */
             if (!managed) {
                 h = host_remap(s, h, map);
-                if (h < 0) return -ENOMEM;
                 s->res->host_remap_seconds += map;
             }
             b->dev_ready = h > handover ? h : handover;
@@ -860,7 +883,7 @@ int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p
     }
     free(s.ops);
     free(s.occ);
-    free(s.busy);
+    free(s.pending);
     free(next);
     if (pol) swap_policy_destroy(pol);
     if (rc) swap_model_result_fini(r);

@@ -164,7 +164,7 @@ struct swap_model_params {
     enum swap_model_wait built_wait;
     bool built_async; /* SWAP_MODEL_BUILT: async evictions (above) */
     /* with built_async: the host's remaps and the mover's run one at a
-     * time, in the order decided (whether the driver runs remaps of
+     * time, first come first served (whether the driver runs remaps of
      * different ranges from two threads side by side is not measured) */
     bool built_remaps_serial;
 };
