@@ -621,10 +621,10 @@ static int time_built(struct state *s, double device, double *end)
             break;
         }
         case OP_FIRST: /* a new block starts host-backed: a remap, nothing copied */
-            if (!managed) {
-                h = host_remap(s, h, map);
-                s->res->host_remap_seconds += map;
-            }
+            b->dev_ready = h;
+            if (managed) break; /* managed memory: no chunks taken */
+            h = host_remap(s, h, map);
+            s->res->host_remap_seconds += map;
             b->dev_ready = h > handover ? h : handover;
             handover = 0;
             break;
