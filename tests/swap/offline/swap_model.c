@@ -631,13 +631,19 @@ static int time_built(struct state *s, double device, double *end)
         case OP_OVERFLOW:
             /* async: the launch may not be submitted before the range maps
              * the host copy (its chunks may hold another block by now) */
-            if (p->built_async && b->host_ready > h) h = b->host_ready;
+            if (p->built_async && !managed && b->host_ready > h) {
+                s->res->host_evict_wait_seconds += b->host_ready - h;
+                h = b->host_ready;
+            }
             if (b->host_ready > ready) ready = b->host_ready;
             extra += (double)o->bytes /
                      ((managed ? s->r->managed_h2d.gbps[0] : s->r->host_read_gbps) * 1e9);
             break;
-        case OP_HOST:
-            if (p->built_async && b->host_ready > h) h = b->host_ready;
+        case OP_HOST: /* async: as OP_OVERFLOW */
+            if (p->built_async && !managed && b->host_ready > h) {
+                s->res->host_evict_wait_seconds += b->host_ready - h;
+                h = b->host_ready;
+            }
             if (b->host_ready > ready) ready = b->host_ready;
             break;
         case OP_USE:
