@@ -122,6 +122,8 @@ struct design {
     unsigned movers;
     bool free_remaps;
     enum swap_model_wait wait; /* SWAP_MODEL_BUILT */
+    bool async;                /* SWAP_MODEL_BUILT: async evictions */
+    bool serial;               /* with async: remaps one at a time */
 };
 
 #define VMM SWAP_MODEL_VMM
@@ -132,36 +134,42 @@ struct design {
 #define SMALL SWAP_MODEL_UNIT_SMALL_MANAGED
 static const struct design designs[] = {
     /* today's engine on what the shim sees */
-    {"mgd:seg", SWAP_MODEL_MANAGED, BLOCK, 0, true, 0, 0, 1, false, WQ},
+    {"mgd:seg", SWAP_MODEL_MANAGED, BLOCK, 0, true, 0, 0, 1, false, WQ, false, false},
     /* the VMM engine as built (whole blocks, moved by the launching thread,
      * no fetch ahead); with 8 MiB chunks; with an eviction waiting only for
      * the victim's launches; with free remaps */
-    {"built", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ},
-    {"built c8", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ},
-    {"built lu", BUILT, SMALL, 0, true, 0, 0, 1, false, WLU},
-    {"built nr", BUILT, SMALL, 0, true, 0, 0, 1, true, WQ},
+    {"built", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, false, false},
+    {"built c8", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, false, false},
+    {"built lu", BUILT, SMALL, 0, true, 0, 0, 1, false, WLU, false, false},
+    {"built nr", BUILT, SMALL, 0, true, 0, 0, 1, true, WQ, false, false},
+    /* the candidate next step: async evictions (swap_model.h), whole and in
+     * 8 MiB chunks; 1r with the host's and the mover's remaps one at a time */
+    {"built async", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, true, false},
+    {"built async c8", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, true, false},
+    {"built async 1r", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, true, true},
+    {"built async c8 1r", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, true, true},
     /* item 4: the unit, with today's schedule */
-    {"a:block", VMM, BLOCK, 0, false, 0, 0, 1, false, WQ},
-    {"b:small-mgd", VMM, SMALL, 0, false, 0, 0, 1, false, WQ},
-    {"c:pack2", VMM, SWAP_MODEL_UNIT_PACK, 2, false, 0, 0, 1, false, WQ},
-    {"c:pack16", VMM, SWAP_MODEL_UNIT_PACK, 16, false, 0, 0, 1, false, WQ},
-    {"d:seg", VMM, BLOCK, 0, true, 0, 0, 1, false, WQ},
-    {"d:chunk2", VMM, SMALL, 0, true, 2, 0, 1, false, WQ},
-    {"d:chunk4", VMM, SMALL, 0, true, 4, 0, 1, false, WQ},
-    {"d:chunk8", VMM, SMALL, 0, true, 8, 0, 1, false, WQ},
+    {"a:block", VMM, BLOCK, 0, false, 0, 0, 1, false, WQ, false, false},
+    {"b:small-mgd", VMM, SMALL, 0, false, 0, 0, 1, false, WQ, false, false},
+    {"c:pack2", VMM, SWAP_MODEL_UNIT_PACK, 2, false, 0, 0, 1, false, WQ, false, false},
+    {"c:pack16", VMM, SWAP_MODEL_UNIT_PACK, 16, false, 0, 0, 1, false, WQ, false, false},
+    {"d:seg", VMM, BLOCK, 0, true, 0, 0, 1, false, WQ, false, false},
+    {"d:chunk2", VMM, SMALL, 0, true, 2, 0, 1, false, WQ, false, false},
+    {"d:chunk4", VMM, SMALL, 0, true, 4, 0, 1, false, WQ, false, false},
+    {"d:chunk8", VMM, SMALL, 0, true, 8, 0, 1, false, WQ, false, false},
     /* item 3: the schedule, on d:chunk8 */
-    {"d8 h5", VMM, SMALL, 0, true, 8, 0.05, 1, false, WQ},
-    {"d8 h10", VMM, SMALL, 0, true, 8, 0.10, 1, false, WQ},
-    {"d8 2mv", VMM, SMALL, 0, true, 8, 0, 2, false, WQ},
-    {"d8 4mv", VMM, SMALL, 0, true, 8, 0, 4, false, WQ},
-    {"d8 2mv h5", VMM, SMALL, 0, true, 8, 0.05, 2, false, WQ},
-    {"d8 4mv h5", VMM, SMALL, 0, true, 8, 0.05, 4, false, WQ},
-    {"d8 4mv h10", VMM, SMALL, 0, true, 8, 0.10, 4, false, WQ},
-    {"d8 4mv h20", VMM, SMALL, 0, true, 8, 0.20, 4, false, WQ},
-    {"d2 4mv h5", VMM, SMALL, 0, true, 2, 0.05, 4, false, WQ},
-    {"d8 nr", VMM, SMALL, 0, true, 8, 0, 1, true, WQ},
-    {"d8 nr h5", VMM, SMALL, 0, true, 8, 0.05, 1, true, WQ},
-    {"d8 nr h10", VMM, SMALL, 0, true, 8, 0.10, 1, true, WQ},
+    {"d8 h5", VMM, SMALL, 0, true, 8, 0.05, 1, false, WQ, false, false},
+    {"d8 h10", VMM, SMALL, 0, true, 8, 0.10, 1, false, WQ, false, false},
+    {"d8 2mv", VMM, SMALL, 0, true, 8, 0, 2, false, WQ, false, false},
+    {"d8 4mv", VMM, SMALL, 0, true, 8, 0, 4, false, WQ, false, false},
+    {"d8 2mv h5", VMM, SMALL, 0, true, 8, 0.05, 2, false, WQ, false, false},
+    {"d8 4mv h5", VMM, SMALL, 0, true, 8, 0.05, 4, false, WQ, false, false},
+    {"d8 4mv h10", VMM, SMALL, 0, true, 8, 0.10, 4, false, WQ, false, false},
+    {"d8 4mv h20", VMM, SMALL, 0, true, 8, 0.20, 4, false, WQ, false, false},
+    {"d2 4mv h5", VMM, SMALL, 0, true, 2, 0.05, 4, false, WQ, false, false},
+    {"d8 nr", VMM, SMALL, 0, true, 8, 0, 1, true, WQ, false, false},
+    {"d8 nr h5", VMM, SMALL, 0, true, 8, 0.05, 1, true, WQ, false, false},
+    {"d8 nr h10", VMM, SMALL, 0, true, 8, 0.10, 1, true, WQ, false, false},
 };
 #define ND (sizeof(designs) / sizeof(designs[0]))
 
@@ -188,6 +196,8 @@ static void design_params(const struct design *d, bool tensors, uint64_t budget,
     p->headroom = (uint64_t)(d->headroom * (double)budget);
     p->movers = d->movers;
     p->built_wait = d->wait;
+    p->built_async = d->async;
+    p->built_remaps_serial = d->serial;
 }
 
 /* The designs swap-real --model prints: today's engine and the VMM
@@ -410,7 +420,10 @@ int swap_real_designs(int n, char **paths)
         "b:small-mgd blocks under 2 MiB managed, c:packU blocks packed in allocation order "
         "into U MiB, built the VMM engine as built today (segments whole, moved by the launching "
         "thread, no fetch ahead; built c8 in 8 MiB chunks, built lu evictions waiting only for "
-        "the victim's launches, built nr free remaps), d:seg PyTorch's segments (traces the shim "
+        "the victim's launches, built nr free remaps, built async with async evictions, the "
+        "write-back ordered on the device and the victim's range remapped by a mover thread; 1r "
+        "the host's and the mover's remaps one at a time), "
+        "d:seg PyTorch's segments (traces the shim "
         "wrote as they are), d:chunk2 their "
         "2 MiB "
         "chunks moved alone and b's rule (d:chunkN: N MiB chunks); then dN (d:chunkN) with hN "
@@ -422,6 +435,8 @@ int swap_real_designs(int n, char **paths)
     /* the managed column: today's engine on the traces' blocks as they are */
     printf("\n");
     double logsum[NO][ND] = {{0}}, worst[NO][ND] = {{0}};
+    /* built designs: the host's share of the run waiting in moves, remapping */
+    double wait_share[NO][ND] = {{0}}, remap_share[NO][ND] = {{0}};
     int count[NO] = {0}, rc = 0;
     for (int i = 0; i < n && !rc; i++) {
         struct swap_trace t = {0};
@@ -489,6 +504,10 @@ int swap_real_designs(int n, char **paths)
                 double m = mean(&v, lo, hi), ratio = b > 0 ? m / b : 1;
                 printf(" %6.2f %4.2f", m * 1e3, ratio);
                 logsum[k][d] += log(ratio);
+                if (v.seconds > 0) {
+                    wait_share[k][d] += v.host_evict_wait_seconds / v.seconds;
+                    remap_share[k][d] += v.host_remap_seconds / v.seconds;
+                }
                 if (ratio > worst[k][d]) worst[k][d] = ratio;
                 swap_model_result_fini(&v);
             }
@@ -508,6 +527,16 @@ int swap_real_designs(int n, char **paths)
         for (size_t d = 0; d < ND; d++)
             printf(" %s %.2f/%.2f%s", designs[d].name, exp(logsum[k][d] / count[k]), worst[k][d],
                    d + 1 < ND ? "," : "\n");
+    }
+    for (size_t k = 0; k < NO; k++) {
+        printf("host thread's share of the run at %.2fx (mean over traces), waiting in moves / "
+               "remapping:",
+               oversubs[k]);
+        for (size_t d = 0; d < ND; d++)
+            if (designs[d].engine == BUILT)
+                printf(" %s %.3f/%.3f", designs[d].name, wait_share[k][d] / count[k],
+                       remap_share[k][d] / count[k]);
+        printf("\n");
     }
     return 0;
 }

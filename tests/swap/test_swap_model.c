@@ -128,6 +128,120 @@ Test(swap_model, built_moves_on_the_host_thread_before_the_launch)
     swap_model_result_fini(&r);
 }
 
+/* The tiny trace under SWAP_MODEL_BUILT, async evictions or not. */
+static void built_tiny(bool async, struct swap_model_result *r)
+{
+    struct swap_trace t = {0};
+    tiny(&t);
+    struct swap_model_rates rates;
+    unit_rates(&rates);
+    struct swap_model_params p = {.engine = SWAP_MODEL_BUILT,
+                                  .kind = SWAP_POLICY_LRU,
+                                  .budget = MIB,
+                                  .rates = &rates,
+                                  .launch_ns = ten_us,
+                                  .n_launch_ns = 3,
+                                  .built_async = async};
+    cr_assert_eq(swap_model_run(&t, &p, r), 0);
+    swap_trace_fini(&t);
+    cr_assert_eq(r->iterations, 2);
+    cr_expect_eq(r->h2d_bytes, MIB);
+    cr_expect_eq(r->d2h_bytes, 2 * MIB);
+}
+
+Test(swap_model, built_host_time_splits_into_eviction_waits_and_remaps)
+{
+    struct swap_model_result r;
+    built_tiny(false, &r);
+    /* as in built_moves_on_the_host_thread_before_the_launch: the host
+     * waits for launch 0 and block 1's write-back (from 101 to 111 + MOVE),
+     * later for launch 1 and block 2's write-back (from 312 + MOVE to
+     * 322 + 2 MOVE); it remaps five times: two first touches, two
+     * evictions, one fetch */
+    double wait = 10 + MOVE + 10 + MOVE;
+    cr_expect(fabs(r.host_evict_wait_seconds - wait * US) < 1e-12, "%.9f",
+              r.host_evict_wait_seconds);
+    cr_expect(fabs(r.host_remap_seconds - 500 * US) < 1e-12, "%.9f", r.host_remap_seconds);
+    swap_model_result_fini(&r);
+}
+
+Test(swap_model, async_evictions_order_the_write_back_on_the_device_and_remap_on_a_mover)
+{
+    struct swap_model_result r;
+    built_tiny(true, &r);
+    /* launch 0 as in built: map block 1 (100), submit (+1), run (+10). */
+    double l0 = 100 + 1 + 10;
+    /* launch 1: block 1's write-back waits on the device for launch 0
+     * (111) and ends at 111 + MOVE, when the mover starts remapping its
+     * range (+100); the host does not wait: it maps block 2 on block 1's
+     * chunks at once (101 + 100), submits (202); launch 2's first touch
+     * waits for the write-back. */
+    double wb1 = l0 + MOVE, l1 = wb1 + 10, remap1 = wb1 + 100;
+    cr_expect(fabs(r.it[0].seconds - l1 * US) < 1e-12, "%.9f vs %.9f", r.it[0].seconds, l1 * US);
+    /* launch 2: block 2's write-back waits for launch 1 (the stream's
+     * event) and ends MOVE later; fetching block 1 the host waits for the
+     * mover's remap of its range (remap1), maps it (+100) and queues its
+     * copy, which waits for block 2's write-back: the chunks it lands in */
+    double wb2 = l1 + MOVE, fetch1 = wb2 + MOVE, l2 = fetch1 + 10;
+    cr_expect(remap1 + 100 < wb2, "the host's remap ends before the copy may start");
+    cr_expect(fabs(r.seconds - l2 * US) < 1e-12, "%.9f vs %.9f", r.seconds, l2 * US);
+    /* the host's only wait: block 1's remap, from 202 */
+    cr_expect(fabs(r.host_evict_wait_seconds - (remap1 - 202) * US) < 1e-12, "%.9f",
+              r.host_evict_wait_seconds);
+    cr_expect(fabs(r.host_remap_seconds - 300 * US) < 1e-12, "%.9f", r.host_remap_seconds);
+    swap_model_result_fini(&r);
+}
+
+/* The tiny trace under async evictions with remaps of 2000 us, the host's
+ * and the mover's side by side or one at a time; its first iteration in
+ * *first, the whole run returned. */
+static double async_slow_remaps(bool serial, double *first)
+{
+    struct swap_trace t = {0};
+    tiny(&t);
+    struct swap_model_rates rates;
+    unit_rates(&rates);
+    rates.remap_us[0] = rates.remap_us[1] = 2000;
+    struct swap_model_params p = {.engine = SWAP_MODEL_BUILT,
+                                  .kind = SWAP_POLICY_LRU,
+                                  .budget = MIB,
+                                  .rates = &rates,
+                                  .launch_ns = ten_us,
+                                  .n_launch_ns = 3,
+                                  .built_async = true,
+                                  .built_remaps_serial = serial};
+    struct swap_model_result r;
+    cr_assert_eq(swap_model_run(&t, &p, &r), 0);
+    *first = r.it[0].seconds;
+    double s = r.seconds;
+    swap_model_result_fini(&r);
+    swap_trace_fini(&t);
+    return s;
+}
+
+Test(swap_model, async_remaps_one_at_a_time_are_served_in_the_order_asked)
+{
+    /* launch 0: the host maps block 1 (2000), submits, it runs to 2011.
+     * launch 1: block 1's write-back ends at 2011 + MOVE, when the mover
+     * asks to remap its range; the host asked before (2001) to map block 2
+     * and does so either way: launch 1 ends at 4001 + 1 + 10. */
+    double wb1 = 2011 + MOVE, l1 = 4012, first;
+    /* side by side: block 1's remap ends at wb1 + 2000; launch 2 fetches
+     * block 1, so the host waits for it, maps it (2000) and the copy
+     * follows (block 2's write-back, from 4012, is done by then) */
+    double l2 = wb1 + 2000 + 2000 + MOVE + 10;
+    double s = async_slow_remaps(false, &first);
+    cr_expect(fabs(first - l1 * US) < 1e-12, "%.9f", first);
+    cr_expect(fabs(s - l2 * US) < 1e-12, "%.9f vs %.9f", s, l2 * US);
+    /* one at a time: block 1's remap waits for the host's map of block 2
+     * (to 4001); block 2's remap asked at 4012 + MOVE, before the host
+     * asks to map block 1 (6001), so it goes first */
+    l2 = 4001 + 2000 + 2000 + 2000 + MOVE + 10;
+    s = async_slow_remaps(true, &first);
+    cr_expect(fabs(first - l1 * US) < 1e-12, "%.9f", first);
+    cr_expect(fabs(s - l2 * US) < 1e-12, "%.9f vs %.9f", s, l2 * US);
+}
+
 /* Blocks 1, 2, 3 of 4 MiB (two 2 MiB chunks each) under a budget of 8 MiB,
  * lru, each written by one launch; launch 1 runs 1 ms: launch 2's
  * eviction of block 1 waits for it (the shim's one event per stream)

@@ -127,6 +127,7 @@ struct blk {
     double dev_ready;      /* its device copy is mapped and current from then */
     double host_ready;     /* its host copy is mapped and current from then */
     uint64_t device_bytes; /* VMM: what it holds of the room (swap_model.h) */
+    bool remap_pending;    /* built_remaps_serial: host_ready not known yet */
     UT_hash_handle hh;
 };
 
@@ -165,6 +166,15 @@ struct state {
     int64_t occ_base, capacity;
     struct swap_model_result *res;
     size_t cap_it;
+    /* SWAP_MODEL_BUILT with built_remaps_serial: one remap at a time, in
+     * the order the threads ask (remap_free: when the current one ends);
+     * the mover's requests not served yet, sorted by the time they ask */
+    double remap_free;
+    struct pending {
+        double arrival, secs;
+        uint64_t block;
+    } * pending;
+    size_t n_pending, cap_pending;
 };
 
 static struct blk *blk_get(struct state *s, uint64_t id)
@@ -314,6 +324,17 @@ static int occ_add(struct state *s, double t, int64_t d)
     return 0;
 }
 
+/* A block freed: its pending remap is dropped (the shim would free it). */
+static void mover_forget(struct state *s, uint64_t id)
+{
+    for (size_t i = 0; i < s->n_pending; i++) {
+        if (s->pending[i].block != id) continue;
+        memmove(s->pending + i, s->pending + i + 1, (s->n_pending - i - 1) * sizeof(*s->pending));
+        s->n_pending--;
+        return;
+    }
+}
+
 /* A block freed: its room comes back when the last launch that used it
  * ends, and its id may come back as a new block. */
 static int block_freed(struct state *s, uint64_t id)
@@ -326,6 +347,7 @@ static int block_freed(struct state *s, uint64_t id)
         double t = b->last_end > b->dev_ready ? b->last_end : b->dev_ready;
         rc = occ_add(s, t, -(int64_t)b->device_bytes);
     }
+    if (b->remap_pending) mover_forget(s, id);
     HASH_DEL(s->blocks, b);
     free(b);
     return rc;
@@ -455,6 +477,59 @@ static int time_vmm(struct state *s, double submit, double device, double *end)
     return 0;
 }
 
+/* With built_remaps_serial (swap_model.h): the driver runs one remap at a
+ * time, first come first served. The host asks at its own time, which
+ * only grows; the mover asks when a write-back ends, which may lie ahead
+ * of the host, so its requests wait in s->pending until the host asks
+ * later than they do, or needs their end. */
+static void serve_one(struct state *s)
+{
+    struct pending q = s->pending[0];
+    memmove(s->pending, s->pending + 1, (s->n_pending - 1) * sizeof(*s->pending));
+    s->n_pending--;
+    double start = s->remap_free > q.arrival ? s->remap_free : q.arrival;
+    s->remap_free = start + q.secs;
+    struct blk *b;
+    HASH_FIND(hh, s->blocks, &q.block, sizeof(q.block), b);
+    if (b && b->remap_pending) {
+        b->host_ready = s->remap_free;
+        b->remap_pending = false;
+    }
+}
+
+/* The mover's remap of block b, asked at arrival. -ENOMEM. */
+static int mover_request(struct state *s, struct blk *b, double arrival, double secs)
+{
+    if (s->n_pending == s->cap_pending) {
+        size_t cap = s->cap_pending ? 2 * s->cap_pending : 16;
+        struct pending *a = realloc(s->pending, cap * sizeof(*a));
+        if (!a) return -ENOMEM;
+        s->pending = a;
+        s->cap_pending = cap;
+    }
+    size_t i = s->n_pending;
+    while (i > 0 && s->pending[i - 1].arrival > arrival)
+        i--;
+    memmove(s->pending + i + 1, s->pending + i, (s->n_pending - i) * sizeof(*s->pending));
+    s->pending[i] = (struct pending){arrival, secs, b->id};
+    s->n_pending++;
+    b->remap_pending = true;
+    return 0;
+}
+
+/* A remap of secs by the host thread from h under SWAP_MODEL_BUILT; its
+ * end (a wait for the mover's remaps counted as a wait in moves). */
+static double host_remap(struct state *s, double h, double secs)
+{
+    if (!s->p->built_async || !s->p->built_remaps_serial) return h + secs;
+    while (s->n_pending && s->pending[0].arrival <= h)
+        serve_one(s);
+    double start = s->remap_free > h ? s->remap_free : h;
+    s->res->host_evict_wait_seconds += start - h;
+    s->remap_free = start + secs;
+    return s->remap_free;
+}
+
 /* The VMM engine as built (swap_model.h, SWAP_MODEL_BUILT): the host
  * thread, from s->host, does the moves one after the other, then submits
  * the launch. */
@@ -462,11 +537,16 @@ static int time_built(struct state *s, double device, double *end)
 {
     const struct swap_model_params *p = s->p;
     double h = s->host, ready = 0, extra = 0, mt = 0;
+    /* async: when the chunks of the evictions decided since the last
+     * fetch or first touch are free for the next one to take */
+    double handover = 0;
     int rc = 0;
     for (size_t i = 0; i < s->n_ops && !rc; i++) {
         const struct op *o = &s->ops[i];
         struct blk *b = blk_get(s, o->block);
         if (!b) return -ENOMEM;
+        while (b->remap_pending) /* its host_ready, before anyone reads it */
+            serve_one(s);
         bool managed = p->unit == SWAP_MODEL_UNIT_SMALL_MANAGED && o->bytes < 2 * MIB;
         /* a fetch's remap: one cuMemMap per 2 MiB chunk */
         uint64_t chunks = (o->bytes + 2 * MIB - 1) / (2 * MIB);
@@ -491,6 +571,24 @@ static int time_built(struct state *s, double device, double *end)
             /* the host waits for the victim's events (its fetch copy among them) */
             double wait = p->built_wait == SWAP_MODEL_WAIT_LAST_USE ? b->last_end : s->queue;
             if (b->dev_ready > wait) wait = b->dev_ready;
+            if (p->built_async) {
+                /* ordered on the device: the write-back (or, clean, the
+                 * next copy into its chunks) waits for the victim's
+                 * events; the mover remaps its range after that */
+                double ev = wait > h ? wait : h;
+                if (o->writeback) {
+                    double cs = s->d2h > ev ? s->d2h : ev;
+                    ev = s->d2h = copy_end(s, &s->r->pinned_d2h, cs, s->h2d, o->bytes);
+                    count_move(s, false, o->bytes);
+                }
+                if (ev > handover) handover = ev;
+                if (p->built_remaps_serial) {
+                    rc = mover_request(s, b, ev, swap_model_remap_seconds(s->r, o->bytes));
+                } else {
+                    b->host_ready = remap_end(s, ev, o->bytes);
+                }
+                break;
+            }
             if (o->writeback) {
                 double cs = h > s->d2h ? h : s->d2h;
                 if (wait > cs) cs = wait;
@@ -498,30 +596,54 @@ static int time_built(struct state *s, double device, double *end)
                 count_move(s, false, o->bytes);
                 wait = s->d2h;
             }
-            if (wait > h) h = wait;
+            if (wait > h) {
+                s->res->host_evict_wait_seconds += wait - h;
+                h = wait;
+            }
             h += swap_model_remap_seconds(s->r, o->bytes);
+            s->res->host_remap_seconds += swap_model_remap_seconds(s->r, o->bytes);
             b->host_ready = h;
             break;
         }
         case OP_FETCH: {
-            if (b->host_ready > h) h = b->host_ready;
-            h += map;
+            if (b->host_ready > h) {
+                s->res->host_evict_wait_seconds += b->host_ready - h;
+                h = b->host_ready;
+            }
+            h = host_remap(s, h, map);
+            s->res->host_remap_seconds += map;
             double cs = h > s->h2d ? h : s->h2d;
+            if (handover > cs) cs = handover; /* async: into the victims' chunks */
+            handover = 0;
             s->h2d = copy_end(s, &s->r->pinned_h2d, cs, s->d2h, o->bytes);
             count_move(s, true, o->bytes);
             b->dev_ready = s->h2d;
             break;
         }
         case OP_FIRST: /* a new block starts host-backed: a remap, nothing copied */
-            if (!managed) h += map;
             b->dev_ready = h;
+            if (managed) break; /* managed memory: no chunks taken */
+            h = host_remap(s, h, map);
+            s->res->host_remap_seconds += map;
+            b->dev_ready = h > handover ? h : handover;
+            handover = 0;
             break;
         case OP_OVERFLOW:
+            /* async: the launch may not be submitted before the range maps
+             * the host copy (its chunks may hold another block by now) */
+            if (p->built_async && !managed && b->host_ready > h) {
+                s->res->host_evict_wait_seconds += b->host_ready - h;
+                h = b->host_ready;
+            }
             if (b->host_ready > ready) ready = b->host_ready;
             extra += (double)o->bytes /
                      ((managed ? s->r->managed_h2d.gbps[0] : s->r->host_read_gbps) * 1e9);
             break;
-        case OP_HOST:
+        case OP_HOST: /* async: as OP_OVERFLOW */
+            if (p->built_async && !managed && b->host_ready > h) {
+                s->res->host_evict_wait_seconds += b->host_ready - h;
+                h = b->host_ready;
+            }
             if (b->host_ready > ready) ready = b->host_ready;
             break;
         case OP_USE:
@@ -767,6 +889,7 @@ int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p
     }
     free(s.ops);
     free(s.occ);
+    free(s.pending);
     free(next);
     if (pol) swap_policy_destroy(pol);
     if (rc) swap_model_result_fini(r);

@@ -38,6 +38,15 @@
  *   map_chunk_us for every chunk after the first. No room is tracked: the
  *   host finishes each eviction before the next fetch starts. Units under
  *   2 MiB with SWAP_MODEL_UNIT_SMALL_MANAGED move as SWAP_MODEL_VMM's.
+ *   With params.built_async (async evictions, the candidate next step) the
+ *   host does not wait at an eviction: its write-back waits on the device
+ *   for the victim's events (a clean one: nothing copied), and the next
+ *   fetch or first touch of the same launch takes its chunks, the host
+ *   mapping them at once and the fetch's copy waiting for the write-back
+ *   (for the victim's events when clean); a mover thread then remaps the
+ *   victim's range to its host copy. A later access to the victim (fetch,
+ *   or a launch that reads it on the host) waits on the host for that
+ *   remap.
  *
  * Room: the device holds at most `budget` bytes at every instant. A fetch
  * takes its bytes when its copy starts, a first touch when it is mapped;
@@ -153,6 +162,11 @@ struct swap_model_params {
     unsigned movers;     /* remapping threads, 0 = 1, at most SWAP_MODEL_MOVERS_MAX */
     /* SWAP_MODEL_BUILT only; unit as for SWAP_MODEL_VMM. */
     enum swap_model_wait built_wait;
+    bool built_async; /* SWAP_MODEL_BUILT: async evictions (above) */
+    /* with built_async: the host's remaps and the mover's run one at a
+     * time, first come first served (whether the driver runs remaps of
+     * different ranges from two threads side by side is not measured) */
+    bool built_remaps_serial;
 };
 
 #define SWAP_MODEL_MOVERS_MAX 16
@@ -177,6 +191,10 @@ struct swap_model_result {
     /* VMM: moves that found the device over the budget for good (the
      * policy's books and the room disagree); 0 in a sound run. */
     uint64_t room_overruns;
+    /* SWAP_MODEL_BUILT: the host thread's time waiting in moves (for a
+     * victim's events and write-back, or for a fetched block's pending
+     * eviction) and remapping (evictions, fetches and first touches). */
+    double host_evict_wait_seconds, host_remap_seconds;
 };
 
 void swap_model_result_fini(struct swap_model_result *r);
