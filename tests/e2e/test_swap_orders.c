@@ -231,6 +231,55 @@ BOTH_ENGINES(a_fetch_of_a_block_with_queued_work_of_unknown_layout, "queued-fetc
  * the graph, not its kernel, so it counts as touching every block. */
 BOTH_ENGINES(a_graph_launch_queued_over_the_victim, "graph-victim", expect_queued_order)
 
+/* Async evictions (vmm): A, the victim, is written back on the device
+ * behind S2's kernel, its chunks go to C's fetch at once, and A's range is
+ * remapped later; until then it still maps C's chunks. */
+
+/* 7a. C's fetch copy into A's chunks is decided while A's write-back is
+ * still queued behind held S2: the copy must wait for it. A's bytes are
+ * then read back as its write-back left them. */
+static void expect_writeback_queued(const struct orders *o)
+{
+    expect_queued_order(o);
+    if (o->vmm) {
+        /* S2's kernel, A's write-back, C's copy and its kernels */
+        cr_expect_geq(num(o, "queued_after"), 3, "%s: the write-back was not queued", o->mode);
+        cr_expect_geq(stat_of(o, "evictions remapped without a host wait "), 1,
+                      "%s: no eviction was asynchronous", o->mode);
+    }
+}
+BOTH_ENGINES(a_fetch_into_the_chunks_of_a_victim_whose_write_back_is_queued, "writeback-queued",
+             expect_writeback_queued)
+
+/* 7b. A launch the shim sees over A while A's remap is pending (its
+ * write-back held behind S2): A's remap must be completed first (the host
+ * waits), or the kernel would add to C's bytes through the alias. */
+static void expect_pending_launch(const struct orders *o)
+{
+    expect_queued_order(o);
+    if (o->vmm) {
+        expect_text(o, "a_pending", "device");
+        cr_expect_geq(stat_of(o, "(with one "), 1, "%s: A's remap was not forced", o->mode);
+    }
+}
+BOTH_ENGINES(a_launch_over_a_victim_whose_remap_is_pending, "pending-launch", expect_pending_launch)
+
+/* 7c. A kernel of unknown layout over A right after A's write-back ended
+ * but before its remap: every pending remap must be done first, or the
+ * kernel writes C's chunks through A's range. */
+static void expect_pending_unknown(const struct orders *o)
+{
+    expect_queued_order(o);
+    cr_expect_geq(stat_of(o, "launches without a known layout "), 1);
+    if (o->vmm) {
+        expect_text(o, "a_pending", "device");
+        cr_expect_geq(stat_of(o, "evictions remapped without a host wait "), 1,
+                      "%s: A's remap was not done lazily", o->mode);
+    }
+}
+BOTH_ENGINES(an_unknown_layout_launch_after_an_eviction_whose_remap_is_pending, "pending-unknown",
+             expect_pending_unknown)
+
 /* 4. fork with A evicted: the child does no CUDA and exits; the parent
  * fetches A back. */
 static void expect_fork(const struct orders *o)

@@ -33,6 +33,16 @@
  *                    and reads A's bytes
  *   free-queued      a kernel over A queued on held S2, then cudaFree(A)
  *   reset            A evicted, then cudaDeviceReset; new blocks after it
+ *   writeback-queued the queued-victim order, then S2 released and A read
+ *                    back as its write-back left it (no launch over A):
+ *                    with async evictions C's fetch copy into A's chunks
+ *                    must wait for A's write-back, still queued behind S2
+ *   pending-launch   the queued-victim order, then a kernel over A on S1
+ *                    while S2 still holds A's write-back (A's remap is
+ *                    pending: its range still maps the chunks C took)
+ *   pending-unknown  the queued-victim order, S1 and S2 synchronised (A's
+ *                    write-back done, its remap still pending), then a
+ *                    kernel of unknown layout over A on S1
  *   unsafe-unmap     no shim needed: what an engine that ignores the rule
  *                    does, by hand: a VMM block with a queued kernel over
  *                    it is copied out and unmapped (the 700 the other
@@ -43,7 +53,9 @@
  * trigger), "queued_after: N" and "a_after: ..." (right after it),
  * (queued: kernels and copies still queued, simcuda_queued_work); with
  * queued-fetch also "a_at_queue", "fetch_queued_before", "a_before_fetch",
- * "fetch_queued_after", "a_after_fetch" (the same around the fetch); mode
+ * "fetch_queued_after", "a_after_fetch" (the same around the fetch); with
+ * pending-launch and pending-unknown also "a_pending" (where A is mapped
+ * just before the kernel over it); mode
  * lines ("export: CODE",
  * "child: STATUS", "free: CODE", "reset: CODE", "import_open: CODE", "import_read: ok|wrong"),
  * "error: WHAT CODE" for every call that failed, "errors: N", "bad_words: N" (words that differ
@@ -316,6 +328,33 @@ static void queued_order(const char *mode)
     finish(0);
 }
 
+/* Async evictions' orders: a kernel over A queued on held S2 when the
+ * kernels over B and C evict it; then what the mode does while A's remap
+ * may still be pending (its range an alias of the chunks C took). */
+static void pending_order(const char *mode)
+{
+    hold_s2(1);
+    add(A, s2, 1, false);
+    before();
+    pressure();
+    if (is(mode, "writeback-queued")) {
+        hold_s2(0);
+        check(cuStreamSynchronize(s2), "cuStreamSynchronize(S2)");
+    } else if (is(mode, "pending-launch")) {
+        printf("a_pending: %s\n", where(blk[A]));
+        add(A, s1, 4, false);
+        hold_s2(0);
+        check(cuStreamSynchronize(s2), "cuStreamSynchronize(S2)");
+    } else {
+        hold_s2(0);
+        check(cuStreamSynchronize(s2), "cuStreamSynchronize(S2)");
+        check(cuStreamSynchronize(s1), "cuStreamSynchronize(S1)");
+        printf("a_pending: %s\n", where(blk[A]));
+        add(A, s1, 7, true);
+    }
+    finish(0);
+}
+
 /* A evicted: the kernels over B and C need its room. */
 static void evict_a(void)
 {
@@ -537,6 +576,9 @@ int main(int argc, char **argv)
         queued_order(mode);
     else if (is(mode, "queued-fetch"))
         queued_fetch_order();
+    else if (is(mode, "writeback-queued") || is(mode, "pending-launch") ||
+             is(mode, "pending-unknown"))
+        pending_order(mode);
     else if (is(mode, "fork"))
         fork_order();
     else if (is(mode, "export"))
