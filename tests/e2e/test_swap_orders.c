@@ -133,6 +133,8 @@ static void expect_intact(const struct orders *o)
     expect_text(o, "saw_700", "no");
     cr_expect_eq(num(o, "errors"), 0, "%s/%s: calls failed\n%s", o->mode, o->engine, o->r.out);
     cr_expect_eq(stat_of(o, "over budget "), 0, "%s/%s: over budget", o->mode, o->engine);
+    if (o->vmm && strstr(o->log, "remap failures "))
+        cr_expect_eq(stat_of(o, "remap failures "), 0, "%s: remaps failed:\n%s", o->mode, o->log);
 }
 
 /* Orders 1-3: the work on S2 was queued when the kernels over B and C came,
@@ -251,6 +253,22 @@ static void expect_writeback_queued(const struct orders *o)
 BOTH_ENGINES(a_fetch_into_the_chunks_of_a_victim_whose_write_back_is_queued, "writeback-queued",
              expect_writeback_queued)
 
+/* 7a'. The same with a first touch: a new block D takes A's chunks with
+ * nothing to copy in, and the kernel over D must still wait for A's
+ * write-back (queued behind S2), or it adds to A's bytes before they are
+ * written back. */
+static void expect_first_touch(const struct orders *o)
+{
+    expect_queued_order(o);
+    cr_expect_geq(stat_of(o, "first touches "), 1, "%s/%s: D was not a first touch", o->mode,
+                  o->engine);
+    if (o->vmm)
+        cr_expect_geq(stat_of(o, "evictions remapped without a host wait "), 1,
+                      "%s: no eviction was asynchronous", o->mode);
+}
+BOTH_ENGINES(a_first_touch_into_the_chunks_of_a_victim_whose_write_back_is_queued,
+             "writeback-first-touch", expect_first_touch)
+
 /* 7b. A launch the shim sees over A while A's remap is pending (its
  * write-back held behind S2): A's remap must be completed first (the host
  * waits), or the kernel would add to C's bytes through the alias. */
@@ -313,6 +331,38 @@ static void expect_export(const struct orders *o)
     expect_intact(o);
 }
 BOTH_ENGINES(a_block_exported_while_evicted, "export", expect_export)
+
+/* 5b. The same with A's write-back held behind S2 at the export (with
+ * async evictions A's remap is pending), and moves while the importer maps
+ * A: the export must complete A's remap first. */
+static void expect_export_pending(const struct orders *o)
+{
+    cr_expect_eq(num(o, "queued_before"), 1, "%s/%s: the kernel was not queued", o->mode,
+                 o->engine);
+    if (!o->vmm) {
+        cr_expect_eq(num(o, "export"), 1);
+        expect_intact(o);
+        return;
+    }
+    cr_expect_eq(num(o, "export"), 0, "%s: the export of a VMM block failed", o->mode);
+    cr_expect_eq(num(o, "import_open"), 0);
+    expect_text(o, "import_read", "ok");
+    cr_expect_eq(num(o, "importer"), 0);
+    expect_intact(o);
+}
+BOTH_ENGINES(a_block_exported_while_its_remap_is_pending, "export-pending", expect_export_pending)
+
+/* 6a'. cudaFree of A while its write-back is held behind S2 (with async
+ * evictions its remap is pending), then a new block in its place and
+ * moves: the free must complete the remap and forget it. */
+static void expect_free_pending(const struct orders *o)
+{
+    cr_expect_eq(num(o, "queued_before"), 1, "%s/%s: the kernel was not queued", o->mode,
+                 o->engine);
+    cr_expect_eq(num(o, "free"), 0, "%s/%s: cudaFree(A) failed", o->mode, o->engine);
+    expect_intact(o);
+}
+BOTH_ENGINES(a_free_of_a_victim_whose_remap_is_pending, "free-pending", expect_free_pending)
 
 /* 6a. cudaFree of A while a kernel over it is still queued (a free
  * synchronises: the kernel completes first). */
