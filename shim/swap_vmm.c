@@ -346,6 +346,7 @@ static int wait_host(uint64_t mask)
         struct slot *s = &slots[k];
         if (s->done >= s->recorded) continue;
         uint64_t upto = s->recorded;
+        counts.host_waits++;
         if (real_cuEventSynchronize(s->ev) != CUDA_SUCCESS) {
             rc = -EIO;
             continue;
@@ -672,7 +673,7 @@ static void settle(struct vmm_block *b)
     } else {
         /* A failed wait still has to end with the range off the chunks. */
         if (real_cuEventSynchronize(b->wb_ev) != CUDA_SUCCESS) real_cuCtxSynchronize();
-        counts.remaps_forced++;
+        counts.remaps_forced++, counts.host_waits++;
     }
     remap_finish(b);
 }
@@ -908,7 +909,7 @@ int swap_vmm_pin_for_export(struct vmm_block *b)
             real_cuEventRecord(d->d2h_ev, d->d2h) != CUDA_SUCCESS ||
             real_cuEventSynchronize(d->d2h_ev) != CUDA_SUCCESS)
             goto out;
-        counts.writebacks++;
+        counts.writebacks++, counts.host_waits++;
     }
     if (wait_host(b->streams | all_mask)) goto out;
     CUmemAllocationProp p = device_prop(b->device);

@@ -26,6 +26,7 @@ struct swap_vmm_counts {
     uint64_t to_device, to_host;          /* remaps */
     uint64_t fetch_copies, writebacks;    /* copies host->device, device->host */
     uint64_t stream_waits;                /* fetch copies waited for by a launch's stream */
+    uint64_t host_waits;                  /* events the launching thread waited for */
     uint64_t remaps_async, remaps_forced; /* victims' remaps done after their write-back
                                            * ended without a host wait; with one */
     uint64_t chunks;                      /* device chunks created (the pool's size) */
