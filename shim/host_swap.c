@@ -552,8 +552,9 @@ static void runtime_context(void)
 }
 
 /* Hold swap_lock until after the real call when the work touches VMM
- * blocks (or may: all), with the stream's waits for their fetches in
- * place; else drop it. Under swap_lock. */
+ * blocks (or may: all), with their pending remaps done (all: every one)
+ * and the stream's waits for their fetches in place; else drop it. Under
+ * swap_lock. */
 static void keep_or_unlock(CUstream stream, const struct swap_touch *t, bool all)
 {
     size_t n = 0;

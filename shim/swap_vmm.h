@@ -5,8 +5,9 @@
  *
  * A VMM-backed block is a reserved address range whose mapping moves:
  * resident, device chunks from a per-device pool; evicted, the block's own
- * host-located copy, which is also mapped for good at a second "staging"
- * address (the copy engines' host end). The ordering state is the
+ * host-located copy (once its remap, done lazily after its write-back, is
+ * no longer pending: swap_vmm.c), which is also mapped for good at a
+ * second "staging" address (the copy engines' host end). The ordering state is the
  * per-stream events that host_swap.c records after each launch, copy or
  * set it sees (swap_vmm_after), kept per block. */
 #ifndef SHIM_SWAP_VMM_H
