@@ -552,8 +552,9 @@ static void runtime_context(void)
 }
 
 /* Hold swap_lock until after the real call when the work touches VMM
- * blocks (or may: all), with the stream's waits for their fetches in
- * place; else drop it. Under swap_lock. */
+ * blocks (or may: all), with their pending remaps done (all: every one)
+ * and the stream's waits for their fetches in place; else drop it. Under
+ * swap_lock. */
 static void keep_or_unlock(CUstream stream, const struct swap_touch *t, bool all)
 {
     size_t n = 0;
@@ -732,14 +733,17 @@ void swap_report(void)
         log_report(
             "swap: engine vmm: VMM blocks %llu (fell back to managed %llu), remaps to device "
             "%llu, to the host %llu, fetch copies %llu, write-backs %llu, fetches waited for by "
-            "the launch's stream %llu, chunks created %llu, exports pinned on the device "
-            "%llu, remap failures %llu, forgotten at a context's end %llu",
+            "the launch's stream %llu, evictions remapped without a host wait %llu (with one "
+            "%llu), host waits %llu, chunks created %llu, exports pinned on the device %llu, remap "
+            "failures %llu, "
+            "forgotten at a context's end %llu",
             (unsigned long long)v.blocks, (unsigned long long)v.fallbacks,
             (unsigned long long)v.to_device, (unsigned long long)v.to_host,
             (unsigned long long)v.fetch_copies, (unsigned long long)v.writebacks,
-            (unsigned long long)v.stream_waits, (unsigned long long)v.chunks,
-            (unsigned long long)v.exports, (unsigned long long)v.remap_failures,
-            (unsigned long long)v.forgotten);
+            (unsigned long long)v.stream_waits, (unsigned long long)v.remaps_async,
+            (unsigned long long)v.remaps_forced, (unsigned long long)v.host_waits,
+            (unsigned long long)v.chunks, (unsigned long long)v.exports,
+            (unsigned long long)v.remap_failures, (unsigned long long)v.forgotten);
     } else {
         log_report("swap: engine managed");
     }

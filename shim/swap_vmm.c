@@ -16,7 +16,31 @@
  * waits for them on the device and the host waits for the copy). A fetch's
  * copy is never waited for by the host: the launch's stream waits for it
  * (swap_vmm_before). An event recorded later on the same stream stands for
- * everything before it, so each stream needs one event, re-recorded. */
+ * everything before it, so each stream needs one event, re-recorded.
+ *
+ * ASYNC EVICTIONS, and the exception to the invariant they make: an
+ * eviction does not wait on the host. The device-to-host stream waits for
+ * the victim's events, writes it back (dirty only) and records the
+ * victim's own event (wb_ev); the victim's chunks go to the pool at once,
+ * each keeping that event (pool_ev), and whoever takes a chunk makes the
+ * host-to-device stream wait for it before anything writes the chunk (a
+ * fetch's copy; a first touch records the host-to-device event after the
+ * wait, which the launch's stream then waits for like a copy). Until its
+ * remap, the victim's range still maps those chunks, which may already
+ * be another block's: an alias, with remap_pending set. The remap
+ * (unmap, host copy mapped) is done lazily on the launching thread: at
+ * every move, each pending remap whose event cuEventQuery says is complete
+ * (no wait); and forced (the host waits for the event) when needed. THE
+ * RULE: while a block's remap is pending, nothing may touch its range.
+ * Work that touches it (a launch, copy or set: swap_vmm_before; a fetch of
+ * it; its free; its export) completes its remap first; work of unknown
+ * accesses (a kernel without a layout, a graph, a 2D copy:
+ * swap_vmm_before_unknown) completes every pending remap first. Captured
+ * work runs at its graph's launch, which is unknown work. Pointer queries
+ * answer from the tables, never from the bytes. Fork turns swap off;
+ * a context's end forgets its blocks as before. The pool (and so the
+ * budget) counts a chunk once, wherever it is mapped; a chunk taken from
+ * the pool belongs to one block. */
 #include "swap_vmm.h"
 #include "host.h"
 #include "log.h"
@@ -40,8 +64,12 @@ struct vmm_block {
     int device;
     CUmemGenericAllocationHandle host;
     CUmemGenericAllocationHandle *chunks;  /* size / granularity, while on_device */
+    CUevent *chunk_ev;                     /* chunks_take: write-backs to wait for first */
     CUmemGenericAllocationHandle exported; /* pinned: the exportable allocation */
     bool on_device, pinned;
+    bool remap_pending; /* evicted; its range still maps the chunks it gave away */
+    CUevent wb_ev;      /* remap_pending: recorded after its write-back (or its events) */
+    struct vmm_block *pending_next;
     bool touched;         /* some work was recorded on it since its allocation */
     uint64_t streams;     /* slots whose last event may follow work on it */
     uint64_t fetch_rec;   /* the host-to-device slot's record count after its fetch copy */
@@ -73,10 +101,14 @@ struct vdev {
     CUevent d2h_ev;
     int h2d_slot;
     CUmemGenericAllocationHandle *pool;
+    CUevent *pool_ev; /* per pooled chunk: its last holder's write-back event, or NULL */
     size_t npool, cap;
+    CUevent *free_ev; /* write-back events not in use */
+    size_t nfree_ev, free_ev_cap;
 };
 
 static struct vmm_block *blocks;
+static struct vmm_block *pending; /* blocks whose remap is pending, by pending_next */
 static struct slot slots[SLOTS];
 
 /* The program's view of the blocks, for pointer queries from any thread
@@ -235,7 +267,8 @@ uint64_t swap_vmm_granularity(CUdevice dev)
         !REAL(cuMemAddressReserve) || !REAL(cuMemAddressFree) || !REAL(cuMemSetAccess) ||
         !REAL(cuMemGetAllocationGranularity) || !REAL(cuDeviceGetAttribute) ||
         !REAL(cuStreamCreate) || !REAL(cuStreamWaitEvent) || !REAL(cuEventCreate) ||
-        !REAL(cuEventRecord) || !REAL(cuEventSynchronize) || !REAL(cuMemcpyDtoDAsync_v2)) {
+        !REAL(cuEventRecord) || !REAL(cuEventSynchronize) || !REAL(cuEventQuery) ||
+        !REAL(cuEventDestroy_v2) || !REAL(cuMemcpyDtoDAsync_v2)) {
         LOG_ONCE(LOG_WARN, "swap: the driver lacks the VMM calls host swap's vmm engine needs; "
                            "swappable blocks use managed memory");
         return 0;
@@ -313,6 +346,7 @@ static int wait_host(uint64_t mask)
         struct slot *s = &slots[k];
         if (s->done >= s->recorded) continue;
         uint64_t upto = s->recorded;
+        counts.host_waits++;
         if (real_cuEventSynchronize(s->ev) != CUDA_SUCCESS) {
             rc = -EIO;
             continue;
@@ -464,7 +498,8 @@ int swap_vmm_alloc(size_t size, CUdevice dev, CUcontext ctx, uint64_t *base)
     if ((r = map_rw(va, rounded, host, dev)) != CUDA_SUCCESS) goto fail;
     mapped_va = true;
     b->chunks = calloc(rounded / g, sizeof *b->chunks);
-    if (!b->chunks) {
+    b->chunk_ev = calloc(rounded / g, sizeof *b->chunk_ev);
+    if (!b->chunks || !b->chunk_ev) {
         r = CUDA_ERROR_OUT_OF_MEMORY, what = "memory";
         goto fail;
     }
@@ -492,7 +527,7 @@ fail:
     if (host) real_cuMemRelease(host);
     if (staging) real_cuMemAddressFree(staging, rounded);
     if (va) real_cuMemAddressFree(va, rounded);
-    if (b) free(b->chunks);
+    if (b) free(b->chunks), free(b->chunk_ev);
     free(b);
     counts.fallbacks++;
     LOG_ONCE(LOG_WARN,
@@ -504,27 +539,35 @@ fail:
 
 /* ---- the chunk pool ----------------------------------------------------- */
 
-/* n chunks of device d into out (from the pool, else new). 0 or -ENOMEM
- * (none taken). */
-static int chunks_take(int dev, size_t n, CUmemGenericAllocationHandle *out)
+static void chunks_give(int dev, size_t n, const CUmemGenericAllocationHandle *in,
+                        const CUevent *in_ev, CUevent ev);
+
+/* n chunks of device d into out (from the pool, else new), with in
+ * out_ev the write-back event each must wait for before it is written
+ * (NULL: none). 0 or -ENOMEM (none taken). */
+static int chunks_take(int dev, size_t n, CUmemGenericAllocationHandle *out, CUevent *out_ev)
 {
     struct vdev *d = &devs[dev];
     size_t i = 0;
-    for (; i < n && d->npool; i++)
-        out[i] = d->pool[--d->npool];
+    for (; i < n && d->npool; i++) {
+        --d->npool;
+        out[i] = d->pool[d->npool], out_ev[i] = d->pool_ev[d->npool];
+    }
     CUmemAllocationProp p = device_prop(dev);
     for (; i < n; i++) {
+        out_ev[i] = NULL;
         if (real_cuMemCreate(&out[i], d->gran, &p, 0) != CUDA_SUCCESS) break;
         counts.chunks++;
     }
     if (i == n) return 0;
-    while (i > 0)
-        d->pool[d->npool++] = out[--i]; /* room: they came from the pool or grow it below */
+    chunks_give(dev, i, out, out_ev, NULL);
     return -ENOMEM;
 }
 
-/* Give n chunks back to the pool (kept for reuse; never released). */
-static void chunks_give(int dev, size_t n, const CUmemGenericAllocationHandle *in)
+/* Give n chunks back to the pool (kept for reuse; never released), each
+ * with its event to wait for: in_ev[i], or ev when in_ev is NULL. */
+static void chunks_give(int dev, size_t n, const CUmemGenericAllocationHandle *in,
+                        const CUevent *in_ev, CUevent ev)
 {
     struct vdev *d = &devs[dev];
     if (d->npool + n > d->cap) {
@@ -532,14 +575,19 @@ static void chunks_give(int dev, size_t n, const CUmemGenericAllocationHandle *i
         while (cap < d->npool + n)
             cap *= 2;
         CUmemGenericAllocationHandle *p = realloc(d->pool, cap * sizeof *p);
-        if (!p) {
+        if (p) d->pool = p;
+        CUevent *e = p ? realloc(d->pool_ev, cap * sizeof *e) : NULL;
+        if (e) d->pool_ev = e;
+        if (!p || !e) {
             for (size_t i = 0; i < n; i++)
                 real_cuMemRelease(in[i]); /* no room to keep it: let it go */
             return;
         }
-        d->pool = p, d->cap = cap;
+        d->cap = cap;
     }
     memcpy(d->pool + d->npool, in, n * sizeof *in);
+    for (size_t i = 0; i < n; i++)
+        d->pool_ev[d->npool + i] = in_ev ? in_ev[i] : ev;
     d->npool += n;
 }
 
@@ -563,89 +611,173 @@ static CUresult map_chunks(struct vmm_block *b)
     return r;
 }
 
-/* b (on its device) to its host copy: written back when dirty, remapped
- * after every piece of work that may touch it completed. 0, or -EIO with b
- * still on the device (or, if even that remap failed, logged). */
+/* A write-back event of device d (one per victim while its remap is
+ * pending), or NULL when none can be made. */
+static CUevent ev_get(struct vdev *d)
+{
+    if (d->nfree_ev) return d->free_ev[--d->nfree_ev];
+    CUevent ev = NULL;
+    if (real_cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return NULL;
+    return ev;
+}
+
+/* ev is no longer used by a block or a pooled chunk: kept for the next victim. */
+static void ev_put(struct vdev *d, CUevent ev)
+{
+    if (d->nfree_ev == d->free_ev_cap) {
+        size_t cap = d->free_ev_cap ? d->free_ev_cap * 2 : 16;
+        CUevent *p = realloc(d->free_ev, cap * sizeof *p);
+        if (!p) {
+            real_cuEventDestroy_v2(ev);
+            return;
+        }
+        d->free_ev = p, d->free_ev_cap = cap;
+    }
+    d->free_ev[d->nfree_ev++] = ev;
+}
+
+/* b's pending remap, its write-back event complete: its range unmapped
+ * (the chunks it still aliases are other blocks' or the pool's now) and its
+ * host copy mapped there. Every pooled chunk's wait for that event goes. */
+static void remap_finish(struct vmm_block *b)
+{
+    struct vdev *d = &devs[b->device];
+    struct vmm_block **at = &pending;
+    while (*at && *at != b)
+        at = &(*at)->pending_next;
+    if (*at) *at = b->pending_next;
+    b->pending_next = NULL;
+    b->remap_pending = false;
+    if (real_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS ||
+        map_rw(b->base, b->size, b->host, b->device) != CUDA_SUCCESS) {
+        /* The chunks are another block's by now: nothing to fall back to. */
+        counts.remap_failures++;
+        log_msg(LOG_ERROR, "swap: block %#llx could not be remapped to its host copy",
+                (unsigned long long)b->base);
+    }
+    for (size_t i = 0; i < d->npool; i++)
+        if (d->pool_ev[i] == b->wb_ev) d->pool_ev[i] = NULL;
+    ev_put(d, b->wb_ev);
+    b->wb_ev = NULL;
+    b->streams = 0;
+    counts.to_host++;
+}
+
+/* b's pending remap, if any, done now: the host waits for its write-back
+ * (THE RULE, at the top). Under b's context. */
+static void settle(struct vmm_block *b)
+{
+    if (!b->remap_pending) return;
+    if (real_cuEventQuery(b->wb_ev) == CUDA_SUCCESS) {
+        counts.remaps_async++;
+    } else {
+        /* A failed wait still has to end with the range off the chunks. */
+        if (real_cuEventSynchronize(b->wb_ev) != CUDA_SUCCESS) real_cuCtxSynchronize();
+        counts.remaps_forced++, counts.host_waits++;
+    }
+    remap_finish(b);
+}
+
+/* Every pending remap whose write-back is complete, done without a wait
+ * (all: every pending remap, waiting when needed). */
+static void settle_ready(bool all)
+{
+    struct vmm_block *b = pending, *next;
+    for (; b; b = next) {
+        next = b->pending_next;
+        if (all || real_cuEventQuery(b->wb_ev) == CUDA_SUCCESS) {
+            bool pushed = enter_ctx(b->ctx);
+            settle(b);
+            leave_ctx(pushed);
+        }
+    }
+}
+
+/* b (on its device) to its host copy, without a host wait: the
+ * device-to-host stream waits for b's events, writes b back when dirty and
+ * records b's write-back event; b's chunks go to the pool with that event
+ * and its remap is pending (THE RULE, at the top). 0, or -EIO with b still
+ * on the device. */
 static int evict(struct vmm_block *b, unsigned flags)
 {
     struct vdev *d = &devs[b->device];
     uint64_t mask = b->streams | all_mask;
     /* Unknown work since the fetch may have written it: write it back. */
     bool dirty = (flags & HOST_MOVE_DIRTY) || b->fetch_epoch != unknown_epoch;
-    if (dirty) {
-        if (wait_stream(d->d2h, mask) ||
-            real_cuMemcpyDtoDAsync_v2((CUdeviceptr)b->staging, (CUdeviceptr)b->base, b->size,
-                                      d->d2h) != CUDA_SUCCESS ||
-            real_cuEventRecord(d->d2h_ev, d->d2h) != CUDA_SUCCESS ||
-            real_cuEventSynchronize(d->d2h_ev) != CUDA_SUCCESS)
-            return -EIO;
-        counts.writebacks++;
+    CUevent ev = ev_get(d);
+    if (!ev) return -EIO;
+    if (wait_stream(d->d2h, mask) ||
+        (dirty && real_cuMemcpyDtoDAsync_v2((CUdeviceptr)b->staging, (CUdeviceptr)b->base, b->size,
+                                            d->d2h) != CUDA_SUCCESS) ||
+        real_cuEventRecord(ev, d->d2h) != CUDA_SUCCESS) {
+        ev_put(d, ev);
+        return -EIO; /* a write-back queued is harmless: b's range still maps its bytes */
     }
-    /* After a write-back every event in mask is complete already (the copy
-     * waited for them): this costs a query each, and on the simulator, where
-     * a stream's wait does not hold its later work, completes them. */
-    if (wait_host(mask)) return -EIO;
-    if (real_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) return -EIO;
-    CUresult r = map_rw(b->base, b->size, b->host, b->device);
-    if (r != CUDA_SUCCESS) {
-        /* The device copy is still current: put it back. */
-        if (map_chunks(b) != CUDA_SUCCESS)
-            log_msg(LOG_ERROR,
-                    "swap: block %#llx could not be remapped (CUresult %d); its range is unmapped",
-                    (unsigned long long)b->base, (int)r);
-        return -EIO;
-    }
-    chunks_give(b->device, b->size / d->gran, b->chunks);
+    if (dirty) counts.writebacks++;
+    chunks_give(b->device, b->size / d->gran, b->chunks, NULL, ev);
     b->on_device = false;
-    b->streams = 0;
-    counts.to_host++;
+    b->remap_pending = true;
+    b->wb_ev = ev;
+    b->pending_next = pending;
+    pending = b;
     return 0;
 }
 
 /* b (host-backed) onto device chunks, its host copy copied in on the
- * host-to-device stream unless it is new; the copy is not waited for here.
+ * host-to-device stream unless it is new, after the write-backs of the
+ * chunks' last holders; the copy is not waited for here.
  * 0, -ENOMEM (no chunk: b stays host-backed), or -EIO with b host-backed. */
 static int fetch(struct vmm_block *b, unsigned flags)
 {
     struct vdev *d = &devs[b->device];
-    if (chunks_take(b->device, b->size / d->gran, b->chunks)) return -ENOMEM;
+    size_t n = b->size / d->gran;
+    settle(b);
+    if (chunks_take(b->device, n, b->chunks, b->chunk_ev)) return -ENOMEM;
     /* Work queued on the host copy (a launch that could not be predicted
      * reads it over the link) must be done before it is unmapped. */
     if (wait_host(b->streams | all_mask) ||
         real_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) {
-        chunks_give(b->device, b->size / d->gran, b->chunks);
+        chunks_give(b->device, n, b->chunks, b->chunk_ev, NULL);
         return -EIO;
     }
     CUresult r = map_chunks(b);
     /* A new block's bytes are undefined: nothing to copy, unless some work
      * the policy did not see may have written the host copy already. */
     bool copy = !(flags & HOST_MOVE_NEW) || b->touched || b->alloc_epoch != unknown_epoch;
+    /* Nothing may write a chunk before its last holder's write-back read
+     * it: the copy, or (first touch) the launch through the event below. */
+    bool waited = false;
+    for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
+        if (!b->chunk_ev[i]) continue;
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = b->chunk_ev[j] == b->chunk_ev[i];
+        if (!seen) r = real_cuStreamWaitEvent(d->h2d, b->chunk_ev[i], 0);
+        waited = true;
+    }
     struct slot *s = &slots[d->h2d_slot];
-    if (r == CUDA_SUCCESS && copy) {
+    if (r == CUDA_SUCCESS && copy)
         r = real_cuMemcpyDtoDAsync_v2((CUdeviceptr)b->base, (CUdeviceptr)b->staging, b->size,
                                       d->h2d);
-        if (r == CUDA_SUCCESS) r = real_cuEventRecord(s->ev, d->h2d);
-        if (r != CUDA_SUCCESS) {
-            /* The copy may have been queued: wait for it before unmapping. */
-            real_cuCtxSynchronize();
-            real_cuMemUnmap((CUdeviceptr)b->base, b->size);
-        }
-    }
+    if (r == CUDA_SUCCESS && (copy || waited)) r = real_cuEventRecord(s->ev, d->h2d);
     if (r != CUDA_SUCCESS) {
+        /* A copy may have been queued: wait for it before unmapping. */
+        real_cuCtxSynchronize();
+        real_cuMemUnmap((CUdeviceptr)b->base, b->size);
         if (map_rw(b->base, b->size, b->host, b->device) != CUDA_SUCCESS)
             log_msg(LOG_ERROR,
                     "swap: block %#llx could not be remapped (CUresult %d); its range is unmapped",
                     (unsigned long long)b->base, (int)r);
-        chunks_give(b->device, b->size / d->gran, b->chunks);
+        chunks_give(b->device, n, b->chunks, NULL, NULL); /* the device is idle now */
         return -EIO;
     }
     b->streams = 0;
-    if (copy) {
+    if (copy || waited) {
         s->recorded++, s->last_use = ++use_clock;
         b->streams = bit(d->h2d_slot);
         b->fetch_rec = s->recorded;
         b->fetch_waiter = 0;
-        counts.fetch_copies++;
+        if (copy) counts.fetch_copies++;
     }
     b->on_device = true;
     b->fetch_epoch = unknown_epoch;
@@ -657,6 +789,7 @@ int swap_vmm_move(struct vmm_block *b, int device, unsigned flags)
 {
     if (!b || b->pinned) return -EINVAL;
     if ((device >= 0) == b->on_device) return 0;
+    settle_ready(false);
     bool pushed = enter_ctx(b->ctx);
     int rc = device < 0 ? evict(b, flags) : fetch(b, flags);
     leave_ctx(pushed);
@@ -668,6 +801,11 @@ int swap_vmm_move(struct vmm_block *b, int device, unsigned flags)
 
 void swap_vmm_before(struct vmm_block *b, CUstream stream)
 {
+    if (b && b->remap_pending) {
+        bool pushed = enter_ctx(b->ctx);
+        settle(b);
+        leave_ctx(pushed);
+    }
     if (!b || !b->on_device || b->pinned) return;
     struct vdev *d = &devs[b->device];
     if (d->h2d_slot < 0) return;
@@ -684,6 +822,7 @@ void swap_vmm_before(struct vmm_block *b, CUstream stream)
 
 void swap_vmm_before_unknown(CUstream stream)
 {
+    settle_ready(true);
     for (int dev = 0; dev < MAX_DEVICES; dev++) {
         struct vdev *d = &devs[dev];
         if (d->h2d_slot < 0 || !d->h2d) continue;
@@ -728,6 +867,7 @@ int swap_vmm_free(struct vmm_block *b)
     if (!b) return -EINVAL;
     ranges_remove(b->base);
     bool pushed = enter_ctx(b->ctx);
+    settle(b);
     /* Never unmap under queued work (a pinned block's accesses are no
      * longer recorded); and the program's cudaFree/cuMemFree would have
      * waited for the device: a program may count on that. */
@@ -738,13 +878,15 @@ int swap_vmm_free(struct vmm_block *b)
         do_cuMemRelease(b->exported);
     } else {
         if (real_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) rc = -EIO;
-        if (b->on_device) chunks_give(b->device, b->size / devs[b->device].gran, b->chunks);
+        if (b->on_device)
+            chunks_give(b->device, b->size / devs[b->device].gran, b->chunks, NULL, NULL);
     }
     release_host_side(b);
     if (real_cuMemAddressFree((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) rc = -EIO;
     leave_ctx(pushed);
     HASH_DEL(blocks, b);
     free(b->chunks);
+    free(b->chunk_ev);
     free(b);
     if (rc) LOG_RATE(LOG_WARN, "swap: free of a VMM-backed block: the driver refused a step");
     return rc;
@@ -756,6 +898,7 @@ int swap_vmm_pin_for_export(struct vmm_block *b)
     if (b->pinned) return 0;
     struct vdev *d = &devs[b->device];
     bool pushed = enter_ctx(b->ctx);
+    settle(b);
     int rc = -EIO;
     CUmemGenericAllocationHandle h = 0;
     /* The host copy first becomes current (a write-back, whatever the policy thinks). */
@@ -766,7 +909,7 @@ int swap_vmm_pin_for_export(struct vmm_block *b)
             real_cuEventRecord(d->d2h_ev, d->d2h) != CUDA_SUCCESS ||
             real_cuEventSynchronize(d->d2h_ev) != CUDA_SUCCESS)
             goto out;
-        counts.writebacks++;
+        counts.writebacks++, counts.host_waits++;
     }
     if (wait_host(b->streams | all_mask)) goto out;
     CUmemAllocationProp p = device_prop(b->device);
@@ -794,7 +937,7 @@ int swap_vmm_pin_for_export(struct vmm_block *b)
                     (unsigned long long)b->base);
         goto out;
     }
-    if (b->on_device) chunks_give(b->device, b->size / d->gran, b->chunks);
+    if (b->on_device) chunks_give(b->device, b->size / d->gran, b->chunks, NULL, NULL);
     b->pinned = true, b->on_device = true, b->exported = h, b->streams = 0;
     h = 0;
     counts.exports++;
@@ -816,8 +959,15 @@ void swap_vmm_context_gone(CUcontext ctx, void (*forget)(uint64_t base))
         if (b->ctx != ctx) continue;
         ranges_remove(b->base);
         HASH_DEL(blocks, b);
+        if (b->remap_pending) {
+            struct vmm_block **at = &pending;
+            while (*at && *at != b)
+                at = &(*at)->pending_next;
+            if (*at) *at = b->pending_next;
+        }
         if (forget) forget(b->base);
         free(b->chunks);
+        free(b->chunk_ev);
         free(b);
         counts.forgotten++;
     }
@@ -834,8 +984,11 @@ void swap_vmm_context_gone(CUcontext ctx, void (*forget)(uint64_t base))
     for (int dev = 0; dev < MAX_DEVICES; dev++) {
         struct vdev *d = &devs[dev];
         if (d->ctx != ctx) continue;
-        free(d->pool); /* the chunks are the driver's to reclaim */
-        d->pool = NULL, d->npool = d->cap = 0;
+        free(d->pool); /* the chunks and events are the driver's to reclaim */
+        free(d->pool_ev);
+        free(d->free_ev);
+        d->pool = NULL, d->pool_ev = NULL, d->npool = d->cap = 0;
+        d->free_ev = NULL, d->nfree_ev = d->free_ev_cap = 0;
         d->ctx = NULL, d->h2d = d->d2h = NULL, d->d2h_ev = NULL, d->h2d_slot = -1;
     }
 }

@@ -5,8 +5,9 @@
  *
  * A VMM-backed block is a reserved address range whose mapping moves:
  * resident, device chunks from a per-device pool; evicted, the block's own
- * host-located copy, which is also mapped for good at a second "staging"
- * address (the copy engines' host end). The ordering state is the
+ * host-located copy (once its remap, done lazily after its write-back, is
+ * no longer pending: swap_vmm.c), which is also mapped for good at a
+ * second "staging" address (the copy engines' host end). The ordering state is the
  * per-stream events that host_swap.c records after each launch, copy or
  * set it sees (swap_vmm_after), kept per block. */
 #ifndef SHIM_SWAP_VMM_H
@@ -22,14 +23,16 @@ struct vmm_block;
 
 /* What the VMM backing did, for swap_report (under swap_lock). */
 struct swap_vmm_counts {
-    uint64_t blocks, fallbacks;        /* blocks VMM-backed; refused by the driver (managed) */
-    uint64_t to_device, to_host;       /* remaps */
-    uint64_t fetch_copies, writebacks; /* copies host->device, device->host */
-    uint64_t stream_waits,
-        host_waits;  /* fetch copies waited for by a launch's stream; by the host */
-    uint64_t chunks; /* device chunks created (the pool's size) */
-    uint64_t exports, remap_failures; /* blocks pinned for export; remaps the driver refused */
-    uint64_t forgotten;               /* blocks of a context that ended, forgotten */
+    uint64_t blocks, fallbacks;           /* blocks VMM-backed; refused by the driver (managed) */
+    uint64_t to_device, to_host;          /* remaps */
+    uint64_t fetch_copies, writebacks;    /* copies host->device, device->host */
+    uint64_t stream_waits;                /* fetch copies waited for by a launch's stream */
+    uint64_t host_waits;                  /* events the launching thread waited for */
+    uint64_t remaps_async, remaps_forced; /* victims' remaps done after their write-back
+                                           * ended without a host wait; with one */
+    uint64_t chunks;                      /* device chunks created (the pool's size) */
+    uint64_t exports, remap_failures;     /* blocks pinned for export; remaps the driver refused */
+    uint64_t forgotten;                   /* blocks of a context that ended, forgotten */
 };
 
 /* The VMM granularity of device dev when its driver can back blocks with
@@ -49,19 +52,25 @@ struct vmm_block *swap_vmm_find(uint64_t base);
 
 /* The engine's move of a VMM block (host_move_fn's contract, core/host.h):
  * to the host (device < 0) or to its device, flags HOST_MOVE_NEW /
- * HOST_MOVE_DIRTY. Evict: copy out on the device-to-host stream when dirty
- * (after the block's events), wait on the host, remap. Fetch: wait for the
- * block's events on the host, remap, copy in on the host-to-device stream
- * (not waited for here: swap_vmm_before makes the launch's stream wait).
- * 0, or a negative errno with the block's range still mapping its current
- * bytes. */
+ * HOST_MOVE_DIRTY. Evict: the device-to-host stream waits for the block's
+ * events, copies it out when dirty and records the block's write-back
+ * event; its chunks go to the pool at once, each to be waited for on the
+ * device by its next user, and the range is remapped to the host copy
+ * later (its remap is pending, see swap_vmm.c). Fetch: complete the
+ * block's own pending remap, wait for its events on the host, remap, copy
+ * in on the host-to-device stream after the chunks' write-backs (not
+ * waited for here: swap_vmm_before makes the launch's stream wait). Pending
+ * remaps whose write-back ended are done first, without a wait. 0, or a
+ * negative errno with the block's range still mapping its current bytes. */
 int swap_vmm_move(struct vmm_block *b, int device, unsigned flags);
 
-/* Before work on stream that touches b: the stream waits for b's fetch copy
+/* Before work on stream that touches b: b's pending remap is completed
+ * (the host waits for its write-back); the stream waits for b's fetch copy
  * if it may still be running. */
 void swap_vmm_before(struct vmm_block *b, CUstream stream);
-/* Before work on stream whose accesses are unknown: the stream waits for
- * every fetch copy that may still be running. */
+/* Before work on stream whose accesses are unknown: every pending remap is
+ * completed; the stream waits for every fetch copy that may still be
+ * running. */
 void swap_vmm_before_unknown(CUstream stream);
 /* After work was queued on stream that touches blocks[0..n) (all: work of
  * unknown accesses, which may touch every block): one event recorded on

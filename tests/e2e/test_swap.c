@@ -322,6 +322,7 @@ struct vmm_stats {
     char checksum[64];
     unsigned long long blocks, fell_back, to_device, to_host, fetch_copies, writebacks;
     unsigned long long stream_waits, chunks, pinned, forgotten, remap_failures, no_layout;
+    unsigned long long remaps_async, remaps_forced, host_waits;
     char log[256];
 };
 
@@ -368,6 +369,9 @@ static void vmm_run(struct vmm_stats *s, const char *prog, const char *budget,
     s->writebacks = number_after(s->log, "write-backs ");
     s->stream_waits = number_after(s->log, "waited for by the launch's stream ");
     s->chunks = number_after(s->log, "chunks created ");
+    s->remaps_async = number_after(s->log, "remapped without a host wait ");
+    s->remaps_forced = number_after(s->log, "(with one ");
+    s->host_waits = number_after(s->log, "host waits ");
     s->pinned = number_max(s->log, "exports pinned on the device ");
     s->forgotten = number_after(s->log, "forgotten at a context's end ");
     s->remap_failures = number_after(s->log, "remap failures ");
@@ -387,7 +391,9 @@ static void vmm_plain(char *want, size_t len, const char *const *args)
 /* At 1.5x the budget, blocks of 4 MiB are VMM-backed, move both ways (fetch
  * copies, write-backs), keep their bytes, and the device never holds more
  * than the budget (the chunk pool is all the device memory the blocks use);
- * every fetch copy is waited for by a launch's stream, not by the host. */
+ * every fetch copy is waited for by a launch's stream, not by the host; and
+ * no eviction makes the host wait (each victim is remapped once its
+ * write-back ended, found without waiting). */
 Test(swap, vmm_engine_backs_large_blocks_and_keeps_their_bytes_under_the_budget)
 {
     char want[64];
@@ -403,6 +409,10 @@ Test(swap, vmm_engine_backs_large_blocks_and_keeps_their_bytes_under_the_budget)
     cr_expect_gt(s.fetch_copies, 0, "the budget made the engine fetch");
     cr_expect_gt(s.writebacks, 0, "and write back");
     cr_expect_eq(s.to_host, s.writebacks, "every block a kernel touched is written: all dirty");
+    cr_expect_eq(s.remaps_async + s.remaps_forced, s.to_host, "each victim remapped once");
+    cr_expect_eq(s.remaps_forced, 0, "no eviction waited on the host");
+    cr_expect_lt(s.host_waits, s.to_host, "fewer host waits (%llu) than evictions (%llu)",
+                 s.host_waits, s.to_host);
     /* The driver's count: the program's launch stream was made to wait. */
     unsigned long long waits = field(&s.r, "launch_stream_waits");
     cr_expect_geq(waits, s.fetch_copies,

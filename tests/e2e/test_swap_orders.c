@@ -133,6 +133,8 @@ static void expect_intact(const struct orders *o)
     expect_text(o, "saw_700", "no");
     cr_expect_eq(num(o, "errors"), 0, "%s/%s: calls failed\n%s", o->mode, o->engine, o->r.out);
     cr_expect_eq(stat_of(o, "over budget "), 0, "%s/%s: over budget", o->mode, o->engine);
+    if (o->vmm && strstr(o->log, "remap failures "))
+        cr_expect_eq(stat_of(o, "remap failures "), 0, "%s: remaps failed:\n%s", o->mode, o->log);
 }
 
 /* Orders 1-3: the work on S2 was queued when the kernels over B and C came,
@@ -231,6 +233,71 @@ BOTH_ENGINES(a_fetch_of_a_block_with_queued_work_of_unknown_layout, "queued-fetc
  * the graph, not its kernel, so it counts as touching every block. */
 BOTH_ENGINES(a_graph_launch_queued_over_the_victim, "graph-victim", expect_queued_order)
 
+/* Async evictions (vmm): A, the victim, is written back on the device
+ * behind S2's kernel, its chunks go to C's fetch at once, and A's range is
+ * remapped later; until then it still maps C's chunks. */
+
+/* 7a. C's fetch copy into A's chunks is decided while A's write-back is
+ * still queued behind held S2: the copy must wait for it. A's bytes are
+ * then read back as its write-back left them. */
+static void expect_writeback_queued(const struct orders *o)
+{
+    expect_queued_order(o);
+    if (o->vmm) {
+        /* S2's kernel, A's write-back, C's copy and its kernels */
+        cr_expect_geq(num(o, "queued_after"), 3, "%s: the write-back was not queued", o->mode);
+        cr_expect_geq(stat_of(o, "evictions remapped without a host wait "), 1,
+                      "%s: no eviction was asynchronous", o->mode);
+    }
+}
+BOTH_ENGINES(a_fetch_into_the_chunks_of_a_victim_whose_write_back_is_queued, "writeback-queued",
+             expect_writeback_queued)
+
+/* 7a'. The same with a first touch: a new block D takes A's chunks with
+ * nothing to copy in, and the kernel over D must still wait for A's
+ * write-back (queued behind S2), or it adds to A's bytes before they are
+ * written back. */
+static void expect_first_touch(const struct orders *o)
+{
+    expect_queued_order(o);
+    cr_expect_geq(stat_of(o, "first touches "), 1, "%s/%s: D was not a first touch", o->mode,
+                  o->engine);
+    if (o->vmm)
+        cr_expect_geq(stat_of(o, "evictions remapped without a host wait "), 1,
+                      "%s: no eviction was asynchronous", o->mode);
+}
+BOTH_ENGINES(a_first_touch_into_the_chunks_of_a_victim_whose_write_back_is_queued,
+             "writeback-first-touch", expect_first_touch)
+
+/* 7b. A launch the shim sees over A while A's remap is pending (its
+ * write-back held behind S2): A's remap must be completed first (the host
+ * waits), or the kernel would add to C's bytes through the alias. */
+static void expect_pending_launch(const struct orders *o)
+{
+    expect_queued_order(o);
+    if (o->vmm) {
+        expect_text(o, "a_pending", "device");
+        cr_expect_geq(stat_of(o, "(with one "), 1, "%s: A's remap was not forced", o->mode);
+    }
+}
+BOTH_ENGINES(a_launch_over_a_victim_whose_remap_is_pending, "pending-launch", expect_pending_launch)
+
+/* 7c. A kernel of unknown layout over A right after A's write-back ended
+ * but before its remap: every pending remap must be done first, or the
+ * kernel writes C's chunks through A's range. */
+static void expect_pending_unknown(const struct orders *o)
+{
+    expect_queued_order(o);
+    cr_expect_geq(stat_of(o, "launches without a known layout "), 1);
+    if (o->vmm) {
+        expect_text(o, "a_pending", "device");
+        cr_expect_geq(stat_of(o, "evictions remapped without a host wait "), 1,
+                      "%s: A's remap was not done lazily", o->mode);
+    }
+}
+BOTH_ENGINES(an_unknown_layout_launch_after_an_eviction_whose_remap_is_pending, "pending-unknown",
+             expect_pending_unknown)
+
 /* 4. fork with A evicted: the child does no CUDA and exits; the parent
  * fetches A back. */
 static void expect_fork(const struct orders *o)
@@ -264,6 +331,38 @@ static void expect_export(const struct orders *o)
     expect_intact(o);
 }
 BOTH_ENGINES(a_block_exported_while_evicted, "export", expect_export)
+
+/* 5b. The same with A's write-back held behind S2 at the export (with
+ * async evictions A's remap is pending), and moves while the importer maps
+ * A: the export must complete A's remap first. */
+static void expect_export_pending(const struct orders *o)
+{
+    cr_expect_eq(num(o, "queued_before"), 1, "%s/%s: the kernel was not queued", o->mode,
+                 o->engine);
+    if (!o->vmm) {
+        cr_expect_eq(num(o, "export"), 1);
+        expect_intact(o);
+        return;
+    }
+    cr_expect_eq(num(o, "export"), 0, "%s: the export of a VMM block failed", o->mode);
+    cr_expect_eq(num(o, "import_open"), 0);
+    expect_text(o, "import_read", "ok");
+    cr_expect_eq(num(o, "importer"), 0);
+    expect_intact(o);
+}
+BOTH_ENGINES(a_block_exported_while_its_remap_is_pending, "export-pending", expect_export_pending)
+
+/* 6a'. cudaFree of A while its write-back is held behind S2 (with async
+ * evictions its remap is pending), then a new block in its place and
+ * moves: the free must complete the remap and forget it. */
+static void expect_free_pending(const struct orders *o)
+{
+    cr_expect_eq(num(o, "queued_before"), 1, "%s/%s: the kernel was not queued", o->mode,
+                 o->engine);
+    cr_expect_eq(num(o, "free"), 0, "%s/%s: cudaFree(A) failed", o->mode, o->engine);
+    expect_intact(o);
+}
+BOTH_ENGINES(a_free_of_a_victim_whose_remap_is_pending, "free-pending", expect_free_pending)
 
 /* 6a. cudaFree of A while a kernel over it is still queued (a free
  * synchronises: the kernel completes first). */

@@ -169,6 +169,36 @@ Test(simvmm, create_map_copy_unmap_release)
     cr_assert_eq(used_bytes(), before, "unmap + release frees the memory");
 }
 
+/* One allocation mapped at two ranges at once (host swap's async
+ * evictions hand a victim's chunk to the next block while the victim's
+ * range still maps it): both show the same bytes, and unmapping one range
+ * leaves the other and the memory. */
+Test(simvmm, one_handle_mapped_at_two_ranges)
+{
+    OK(init0());
+    CUmemAllocationProp prop = prop_of(0);
+    size_t before = used_bytes();
+    CUmemGenericAllocationHandle h;
+    OK(cuMemCreate(&h, GRAN, &prop, 0));
+    CUdeviceptr a, b;
+    OK(reserve_map(h, GRAN, &a));
+    OK(reserve_map(h, GRAN, &b));
+    cr_assert_neq(a, b);
+    cr_assert_eq(used_bytes(), before + GRAN, "one allocation, charged once");
+    OK(cuMemsetD32(a, PATTERN, GRAN / 4));
+    cr_assert_eq(word_at(b + GRAN - 4), PATTERN, "a write through one range shows in the other");
+    OK(cuMemsetD32(b + 64, REPLY, 1));
+    cr_assert_eq(word_at(a + 64), REPLY);
+    OK(cuMemUnmap(a, GRAN));
+    cr_assert_eq(word_at(b + 64), REPLY, "the other mapping stays");
+    OK(cuMemRelease(h));
+    cr_assert_eq(word_at(b), PATTERN, "a mapping keeps the memory after its release");
+    OK(cuMemUnmap(b, GRAN));
+    OK(cuMemAddressFree(a, GRAN));
+    OK(cuMemAddressFree(b, GRAN));
+    cr_assert_eq(used_bytes(), before, "the last unmap frees it");
+}
+
 Test(simvmm, bad_input)
 {
     OK(init0());

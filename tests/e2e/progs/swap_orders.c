@@ -33,6 +33,31 @@
  *                    and reads A's bytes
  *   free-queued      a kernel over A queued on held S2, then cudaFree(A)
  *   reset            A evicted, then cudaDeviceReset; new blocks after it
+ *   writeback-queued the queued-victim order, then S2 released and A read
+ *                    back as its write-back left it (no launch over A):
+ *                    with async evictions C's fetch copy into A's chunks
+ *                    must wait for A's write-back, still queued behind S2
+ *   writeback-first-touch  a kernel over A queued on held S2, a kernel over
+ *                    B on S1, then a new block D (never written) and a
+ *                    kernel over D on S1, which needs A's room: D's first
+ *                    touch takes A's chunks while A's write-back is still
+ *                    queued behind S2; D is freed and A, B, C read back
+ *   free-pending     the queued-victim order, then cudaFree(A) while S2
+ *                    still holds A's write-back (A's remap is pending); S2
+ *                    released, a new block takes A's place (it may get A's
+ *                    address) and kernels over it, B and C make the engine
+ *                    move
+ *   export-pending   the export order from the queued-victim order: A's
+ *                    write-back held behind S2 at the export (its remap
+ *                    pending), S2 released after it, and a fourth block
+ *                    whose kernels make the engine move while the
+ *                    importer maps A
+ *   pending-launch   the queued-victim order, then a kernel over A on S1
+ *                    while S2 still holds A's write-back (A's remap is
+ *                    pending: its range still maps the chunks C took)
+ *   pending-unknown  the queued-victim order, S1 and S2 synchronised (A's
+ *                    write-back done, its remap still pending), then a
+ *                    kernel of unknown layout over A on S1
  *   unsafe-unmap     no shim needed: what an engine that ignores the rule
  *                    does, by hand: a VMM block with a queued kernel over
  *                    it is copied out and unmapped (the 700 the other
@@ -43,7 +68,9 @@
  * trigger), "queued_after: N" and "a_after: ..." (right after it),
  * (queued: kernels and copies still queued, simcuda_queued_work); with
  * queued-fetch also "a_at_queue", "fetch_queued_before", "a_before_fetch",
- * "fetch_queued_after", "a_after_fetch" (the same around the fetch); mode
+ * "fetch_queued_after", "a_after_fetch" (the same around the fetch); with
+ * pending-launch and pending-unknown also "a_pending" (where A is mapped
+ * just before the kernel over it); mode
  * lines ("export: CODE",
  * "child: STATUS", "free: CODE", "reset: CODE", "import_open: CODE", "import_read: ok|wrong"),
  * "error: WHAT CODE" for every call that failed, "errors: N", "bad_words: N" (words that differ
@@ -316,6 +343,56 @@ static void queued_order(const char *mode)
     finish(0);
 }
 
+/* Async evictions' orders: a kernel over A queued on held S2 when the
+ * kernels over B and C evict it; then what the mode does while A's remap
+ * may still be pending (its range an alias of the chunks C took). */
+static void pending_order(const char *mode)
+{
+    hold_s2(1);
+    add(A, s2, 1, false);
+    before();
+    pressure();
+    if (is(mode, "writeback-queued")) {
+        hold_s2(0);
+        check(cuStreamSynchronize(s2), "cuStreamSynchronize(S2)");
+    } else if (is(mode, "pending-launch")) {
+        printf("a_pending: %s\n", where(blk[A]));
+        add(A, s1, 4, false);
+        hold_s2(0);
+        check(cuStreamSynchronize(s2), "cuStreamSynchronize(S2)");
+    } else {
+        hold_s2(0);
+        check(cuStreamSynchronize(s2), "cuStreamSynchronize(S2)");
+        check(cuStreamSynchronize(s1), "cuStreamSynchronize(S1)");
+        printf("a_pending: %s\n", where(blk[A]));
+        add(A, s1, 7, true);
+    }
+    finish(0);
+}
+
+/* A first touch (no fetch copy) into the chunks of a victim whose
+ * write-back is queued: the kernel over D must wait for that write-back. */
+static void first_touch_order(void)
+{
+    hold_s2(1);
+    add(A, s2, 1, false);
+    add(B, s1, 2, false);
+    before();
+    void *d = NULL;
+    if (check(cudaMalloc(&d, BLK), "cudaMalloc(D)")) setup_fail("cudaMalloc(D)", 0);
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)d;
+    uint64_t count = WORDS;
+    uint32_t value = 5;
+    void *params[] = {&p, &count, &value};
+    check(cuLaunchKernel(add_fn, WORDS / 256, 1, 1, 256, 1, 1, 0, s1, params, NULL),
+          "launch over D");
+    printf("queued_after: %u\na_after: %s\n", nqueued(), where(blk[A]));
+    hold_s2(0);
+    check(cuStreamSynchronize(s2), "cuStreamSynchronize(S2)");
+    check(cudaFree(d), "cudaFree(D)");
+    finish(0);
+}
+
 /* A evicted: the kernels over B and C need its room. */
 static void evict_a(void)
 {
@@ -393,12 +470,23 @@ static int import_main(const char *hex, int sock)
     return write(sock, &c, 1) == 1 ? 0 : 2;
 }
 
-static void export_order(void)
+static void export_order(bool extra)
 {
-    evict_a();
+    if (extra) {
+        hold_s2(1);
+        add(A, s2, 1, false);
+        before();
+        pressure();
+    } else {
+        evict_a();
+    }
     cudaIpcMemHandle_t h;
     int r = cudaIpcGetMemHandle(&h, blk[A]);
     printf("export: %d\n", r);
+    if (extra) {
+        hold_s2(0);
+        check(cuStreamSynchronize(s2), "cuStreamSynchronize(S2)");
+    }
     if (r) { /* the managed engine refuses; the program goes on without sharing */
         cudaGetLastError();
         add(A, s1, 4, false);
@@ -426,11 +514,22 @@ static void export_order(void)
     } else {
         /* While the importer maps A: kernels over every block, under the
          * budget; A's bytes must stay the ones the importer sees. */
+        void *d = NULL;
+        if (extra && check(cudaMalloc(&d, BLK), "cudaMalloc(D)")) setup_fail("cudaMalloc(D)", 0);
         for (int round = 0; round < 3; round++) {
             add(B, s1, 10, false);
             add(C, s1, 20, false);
             add(A, s1, 30, false);
+            if (extra) { /* D's bytes are not checked: it needs B's or C's room */
+                CUdeviceptr p = (CUdeviceptr)(uintptr_t)d;
+                uint64_t count = WORDS;
+                uint32_t value = 40;
+                void *params[] = {&p, &count, &value};
+                check(cuLaunchKernel(add_fn, WORDS / 256, 1, 1, 256, 1, 1, 0, s1, params, NULL),
+                      "launch over D");
+            }
         }
+        if (d) check(cudaFree(d), "cudaFree(D)");
         check(cuStreamSynchronize(s1), "cuStreamSynchronize(S1)");
         uint64_t expect = fnv(0xcbf29ce484222325ull, want[A], BLK);
         if (write(sv[0], &expect, sizeof expect) != (ssize_t)sizeof expect ||
@@ -455,6 +554,25 @@ static void free_queued_order(void)
     hold_s2(0);
     check(cuStreamSynchronize(s2), "cuStreamSynchronize(S2)");
     finish(1u << A);
+}
+
+static void free_pending_order(void)
+{
+    hold_s2(1);
+    add(A, s2, 1, false);
+    before();
+    pressure();
+    printf("free: %d\n", check(cudaFree(blk[A]), "cudaFree(A)"));
+    hold_s2(0);
+    check(cuStreamSynchronize(s2), "cuStreamSynchronize(S2)");
+    if (check(cudaMalloc(&blk[A], BLK), "cudaMalloc(new A)")) setup_fail("cudaMalloc", 0);
+    fill(A);
+    for (int round = 0; round < 3; round++) {
+        add(A, s1, 4, false);
+        add(B, s1, 5, false);
+        add(C, s1, 6, false);
+    }
+    finish(0);
 }
 
 static void reset_order(void)
@@ -537,10 +655,17 @@ int main(int argc, char **argv)
         queued_order(mode);
     else if (is(mode, "queued-fetch"))
         queued_fetch_order();
+    else if (is(mode, "writeback-first-touch"))
+        first_touch_order();
+    else if (is(mode, "writeback-queued") || is(mode, "pending-launch") ||
+             is(mode, "pending-unknown"))
+        pending_order(mode);
     else if (is(mode, "fork"))
         fork_order();
-    else if (is(mode, "export"))
-        export_order();
+    else if (is(mode, "export") || is(mode, "export-pending"))
+        export_order(is(mode, "export-pending"));
+    else if (is(mode, "free-pending"))
+        free_pending_order();
     else if (is(mode, "free-queued"))
         free_queued_order();
     else if (is(mode, "reset"))
