@@ -203,6 +203,10 @@ BOTH_ENGINES(an_unrecorded_set_queued_into_the_victim, "unrecorded-set", expect_
 /* 3c. The same with a 2D copy (cuMemcpy2DAsync, 16 rows of 1 KiB). */
 BOTH_ENGINES(an_unrecorded_2d_copy_queued_into_the_victim, "unrecorded-copy2d", expect_queued_order)
 
+/* 3d. The same with a 2D set (cuMemsetD2D32Async, 16 rows of 1 KiB a
+ * pitch of 4 KiB apart), an entry point that touches every block. */
+BOTH_ENGINES(an_unrecorded_2d_set_queued_into_the_victim, "unrecorded-set2d", expect_queued_order)
+
 /* 6c. The fetch's side: A evicted and C freed (room for A: no eviction,
  * whose wait would cover the fetch's), a kernel of unknown layout queued
  * over A (reading the host copy over the link, or, with managed memory,

@@ -266,3 +266,56 @@ static CUresult set(CUdeviceptr dst, unsigned value, unsigned width, size_t n, C
 DEFINE_SETS(8, unsigned char, 1)
 DEFINE_SETS(16, unsigned short, 2)
 DEFINE_SETS(32, unsigned int, 4)
+
+/* A 2D set: Height rows of Width elements of `width` bytes, rows `pitch`
+ * bytes apart (unused when Height is 1), each row one set() piece of
+ * queued work when it queues. Every row is checked before a byte moves; the
+ * start and, for more than one row, the pitch must be element-aligned, and
+ * the pitch at least a row's bytes. */
+static CUresult set2d(CUdeviceptr dst, size_t pitch, unsigned value, unsigned width, size_t w,
+                      size_t h, CUstream s, int async)
+{
+    ENTER();
+    CUresult r = sim_drv_check_stream(s);
+    if (r != CUDA_SUCCESS) return r;
+    if (h == 1) pitch = 0;
+    if (dst % width || pitch % width) return CUDA_ERROR_INVALID_VALUE;
+    if (w == 0 || h == 0) return CUDA_SUCCESS;
+    if (w > SIZE_MAX / width || (h > 1 && pitch < w * width) ||
+        (h > 1 && pitch > (SIZE_MAX - w * width) / (h - 1)))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < h; i++)
+        if ((r = sim_drv_check_range(dst + i * pitch, w * width, DEVICE_OR_PINNED)) != CUDA_SUCCESS)
+            return r;
+    if (!async) sim_drv_queue_sync(s);
+    for (size_t i = 0; i < h; i++) {
+        CUdeviceptr d = dst + i * pitch;
+        if (!async || !sim_drv_queue_set(s, d, value, width, w)) sim_drv_fill(d, value, width, w);
+    }
+    return CUDA_SUCCESS;
+}
+
+#define DEFINE_SETS2D(BITS, T, W)                                                                  \
+    CUresult CUDAAPI cuMemsetD2D##BITS##_v2(CUdeviceptr dstDevice, size_t dstPitch, T v,           \
+                                            size_t Width, size_t Height)                           \
+    {                                                                                              \
+        return set2d(dstDevice, dstPitch, v, W, Width, Height, NULL, 0);                           \
+    }                                                                                              \
+    CUresult CUDAAPI cuMemsetD2D##BITS##_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, T v,      \
+                                                 size_t Width, size_t Height)                      \
+    {                                                                                              \
+        return set2d(dstDevice, dstPitch, v, W, Width, Height, NULL, 0);                           \
+    }                                                                                              \
+    CUresult CUDAAPI cuMemsetD2D##BITS##Async(CUdeviceptr dstDevice, size_t dstPitch, T v,         \
+                                              size_t Width, size_t Height, CUstream s)             \
+    {                                                                                              \
+        return set2d(dstDevice, dstPitch, v, W, Width, Height, s, 1);                              \
+    }                                                                                              \
+    CUresult CUDAAPI cuMemsetD2D##BITS##Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, T v,    \
+                                                   size_t Width, size_t Height, CUstream s)        \
+    {                                                                                              \
+        return set2d(dstDevice, dstPitch, v, W, Width, Height, s, 1);                              \
+    }
+DEFINE_SETS2D(8, unsigned char, 1)
+DEFINE_SETS2D(16, unsigned short, 2)
+DEFINE_SETS2D(32, unsigned int, 4)

@@ -187,6 +187,18 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuMemsetD16Async, cuMemsetD16Async_ptsz, 7000, 1)                                            \
     X(cuMemsetD32Async, cuMemsetD32Async, 3020, 0)                                                 \
     X(cuMemsetD32Async, cuMemsetD32Async_ptsz, 7000, 1)                                            \
+    X(cuMemsetD2D8, cuMemsetD2D8_v2, 3020, 0)                                                      \
+    X(cuMemsetD2D8, cuMemsetD2D8_v2_ptds, 7000, 1)                                                 \
+    X(cuMemsetD2D16, cuMemsetD2D16_v2, 3020, 0)                                                    \
+    X(cuMemsetD2D16, cuMemsetD2D16_v2_ptds, 7000, 1)                                               \
+    X(cuMemsetD2D32, cuMemsetD2D32_v2, 3020, 0)                                                    \
+    X(cuMemsetD2D32, cuMemsetD2D32_v2_ptds, 7000, 1)                                               \
+    X(cuMemsetD2D8Async, cuMemsetD2D8Async, 3020, 0)                                               \
+    X(cuMemsetD2D8Async, cuMemsetD2D8Async_ptsz, 7000, 1)                                          \
+    X(cuMemsetD2D16Async, cuMemsetD2D16Async, 3020, 0)                                             \
+    X(cuMemsetD2D16Async, cuMemsetD2D16Async_ptsz, 7000, 1)                                        \
+    X(cuMemsetD2D32Async, cuMemsetD2D32Async, 3020, 0)                                             \
+    X(cuMemsetD2D32Async, cuMemsetD2D32Async_ptsz, 7000, 1)                                        \
     X(cuStreamCreate, cuStreamCreate, 2000, 0)                                                     \
     X(cuStreamCreateWithPriority, cuStreamCreateWithPriority, 5050, 0)                             \
     X(cuStreamDestroy, cuStreamDestroy, 2000, 0)                                                   \

@@ -65,6 +65,10 @@ Test(simcuda, resolver_versions_and_flags)
     cr_assert_eq(resolve("cuMemcpyAsync", 12000, PT), sym("cuMemcpyAsync_ptsz"));
     cr_assert_eq(resolve("cuMemsetD32Async", 12000, PT), sym("cuMemsetD32Async_ptsz"));
     cr_assert_eq(resolve("cuMemsetD8", 12000, PT), sym("cuMemsetD8_v2_ptds"));
+    cr_assert_eq(resolve("cuMemsetD2D32", 12000, PT), sym("cuMemsetD2D32_v2_ptds"));
+    cr_assert_eq(resolve("cuMemsetD2D16", 12000, 0), sym("cuMemsetD2D16_v2"));
+    cr_assert_eq(resolve("cuMemsetD2D8Async", 12000, 0), sym("cuMemsetD2D8Async"));
+    cr_assert_eq(resolve("cuMemsetD2D32Async", 12000, PT), sym("cuMemsetD2D32Async_ptsz"));
     cr_assert_eq(resolve("cuLaunchKernel", 12000, PT), sym("cuLaunchKernel_ptsz"));
     cr_assert_eq(resolve("cuLaunchKernel", 12000, 0), sym("cuLaunchKernel"));
     cr_assert_eq(resolve("cuLaunchKernelEx", 12000, PT), sym("cuLaunchKernelEx_ptsz"));

@@ -522,6 +522,52 @@ Test(simvmmhost, a_2d_copy_lands_row_by_row_in_stream_order)
     FAILS(cuMemcpy2D(&c), CUDA_ERROR_INVALID_VALUE);
 }
 
+Test(simvmmhost, a_2d_set_fills_width_elements_of_height_rows_pitch_apart)
+{
+    init_builtins();
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr p;
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuMemsetD32(p, 0, 1024));
+    OK(cuMemsetD2D32(p + 64, 256, 5, 8, 3)); /* 8 words in each of 3 rows */
+    for (unsigned r = 0; r < 4; r++)
+        for (unsigned i = 0; i < 10; i++)
+            cr_expect_eq(word_at(p + 64 + r * 256 + i * 4), r < 3 && i < 8 ? 5u : 0u,
+                         "row %u word %u", r, i);
+    cr_expect_eq(word_at(p + 60), 0, "before the first row: untouched");
+    /* Queued on a held stream: a row a piece, in stream order after a set. */
+    cr_assert_eq(simcuda_stream_hold(s, 1), 0);
+    OK(cuMemsetD32Async(p + 64, 1, 64, s));
+    OK(cuMemsetD2D32Async(p + 64, 256, 9, 2, 4, s));
+    cr_expect_eq(simcuda_queued_work(), 5, "the set and a piece of work a row");
+    cr_expect_eq(word_at(p + 64), 5, "queued: not set yet");
+    cr_assert_eq(simcuda_stream_hold(s, 0), 0);
+    cr_expect_eq(word_at(p + 64), 9, "the 2D set ran after the 1D one");
+    cr_expect_eq(word_at(p + 64 + 8), 1);
+    cr_expect_eq(word_at(p + 64 + 3 * 256 + 4), 9);
+    cr_expect_eq(word_at(p + 64 + 2 * 256 + 8), 5, "beyond the width: untouched");
+    /* 8- and 16-bit elements: Width counts elements, not bytes. */
+    OK(cuMemsetD2D8(p + 2048, 16, 0xab, 3, 2));
+    cr_expect_eq(word_at(p + 2048), 0x00ababab);
+    cr_expect_eq(word_at(p + 2064), 0x00ababab);
+    OK(cuMemsetD2D16(p + 2048 + 32, 8, 0x1234, 3, 2));
+    cr_expect_eq(word_at(p + 2080), 0x12341234);
+    cr_expect_eq(word_at(p + 2084), 0x1234);
+    cr_expect_eq(word_at(p + 2088), 0x12341234);
+    /* One row: the pitch is not used. */
+    OK(cuMemsetD2D32(p + 3072, 3, 6, 2, 1));
+    cr_expect_eq(word_at(p + 3076), 6);
+    OK(cuMemsetD2D32(p, 16, 7, 0, 4)); /* nothing to set */
+    cr_expect_eq(word_at(p), 0);
+    FAILS(cuMemsetD2D32(p + 2, 16, 7, 1, 2), CUDA_ERROR_INVALID_VALUE); /* misaligned start */
+    FAILS(cuMemsetD2D32(p, 18, 7, 1, 2), CUDA_ERROR_INVALID_VALUE);     /* misaligned pitch */
+    FAILS(cuMemsetD2D32(p, 16, 7, 5, 2), CUDA_ERROR_INVALID_VALUE);     /* pitch below the row */
+    /* A last row past the allocation: refused before any row is set. */
+    FAILS(cuMemsetD2D32(p, 1024, 7, 4, 5), CUDA_ERROR_INVALID_VALUE);
+    cr_expect_eq(word_at(p), 0);
+}
+
 Test(simvmmhost, a_graph_runs_its_kernel_nodes_in_order_on_the_stream)
 {
     init_builtins();

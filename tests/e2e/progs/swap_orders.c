@@ -22,6 +22,8 @@
  *   unrecorded-set   the same with a cuMemsetD32Async of 16 KiB into A
  *   unrecorded-copy2d  the same with a cuMemcpy2DAsync of 16 rows of 1 KiB
  *                    into A (a pitch of 4 KiB)
+ *   unrecorded-set2d  the same with a cuMemsetD2D32Async of 16 rows of 1 KiB
+ *                    into A (a pitch of 4 KiB)
  *   graph-victim     the same with a graph (one kernel node over A)
  *                    launched on S2: the shim sees the graph launch, not
  *                    its kernel
@@ -320,6 +322,14 @@ static void queued_order(const char *mode)
         c.WidthInBytes = sizeof rows[0];
         c.Height = 16;
         check(cuMemcpy2DAsync(&c, s2), "cuMemcpy2DAsync");
+    } else if (is(mode, "unrecorded-set2d")) {
+        const size_t at = 524545, pitch = 1024, width = 256, height = 16; /* in words */
+        for (size_t r = 0; r < height; r++)
+            for (size_t i = 0; i < width; i++)
+                want[A][at + r * pitch + i] = 0x3c3c3c3cu;
+        check(cuMemsetD2D32Async((CUdeviceptr)(uintptr_t)blk[A] + at * 4, pitch * 4, 0x3c3c3c3cu,
+                                 width, height, s2),
+              "cuMemsetD2D32Async");
     } else if (is(mode, "unrecorded-set")) {
         const size_t at = 4097, n = 4096; /* words into A */
         for (size_t i = 0; i < n; i++)
@@ -651,7 +661,8 @@ int main(int argc, char **argv)
     start();
     if (!is(mode, "unsafe-unmap")) printf("backing: %s\n", backing(blk[A]));
     if (is(mode, "queued-victim") || is(mode, "unknown-layout") || is(mode, "unrecorded-copy") ||
-        is(mode, "unrecorded-set") || is(mode, "unrecorded-copy2d") || is(mode, "graph-victim"))
+        is(mode, "unrecorded-set") || is(mode, "unrecorded-copy2d") ||
+        is(mode, "unrecorded-set2d") || is(mode, "graph-victim"))
         queued_order(mode);
     else if (is(mode, "queued-fetch"))
         queued_fetch_order();
