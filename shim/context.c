@@ -28,6 +28,21 @@ uint64_t shim_current_context(bool runtime_door)
     return (uint64_t)ctx;
 }
 
+bool shim_enter_context(CUcontext ctx)
+{
+    CUcontext cur = NULL;
+    if (!ctx || !real_cuCtxGetCurrent || real_cuCtxGetCurrent(&cur) != CUDA_SUCCESS || cur == ctx ||
+        !real_cuCtxPushCurrent_v2)
+        return false;
+    return real_cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS;
+}
+
+void shim_leave_context(bool pushed)
+{
+    CUcontext c;
+    if (pushed && real_cuCtxPopCurrent_v2) real_cuCtxPopCurrent_v2(&c);
+}
+
 void shim_synchronize_context(uint64_t ctx)
 {
     if (!options_get()->close_sync || !ctx) return;

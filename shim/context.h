@@ -6,6 +6,8 @@
 #ifndef CONTEXT_H
 #define CONTEXT_H
 
+#include "symbols.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -15,5 +17,9 @@ uint64_t shim_current_context(bool runtime_door);
 /* With IPCSHIM_CLOSE_SYNC (the default), wait for ctx's work to finish,
  * before a real close unmaps what it may still use. */
 void shim_synchronize_context(uint64_t ctx);
+/* Make ctx current on this thread unless it is already: true when it was
+ * pushed, to be undone by shim_leave_context(true). */
+bool shim_enter_context(CUcontext ctx);
+void shim_leave_context(bool pushed);
 
 #endif

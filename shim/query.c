@@ -12,7 +12,7 @@
  * managed memory and answer as such. */
 #include "host_swap.h"
 #include "resolve.h"
-#include "swap_vmm.h"
+#include "swap_vmm_view.h"
 
 /* The VMM-backed block holding ptr, into *r. */
 static inline bool block_of(uint64_t ptr, struct swap_vmm_range *r)

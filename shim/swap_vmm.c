@@ -42,6 +42,8 @@
  * budget) counts a chunk once, wherever it is mapped; a chunk taken from
  * the pool belongs to one block. */
 #include "swap_vmm.h"
+#include "swap_vmm_view.h"
+#include "context.h"
 #include "host.h"
 #include "log.h"
 #include "resolve.h"
@@ -111,131 +113,9 @@ static struct vmm_block *blocks;
 static struct vmm_block *pending; /* blocks whose remap is pending, by pending_next */
 static struct slot slots[SLOTS];
 
-/* The program's view of the blocks, for pointer queries from any thread
- * (swap_vmm_query), which must not take swap_lock (held across real
- * launches): the live blocks' ranges, sorted by base, under ranges_lock, a
- * leaf lock (no call is made while it is held); and a counting filter over
- * the 2 MiB granules those ranges cover, read without it, so that a pointer
- * in no block costs one load. Both change together under ranges_lock (and
- * swap_lock): before the block's allocation returns, and when it goes. */
-#define GRANULE_SHIFT 21
-#define GRANULE_SLOTS 16384u
-static uint32_t granule_filter[GRANULE_SLOTS];
-static pthread_rwlock_t ranges_lock = PTHREAD_RWLOCK_INITIALIZER;
-static struct swap_vmm_range *ranges;
-static size_t nranges, ranges_cap;
 static struct vdev devs[MAX_DEVICES];
 static uint64_t all_mask, use_clock, unknown_epoch;
 static struct swap_vmm_counts counts;
-
-/* ---- the program's view, for pointer queries ---------------------------- */
-
-static uint32_t *granule_slot(uint64_t addr)
-{
-    uint64_t x = addr >> GRANULE_SHIFT;
-    x ^= x >> 17;
-    x *= 0xed5ad4bbu;
-    x ^= x >> 11;
-    return &granule_filter[x % GRANULE_SLOTS];
-}
-
-/* Count r's granules in the filter (delta 1) or uncount them (-1). */
-static void granules_count(const struct swap_vmm_range *r, int delta)
-{
-    for (uint64_t g = r->base >> GRANULE_SHIFT; g <= (r->base + r->size - 1) >> GRANULE_SHIFT; g++)
-        __atomic_add_fetch(granule_slot(g << GRANULE_SHIFT), (uint32_t)delta, __ATOMIC_RELEASE);
-}
-
-/* The index of the first range whose base is above ptr. ranges_lock held. */
-static size_t ranges_after(uint64_t ptr)
-{
-    size_t lo = 0, hi = nranges;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (ranges[mid].base <= ptr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-/* List and count r. 0 or -ENOMEM. Under swap_lock. */
-static int ranges_add(const struct swap_vmm_range *r)
-{
-    pthread_rwlock_wrlock(&ranges_lock);
-    if (nranges == ranges_cap) {
-        size_t cap = ranges_cap ? ranges_cap * 2 : 64;
-        struct swap_vmm_range *p = realloc(ranges, cap * sizeof *p);
-        if (!p) {
-            pthread_rwlock_unlock(&ranges_lock);
-            return -ENOMEM;
-        }
-        ranges = p, ranges_cap = cap;
-    }
-    size_t i = ranges_after(r->base);
-    memmove(ranges + i + 1, ranges + i, (nranges - i) * sizeof *ranges);
-    ranges[i] = *r;
-    nranges++;
-    granules_count(r, 1);
-    pthread_rwlock_unlock(&ranges_lock);
-    return 0;
-}
-
-/* Uncount and unlist the range at base, if listed. Under swap_lock. */
-static void ranges_remove(uint64_t base)
-{
-    pthread_rwlock_wrlock(&ranges_lock);
-    size_t i = ranges_after(base);
-    if (i > 0 && ranges[i - 1].base == base) {
-        granules_count(&ranges[i - 1], -1);
-        memmove(ranges + i - 1, ranges + i, (nranges - i) * sizeof *ranges);
-        nranges--;
-    }
-    pthread_rwlock_unlock(&ranges_lock);
-}
-
-bool swap_vmm_query(uint64_t ptr, struct swap_vmm_range *out)
-{
-    if (!__atomic_load_n(granule_slot(ptr), __ATOMIC_ACQUIRE)) return false;
-    pthread_rwlock_rdlock(&ranges_lock);
-    size_t i = ranges_after(ptr);
-    bool found = i > 0 && ptr - ranges[i - 1].base < ranges[i - 1].size;
-    if (found) *out = ranges[i - 1];
-    pthread_rwlock_unlock(&ranges_lock);
-    return found;
-}
-
-/* The BUFFER_ID of the allocation mapped at p, or 0. */
-static uint64_t buffer_id(uint64_t p)
-{
-    unsigned long long id = 0;
-    CUpointer_attribute what = CU_POINTER_ATTRIBUTE_BUFFER_ID;
-    void *into[] = {&id};
-    if (!REAL(cuPointerGetAttributes) ||
-        real_cuPointerGetAttributes(1, &what, into, (CUdeviceptr)p) != CUDA_SUCCESS)
-        return 0;
-    return id;
-}
-
-/* ---- contexts ----------------------------------------------------------- */
-
-/* Make ctx current on this thread; true when it was pushed (leave_ctx). */
-static bool enter_ctx(CUcontext ctx)
-{
-    CUcontext cur = NULL;
-    if (!ctx || !real_cuCtxGetCurrent || real_cuCtxGetCurrent(&cur) != CUDA_SUCCESS || cur == ctx ||
-        !real_cuCtxPushCurrent_v2)
-        return false;
-    return real_cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS;
-}
-
-/* Undo enter_ctx (pushed: what it returned). */
-static void leave_ctx(bool pushed)
-{
-    CUcontext c;
-    if (pushed && real_cuCtxPopCurrent_v2) real_cuCtxPopCurrent_v2(&c);
-}
 
 /* ---- device probe and its streams --------------------------------------- */
 
@@ -511,9 +391,12 @@ int swap_vmm_alloc(size_t size, CUdevice dev, CUcontext ctx, uint64_t *base)
         what = "memory";
         goto fail;
     }
-    struct swap_vmm_range view = {
-        .base = va, .size = size, .device = dev, .ctx = ctx, .buffer_id = buffer_id(staging)};
-    if (ranges_add(&view)) {
+    struct swap_vmm_range view = {.base = va,
+                                  .size = size,
+                                  .device = dev,
+                                  .ctx = ctx,
+                                  .buffer_id = swap_vmm_view_buffer_id(staging)};
+    if (swap_vmm_view_add(&view)) {
         HASH_DEL(blocks, b);
         what = "memory";
         goto fail;
@@ -686,9 +569,9 @@ static void settle_ready(bool all)
     for (; b; b = next) {
         next = b->pending_next;
         if (all || real_cuEventQuery(b->wb_ev) == CUDA_SUCCESS) {
-            bool pushed = enter_ctx(b->ctx);
+            bool pushed = shim_enter_context(b->ctx);
             settle(b);
-            leave_ctx(pushed);
+            shim_leave_context(pushed);
         }
     }
 }
@@ -790,9 +673,9 @@ int swap_vmm_move(struct vmm_block *b, int device, unsigned flags)
     if (!b || b->pinned) return -EINVAL;
     if ((device >= 0) == b->on_device) return 0;
     settle_ready(false);
-    bool pushed = enter_ctx(b->ctx);
+    bool pushed = shim_enter_context(b->ctx);
     int rc = device < 0 ? evict(b, flags) : fetch(b, flags);
-    leave_ctx(pushed);
+    shim_leave_context(pushed);
     if (rc) counts.remap_failures++;
     return rc;
 }
@@ -802,9 +685,9 @@ int swap_vmm_move(struct vmm_block *b, int device, unsigned flags)
 void swap_vmm_before(struct vmm_block *b, CUstream stream)
 {
     if (b && b->remap_pending) {
-        bool pushed = enter_ctx(b->ctx);
+        bool pushed = shim_enter_context(b->ctx);
         settle(b);
-        leave_ctx(pushed);
+        shim_leave_context(pushed);
     }
     if (!b || !b->on_device || b->pinned) return;
     struct vdev *d = &devs[b->device];
@@ -865,8 +748,8 @@ static void release_host_side(struct vmm_block *b)
 int swap_vmm_free(struct vmm_block *b)
 {
     if (!b) return -EINVAL;
-    ranges_remove(b->base);
-    bool pushed = enter_ctx(b->ctx);
+    swap_vmm_view_remove(b->base);
+    bool pushed = shim_enter_context(b->ctx);
     settle(b);
     /* Never unmap under queued work (a pinned block's accesses are no
      * longer recorded); and the program's cudaFree/cuMemFree would have
@@ -883,7 +766,7 @@ int swap_vmm_free(struct vmm_block *b)
     }
     release_host_side(b);
     if (real_cuMemAddressFree((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) rc = -EIO;
-    leave_ctx(pushed);
+    shim_leave_context(pushed);
     HASH_DEL(blocks, b);
     free(b->chunks);
     free(b->chunk_ev);
@@ -897,7 +780,7 @@ int swap_vmm_pin_for_export(struct vmm_block *b)
     if (!b) return -EINVAL;
     if (b->pinned) return 0;
     struct vdev *d = &devs[b->device];
-    bool pushed = enter_ctx(b->ctx);
+    bool pushed = shim_enter_context(b->ctx);
     settle(b);
     int rc = -EIO;
     CUmemGenericAllocationHandle h = 0;
@@ -944,7 +827,7 @@ int swap_vmm_pin_for_export(struct vmm_block *b)
     rc = 0;
 out:
     if (h) do_cuMemRelease(h);
-    leave_ctx(pushed);
+    shim_leave_context(pushed);
     if (rc)
         LOG_RATE(LOG_WARN, "swap: block %#llx could not be made exportable",
                  (unsigned long long)b->base);
@@ -957,7 +840,7 @@ void swap_vmm_context_gone(CUcontext ctx, void (*forget)(uint64_t base))
     HASH_ITER(hh, blocks, b, tmp)
     {
         if (b->ctx != ctx) continue;
-        ranges_remove(b->base);
+        swap_vmm_view_remove(b->base);
         HASH_DEL(blocks, b);
         if (b->remap_pending) {
             struct vmm_block **at = &pending;

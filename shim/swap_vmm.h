@@ -97,19 +97,6 @@ bool swap_vmm_pinned(const struct vmm_block *b);
  * block's base is passed to forget (the caller drops it from the engine). */
 void swap_vmm_context_gone(CUcontext ctx, void (*forget)(uint64_t base));
 
-/* A live block as the program sees it: what cudaMalloc would have given. */
-struct swap_vmm_range {
-    uint64_t base, size; /* the size the program asked for */
-    int device;
-    CUcontext ctx;      /* the context current at its allocation */
-    uint64_t buffer_id; /* its host copy's BUFFER_ID: one for its life; 0: unknown */
-};
-
-/* The block whose [base, base + size) holds ptr, into *out: true, or false
- * at the cost of one load when ptr is in no block's 2 MiB granules. Any
- * thread, without swap_lock (its own leaf lock: it waits for no call). */
-bool swap_vmm_query(uint64_t ptr, struct swap_vmm_range *out);
-
 /* True while any VMM block lives (launches then record events). */
 bool swap_vmm_live(void);
 
