@@ -305,11 +305,6 @@ static int slot_of(CUstream stream)
 
 /* ---- blocks ------------------------------------------------------------- */
 
-bool swap_vmm_live(void)
-{
-    return blocks != NULL;
-}
-
 struct vmm_block *swap_vmm_find(uint64_t base)
 {
     struct vmm_block *b = NULL;

@@ -97,9 +97,6 @@ bool swap_vmm_pinned(const struct vmm_block *b);
  * block's base is passed to forget (the caller drops it from the engine). */
 void swap_vmm_context_gone(CUcontext ctx, void (*forget)(uint64_t base));
 
-/* True while any VMM block lives (launches then record events). */
-bool swap_vmm_live(void);
-
 void swap_vmm_counts(struct swap_vmm_counts *out);
 
 #endif

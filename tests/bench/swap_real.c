@@ -99,13 +99,7 @@ static void print_iterations(const struct swap_replay_result *h, const struct sw
     printf("\n");
 }
 
-struct worst {
-    double v;
-    char trace[256];
-    double oversub;
-};
-
-static void note(struct worst *w, double v, const char *trace, double oversub)
+void swap_real_note(struct swap_real_worst *w, double v, const char *trace, double oversub)
 {
     if (v <= w->v) return;
     w->v = v;
@@ -147,7 +141,7 @@ int main(int argc, char **argv)
     printf("%-32s %6s %8s %9s %9s %7s %9s %9s %8s %8s %7s %8s\n", "trace", "budget", "MiB",
            "lb(h2d)", "offline", "best", "history", "lru", "hist/off", "hist/lru", "off/lb",
            "iter>=2");
-    struct worst w_off = {0}, w_lru = {0}, w_it = {0};
+    struct swap_real_worst w_off = {0}, w_lru = {0}, w_it = {0};
     int rows = 0;
     for (int i = first; i < argc; i++) {
         struct swap_trace t = {0};
@@ -190,9 +184,9 @@ int main(int argc, char **argv)
             double ho = ratio(total(&hist), total(&off)), hl = ratio(total(&hist), total(&lru));
             double it = worst_iteration(&hist, &off);
             double ol = ratio(total(&off), (double)lb.total.h2d_bytes);
-            if (hist.iterations >= MIN_ITERATIONS) note(&w_off, ho, name, oversubs[k]);
-            note(&w_it, it, name, oversubs[k]);
-            note(&w_lru, hl, name, oversubs[k]);
+            if (hist.iterations >= MIN_ITERATIONS) swap_real_note(&w_off, ho, name, oversubs[k]);
+            swap_real_note(&w_it, it, name, oversubs[k]);
+            swap_real_note(&w_lru, hl, name, oversubs[k]);
             char gap[16] = "-";
             if (lb.total.h2d_bytes) snprintf(gap, sizeof(gap), "%.2f", ol);
             printf("%-32s %5.2fx %8.1f %9.1f %9.1f %7s %9.1f %9.1f %8.3f %8.3f %7s %8.3f\n", name,

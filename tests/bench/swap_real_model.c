@@ -56,20 +56,6 @@ static const struct {
      "H100 and H200 2026-11-26/27, train --layers 48 --iters 40, history"},
 };
 
-struct worst {
-    double v;
-    char trace[128];
-    double oversub;
-};
-
-static void note(struct worst *w, double v, const char *trace, double oversub)
-{
-    if (v <= w->v) return;
-    w->v = v;
-    snprintf(w->trace, sizeof(w->trace), "%s", trace);
-    w->oversub = oversub;
-}
-
 static double mib(double b)
 {
     return b / (1024.0 * 1024.0);
@@ -233,7 +219,7 @@ int swap_real_model(int n, char **paths, const char *json)
     printf("%-32s %6s %8s %4s %8s %8s %9s %9s %8s %8s %8s %8s %8s %9s %9s\n", "trace", "budget",
            "MiB", "dur", "unlim", "bound", "managed", "built", "vmm", "vmm-nr", "bt/bnd", "vmm/bnd",
            "worst it", "vmm/mgd", "MiB in/out");
-    struct worst w_it = {0}, w_run = {0}, w_speed = {0};
+    struct swap_real_worst w_it = {0}, w_run = {0}, w_speed = {0};
     int rows = 0, rc = 0;
     char managed_goal[512] = "";
     for (int i = 0; i < n && !rc; i++) {
@@ -310,9 +296,9 @@ int swap_real_model(int n, char **paths, const char *json)
             double brun = bound_sum > 0 ? built_sum / bound_sum : 1;
             double mm = mean(&mg, lo, hi), vmean = mean(&vm, lo, hi);
             double speed = mm > 0 ? vmean / mm : 1;
-            note(&w_run, run, name, oversubs[k]);
-            if (its >= 4) note(&w_it, worst_it, name, oversubs[k]);
-            if (oversubs[k] == 1.5) note(&w_speed, speed, name, oversubs[k]);
+            swap_real_note(&w_run, run, name, oversubs[k]);
+            if (its >= 4) swap_real_note(&w_it, worst_it, name, oversubs[k]);
+            if (oversubs[k] == 1.5) swap_real_note(&w_speed, speed, name, oversubs[k]);
             double in = 0, out = 0;
             for (size_t j = lo; j < hi; j++)
                 in += (double)vm.it[j].h2d_bytes, out += (double)vm.it[j].d2h_bytes;
