@@ -25,7 +25,10 @@
  *     error <= 0.25
  * --designs: the VMM engine's variants (designs[] below: the unit moved,
  * the headroom, the remapping threads) side by side, ms per iteration and
- * its ratio to T_bound, with their geometric mean and worst per budget. */
+ * its ratio to T_bound, with their geometric mean and worst per budget;
+ * for a design with learned extents (swap_model_segments_extent), the MiB
+ * an iteration it moves beyond its twin with true extents and reads over
+ * the link. */
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>

@@ -62,7 +62,9 @@
  * does, sharing the budget); or blocks packed in allocation order into
  * units of unit_bytes (swap_model_pack). params.segments first rewrites a
  * PyTorch trace's tensors into the caching allocator's segments, whole or
- * in chunks (swap_model_segments): the blocks the shim sees under PyTorch.
+ * in chunks (swap_model_segments), each kernel access's chunks from the
+ * trace or as the shim would learn them (params.extent): the blocks the
+ * shim sees under PyTorch.
  * A rewritten trace keeps the original's launch durations.
  *
  * A launch made only of copies and sets makes the host wait for it (the
