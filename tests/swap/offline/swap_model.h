@@ -257,8 +257,10 @@ int swap_model_segments(const struct swap_trace *in, uint64_t chunk, struct swap
  * (the segment's base + the tensor's offset), not its size, and learns as
  * the run goes the start pointers of the accesses in each segment: those
  * of every earlier launch and of the current one (the shim reads a
- * launch's parameters before it moves anything), kernels' and copies'
- * alike, kept for the whole run (the caching allocator never frees a
+ * launch's parameters before it moves anything; the earlier launches'
+ * alone give the same chunks, since an extent cut at one of the launch's
+ * own starts is continued by that access's), kernels' and copies' alike,
+ * kept for the whole run (the caching allocator never frees a
  * segment; a tensor freed leaves its start behind). A kernel access
  * touches, as far as the engine knows, the chunks from its pointer's to
  * the one that holds the byte before the next start above its pointer, or
