@@ -25,7 +25,10 @@
  *     error <= 0.25
  * --designs: the VMM engine's variants (designs[] below: the unit moved,
  * the headroom, the remapping threads) side by side, ms per iteration and
- * its ratio to T_bound, with their geometric mean and worst per budget. */
+ * its ratio to T_bound, with their geometric mean and worst per budget;
+ * for a design with learned extents (swap_model_segments_extent), the MiB
+ * an iteration it moves beyond its twin with true extents and reads over
+ * the link. */
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
@@ -129,9 +132,12 @@ static const struct design designs[] = {
     {"built lu", BUILT, SMALL, 0, true, 0, 0, 1, false, WLU, false, false},
     {"built nr", BUILT, SMALL, 0, true, 0, 0, 1, true, WQ, false, false},
     /* the candidate next step: async evictions (swap_model.h), whole and in
-     * 8 MiB chunks; 1r with the host's and the mover's remaps one at a time */
+     * 8 MiB chunks; 1r with the host's and the mover's remaps one at a time;
+     * learned (here and below) with each kernel access's chunks as the shim
+     * would learn them (swap_model_segments_extent) */
     {"built async", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, true, false},
     {"built async c8", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, true, false},
+    {"built async c8 learned", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, true, false},
     {"built async 1r", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, true, true},
     {"built async c8 1r", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, true, true},
     /* item 4: the unit, with today's schedule */
@@ -141,8 +147,11 @@ static const struct design designs[] = {
     {"c:pack16", VMM, SWAP_MODEL_UNIT_PACK, 16, false, 0, 0, 1, false, WQ, false, false},
     {"d:seg", VMM, BLOCK, 0, true, 0, 0, 1, false, WQ, false, false},
     {"d:chunk2", VMM, SMALL, 0, true, 2, 0, 1, false, WQ, false, false},
+    {"d:chunk2 learned", VMM, SMALL, 0, true, 2, 0, 1, false, WQ, false, false},
     {"d:chunk4", VMM, SMALL, 0, true, 4, 0, 1, false, WQ, false, false},
+    {"d:chunk4 learned", VMM, SMALL, 0, true, 4, 0, 1, false, WQ, false, false},
     {"d:chunk8", VMM, SMALL, 0, true, 8, 0, 1, false, WQ, false, false},
+    {"d:chunk8 learned", VMM, SMALL, 0, true, 8, 0, 1, false, WQ, false, false},
     /* item 3: the schedule, on d:chunk8 */
     {"d8 h5", VMM, SMALL, 0, true, 8, 0.05, 1, false, WQ, false, false},
     {"d8 h10", VMM, SMALL, 0, true, 8, 0.10, 1, false, WQ, false, false},
@@ -158,6 +167,14 @@ static const struct design designs[] = {
     {"d8 nr h10", VMM, SMALL, 0, true, 8, 0.10, 1, true, WQ, false, false},
 };
 #define ND (sizeof(designs) / sizeof(designs[0]))
+
+/* A design named "... learned": its chunks' kernel extents as the shim
+ * would learn them (swap_model_segments_extent). */
+static bool learned(const struct design *d)
+{
+    size_t n = strlen(d->name), k = strlen(" learned");
+    return n > k && !strcmp(d->name + n - k, " learned");
+}
 
 /* A trace of tensors (tests/swap/record_traces.py numbers them from 1)
  * rather than of what the shim saw (IPCSHIM_TRACE writes device
@@ -184,6 +201,22 @@ static void design_params(const struct design *d, bool tensors, uint64_t budget,
     p->built_wait = d->wait;
     p->built_async = d->async;
     p->built_remaps_serial = d->serial;
+    p->extent = learned(d) ? SWAP_MODEL_EXTENT_LEARNED : SWAP_MODEL_EXTENT_TRUE;
+}
+
+/* The design that d is with true extents (d itself when it is one). */
+static size_t true_twin(size_t d)
+{
+    for (size_t k = 0; k < ND; k++) {
+        const struct design *a = &designs[k], *b = &designs[d];
+        if (!learned(a) && a->engine == b->engine && a->unit == b->unit &&
+            a->unit_mib == b->unit_mib && a->segments == b->segments &&
+            a->chunk_mib == b->chunk_mib && a->headroom == b->headroom && a->movers == b->movers &&
+            a->free_remaps == b->free_remaps && a->wait == b->wait && a->async == b->async &&
+            a->serial == b->serial)
+            return k;
+    }
+    return d;
 }
 
 /* The designs swap-real --model prints: today's engine and the VMM
@@ -414,7 +447,10 @@ int swap_real_designs(int n, char **paths)
         "2 MiB "
         "chunks moved alone and b's rule (d:chunkN: N MiB chunks); then dN (d:chunkN) with hN "
         "headroom N %% of the budget, Nmv N remap threads, nr free remaps; bnd:c8 T_bound of the "
-        "segments' 8 MiB chunks (the bytes d:chunk8 cannot avoid)\n");
+        "segments' 8 MiB chunks (the bytes d:chunk8 cannot avoid); learned: kernel accesses' "
+        "chunks as the shim would learn them (swap_model_segments_extent), followed by "
+        "+X/Y: MiB per iteration moved beyond the same design with true extents / read over "
+        "the link\n");
     printf("%-32s %6s %8s %8s %8s", "trace", "budget", "bound", "bnd:c8", "managed");
     for (size_t d = 0; d < ND; d++)
         printf(" %11s", designs[d].name);
@@ -423,6 +459,9 @@ int swap_real_designs(int n, char **paths)
     double logsum[NO][ND] = {{0}}, worst[NO][ND] = {{0}};
     /* built designs: the host's share of the run waiting in moves, remapping */
     double wait_share[NO][ND] = {{0}}, remap_share[NO][ND] = {{0}};
+    /* learned designs: MiB per iteration moved beyond their true-extent
+     * twin's, the twin's, and read over the link; summed over traces */
+    double extra_sum[NO][ND] = {{0}}, twin_sum[NO][ND] = {{0}}, link_sum[NO][ND] = {{0}};
     int count[NO] = {0}, rc = 0;
     for (int i = 0; i < n && !rc; i++) {
         struct swap_trace t = {0};
@@ -472,6 +511,7 @@ int swap_real_designs(int n, char **paths)
             b /= (double)(hi - lo);
             b8 /= (double)(hi - lo);
             if (o8 != &off) swap_model_result_fini(&off8);
+            double moved[ND] = {0}; /* MiB per iteration, h2d + d2h */
             printf("%-32s %5.2fx %8.3f %8.3f %8.3f", name, oversubs[k], b * 1e3, b8 * 1e3,
                    mean(&mg, lo, hi) * 1e3);
             for (size_t d = 0; d < ND && !rc; d++) {
@@ -489,6 +529,21 @@ int swap_real_designs(int n, char **paths)
                         name, oversubs[k], designs[d].name, (unsigned long long)v.room_overruns);
                 double m = mean(&v, lo, hi), ratio = b > 0 ? m / b : 1;
                 printf(" %6.2f %4.2f", m * 1e3, ratio);
+                double link = 0;
+                for (size_t j = lo; j < hi; j++) {
+                    moved[d] += mib((double)(v.it[j].h2d_bytes + v.it[j].d2h_bytes));
+                    link += mib((double)v.it[j].link_read_bytes);
+                }
+                moved[d] /= (double)(hi - lo);
+                link /= (double)(hi - lo);
+                size_t tw = true_twin(d);
+                if (learned(&designs[d]) && tw < d) {
+                    /* extra MiB moved against the twin / MiB read over the link */
+                    printf(" %+.0f/%.0f", moved[d] - moved[tw], link);
+                    extra_sum[k][d] += moved[d] - moved[tw];
+                    twin_sum[k][d] += moved[tw];
+                    link_sum[k][d] += link;
+                }
                 logsum[k][d] += log(ratio);
                 if (v.seconds > 0) {
                     wait_share[k][d] += v.host_evict_wait_seconds / v.seconds;
@@ -513,6 +568,16 @@ int swap_real_designs(int n, char **paths)
         for (size_t d = 0; d < ND; d++)
             printf(" %s %.2f/%.2f%s", designs[d].name, exp(logsum[k][d] / count[k]), worst[k][d],
                    d + 1 < ND ? "," : "\n");
+    }
+    for (size_t k = 0; k < NO; k++) {
+        printf("learned extents at %.2fx, MiB per iteration (mean over traces) moved beyond the "
+               "same design with true extents (that design's), and read over the link:",
+               oversubs[k]);
+        for (size_t d = 0; d < ND; d++)
+            if (learned(&designs[d]))
+                printf(" %s %+.1f (%.1f), %.1f", designs[d].name, extra_sum[k][d] / count[k],
+                       twin_sum[k][d] / count[k], link_sum[k][d] / count[k]);
+        printf("\n");
     }
     for (size_t k = 0; k < NO; k++) {
         printf("host thread's share of the run at %.2fx (mean over traces), waiting in moves / "

@@ -582,3 +582,150 @@ Test(swap_model, a_freed_block_gives_its_room_back_when_its_last_launch_ends)
     swap_model_result_fini(&r);
     swap_trace_fini(&t);
 }
+
+/* ---- learned extents (swap_model_segments_extent) ------------------------ */
+
+#define EV_U(b, n, w)                                                                              \
+    {                                                                                              \
+        .kind = SWAP_MODEL_EV_UNSEEN, .block = (b), .bytes = (n), .is_write = (w)                  \
+    }
+/* chunk c of the trace's first segment */
+#define C(c) (1ULL << 24 | (c))
+#define C4 (4 * MIB)
+
+/* One 20 MiB segment in 4 MiB chunks (0-4) holding tensor 1 (3 MiB at 0),
+ * 2 (3 MiB at 3 MiB) and 3 (5 MiB at 6 MiB), then 4 (5 MiB) in the 6 MiB
+ * that 1 and 2 leave at 0 when freed. */
+static void three_tensors(struct swap_trace *t)
+{
+    access_ev(t, 1, 3 * MIB, true); /* L0: no other start known yet */
+    push(t, 'L', 0, 0, false);
+    access_ev(t, 2, 3 * MIB, false); /* L1: none above 3 MiB */
+    push(t, 'L', 0, 0, false);
+    access_ev(t, 3, 5 * MIB, false); /* L2: 3 runs to the end; 1 stops at 3 MiB */
+    access_ev(t, 1, 3 * MIB, false);
+    push(t, 'L', 0, 0, false);
+    access_ev(t, 2, 3 * MIB, true); /* L3: 2 stops at 6 MiB, in chunk 1 */
+    push(t, 'L', 0, 0, false);
+    free_ev(t, 1);
+    free_ev(t, 2);
+    access_ev(t, 4, 5 * MIB, true); /* L4: 2's start, stale, cuts 4 at 3 MiB */
+    push(t, 'L', 0, 0, false);
+    cr_assert_eq(
+        swap_trace_push(
+            t, (struct swap_event){.kind = 'A', .block = 4, .bytes = 5 * MIB, .is_copy = true}),
+        0); /* L5: a copy carries its size */
+    push(t, 'L', 0, 0, false);
+}
+
+Test(swap_model, learned_extents_run_to_the_next_start_seen_in_the_segment)
+{
+    struct swap_trace t = {0}, out = {0};
+    three_tensors(&t);
+    cr_assert_eq(swap_model_segments_extent(&t, C4, SWAP_MODEL_EXTENT_LEARNED, &out), 0);
+    const struct swap_event want[] = {
+        /* L0: 1 to the segment's end */
+        EV_A(C(0), C4, true), EV_A(C(1), C4, true), EV_A(C(2), C4, true), EV_A(C(3), C4, true),
+        EV_A(C(4), C4, true), EV_L,
+        /* L1: 2 from chunk 0 (3 MiB) to the end */
+        EV_A(C(0), C4, false), EV_A(C(1), C4, false), EV_A(C(2), C4, false), EV_A(C(3), C4, false),
+        EV_A(C(4), C4, false), EV_L,
+        /* L2: 3 from chunk 1 to the end, 1 in chunk 0 alone; every later
+         * chunk is covered by 3 */
+        EV_A(C(1), C4, false), EV_A(C(2), C4, false), EV_A(C(3), C4, false), EV_A(C(4), C4, false),
+        EV_A(C(0), C4, false), EV_L,
+        /* L3: 2 up to 6 MiB - 1, its true extent; the rest of the segment
+         * unseen, none of its bytes there */
+        EV_A(C(0), C4, true), EV_A(C(1), C4, true), EV_U(C(2), 0, true), EV_U(C(3), 0, true),
+        EV_U(C(4), 0, true), EV_L,
+        /* L4: 4 (0 to 5 MiB) cut at 2's old start: its last MiB, in chunk
+         * 1, unseen */
+        EV_A(C(0), C4, true), EV_U(C(1), MIB, true), EV_U(C(2), 0, true), EV_U(C(3), 0, true),
+        EV_U(C(4), 0, true), EV_L,
+        /* L5: the copy's true extent */
+        EV_A(C(0), C4, false), EV_A(C(1), C4, false), EV_L};
+    expect_events(&out, want, sizeof(want) / sizeof(want[0]));
+    swap_trace_fini(&out);
+    /* true extents: the tensors' own chunks, nothing unseen */
+    cr_assert_eq(swap_model_segments_extent(&t, C4, SWAP_MODEL_EXTENT_TRUE, &out), 0);
+    const struct swap_event truth[] = {EV_A(C(0), C4, true),
+                                       EV_L,
+                                       EV_A(C(0), C4, false),
+                                       EV_A(C(1), C4, false),
+                                       EV_L,
+                                       EV_A(C(1), C4, false),
+                                       EV_A(C(2), C4, false),
+                                       EV_A(C(0), C4, false),
+                                       EV_L,
+                                       EV_A(C(0), C4, true),
+                                       EV_A(C(1), C4, true),
+                                       EV_L,
+                                       EV_A(C(0), C4, true),
+                                       EV_A(C(1), C4, true),
+                                       EV_L,
+                                       EV_A(C(0), C4, false),
+                                       EV_A(C(1), C4, false),
+                                       EV_L};
+    expect_events(&out, truth, sizeof(truth) / sizeof(truth[0]));
+    swap_trace_fini(&out);
+    swap_trace_fini(&t);
+}
+
+/* The model's side of an unseen chunk: resident, a write makes its next
+ * eviction a write-back; on the host, its bytes are read over the link. */
+static void unseen_trace(struct swap_trace *t, bool unseen)
+{
+    access_ev(t, 1, MIB, true); /* L0: first touch */
+    push(t, 'L', 0, 0, false);
+    access_ev(t, 2, MIB, true); /* L1: evicts 1, dirty */
+    push(t, 'L', 0, 0, false);
+    access_ev(t, 1, MIB, false); /* L2: evicts 2, fetches 1: clean */
+    if (unseen) push(t, SWAP_MODEL_EV_UNSEEN, 1, 0, true);
+    push(t, 'L', 0, 0, false);
+    access_ev(t, 2, MIB, false); /* L3: evicts 1, clean unless written unseen */
+    if (unseen) push(t, SWAP_MODEL_EV_UNSEEN, 1, MIB / 2, false);
+    push(t, 'L', 0, 0, false);
+}
+
+Test(swap_model, an_unseen_chunk_is_read_over_the_link_or_dirtied_where_it_lies)
+{
+    struct swap_model_rates rates;
+    unit_rates(&rates);
+    rates.host_read_gbps = 1;
+    struct swap_model_params p = {.engine = SWAP_MODEL_VMM,
+                                  .kind = SWAP_POLICY_LRU,
+                                  .budget = MIB,
+                                  .rates = &rates,
+                                  .launch_ns = ten_us,
+                                  .n_launch_ns = 4};
+    struct swap_model_result with, without;
+    struct swap_trace a = {0}, b = {0};
+    unseen_trace(&a, true);
+    unseen_trace(&b, false);
+    cr_assert_eq(swap_model_run(&a, &p, &with), 0);
+    cr_assert_eq(swap_model_run(&b, &p, &without), 0);
+    /* L2's unseen write to the resident 1: L3's eviction copies it back */
+    cr_expect_eq(with.d2h_bytes, without.d2h_bytes + MIB);
+    cr_expect_eq(with.h2d_bytes, without.h2d_bytes);
+    /* L3 reads half of the evicted 1 over the link, nothing else */
+    cr_expect_eq(with.link_read_bytes, MIB / 2);
+    cr_expect_eq(with.it[0].link_read_bytes, MIB / 2);
+    cr_expect_eq(without.link_read_bytes, 0);
+    cr_expect_eq(with.overflows, 0);
+    swap_model_result_fini(&with);
+    swap_model_result_fini(&without);
+    swap_trace_fini(&a);
+    swap_trace_fini(&b);
+    /* a launch that reads half a MiB of a chunk never fetched: 1 us to
+     * submit, 10 us on the device and 524.288 us over the link at 1 GB/s */
+    struct swap_trace c = {0};
+    access_ev(&c, 1, MIB, true);
+    push(&c, SWAP_MODEL_EV_UNSEEN, 2, MIB / 2, false);
+    push(&c, 'L', 0, 0, false);
+    cr_assert_eq(swap_model_run(&c, &p, &with), 0);
+    cr_expect_eq(with.link_read_bytes, MIB / 2);
+    cr_expect_eq(with.h2d_bytes + with.d2h_bytes, 0);
+    cr_expect(fabs(with.seconds - (11 + MOVE / 2) * US) < 1e-12, "%.9f", with.seconds);
+    swap_model_result_fini(&with);
+    swap_trace_fini(&c);
+}

@@ -128,6 +128,7 @@ struct blk {
     double host_ready;     /* its host copy is mapped and current from then */
     uint64_t device_bytes; /* VMM: what it holds of the room (swap_model.h) */
     bool remap_pending;    /* built_remaps_serial: host_ready not known yet */
+    bool unseen_dirty;     /* written by a SWAP_MODEL_EV_UNSEEN access while resident */
     UT_hash_handle hh;
 };
 
@@ -140,6 +141,7 @@ struct op {
     uint64_t block, bytes;
     uint8_t kind;
     bool writeback; /* OP_EVICT */
+    bool unseen;    /* from SWAP_MODEL_EV_UNSEEN: bytes is what is read, never managed */
 };
 
 struct state {
@@ -405,7 +407,7 @@ static int time_vmm(struct state *s, double submit, double device, double *end)
         const struct op *o = &s->ops[i];
         struct blk *b = blk_get(s, o->block);
         if (!b) return -ENOMEM;
-        bool managed = p->unit == SWAP_MODEL_UNIT_SMALL_MANAGED && o->bytes < 2 * MIB;
+        bool managed = !o->unseen && p->unit == SWAP_MODEL_UNIT_SMALL_MANAGED && o->bytes < 2 * MIB;
         switch (o->kind) {
         case OP_EVICT:
             if (managed) {
@@ -547,7 +549,7 @@ static int time_built(struct state *s, double device, double *end)
         if (!b) return -ENOMEM;
         while (b->remap_pending) /* its host_ready, before anyone reads it */
             serve_one(s);
-        bool managed = p->unit == SWAP_MODEL_UNIT_SMALL_MANAGED && o->bytes < 2 * MIB;
+        bool managed = !o->unseen && p->unit == SWAP_MODEL_UNIT_SMALL_MANAGED && o->bytes < 2 * MIB;
         /* a fetch's remap: one cuMemMap per 2 MiB chunk */
         uint64_t chunks = (o->bytes + 2 * MIB - 1) / (2 * MIB);
         double map = swap_model_remap_seconds(s->r, o->bytes) +
@@ -697,6 +699,30 @@ static int launch_done(struct state *s)
     return 0;
 }
 
+static void link_read(struct state *s, uint64_t bytes)
+{
+    s->res->link_read_bytes += bytes;
+    iter_cur(s)->link_read_bytes += bytes;
+}
+
+/* A SWAP_MODEL_EV_UNSEEN access (swap_model.h): the policy is not told.
+ * Resident, the launch waits for the chunk's moves as for its own blocks
+ * and a write makes it dirty for its next eviction; on the host, the
+ * launch reads its bytes over the link, as an overflow's. */
+static int access_unseen(struct state *s, struct swap_policy *pol, const struct swap_event *e)
+{
+    if (pol && swap_policy_is_resident(pol, e->block)) {
+        struct blk *b = blk_get(s, e->block);
+        if (!b) return -ENOMEM;
+        if (e->is_write) b->unseen_dirty = true;
+        return op_push(s, (struct op){.block = e->block, .kind = OP_USE, .unseen = true});
+    }
+    if (!pol) return 0;
+    link_read(s, e->bytes);
+    return op_push(
+        s, (struct op){.block = e->block, .bytes = e->bytes, .kind = OP_OVERFLOW, .unseen = true});
+}
+
 static int access(struct state *s, struct swap_policy *pol, const struct swap_event *e,
                   uint64_t next)
 {
@@ -715,14 +741,20 @@ static int access(struct state *s, struct swap_policy *pol, const struct swap_ev
         rc = swap_policy_access(pol, e->block, e->bytes, e->is_write, &d);
     if (rc == -ENOSPC) {
         s->res->overflows++;
+        link_read(s, e->bytes);
         return op_push(s, (struct op){.block = e->block, .bytes = e->bytes, .kind = OP_OVERFLOW});
     }
     if (rc) return rc;
-    for (size_t i = 0; i < d.n_evict && !rc; i++)
+    for (size_t i = 0; i < d.n_evict && !rc; i++) {
+        struct blk *b;
+        HASH_FIND(hh, s->blocks, &d.evict[i].block, sizeof(d.evict[i].block), b);
+        bool unseen_dirty = b && b->unseen_dirty;
+        if (b) b->unseen_dirty = false;
         rc = op_push(s, (struct op){.block = d.evict[i].block,
                                     .bytes = d.evict[i].bytes,
                                     .kind = OP_EVICT,
-                                    .writeback = d.evict[i].writeback});
+                                    .writeback = d.evict[i].writeback || unseen_dirty});
+    }
     if (rc) return rc;
     uint8_t kind = OP_USE;
     if (d.fetch)
@@ -792,7 +824,7 @@ static int run_rewritten(const struct swap_trace *t, const struct swap_model_par
     size_t n = 0;
     int rc = launch_durations(t, p, rates, &ns, &n, &estimated);
     if (!rc && p->segments) {
-        rc = swap_model_segments(cur, p->chunk, &seg);
+        rc = swap_model_segments_extent(cur, p->chunk, p->extent, &seg);
         cur = &seg;
     }
     if (!rc && p->unit == SWAP_MODEL_UNIT_PACK) {
@@ -822,7 +854,8 @@ int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p
         p->engine != SWAP_MODEL_VMM && p->engine != SWAP_MODEL_BUILT)
         return -EINVAL;
     bool vmm = p->engine == SWAP_MODEL_VMM || p->engine == SWAP_MODEL_BUILT;
-    if (p->engine == SWAP_MODEL_BUILT && p->unit == SWAP_MODEL_UNIT_PACK && !p->unit_bytes)
+    if ((p->engine == SWAP_MODEL_BUILT && p->unit == SWAP_MODEL_UNIT_PACK && !p->unit_bytes) ||
+        (p->extent != SWAP_MODEL_EXTENT_TRUE && p->unit == SWAP_MODEL_UNIT_PACK))
         return -EINVAL;
     if (p->engine == SWAP_MODEL_VMM &&
         (p->movers > SWAP_MODEL_MOVERS_MAX || (p->headroom && p->headroom >= p->budget) ||
@@ -853,6 +886,9 @@ int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p
         switch (e->kind) {
         case SWAP_EV_ACCESS:
             rc = access(&s, pol, e, next ? next[i] : SWAP_NEVER);
+            break;
+        case SWAP_MODEL_EV_UNSEEN:
+            rc = access_unseen(&s, pol, e);
             break;
         case SWAP_EV_LAUNCH:
             rc = launch_done(&s);

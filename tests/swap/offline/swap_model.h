@@ -62,7 +62,9 @@
  * does, sharing the budget); or blocks packed in allocation order into
  * units of unit_bytes (swap_model_pack). params.segments first rewrites a
  * PyTorch trace's tensors into the caching allocator's segments, whole or
- * in chunks (swap_model_segments): the blocks the shim sees under PyTorch.
+ * in chunks (swap_model_segments), each kernel access's chunks from the
+ * trace or as the shim would learn them (params.extent): the blocks the
+ * shim sees under PyTorch.
  * A rewritten trace keeps the original's launch durations.
  *
  * A launch made only of copies and sets makes the host wait for it (the
@@ -93,6 +95,22 @@ enum swap_model_wait {
     SWAP_MODEL_WAIT_QUEUE,    /* every launch submitted so far (the shim's stream events) */
     SWAP_MODEL_WAIT_LAST_USE, /* the launches that used the victim */
 };
+
+/* Which chunks a kernel access touches, for params.segments with chunks
+ * (swap_model_segments_extent). Copies and sets carry their size: their
+ * extent is always the true one. */
+enum swap_model_extent {
+    SWAP_MODEL_EXTENT_TRUE,    /* the tensor's bytes, from the trace */
+    SWAP_MODEL_EXTENT_LEARNED, /* what the shim can know: see swap_model_segments_extent */
+};
+
+/* In a trace rewritten with SWAP_MODEL_EXTENT_LEARNED: a chunk after an
+ * access's learned extent, up to its segment's end, which the engine must
+ * count as touched (the launch is ordered after its moves; resident, it
+ * turns dirty when the access writes) without fetching it. block is the
+ * chunk, bytes what the kernel really reads of it (0: not touched), read
+ * over the link when the chunk is not resident. */
+#define SWAP_MODEL_EV_UNSEEN 'u'
 
 enum swap_model_unit {
     SWAP_MODEL_UNIT_BLOCK,         /* every block moved alone */
@@ -154,6 +172,9 @@ struct swap_model_params {
      * (chunk 0) or in chunks of that many bytes (swap_model_segments). */
     bool segments;
     uint64_t chunk;
+    /* with segments and chunk > 0: which chunks a kernel access touches
+     * (swap_model_segments_extent); not with SWAP_MODEL_UNIT_PACK */
+    enum swap_model_extent extent;
     /* SWAP_MODEL_VMM (zero: one block per unit, no headroom, one mover);
      * SWAP_MODEL_BUILT takes unit too. */
     enum swap_model_unit unit;
@@ -176,6 +197,9 @@ struct swap_model_iter {
     double seconds; /* modeled: end of its last launch - end of the previous iteration's */
     uint64_t launches;
     uint64_t h2d_bytes, d2h_bytes; /* moved by the engine (managed: clean evictions too) */
+    /* read by launches over the link from non-resident blocks: overflows
+     * and, with learned extents, chunks the engine did not know of */
+    uint64_t link_read_bytes;
     /* The same moves at the both-ways pinned rate for their sizes: what the
      * link needs for them, each direction alone (T_bound's B / BW). */
     double h2d_link_seconds, d2h_link_seconds;
@@ -188,6 +212,7 @@ struct swap_model_result {
     uint64_t h2d_bytes, d2h_bytes;
     uint64_t launches, estimated_launches; /* how many got the estimate */
     uint64_t overflows;                    /* accesses read over the link */
+    uint64_t link_read_bytes;              /* the iterations' link_read_bytes */
     /* VMM: moves that found the device over the budget for good (the
      * policy's books and the room disagree); 0 in a sound run. */
     uint64_t room_overruns;
@@ -226,6 +251,27 @@ int swap_model_pack(const struct swap_trace *in, uint64_t unit_bytes, struct swa
  * with free neighbours of their segment. One stream, no empty_cache, no
  * expandable segments. -ENOMEM. */
 int swap_model_segments(const struct swap_trace *in, uint64_t chunk, struct swap_trace *out);
+
+/* swap_model_segments with the kernel accesses' extents as extent says.
+ * SWAP_MODEL_EXTENT_LEARNED (chunk > 0): the shim sees a kernel's pointer
+ * (the segment's base + the tensor's offset), not its size, and learns as
+ * the run goes the start pointers of the accesses in each segment: those
+ * of every earlier launch and of the current one (the shim reads a
+ * launch's parameters before it moves anything; the earlier launches'
+ * alone give the same chunks, since an extent cut at one of the launch's
+ * own starts is continued by that access's), kernels' and copies' alike,
+ * kept for the whole run (the caching allocator never frees a
+ * segment; a tensor freed leaves its start behind). A kernel access
+ * touches, as far as the engine knows, the chunks from its pointer's to
+ * the one that holds the byte before the next start above its pointer, or
+ * to the segment's last when none is known: accessed as with the true
+ * extent (more chunks than the tensor's when the extent is too long).
+ * Every later chunk of the segment follows the launch's accesses as a
+ * SWAP_MODEL_EV_UNSEEN event with the bytes of the tensor it holds (none
+ * when the extent was long enough). Copies and sets keep their true
+ * extent. -EINVAL, -ENOMEM. */
+int swap_model_segments_extent(const struct swap_trace *in, uint64_t chunk,
+                               enum swap_model_extent extent, struct swap_trace *out);
 
 /* Run the model. -EINVAL (bad params), -ENOMEM. */
 int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p,

@@ -1,9 +1,12 @@
 /* swap_pack: rewrites of a trace into the units an engine moves
  * (swap_model.h): blocks packed in allocation order into units of a fixed
  * size (swap_model_pack), and a PyTorch program's tensors placed in the
- * caching allocator's segments (swap_model_segments). Both keep every L,
- * F of a unit and I in place; a unit's accesses in one launch are merged
- * into one, at the position of its first member's access. */
+ * caching allocator's segments (swap_model_segments), with each kernel
+ * access's chunks from the trace or as the shim would learn them
+ * (swap_model_segments_extent). Both keep every L, F of a unit and I in
+ * place; a unit's accesses in one launch are merged into one, at the
+ * position of its first member's access (learned extents: the launch's
+ * SWAP_MODEL_EV_UNSEEN events after them). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,7 +201,149 @@ struct segment {
     uint64_t size;
     bool small;
     struct piece *first;
+    /* SWAP_MODEL_EXTENT_LEARNED: the start offsets seen in it, sorted */
+    uint64_t *starts;
+    size_t n_starts, cap_starts;
 };
+
+/* Record a start offset in seg (once). -ENOMEM. */
+static int starts_add(struct segment *seg, uint64_t off)
+{
+    size_t lo = 0, hi = seg->n_starts;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (seg->starts[mid] < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < seg->n_starts && seg->starts[lo] == off) return 0;
+    if (seg->n_starts == seg->cap_starts) {
+        size_t cap = seg->cap_starts ? 2 * seg->cap_starts : 8;
+        uint64_t *a = realloc(seg->starts, cap * sizeof(*a));
+        if (!a) return -ENOMEM;
+        seg->starts = a;
+        seg->cap_starts = cap;
+    }
+    memmove(seg->starts + lo + 1, seg->starts + lo, (seg->n_starts - lo) * sizeof(*seg->starts));
+    seg->starts[lo] = off;
+    seg->n_starts++;
+    return 0;
+}
+
+/* The lowest start seen in seg above off; seg->size when there is none. */
+static uint64_t starts_next(const struct segment *seg, uint64_t off)
+{
+    size_t lo = 0, hi = seg->n_starts;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (seg->starts[mid] <= off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < seg->n_starts ? seg->starts[lo] : seg->size;
+}
+
+/* SWAP_MODEL_EXTENT_LEARNED: the current launch's accesses, placed, kept
+ * until its end so that every start pointer of the launch is known before
+ * any extent is taken; and the chunks after the learned extents. */
+struct placed {
+    uint64_t seg, off, bytes;
+    bool write, copy;
+};
+
+struct unseen {
+    uint64_t unit, bytes;
+    bool write;
+};
+
+struct launch_buf {
+    struct placed *a;
+    size_t n, cap;
+    struct unseen *u;
+    size_t n_u, cap_u;
+};
+
+static int placed_push(struct launch_buf *l, struct placed a)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 32;
+        struct placed *b = realloc(l->a, cap * sizeof(*b));
+        if (!b) return -ENOMEM;
+        l->a = b;
+        l->cap = cap;
+    }
+    l->a[l->n++] = a;
+    return 0;
+}
+
+/* A chunk after a learned extent, merged with the launch's others. */
+static int unseen_add(struct launch_buf *l, uint64_t unit, uint64_t bytes, uint64_t chunk_bytes,
+                      bool write)
+{
+    for (size_t i = 0; i < l->n_u; i++) {
+        if (l->u[i].unit != unit) continue;
+        l->u[i].bytes += bytes;
+        if (l->u[i].bytes > chunk_bytes) l->u[i].bytes = chunk_bytes;
+        l->u[i].write |= write;
+        return 0;
+    }
+    if (l->n_u == l->cap_u) {
+        size_t cap = l->cap_u ? 2 * l->cap_u : 32;
+        struct unseen *b = realloc(l->u, cap * sizeof(*b));
+        if (!b) return -ENOMEM;
+        l->u = b;
+        l->cap_u = cap;
+    }
+    l->u[l->n_u++] = (struct unseen){unit, bytes, write};
+    return 0;
+}
+
+/* The launch's accesses in learned extents (swap_model.h), then its
+ * SWAP_MODEL_EV_UNSEEN events for the chunks no extent of the launch
+ * covers. -ENOMEM. */
+static int learned_flush(struct rewriter *w, struct launch_buf *l, struct segment *sg,
+                         uint64_t chunk)
+{
+    int rc = 0;
+    for (size_t i = 0; i < l->n && !rc; i++)
+        rc = starts_add(&sg[l->a[i].seg], l->a[i].off);
+    for (size_t i = 0; i < l->n && !rc; i++) {
+        const struct placed *a = &l->a[i];
+        const struct segment *seg = &sg[a->seg];
+        uint64_t last = (seg->size - 1) / chunk;
+        uint64_t c0 = a->off / chunk, c1 = (a->off + a->bytes - 1) / chunk;
+        uint64_t end = a->copy ? c1 : (starts_next(seg, a->off) - 1) / chunk;
+        struct swap_event e = {.kind = SWAP_EV_ACCESS, .is_write = a->write, .is_copy = a->copy};
+        for (uint64_t c = c0; c <= last && !rc; c++) {
+            uint64_t lo = c * chunk, hi = lo + chunk < seg->size ? lo + chunk : seg->size;
+            uint64_t unit = (a->seg + 1) << 24 | c;
+            if (c <= end) {
+                rc = rw_access(w, unit, hi - lo, &e);
+            } else if (!a->copy) {
+                uint64_t s = a->off > lo ? a->off : lo;
+                uint64_t t = a->off + a->bytes < hi ? a->off + a->bytes : hi;
+                rc = unseen_add(l, unit, t > s ? t - s : 0, hi - lo, a->write);
+            }
+        }
+    }
+    size_t n_u = 0;
+    for (size_t i = 0; i < l->n_u; i++) { /* a chunk another extent covers is seen */
+        bool seen = false;
+        for (size_t k = 0; k < w->n_p && !seen; k++)
+            seen = w->p[k].unit == l->u[i].unit;
+        if (!seen) l->u[n_u++] = l->u[i];
+    }
+    if (!rc) rc = rw_flush(w);
+    for (size_t i = 0; i < n_u && !rc; i++)
+        rc = swap_trace_push(w->out, (struct swap_event){.kind = SWAP_MODEL_EV_UNSEEN,
+                                                         .block = l->u[i].unit,
+                                                         .bytes = l->u[i].bytes,
+                                                         .is_write = l->u[i].write});
+    l->n = l->n_u = 0;
+    return rc;
+}
 
 /* A live tensor: its piece. */
 struct tensor {
@@ -209,7 +354,16 @@ struct tensor {
 
 int swap_model_segments(const struct swap_trace *in, uint64_t chunk, struct swap_trace *out)
 {
-    if (!in || !out) return -EINVAL;
+    return swap_model_segments_extent(in, chunk, SWAP_MODEL_EXTENT_TRUE, out);
+}
+
+int swap_model_segments_extent(const struct swap_trace *in, uint64_t chunk,
+                               enum swap_model_extent extent, struct swap_trace *out)
+{
+    if (!in || !out || (extent != SWAP_MODEL_EXTENT_TRUE && extent != SWAP_MODEL_EXTENT_LEARNED))
+        return -EINVAL;
+    bool learned = extent == SWAP_MODEL_EXTENT_LEARNED && chunk;
+    struct launch_buf lb = {0};
     struct rewriter w = {.out = out};
     struct segment *sg = NULL;
     size_t n_sg = 0, cap_sg = 0;
@@ -287,6 +441,11 @@ int swap_model_segments(const struct swap_trace *in, uint64_t chunk, struct swap
                 rc = rw_access(&w, seg + 1, sg[seg].size, e);
                 continue;
             }
+            if (learned) {
+                rc = placed_push(
+                    &lb, (struct placed){seg, t->piece->off, e->bytes, e->is_write, e->is_copy});
+                continue;
+            }
             uint64_t c0 = t->piece->off / chunk, c1 = (t->piece->off + e->bytes - 1) / chunk;
             for (uint64_t c = c0; c <= c1 && !rc; c++) {
                 uint64_t bytes =
@@ -316,11 +475,13 @@ int swap_model_segments(const struct swap_trace *in, uint64_t chunk, struct swap
                 free(p);
             }
         } else {
-            rc = rw_flush(&w);
+            rc = learned ? learned_flush(&w, &lb, sg, chunk) : rw_flush(&w);
             if (!rc) rc = swap_trace_push(out, *e);
         }
     }
-    if (!rc) rc = rw_flush(&w);
+    if (!rc) rc = learned ? learned_flush(&w, &lb, sg, chunk) : rw_flush(&w);
+    free(lb.a);
+    free(lb.u);
     struct tensor *t, *tmp;
     HASH_ITER(hh, live, t, tmp)
     {
@@ -334,6 +495,7 @@ int swap_model_segments(const struct swap_trace *in, uint64_t chunk, struct swap
             free(p);
             p = n;
         }
+        free(sg[k].starts);
     }
     free(sg);
     rw_fini(&w);
