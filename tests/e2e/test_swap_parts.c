@@ -98,6 +98,8 @@ Test(swap_parts, a_kernel_over_the_second_part_moves_that_part_only)
     expect_text(&o, "p2", "host");
     cr_expect_eq(stat_of(&o, "prefetched to device "), 8 << 20,
                  "only the second part is fetched\n%s", o.log);
+    cr_expect_eq(stat_of(&o, "to host "), 8 << 20, "only the first part is evicted\n%s", o.log);
+    cr_expect_eq(stat_of(&o, "over budget "), 0, "the launch fits the budget\n%s", o.log);
 }
 
 /* A kernel from X over all of it, whose learned extent is p0 (a copy's
