@@ -656,7 +656,8 @@ static void before_launch(enum fn_kind kind, const void *fn, void **args, void *
     }
     bool unknown = args && (!l || !l->known) && !extra;
     if (unknown) counts.launches_no_layout++;
-    struct swap_unseen o = {0};
+    struct swap_unseen o;
+    o.n = 0, o.overflow = false;
     if (swap_vmm_parted_live() && t.n)
         swap_vmm_launch_extents(blocks, l && l->known ? args : NULL, l ? l->params : NULL,
                                 l ? l->n : 0, extra, &t, &o);

@@ -163,7 +163,8 @@ static size_t part_ptrs(const unsigned char *p, size_t size, struct part_ptr *ou
         uint64_t w;
         memcpy(&w, p + o, 8); /* the host copy need not be aligned */
         struct vmm_alloc *a = swap_vmm_alloc_find(w);
-        if (a && a->n > 1 && w - a->base < a->asked) out[n++] = (struct part_ptr){a, w - a->base};
+        if (a && a->n > 1 && w - a->base < a->asked && !swap_vmm_pinned(a->parts[0]))
+            out[n++] = (struct part_ptr){a, w - a->base};
     }
     return n;
 }
