@@ -71,6 +71,10 @@ int swap_vmm_alloc(size_t asked, uint64_t part, CUdevice dev, CUcontext ctx, str
     if (!g || !asked || !out) return -ENOTSUP;
     uint64_t size = (asked + g - 1) / g * g;
     part = part ? (part + g - 1) / g * g : size;
+    /* At most SWAP_VMM_MAX_PARTS parts: a launch reports at most 64
+     * blocks (swap_touch); past that its parts would be read over the link. */
+    uint64_t least = (size / SWAP_VMM_MAX_PARTS + g - 1) / g * g;
+    if (part < least) part = least;
     if (part > size) part = size;
     size_t n = (size_t)((size + part - 1) / part), made = 0;
     struct vmm_alloc *a = calloc(1, sizeof *a + n * sizeof a->parts[0]);

@@ -33,8 +33,12 @@ struct vmm_alloc {
     struct vmm_block *parts[];
 };
 
+/* An allocation has at most this many parts (larger ones, larger parts). */
+#define SWAP_VMM_MAX_PARTS 32
+
 /* A new allocation of size bytes on dev in context ctx, in parts of part
- * bytes (rounded up to the granularity; 0: one block), each part a block
+ * bytes (rounded up to the granularity, and to size / SWAP_VMM_MAX_PARTS;
+ * 0: one block), each part a block
  * made by swap_vmm_block_make and listed in the view as one range of size
  * bytes. 0 and *out, or a negative errno with nothing left behind (the
  * caller falls back to managed memory). */
