@@ -23,7 +23,7 @@
  *   incorrectly, only at a cost;
  * - exported and imported blocks are never in the index: a managed
  *   swappable block refuses to be exported, a VMM-backed one is pinned on
- *   the device and leaves the index first (swap_vmm_pin_for_export), imports
+ *   the device and leaves the index first (swap_vmm_alloc_pin), imports
  *   are never registered.
  *
  * Locking: one mutex (swap_lock) around the engine, the layout cache and
@@ -49,6 +49,7 @@
 #include "swap_index.h"
 #include "swap_trace.h"
 #include "swap_vmm.h"
+#include "swap_vmm_parts.h"
 #include "uthash_wrap.h"
 
 #include <errno.h>
@@ -84,6 +85,7 @@ static __thread __attribute__((tls_model("initial-exec"))) struct {
     struct vmm_block *v[PENDING_MAX];
 } pending;
 static uint64_t budget;
+static uint64_t part_bytes; /* IPCSHIM_SWAP_PART_BYTES */
 static FILE *trace;
 
 /* The shim's own counts, beside the policies' (under swap_lock). */
@@ -205,7 +207,16 @@ static int cuda_move(void *ctx, uint64_t base, uint64_t size, int device, uint64
 {
     (void)ctx;
     struct vmm_block *v = vmm_blocks ? swap_vmm_find(base) : NULL;
-    if (v) return swap_vmm_move(v, device, flags);
+    if (v) {
+        /* A part written by work its policy was not told of (past a learned
+         * extent) is written back at its eviction. */
+        struct vmm_alloc *a = swap_vmm_alloc_find(base);
+        bool *unseen = a ? &a->unseen_write[swap_vmm_alloc_part(a, base - a->base)] : NULL;
+        if (unseen && *unseen && device < 0) flags |= HOST_MOVE_DIRTY;
+        int rc = swap_vmm_move(v, device, flags);
+        if (!rc && unseen && device < 0) *unseen = false;
+        return rc;
+    }
     CUmemLocation to = location(device);
     if (real_cuMemAdvise_v2)
         real_cuMemAdvise_v2((CUdeviceptr)base, size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, to);
@@ -270,6 +281,7 @@ void swap_init(void)
     policy_kind = o->swap_policy == SWAP_OPT_LRU ? SWAP_POLICY_LRU : SWAP_POLICY_HISTORY;
     engine_vmm = o->swap_engine == SWAP_ENGINE_VMM;
     budget = o->device_budget;
+    part_bytes = o->swap_part_bytes;
     static const struct swap_ops ops = {.move = cuda_move};
     if (swap_engine_create(policy_kind, budget, &ops, &engine)) {
         LOG_ONCE(LOG_WARN, "swap: out of memory; host swap stays off");
@@ -354,6 +366,8 @@ static uint32_t *filter_slot(uint64_t base)
     return &base_filter[x % FILTER_SLOTS];
 }
 
+static void unregister_locked(uint64_t base, bool vmm);
+
 /* Index a new block of device dev, charged in units of unit bytes. Under
  * swap_lock. 0, or the engine's negative errno (logged). */
 static int register_locked(uint64_t base, size_t size, CUdevice dev, uint64_t unit, bool vmm)
@@ -382,9 +396,10 @@ static void register_block(uint64_t base, size_t size)
     pthread_mutex_unlock(&swap_lock);
 }
 
-/* A VMM-backed block of size bytes in the current context, indexed: true
- * and *base; false when the block should be managed instead (too small, no
- * VMM engine, or the driver refused a step: logged once by swap_vmm.c). */
+/* A VMM-backed allocation of size bytes in the current context, each of its
+ * parts indexed: true and *base; false when the block should be managed
+ * instead (too small, no VMM engine, or the driver refused a step: logged
+ * once by swap_vmm.c). */
 static bool vmm_alloc(size_t size, uint64_t *base)
 {
     if (!engine_vmm) return false;
@@ -395,12 +410,21 @@ static bool vmm_alloc(size_t size, uint64_t *base)
         return false;
     pthread_mutex_lock(&swap_lock);
     uint64_t g = swap_vmm_granularity(dev);
-    bool ok = g && size >= g && swap_vmm_alloc(size, dev, ctx, base) == 0;
-    if (ok && register_locked(*base, size, dev, g, true)) {
-        struct vmm_block *v = swap_vmm_find(*base);
-        swap_vmm_free(v);
+    struct vmm_alloc *a = NULL;
+    bool ok = g && size >= g && swap_vmm_alloc(size, part_bytes, dev, ctx, &a) == 0;
+    size_t k = 0;
+    for (; ok && k < a->n; k++)
+        if (register_locked(a->base + k * a->part, swap_vmm_alloc_part_asked(a, k), dev, g, true))
+            break;
+    if (ok && k < a->n) {
+        while (k-- > 0) {
+            swap_engine_remove(engine, a->base + k * a->part, NULL);
+            unregister_locked(a->base + k * a->part, true);
+        }
+        swap_vmm_alloc_free(a);
         ok = false;
     }
+    if (ok) *base = a->base;
     pthread_mutex_unlock(&swap_lock);
     return ok;
 }
@@ -468,12 +492,19 @@ bool swap_on_free_slow(uint64_t ptr)
     if (!ptr || !__atomic_load_n(filter_slot(ptr), __ATOMIC_ACQUIRE)) return false; /* lock-free */
     struct swap_block b;
     pthread_mutex_lock(&swap_lock);
-    struct vmm_block *v = vmm_blocks ? swap_vmm_find(ptr) : NULL;
-    bool indexed = !swap_engine_remove(engine, ptr, &b);
-    if (indexed || v) unregister_locked(ptr, v != NULL);
-    if (v) swap_vmm_free(v); /* the program's free is this one: never the real one */
+    struct vmm_alloc *a = vmm_blocks ? swap_vmm_alloc_find(ptr) : NULL;
+    if (a && a->base != ptr) { /* inside an allocation: the real free refuses it */
+        pthread_mutex_unlock(&swap_lock);
+        return false;
+    }
+    for (size_t k = 0; a && k < a->n; k++) {
+        swap_engine_remove(engine, a->base + k * a->part, NULL); /* pinned: not indexed */
+        unregister_locked(a->base + k * a->part, true);
+    }
+    if (!a && !swap_engine_remove(engine, ptr, &b)) unregister_locked(ptr, false);
+    if (a) swap_vmm_alloc_free(a); /* the program's free is this one: never the real one */
     pthread_mutex_unlock(&swap_lock);
-    return v != NULL;
+    return a != NULL;
 }
 
 /* The context ctx ended: its VMM blocks are forgotten (swap_vmm.c); each
@@ -506,6 +537,7 @@ void swap_context_gone(uint64_t ctx)
         return;
     }
     swap_vmm_context_gone((CUcontext)ctx, forget_block);
+    swap_vmm_alloc_forget((CUcontext)ctx);
     pthread_mutex_unlock(&swap_lock);
 }
 
@@ -515,10 +547,12 @@ bool swap_refuses_export_slow(uint64_t ptr, const char *call)
     struct swap_block *b = engine ? swap_engine_find(engine, ptr) : NULL;
     uint64_t size = b ? b->size : 0, base = b ? b->base : 0;
     /* A VMM-backed block is exported from one device allocation, pinned
-     * outside the engine and its budget (swap_vmm_pin_for_export). */
-    struct vmm_block *v = b && vmm_blocks ? swap_vmm_find(base) : NULL;
-    if (v && swap_vmm_pin_for_export(v) == 0) {
-        swap_engine_remove(engine, base, NULL);
+     * outside the engine and its budget (swap_vmm_alloc_pin). */
+    struct vmm_alloc *a = b && vmm_blocks ? swap_vmm_alloc_find(base) : NULL;
+    if (a && swap_vmm_alloc_pin(a) == 0) {
+        for (size_t k = 0; k < a->n; k++)
+            swap_engine_remove(engine, a->base + k * a->part, NULL);
+        size = a->asked;
         pthread_mutex_unlock(&swap_lock);
         LOG_RATE(LOG_INFO,
                  "%s(%#llx): the swappable block (%llu bytes) stays on the device, outside "
@@ -552,15 +586,18 @@ static void runtime_context(void)
 }
 
 /* Hold swap_lock until after the real call when the work touches VMM
- * blocks (or may: all), with their pending remaps done (all: every one)
- * and the stream's waits for their fetches in place; else drop it. Under
- * swap_lock. */
-static void keep_or_unlock(CUstream stream, const struct swap_touch *t, bool all)
+ * blocks (t's, and the parts past learned extents in o, which the policy
+ * was not told of) or may (all), with their pending remaps done (all:
+ * every one) and the stream's waits for their fetches in place; else drop
+ * it. Under swap_lock. */
+static void keep_or_unlock(CUstream stream, const struct swap_touch *t, const struct swap_unseen *o,
+                           bool all)
 {
     size_t n = 0;
     if (__atomic_load_n(&vmm_blocks, __ATOMIC_RELAXED)) {
-        for (size_t i = 0; i < t->n; i++) {
-            struct vmm_block *v = swap_vmm_find(t->block[i]->base);
+        for (size_t i = 0; i < t->n + (o ? o->n : 0); i++) {
+            struct vmm_block *v =
+                i < t->n ? swap_vmm_find(t->block[i]->base) : o->a[i - t->n]->parts[o->k[i - t->n]];
             if (!v) continue;
             swap_vmm_before(v, stream);
             if (n < PENDING_MAX)
@@ -568,7 +605,8 @@ static void keep_or_unlock(CUstream stream, const struct swap_touch *t, bool all
             else
                 all = true;
         }
-        if (all) swap_vmm_before_unknown(stream);
+        if (all || (o && o->overflow)) swap_vmm_before_unknown(stream);
+        all |= o && o->overflow;
     }
     if (!n && (!all || !__atomic_load_n(&vmm_blocks, __ATOMIC_RELAXED))) {
         pthread_mutex_unlock(&swap_lock);
@@ -618,27 +656,54 @@ static void before_launch(enum fn_kind kind, const void *fn, void **args, void *
     }
     bool unknown = args && (!l || !l->known) && !extra;
     if (unknown) counts.launches_no_layout++;
+    struct swap_unseen o;
+    o.n = 0, o.overflow = false;
+    if (swap_vmm_parted_live() && t.n)
+        swap_vmm_launch_extents(blocks, l && l->known ? args : NULL, l ? l->params : NULL,
+                                l ? l->n : 0, extra, &t, &o);
     for (size_t i = 0; i < t.n; i++)
         access_block(t.block[i], true, false, stream);
+    swap_vmm_unseen_written(blocks, &o);
     if (t.n) counts.launches_scanned++;
     end_launch(t.n);
-    keep_or_unlock(stream, &t, unknown || t.overflow);
+    keep_or_unlock(stream, &t, &o, unknown || t.overflow);
 }
 
-/* One copy or set: src (read) and dst (written), either may be 0. */
-static void record_copy(uint64_t dst, uint64_t src, CUstream stream)
+/* One end of a copy or set at ptr, bytes long (0: unknown, to the end of
+ * its allocation): the blocks it covers (the parts of a parted
+ * allocation, whose learner records the start) reported and added to t. */
+static void copy_end(uint64_t ptr, uint64_t bytes, bool write, CUstream stream,
+                     struct swap_touch *t)
+{
+    struct swap_index *x = swap_engine_index(engine);
+    struct swap_block *b = ptr ? swap_engine_find(engine, ptr) : NULL;
+    struct vmm_alloc *a = b && swap_vmm_parted_live() ? swap_vmm_alloc_find(ptr) : NULL;
+    if (!a || a->n < 2) {
+        if (b) access_block(b, write, true, stream), swap_index_touch(x, ptr, t);
+        return;
+    }
+    uint64_t off = ptr - a->base;
+    swap_extent_add(&a->starts, off); /* not recorded (the bound): longer extents */
+    uint64_t end = bytes && bytes <= a->asked - off ? off + bytes : a->asked;
+    for (size_t k = swap_vmm_alloc_part(a, off); k <= swap_vmm_alloc_part(a, end - 1); k++) {
+        uint64_t p = k ? a->base + k * a->part : ptr;
+        if ((b = swap_engine_find(engine, p))) access_block(b, write, true, stream);
+        swap_index_touch(x, p, t);
+    }
+}
+
+/* One copy or set of bytes (0: unknown): src (read) and dst (written),
+ * either may be 0. */
+static void record_copy(uint64_t dst, uint64_t src, uint64_t bytes, CUstream stream)
 {
     if (!__atomic_load_n(&live_blocks, __ATOMIC_RELAXED) || capturing(stream)) return;
     pthread_mutex_lock(&swap_lock);
-    struct swap_block *s = src ? swap_engine_find(engine, src) : NULL;
-    struct swap_block *d = dst ? swap_engine_find(engine, dst) : NULL;
     struct swap_touch t = {0};
-    if (s) access_block(s, false, true, stream), t.block[t.n++] = s;
-    if (d) access_block(d, true, true, stream);
-    if (d && d != s) t.block[t.n++] = d;
+    copy_end(src, bytes, false, stream, &t);
+    copy_end(dst, bytes, true, stream, &t);
     if (t.n) counts.copies_recorded++;
     end_launch(t.n);
-    keep_or_unlock(stream, &t, false);
+    keep_or_unlock(stream, &t, NULL, t.overflow);
 }
 
 /* Work whose accesses the shim cannot see (a graph launch, a 2D driver
@@ -648,7 +713,7 @@ static void touch_all(CUstream stream)
     if (!__atomic_load_n(&vmm_blocks, __ATOMIC_RELAXED) || capturing(stream)) return;
     pthread_mutex_lock(&swap_lock);
     struct swap_touch t = {0};
-    keep_or_unlock(stream, &t, true);
+    keep_or_unlock(stream, &t, NULL, true);
 }
 
 /* The per-thread variants' default stream. */

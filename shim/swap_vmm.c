@@ -345,13 +345,12 @@ static CUresult create_host(const struct vdev *d, uint64_t size, CUmemGenericAll
     return r;
 }
 
-int swap_vmm_alloc(size_t size, CUdevice dev, CUcontext ctx, uint64_t *base)
+int swap_vmm_block_make(uint64_t va, uint64_t staging, uint64_t size, CUdevice dev, CUcontext ctx,
+                        struct vmm_block **out)
 {
     uint64_t g = swap_vmm_granularity(dev);
-    if (!g || !size || !base) return -ENOTSUP;
+    if (!g || !size || size % g || !out) return -EINVAL;
     struct vdev *d = &devs[dev];
-    uint64_t rounded = (size + g - 1) / g * g;
-    CUdeviceptr va = 0, staging = 0;
     CUmemGenericAllocationHandle host = 0;
     bool mapped_va = false, mapped_staging = false;
     struct vmm_block *b = calloc(1, sizeof *b);
@@ -362,49 +361,29 @@ int swap_vmm_alloc(size_t size, CUdevice dev, CUcontext ctx, uint64_t *base)
         what = "streams";
         goto fail;
     }
-    what = "cuMemAddressReserve";
-    if ((r = real_cuMemAddressReserve(&va, rounded, g, 0, 0)) != CUDA_SUCCESS) goto fail;
-    if ((r = real_cuMemAddressReserve(&staging, rounded, g, 0, 0)) != CUDA_SUCCESS) goto fail;
     what = "host-located cuMemCreate";
-    if ((r = create_host(d, rounded, &host)) != CUDA_SUCCESS) goto fail;
+    if ((r = create_host(d, size, &host)) != CUDA_SUCCESS) goto fail;
     what = "cuMemMap";
-    if ((r = map_rw(staging, rounded, host, dev)) != CUDA_SUCCESS) goto fail;
+    if ((r = map_rw(staging, size, host, dev)) != CUDA_SUCCESS) goto fail;
     mapped_staging = true;
-    if ((r = map_rw(va, rounded, host, dev)) != CUDA_SUCCESS) goto fail;
+    if ((r = map_rw(va, size, host, dev)) != CUDA_SUCCESS) goto fail;
     mapped_va = true;
-    b->chunks = calloc(rounded / g, sizeof *b->chunks);
-    b->chunk_ev = calloc(rounded / g, sizeof *b->chunk_ev);
-    if (!b->chunks || !b->chunk_ev) {
-        r = CUDA_ERROR_OUT_OF_MEMORY, what = "memory";
-        goto fail;
-    }
-    b->base = va, b->size = rounded, b->staging = staging, b->ctx = ctx, b->device = dev;
+    b->chunks = calloc(size / g, sizeof *b->chunks);
+    b->chunk_ev = calloc(size / g, sizeof *b->chunk_ev);
+    r = CUDA_ERROR_OUT_OF_MEMORY, what = "memory";
+    if (!b->chunks || !b->chunk_ev) goto fail;
+    b->base = va, b->size = size, b->staging = staging, b->ctx = ctx, b->device = dev;
     b->host = host;
     b->alloc_epoch = b->fetch_epoch = unknown_epoch;
     HASH_ADD(hh, blocks, base, sizeof b->base, b);
-    if (!UTH_ADDED(b, hh)) {
-        what = "memory";
-        goto fail;
-    }
-    struct swap_vmm_range view = {.base = va,
-                                  .size = size,
-                                  .device = dev,
-                                  .ctx = ctx,
-                                  .buffer_id = swap_vmm_view_buffer_id(staging)};
-    if (swap_vmm_view_add(&view)) {
-        HASH_DEL(blocks, b);
-        what = "memory";
-        goto fail;
-    }
+    if (!UTH_ADDED(b, hh)) goto fail;
     counts.blocks++;
-    *base = va;
+    *out = b;
     return 0;
 fail:
-    if (mapped_va) real_cuMemUnmap(va, rounded);
-    if (mapped_staging) real_cuMemUnmap(staging, rounded);
+    if (mapped_va) real_cuMemUnmap(va, size);
+    if (mapped_staging) real_cuMemUnmap(staging, size);
     if (host) real_cuMemRelease(host);
-    if (staging) real_cuMemAddressFree(staging, rounded);
-    if (va) real_cuMemAddressFree(va, rounded);
     if (b) free(b->chunks), free(b->chunk_ev);
     free(b);
     counts.fallbacks++;
@@ -732,100 +711,124 @@ void swap_vmm_after(CUstream stream, struct vmm_block *const *touched, size_t n,
 
 /* ---- free, export, context end ------------------------------------------ */
 
-/* b's staging mapping, host copy and staging range go (at its free). */
-static void release_host_side(struct vmm_block *b)
+/* [base, base + size): the range of the parts p[0..n). */
+static uint64_t parts_size(struct vmm_block *const *p, size_t n)
 {
-    real_cuMemUnmap((CUdeviceptr)b->staging, b->size);
-    real_cuMemRelease(b->host);
-    real_cuMemAddressFree((CUdeviceptr)b->staging, b->size);
+    return p[n - 1]->base + p[n - 1]->size - p[0]->base;
 }
 
-int swap_vmm_free(struct vmm_block *b)
+int swap_vmm_free_parts(struct vmm_block *const *p, size_t n, uint64_t reserved)
 {
-    if (!b) return -EINVAL;
-    swap_vmm_view_remove(b->base);
-    bool pushed = shim_enter_context(b->ctx);
-    settle(b);
+    if (!n || !p[0]) return -EINVAL;
+    uint64_t base = p[0]->base, staging = p[0]->staging, size = parts_size(p, n);
+    bool pushed = shim_enter_context(p[0]->ctx);
+    for (size_t i = 0; i < n; i++)
+        settle(p[i]);
     /* Never unmap under queued work (a pinned block's accesses are no
      * longer recorded); and the program's cudaFree/cuMemFree would have
      * waited for the device: a program may count on that. */
     int rc = real_cuCtxSynchronize() == CUDA_SUCCESS ? 0 : -EIO;
-    if (b->pinned) {
+    if (p[0]->pinned) {
         /* The ledger's free of an exported mapping (limbo while importers hold it). */
-        if (do_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) rc = -EIO;
-        do_cuMemRelease(b->exported);
-    } else {
-        if (real_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) rc = -EIO;
-        if (b->on_device)
-            chunks_give(b->device, b->size / devs[b->device].gran, b->chunks, NULL, NULL);
+        if (do_cuMemUnmap((CUdeviceptr)base, size) != CUDA_SUCCESS) rc = -EIO;
+        do_cuMemRelease(p[0]->exported);
     }
-    release_host_side(b);
-    if (real_cuMemAddressFree((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) rc = -EIO;
+    for (size_t i = 0; i < n; i++) {
+        struct vmm_block *b = p[i];
+        if (!b->pinned && real_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) rc = -EIO;
+        if (!b->pinned && b->on_device)
+            chunks_give(b->device, b->size / devs[b->device].gran, b->chunks, NULL, NULL);
+        real_cuMemUnmap((CUdeviceptr)b->staging, b->size);
+        real_cuMemRelease(b->host);
+        HASH_DEL(blocks, b);
+        free(b->chunks);
+        free(b->chunk_ev);
+        free(b);
+    }
+    if (real_cuMemAddressFree((CUdeviceptr)staging, reserved) != CUDA_SUCCESS) rc = -EIO;
+    if (real_cuMemAddressFree((CUdeviceptr)base, reserved) != CUDA_SUCCESS) rc = -EIO;
     shim_leave_context(pushed);
-    HASH_DEL(blocks, b);
-    free(b->chunks);
-    free(b->chunk_ev);
-    free(b);
     if (rc) LOG_RATE(LOG_WARN, "swap: free of a VMM-backed block: the driver refused a step");
     return rc;
 }
 
-int swap_vmm_pin_for_export(struct vmm_block *b)
+/* Map b's current copy at its range again (device chunks or its host copy). */
+static CUresult remap_current(struct vmm_block *b)
 {
-    if (!b) return -EINVAL;
-    if (b->pinned) return 0;
-    struct vdev *d = &devs[b->device];
-    bool pushed = shim_enter_context(b->ctx);
-    settle(b);
+    return b->on_device ? map_chunks(b) : map_rw(b->base, b->size, b->host, b->device);
+}
+
+int swap_vmm_pin_parts(struct vmm_block *const *p, size_t n)
+{
+    if (!n || !p[0]) return -EINVAL;
+    if (p[0]->pinned) return 0;
+    struct vdev *d = &devs[p[0]->device];
+    uint64_t base = p[0]->base, size = parts_size(p, n), mask = all_mask;
+    bool pushed = shim_enter_context(p[0]->ctx), wrote = false;
     int rc = -EIO;
+    size_t unmapped = 0;
     CUmemGenericAllocationHandle h = 0;
-    /* The host copy first becomes current (a write-back, whatever the policy thinks). */
-    if (b->on_device) {
+    /* Every host copy first becomes current (a write-back, whatever the policy thinks). */
+    for (size_t i = 0; i < n; i++) {
+        struct vmm_block *b = p[i];
+        settle(b);
+        mask |= b->streams;
+        if (!b->on_device) continue;
         if (wait_stream(d->d2h, b->streams | all_mask) ||
             real_cuMemcpyDtoDAsync_v2((CUdeviceptr)b->staging, (CUdeviceptr)b->base, b->size,
-                                      d->d2h) != CUDA_SUCCESS ||
-            real_cuEventRecord(d->d2h_ev, d->d2h) != CUDA_SUCCESS ||
-            real_cuEventSynchronize(d->d2h_ev) != CUDA_SUCCESS)
+                                      d->d2h) != CUDA_SUCCESS)
             goto out;
-        counts.writebacks++, counts.host_waits++;
+        counts.writebacks++, wrote = true;
     }
-    if (wait_host(b->streams | all_mask)) goto out;
-    CUmemAllocationProp p = device_prop(b->device);
-    p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    if (do_cuMemCreate(&h, b->size, &p, 0) != CUDA_SUCCESS) {
+    if (wrote && (real_cuEventRecord(d->d2h_ev, d->d2h) != CUDA_SUCCESS ||
+                  real_cuEventSynchronize(d->d2h_ev) != CUDA_SUCCESS))
+        goto out;
+    counts.host_waits += wrote;
+    if (wait_host(mask)) goto out;
+    CUmemAllocationProp prop = device_prop(p[0]->device);
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    if (do_cuMemCreate(&h, size, &prop, 0) != CUDA_SUCCESS) {
         h = 0;
         goto out;
     }
-    if (real_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) goto out;
-    CUresult r = do_cuMemMap((CUdeviceptr)b->base, b->size, 0, h, 0);
-    CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = b->device},
+    for (; unmapped < n; unmapped++)
+        if (real_cuMemUnmap((CUdeviceptr)p[unmapped]->base, p[unmapped]->size) != CUDA_SUCCESS)
+            goto restore;
+    CUresult r = do_cuMemMap((CUdeviceptr)base, size, 0, h, 0);
+    CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = p[0]->device},
                          .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    if (r == CUDA_SUCCESS) r = real_cuMemSetAccess((CUdeviceptr)b->base, b->size, &a, 1);
+    if (r == CUDA_SUCCESS) r = real_cuMemSetAccess((CUdeviceptr)base, size, &a, 1);
+    /* the parts' staging ranges are one range (swap_vmm_parts.c) */
     if (r == CUDA_SUCCESS)
-        r = real_cuMemcpyDtoDAsync_v2((CUdeviceptr)b->base, (CUdeviceptr)b->staging, b->size,
-                                      d->h2d);
+        r = real_cuMemcpyDtoDAsync_v2((CUdeviceptr)base, (CUdeviceptr)p[0]->staging, size, d->h2d);
     if (r == CUDA_SUCCESS) r = real_cuEventRecord(d->d2h_ev, d->h2d);
     if (r == CUDA_SUCCESS) r = real_cuEventSynchronize(d->d2h_ev);
     if (r != CUDA_SUCCESS) {
         real_cuCtxSynchronize();
-        do_cuMemUnmap((CUdeviceptr)b->base, b->size);
-        /* back to what it was: the device copy (still in the chunks) or the host's */
-        if (b->on_device ? map_chunks(b) : map_rw(b->base, b->size, b->host, b->device))
-            log_msg(LOG_ERROR, "swap: block %#llx could not be remapped; its range is unmapped",
-                    (unsigned long long)b->base);
-        goto out;
+        do_cuMemUnmap((CUdeviceptr)base, size);
+        goto restore;
     }
-    if (b->on_device) chunks_give(b->device, b->size / d->gran, b->chunks, NULL, NULL);
-    b->pinned = true, b->on_device = true, b->exported = h, b->streams = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct vmm_block *b = p[i];
+        if (b->on_device) chunks_give(b->device, b->size / d->gran, b->chunks, NULL, NULL);
+        b->pinned = true, b->on_device = true, b->streams = 0;
+    }
+    p[0]->exported = h;
     h = 0;
     counts.exports++;
     rc = 0;
+    goto out;
+restore: /* back to what each part was: its device copy (still in the chunks) or the host's */
+    for (size_t i = 0; i < unmapped; i++)
+        if (remap_current(p[i]) != CUDA_SUCCESS)
+            log_msg(LOG_ERROR, "swap: block %#llx could not be remapped; its range is unmapped",
+                    (unsigned long long)p[i]->base);
 out:
     if (h) do_cuMemRelease(h);
     shim_leave_context(pushed);
     if (rc)
         LOG_RATE(LOG_WARN, "swap: block %#llx could not be made exportable",
-                 (unsigned long long)b->base);
+                 (unsigned long long)base);
     return rc;
 }
 

@@ -40,12 +40,14 @@ struct swap_vmm_counts {
  * (logged once). Probed once per device. */
 uint64_t swap_vmm_granularity(CUdevice dev);
 
-/* A new VMM-backed block of size bytes on dev in context ctx: a range
- * reserved at the granularity, its host copy created and mapped at the
- * range and at the staging address, device read/write access on both. The
- * block starts host-backed. 0 and *base, or a negative errno with nothing
- * left behind (the caller falls back to managed memory; logged once). */
-int swap_vmm_alloc(size_t size, CUdevice dev, CUcontext ctx, uint64_t *base);
+/* A new VMM-backed block (a whole allocation or one of its parts:
+ * swap_vmm_parts.h) at [va, va + size), reserved by the caller, with its
+ * host copy created and mapped there and at staging (also reserved by the
+ * caller), device read/write access on both; size a multiple of the
+ * granularity. The block starts host-backed. 0 and *out, or a negative
+ * errno with nothing left behind but the reservations (logged once). */
+int swap_vmm_block_make(uint64_t va, uint64_t staging, uint64_t size, CUdevice dev, CUcontext ctx,
+                        struct vmm_block **out);
 
 /* The VMM block whose base is base, or NULL (a managed block). */
 struct vmm_block *swap_vmm_find(uint64_t base);
@@ -78,18 +80,22 @@ void swap_vmm_before_unknown(CUstream stream);
  * mark). The thread's current context is the stream's. */
 void swap_vmm_after(CUstream stream, struct vmm_block *const *blocks, size_t n, bool all);
 
-/* The program frees b: wait for the device (as cudaFree does), unmap, chunks back to the pool,
- * host copy and reservations released; b is gone. 0, or a negative errno
- * (logged; b is gone from the tables either way). */
-int swap_vmm_free(struct vmm_block *b);
+/* The program frees the allocation made of the blocks p[0..n) (contiguous,
+ * in address order, from the start of a reservation of reserved bytes;
+ * their staging ranges likewise, in a reservation of their own): wait for
+ * the device (as cudaFree does), unmap, chunks back to the pool, host
+ * copies and both reservations released; the blocks are gone. 0, or a
+ * negative errno (logged; the blocks are gone either way). */
+int swap_vmm_free_parts(struct vmm_block *const *p, size_t n, uint64_t reserved);
 
-/* A legacy export of b: its bytes move into one exportable device
+/* A legacy export of the allocation made of p[0..n) (as for
+ * swap_vmm_free_parts): every block's bytes move into one exportable device
  * allocation (created through the shim's own cuMemCreate and mapped through
  * its cuMemMap, so shim/vmm.c's legacy export of VMM memory serves the
- * handle) mapped at b's range for good; b is pinned (the caller takes it out
- * of the engine). 0 (also when b was pinned already), or a negative errno
- * with b unchanged. */
-int swap_vmm_pin_for_export(struct vmm_block *b);
+ * handle) mapped at the whole range for good; every block is pinned (the
+ * caller takes them out of the engine). 0 (also when pinned already), or a
+ * negative errno with the blocks unchanged. */
+int swap_vmm_pin_parts(struct vmm_block *const *p, size_t n);
 bool swap_vmm_pinned(const struct vmm_block *b);
 
 /* The context ctx ended (cudaDeviceReset, cuCtxDestroy): every block,

@@ -336,10 +336,11 @@ SIM_INTERNAL uint64_t sim_drv_queue_tail_locked(CUstream s);
 /* Whether every work queued on s up to sequence `upto` has completed.
  * Caller holds sim_drv_lock. */
 SIM_INTERNAL int sim_drv_queue_done_locked(CUstream s, uint64_t upto);
-/* The mappings of the reservation [lo, lo + size) are being unmapped: if
- * queued work may touch it, the context faults (driver_queue.c). Caller
- * holds sim_drv_lock. */
-SIM_INTERNAL void sim_drv_queue_unmapped_locked(CUdeviceptr lo, size_t size);
+/* The mappings [lo, lo + size) of the reservation that starts at res are
+ * being unmapped: if queued work may touch them (a kernel's pointer into
+ * the reservation at or before them, a copy or set overlapping them), the
+ * context faults (driver_queue.c). Caller holds sim_drv_lock. */
+SIM_INTERNAL void sim_drv_queue_unmapped_locked(CUdeviceptr res, CUdeviceptr lo, size_t size);
 /* Drops all queued work and holds (a context's end). Caller holds
  * sim_drv_lock. */
 SIM_INTERNAL void sim_drv_queue_drop_locked(void);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "swap_extent.h"
 #include "swap_model.h"
 #include "uthash_wrap.h"
 
@@ -201,49 +202,8 @@ struct segment {
     uint64_t size;
     bool small;
     struct piece *first;
-    /* SWAP_MODEL_EXTENT_LEARNED: the start offsets seen in it, sorted */
-    uint64_t *starts;
-    size_t n_starts, cap_starts;
+    struct swap_extent starts; /* SWAP_MODEL_EXTENT_LEARNED: the starts seen in it */
 };
-
-/* Record a start offset in seg (once). -ENOMEM. */
-static int starts_add(struct segment *seg, uint64_t off)
-{
-    size_t lo = 0, hi = seg->n_starts;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (seg->starts[mid] < off)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (lo < seg->n_starts && seg->starts[lo] == off) return 0;
-    if (seg->n_starts == seg->cap_starts) {
-        size_t cap = seg->cap_starts ? 2 * seg->cap_starts : 8;
-        uint64_t *a = realloc(seg->starts, cap * sizeof(*a));
-        if (!a) return -ENOMEM;
-        seg->starts = a;
-        seg->cap_starts = cap;
-    }
-    memmove(seg->starts + lo + 1, seg->starts + lo, (seg->n_starts - lo) * sizeof(*seg->starts));
-    seg->starts[lo] = off;
-    seg->n_starts++;
-    return 0;
-}
-
-/* The lowest start seen in seg above off; seg->size when there is none. */
-static uint64_t starts_next(const struct segment *seg, uint64_t off)
-{
-    size_t lo = 0, hi = seg->n_starts;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (seg->starts[mid] <= off)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < seg->n_starts ? seg->starts[lo] : seg->size;
-}
 
 /* SWAP_MODEL_EXTENT_LEARNED: the current launch's accesses, placed, kept
  * until its end so that every start pointer of the launch is known before
@@ -307,14 +267,16 @@ static int learned_flush(struct rewriter *w, struct launch_buf *l, struct segmen
                          uint64_t chunk)
 {
     int rc = 0;
-    for (size_t i = 0; i < l->n && !rc; i++)
-        rc = starts_add(&sg[l->a[i].seg], l->a[i].off);
+    for (size_t i = 0; i < l->n && !rc; i++) {
+        rc = swap_extent_add(&sg[l->a[i].seg].starts, l->a[i].off);
+        if (rc == -ENOSPC) rc = 0; /* the bound: longer extents, as in the shim */
+    }
     for (size_t i = 0; i < l->n && !rc; i++) {
         const struct placed *a = &l->a[i];
         const struct segment *seg = &sg[a->seg];
         uint64_t last = (seg->size - 1) / chunk;
         uint64_t c0 = a->off / chunk, c1 = (a->off + a->bytes - 1) / chunk;
-        uint64_t end = a->copy ? c1 : (starts_next(seg, a->off) - 1) / chunk;
+        uint64_t end = a->copy ? c1 : (swap_extent_next(&seg->starts, a->off) - 1) / chunk;
         struct swap_event e = {.kind = SWAP_EV_ACCESS, .is_write = a->write, .is_copy = a->copy};
         for (uint64_t c = c0; c <= last && !rc; c++) {
             uint64_t lo = c * chunk, hi = lo + chunk < seg->size ? lo + chunk : seg->size;
@@ -403,7 +365,8 @@ int swap_model_segments_extent(const struct swap_trace *in, uint64_t chunk,
                         break;
                     }
                     *best = (struct piece){.seg = n_sg, .size = ss, .free = true};
-                    sg[n_sg++] = (struct segment){.size = ss, .small = small, .first = best};
+                    sg[n_sg] = (struct segment){.size = ss, .small = small, .first = best};
+                    swap_extent_init(&sg[n_sg++].starts, ss);
                 }
                 uint64_t rest = best->size - size;
                 if (small ? rest >= PT_MIN_BLOCK : rest > PT_SMALL_SIZE) {
@@ -495,7 +458,7 @@ int swap_model_segments_extent(const struct swap_trace *in, uint64_t chunk,
             free(p);
             p = n;
         }
-        free(sg[k].starts);
+        swap_extent_fini(&sg[k].starts);
     }
     free(sg);
     rw_fini(&w);
