@@ -208,8 +208,8 @@ void swap_vmm_launch_extents(const struct swap_index *x, void *const *args,
         size_t end = swap_vmm_alloc_part(a, swap_extent_next(&a->starts, pp[i].off) - 1);
         for (size_t j = k + 1; j <= end && j < a->n; j++)
             swap_index_touch(x, a->base + j * a->part, t);
-        for (size_t j = end + 1; j < a->n; j++)
-            unseen_add(o, a, j);
+        for (size_t j = 0; j < a->n; j++) /* a kernel may index either way from its pointer */
+            if (j < k || j > end) unseen_add(o, a, j);
     }
     /* a part reported for one pointer is not unseen for another */
     size_t kept = 0;

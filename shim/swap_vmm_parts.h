@@ -88,8 +88,9 @@ struct swap_unseen {
  * them by the index scan: every pointer into a parted allocation is a
  * start, all recorded before any extent is taken; a pointer's access runs
  * to the next start seen in its allocation, or to its end: those parts are
- * added to t (reported to the policy), and every later part of the
- * allocation goes to o (ordered and dirtied, not reported: a missed
+ * added to t (reported to the policy), and every other part of the
+ * allocation, before the pointer too (a kernel may index either way),
+ * goes to o (ordered and dirtied, not reported: a missed
  * prediction is slow, never wrong). x is the engine's index. */
 void swap_vmm_launch_extents(const struct swap_index *x, void *const *args,
                              const struct swap_param *params, size_t n, void **extra,

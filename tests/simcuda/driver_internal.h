@@ -340,7 +340,8 @@ SIM_INTERNAL int sim_drv_queue_done_locked(CUstream s, uint64_t upto);
  * being unmapped: if queued work may touch them (a kernel's pointer into
  * the reservation at or before them, a copy or set overlapping them), the
  * context faults (driver_queue.c). Caller holds sim_drv_lock. */
-SIM_INTERNAL void sim_drv_queue_unmapped_locked(CUdeviceptr res, CUdeviceptr lo, size_t size);
+SIM_INTERNAL void sim_drv_queue_unmapped_locked(CUdeviceptr res, size_t res_size, CUdeviceptr lo,
+                                                size_t size);
 /* Drops all queued work and holds (a context's end). Caller holds
  * sim_drv_lock. */
 SIM_INTERNAL void sim_drv_queue_drop_locked(void);

@@ -391,16 +391,16 @@ static int overlaps(CUdeviceptr a, size_t n, CUdeviceptr lo, size_t size)
     return n && a < lo + size && lo < a + n;
 }
 
-void sim_drv_queue_unmapped_locked(CUdeviceptr res, CUdeviceptr lo, size_t size)
+void sim_drv_queue_unmapped_locked(CUdeviceptr res, size_t res_size, CUdeviceptr lo, size_t size)
 {
     int hit = 0;
     for (size_t i = 0; i < g_queued && !hit; i++) {
         const struct queued *q = &g_queue[i];
         switch (q->kind) {
-        case Q_KERNEL: /* a pointer may reach anything after it in its reservation */
+        case Q_KERNEL: /* a pointer may reach anything in its reservation, either way */
             hit = q->any;
             for (unsigned w = 0; w < q->n && !hit; w++)
-                hit = q->words[w] >= res && q->words[w] < lo + size;
+                hit = q->words[w] >= res && q->words[w] - res < res_size;
             break;
         case Q_COPY:
             hit = overlaps(q->dst, q->bytes, lo, size) ||

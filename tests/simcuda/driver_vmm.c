@@ -458,7 +458,8 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
     pthread_mutex_lock(&sim_drv_lock);
     int ok = mapped_run(ptr, size);
     struct vmm_range *res = ok ? range_at(ptr, 0) : NULL;
-    if (res) sim_drv_queue_unmapped_locked(res->va, ptr, size); /* queued work on it dies */
+    if (res)
+        sim_drv_queue_unmapped_locked(res->va, res->size, ptr, size); /* queued work on it dies */
     CUdeviceptr at = ptr;
     while (ok && at - ptr < size) {
         struct vmm_range *m = range_at(at, 1);

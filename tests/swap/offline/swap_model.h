@@ -266,7 +266,8 @@ int swap_model_segments(const struct swap_trace *in, uint64_t chunk, struct swap
  * the one that holds the byte before the next start above its pointer, or
  * to the segment's last when none is known: accessed as with the true
  * extent (more chunks than the tensor's when the extent is too long).
- * Every later chunk of the segment follows the launch's accesses as a
+ * Every other chunk of the segment (before the pointer too: a kernel may
+ * index either way) follows the launch's accesses as a
  * SWAP_MODEL_EV_UNSEEN event with the bytes of the tensor it holds (none
  * when the extent was long enough). Copies and sets keep their true
  * extent. -EINVAL, -ENOMEM. */

@@ -278,10 +278,10 @@ static int learned_flush(struct rewriter *w, struct launch_buf *l, struct segmen
         uint64_t c0 = a->off / chunk, c1 = (a->off + a->bytes - 1) / chunk;
         uint64_t end = a->copy ? c1 : (swap_extent_next(&seg->starts, a->off) - 1) / chunk;
         struct swap_event e = {.kind = SWAP_EV_ACCESS, .is_write = a->write, .is_copy = a->copy};
-        for (uint64_t c = c0; c <= last && !rc; c++) {
+        for (uint64_t c = a->copy ? c0 : 0; c <= last && !rc; c++) {
             uint64_t lo = c * chunk, hi = lo + chunk < seg->size ? lo + chunk : seg->size;
             uint64_t unit = (a->seg + 1) << 24 | c;
-            if (c <= end) {
+            if (c >= c0 && c <= end) {
                 rc = rw_access(w, unit, hi - lo, &e);
             } else if (!a->copy) {
                 uint64_t s = a->off > lo ? a->off : lo;
