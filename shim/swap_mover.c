@@ -136,17 +136,21 @@ static int event_wait(CUevent ev, bool mover_side, bool *blocked)
 }
 
 /* A remap's driver work: after wb, b's range off the chunks it gave away
- * and onto its host copy. -ECANCELED leaves everything as it was. */
+ * and onto its host copy. 0; -EPROTO: done, but the driver refused the
+ * wait for wb (the whole context was synchronised instead); -EIO: the
+ * remap failed; -ECANCELED: nothing done. */
 static int remap_work(struct vmm_block *b, CUevent wb, bool mover_side, bool *blocked)
 {
     bool pushed = shim_enter_context(b->ctx);
     int rc = event_wait(wb, mover_side, blocked);
     /* A failed wait still has to end with the range off the chunks. */
-    if (rc == -EIO) real_cuCtxSynchronize(), rc = 0;
+    bool refused = rc == -EIO;
+    if (refused) real_cuCtxSynchronize(), rc = 0;
     if (!rc && mover_side && is_stopping()) rc = -ECANCELED;
     if (!rc && (real_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS ||
                 vmm_map_rw(b->base, b->size, b->host, b->device) != CUDA_SUCCESS))
         rc = -EIO;
+    if (!rc && refused) rc = -EPROTO;
     shim_leave_context(pushed);
     return rc;
 }
@@ -209,7 +213,11 @@ static void remap_done(struct vmm_block *b, int rc, bool blocked)
     }
     b->job = JOB_NONE;
     b->remap_pending = false;
-    if (rc) {
+    if (rc == -EPROTO) {
+        vmm_counts.remap_failures++;
+        log_msg(LOG_WARN, "swap: the driver refused the wait for block %#llx's write-back",
+                (unsigned long long)b->base);
+    } else if (rc) {
         /* The chunks are another block's by now: nothing to fall back to. */
         vmm_counts.remap_failures++;
         log_msg(LOG_ERROR, "swap: block %#llx could not be remapped to its host copy",
@@ -302,21 +310,16 @@ static void settle_remap(struct vmm_block *b)
 
 void job_settle(struct vmm_block *b)
 {
-    if (!b->job) return;
-    if (b->moving) {
-        job_wait();
-        return;
-    }
-    if (b->job == JOB_REMAP) settle_remap(b);
+    if (b->moving) job_wait();
+    /* Still queued (also: the mover stopped before its driver work). */
+    if (b->job == JOB_REMAP && !b->moving) settle_remap(b);
 }
 
 void job_cancel_ahead(struct vmm_block *b)
 {
     if (b->job != JOB_AHEAD) return;
-    if (b->moving) {
-        job_wait();
-        if (!b->moving) return; /* done (or failed): b is where it ended */
-    }
+    if (b->moving) job_wait();
+    if (b->job != JOB_AHEAD || b->moving) return; /* done or failed: b is where it ended */
     unlink_job(b);
     b->job = JOB_NONE;
     vmm_chunks_give(b->device, b->size / vmm_devs[b->device].gran, b->chunks, b->chunk_ev, NULL);

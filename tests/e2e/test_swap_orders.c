@@ -389,6 +389,8 @@ BOTH_ENGINES(a_context_reset_while_the_mover_remaps_one_of_its_blocks, "mover-re
 static void expect_mover_fork(const struct orders *o)
 {
     cr_expect_eq(num(o, "child"), 0, "%s/%s: the child failed", o->mode, o->engine);
+    cr_expect(!strstr(o->log, "did not stop"), "%s/%s: a mover was joined in the child:\n%s",
+              o->mode, o->engine, o->log);
     if (o->vmm) {
         expect_text(o, "a_pending", "device");
         cr_expect_geq(stat_of(o, "moves by the mover thread "), 1, "%s: no mover", o->mode);
@@ -398,14 +400,18 @@ static void expect_mover_fork(const struct orders *o)
 BOTH_ENGINES(fork_while_the_mover_remaps_a_block, "mover-fork", expect_mover_fork)
 
 /* 8g. exit() while the mover waits behind held S2: the mover stops before
- * the driver's teardown; the process ends at once with 0 (run_order checks
- * the status). */
+ * the driver's teardown (a mover left running remaps during it, and the
+ * remap fails: about one run in three on the simulator, hence five runs);
+ * the process ends at once with 0 (run_order checks the status). */
 static void expect_mover_exit(const struct orders *o)
 {
     char buf[16];
     field(o, "exiting", buf, sizeof buf);
     cr_expect(!strstr(o->log, "did not stop"), "%s/%s: the mover did not stop:\n%s", o->mode,
               o->engine, o->log);
+    cr_expect(!strstr(o->log, "could not be remapped"),
+              "%s/%s: the mover called the driver during its teardown:\n%s", o->mode, o->engine,
+              o->log);
     if (o->vmm) expect_text(o, "a_pending", "device");
 }
 Test(swap_orders, exit_while_the_mover_waits_behind_queued_work_managed)
@@ -414,16 +420,18 @@ Test(swap_orders, exit_while_the_mover_waits_behind_queued_work_managed)
     run_order(&o, "mover-exit", "managed", NULL);
     expect_mover_exit(&o);
 }
-Test(swap_orders, exit_while_the_mover_waits_behind_queued_work_vmm, .timeout = 10)
+Test(swap_orders, exit_while_the_mover_waits_behind_queued_work_vmm, .timeout = 30)
 {
     static struct orders o;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    run_order(&o, "mover-exit", "vmm", NULL);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-    cr_expect_lt(s, 2.0, "exit took %.2f s (the mover's join is bounded by 2 s)", s);
-    expect_mover_exit(&o);
+    for (int run = 0; run < 5; run++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        run_order(&o, "mover-exit", "vmm", NULL);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        cr_expect_lt(s, 2.0, "exit took %.2f s (the mover's join is bounded by 2 s)", s);
+        expect_mover_exit(&o);
+    }
 }
 
 /* 9. A fetch ahead (IPCSHIM_TEST_SWAP_AHEAD=1 makes every VMM fetch one):
