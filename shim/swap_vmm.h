@@ -5,11 +5,12 @@
  *
  * A VMM-backed block is a reserved address range whose mapping moves:
  * resident, device chunks from a per-device pool; evicted, the block's own
- * host-located copy (once its remap, done lazily after its write-back, is
- * no longer pending: swap_vmm.c), which is also mapped for good at a
- * second "staging" address (the copy engines' host end). The ordering state is the
- * per-stream events that host_swap.c records after each launch, copy or
- * set it sees (swap_vmm_after), kept per block. */
+ * host-located copy (once its remap, done after its write-back by the
+ * mover thread or lazily, is no longer pending: swap_vmm.c, swap_mover.c),
+ * which is also mapped for good at a second "staging" address (the copy
+ * engines' host end). The ordering state is the per-stream events that
+ * host_swap.c records after each launch, copy or set it sees
+ * (swap_vmm_after), kept per block. */
 #ifndef SHIM_SWAP_VMM_H
 #define SHIM_SWAP_VMM_H
 
@@ -67,12 +68,15 @@ struct vmm_block *swap_vmm_find(uint64_t base);
  * events, copies it out when dirty and records the block's write-back
  * event; its chunks go to the pool at once, each to be waited for on the
  * device by its next user, and the range is remapped to the host copy
- * later (its remap is pending, see swap_vmm.c). Fetch: complete the
- * block's own pending remap, wait for its events on the host, remap, copy
- * in on the host-to-device stream after the chunks' write-backs (not
- * waited for here: swap_vmm_before makes the launch's stream wait). Pending
- * remaps whose write-back ended are done first, without a wait. 0, or a
- * negative errno with the block's range still mapping its current bytes. */
+ * later (its remap is pending, see swap_vmm.c), by the mover thread or
+ * lazily here. Fetch: complete the block's own pending remap (or wait for
+ * the mover doing it), wait for its events on the host, remap, copy in on
+ * the host-to-device stream after the chunks' write-backs (not waited for
+ * here: swap_vmm_before makes the launch's stream wait). An eviction drops
+ * the block's fetch ahead if it is still queued. Without a mover thread,
+ * pending remaps whose write-back ended are done first, without a wait. 0,
+ * or a negative errno with the block's range still mapping its current
+ * bytes. */
 int swap_vmm_move(struct vmm_block *b, int device, unsigned flags);
 
 /* A fetch ahead of b's use (HOST_MOVE_AHEAD, flags as for a move): b's
