@@ -91,6 +91,7 @@ static void unlink_job(struct vmm_block *b)
 }
 
 static void start_mover(void);
+static void settle_ahead(struct vmm_block *b);
 
 void job_queue(struct vmm_block *b)
 {
@@ -100,7 +101,10 @@ void job_queue(struct vmm_block *b)
     *at = b, b->job_next = NULL;
     if (!vmm_mover_thread || is_stopping()) return;
     if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE)) start_mover();
-    pthread_cond_signal(&kick);
+    if (vmm_mover_thread)
+        pthread_cond_signal(&kick);
+    else if (b->job == JOB_AHEAD) /* no mover after all: nobody else would run it */
+        settle_ahead(b);
 }
 
 /* ---- the driver work (no vmm_lock needed: the block is the caller's) ----- */
@@ -306,6 +310,18 @@ static void settle_remap(struct vmm_block *b)
     int rc = remap_work(b, b->wb_ev, false, &blocked);
     if (blocked) vmm_counts.host_waits++;
     remap_done(b, rc, blocked);
+}
+
+/* b's queued fetch ahead run here, the host waiting for its events. */
+static void settle_ahead(struct vmm_block *b)
+{
+    unlink_job(b);
+    CUevent evs[SLOTS];
+    int n = ahead_events(b, evs);
+    bool blocked = false;
+    int rc = ahead_work(b, evs, n, false, &blocked);
+    if (blocked) vmm_counts.host_waits++;
+    ahead_done(b, rc);
 }
 
 void job_settle(struct vmm_block *b)
