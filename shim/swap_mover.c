@@ -450,6 +450,11 @@ static bool mover_step(void)
 static void *mover_main(void *arg)
 {
     (void)arg;
+    /* The program's threads may capture streams in global mode, which
+     * forbids "potentially unsafe" calls on every other thread (the call
+     * fails and breaks the capture): the mover's calls are its own. */
+    CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (real_cuThreadExchangeStreamCaptureMode) real_cuThreadExchangeStreamCaptureMode(&relaxed);
     pthread_mutex_lock(vmm_lock);
     while (!is_stopping())
         if (!mover_step() && !is_stopping()) pthread_cond_wait(&kick, vmm_lock);
