@@ -250,7 +250,9 @@ static void ahead_done(struct vmm_block *b, int rc)
     if (rc) { /* host-backed: correct, slow; the engine may still count it resident */
         vmm_chunks_give(b->device, b->size / d->gran, b->chunks, b->chunk_ev, NULL);
         b->on_device = false;
-        vmm_counts.remap_failures++, vmm_counts.ahead_failures++;
+        vmm_counts.ahead_failures++;
+        LOG_RATE(LOG_WARN, "swap: a fetch ahead of block %#llx failed; it stays on its host copy",
+                 (unsigned long long)b->base);
         return;
     }
     struct slot *s = &vmm_slots[d->h2d_slot];

@@ -454,6 +454,23 @@ static void expect_ahead(const struct orders *o)
 BOTH_ENGINES_WITH(a_launch_over_a_block_whose_fetch_ahead_the_mover_runs, "ahead-launch",
                   expect_ahead, "IPCSHIM_TEST_SWAP_AHEAD=1")
 
+/* 9b. The same fetch ahead, its map refused by the driver (the simulator's
+ * injected cuMemMap failure) once S2 is released: A stays on its host
+ * copy, its chunks go back, and a kernel over A then reads and writes the
+ * host copy (the engine counts A resident: slow, never wrong). */
+static void expect_ahead_fail(const struct orders *o)
+{
+    expect_text(o, "a_evicted", "host");
+    if (o->vmm) {
+        expect_text(o, "a_ahead", "host");
+        expect_text(o, "a_after_failure", "host");
+        cr_expect_geq(stat_of(o, "(failed "), 1, "%s: the fetch ahead did not fail", o->mode);
+    }
+    expect_intact(o);
+}
+BOTH_ENGINES_WITH(a_fetch_ahead_the_driver_refuses_leaves_the_block_on_its_host_copy, "ahead-fail",
+                  expect_ahead_fail, "IPCSHIM_TEST_SWAP_AHEAD=1")
+
 /* 4. fork with A evicted: the child does no CUDA and exits; the parent
  * fetches A back. */
 static void expect_fork(const struct orders *o)

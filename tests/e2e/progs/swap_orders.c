@@ -78,6 +78,9 @@
  *                    (its fetch ahead is queued; the kernel reads the host
  *                    copy); once the mover owns the fetch (waiting for S2),
  *                    a kernel over A on held S3; S2 released, then S3
+ *   ahead-fail       the same, but the mover's cuMemMap of A's chunks fails
+ *                    (simcuda_inject) once S2 is released: A stays on its
+ *                    host copy; then a kernel over A on S1
  *   unsafe-unmap     no shim needed: what an engine that ignores the rule
  *                    does, by hand: a VMM block with a queued kernel over
  *                    it is copied out and unmapped (the 700 the other
@@ -130,6 +133,7 @@ static CUstream s1, s2, s3;
 static int errors, saw_700;
 
 static int (*hold)(void *, int);
+static void (*inject)(enum simcuda_fault, unsigned);
 static unsigned (*queued)(void);
 static int (*residency)(const void *, struct simcuda_residency *);
 
@@ -226,6 +230,7 @@ static void start(void)
 {
     hold = (int (*)(void *, int))dlsym(RTLD_DEFAULT, "simcuda_stream_hold");
     queued = (unsigned (*)(void))dlsym(RTLD_DEFAULT, "simcuda_queued_work");
+    inject = (void (*)(enum simcuda_fault, unsigned))dlsym(RTLD_DEFAULT, "simcuda_inject");
     residency = (int (*)(const void *, struct simcuda_residency *))dlsym(
         RTLD_DEFAULT, "simcuda_managed_residency");
     int r;
@@ -725,7 +730,7 @@ static void mover_order(const char *mode)
 
 /* A fetch ahead the mover owns (behind held S2) when a kernel over its
  * block comes (on held S3). */
-static void ahead_order(void)
+static void ahead_order(bool fail)
 {
     evict_a();
     printf("free_c: %d\n", check(cudaFree(blk[C]), "cudaFree(C)"));
@@ -734,6 +739,19 @@ static void ahead_order(void)
     add(A, s2, 1, false);
     let_the_mover_take_it();
     printf("a_ahead: %s\n", where(blk[A]));
+    if (fail) {
+        if (!inject) setup_fail("no simcuda_inject", 0);
+        inject(SIMCUDA_FAULT_VMM_MAP, 1);
+        hold_s2(0);
+        check(cuStreamSynchronize(s2), "cuStreamSynchronize(S2)");
+        let_the_mover_take_it(); /* its map fails; A goes back to its host copy */
+        printf("a_after_failure: %s\n", where(blk[A]));
+        hold_stream(s3, 0);
+        add(A, s1, 4, false);
+        add(B, s1, 5, false);
+        finish(1u << C);
+        return;
+    }
     add(A, s3, 4, false);
     printf("a_after_launch: %s\n", where(blk[A]));
     hold_s2(0);
@@ -820,8 +838,8 @@ int main(int argc, char **argv)
     else if (is(mode, "mover-launch") || is(mode, "mover-unknown") || is(mode, "mover-free") ||
              is(mode, "mover-exit") || is(mode, "mover-fork"))
         mover_order(mode);
-    else if (is(mode, "ahead-launch"))
-        ahead_order();
+    else if (is(mode, "ahead-launch") || is(mode, "ahead-fail"))
+        ahead_order(is(mode, "ahead-fail"));
     else if (is(mode, "unsafe-unmap"))
         unsafe_unmap();
     else
