@@ -206,6 +206,31 @@ static int ahead_events(const struct vmm_block *b, CUevent *evs)
     return n;
 }
 
+/* The mover's snapshot of what b's fetch ahead waits for: the gate stream
+ * waits for those events as recorded now and records one event of its own
+ * (b->wb_ev), which the mover waits for instead: a stream's own event is
+ * recorded again after each later launch, and on a stream that never
+ * drains the mover would never see it complete. Under vmm_lock. */
+static int ahead_snapshot(struct vmm_block *b, CUevent *evs)
+{
+    struct vdev *d = &vmm_devs[b->device];
+    int n = ahead_events(b, evs);
+    CUevent g = n && d->gate ? vmm_ev_get(d) : NULL;
+    if (!g) return n;
+    bool pushed = shim_enter_context(b->ctx);
+    CUresult r = CUDA_SUCCESS;
+    for (int i = 0; i < n && r == CUDA_SUCCESS; i++)
+        r = real_cuStreamWaitEvent(d->gate, evs[i], 0);
+    if (r == CUDA_SUCCESS) r = real_cuEventRecord(g, d->gate);
+    shim_leave_context(pushed);
+    if (r != CUDA_SUCCESS) {
+        vmm_ev_put(d, g);
+        return n;
+    }
+    b->wb_ev = g, evs[0] = g;
+    return 1;
+}
+
 /* ---- bookkeeping (under vmm_lock) ------------------------------------------ */
 
 static void remap_done(struct vmm_block *b, int rc, bool blocked)
@@ -242,6 +267,8 @@ static void remap_done(struct vmm_block *b, int rc, bool blocked)
 static void ahead_done(struct vmm_block *b, int rc)
 {
     struct vdev *d = &vmm_devs[b->device];
+    if (b->wb_ev) vmm_ev_put(d, b->wb_ev); /* its gate event */
+    b->wb_ev = NULL;
     if (rc == -ECANCELED) {
         b->job_next = vmm_jobs, vmm_jobs = b;
         return;
@@ -433,7 +460,7 @@ static bool mover_step(void)
     CUevent evs[SLOTS], wb = b->wb_ev;
     int n = 0;
     if (b->job == JOB_AHEAD) {
-        n = ahead_events(b, evs);
+        n = ahead_snapshot(b, evs);
         b->ahead_copy = b->ahead_copy || b->touched || b->alloc_epoch != vmm_unknown_epoch;
     }
     pthread_mutex_unlock(vmm_lock);

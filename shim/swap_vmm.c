@@ -146,7 +146,9 @@ static int dev_streams(int dev, CUcontext ctx)
     }
     int k = slot_new(h2d, ctx, 0, true);
     if (k < 0) return -EIO;
-    d->ctx = ctx, d->h2d = h2d, d->d2h = d2h, d->d2h_ev = ev, d->h2d_slot = k;
+    CUstream gate = NULL; /* without it, a fetch ahead waits on the slots' own events */
+    if (real_cuStreamCreate(&gate, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) gate = NULL;
+    d->ctx = ctx, d->h2d = h2d, d->d2h = d2h, d->d2h_ev = ev, d->h2d_slot = k, d->gate = gate;
     return 0;
 }
 
@@ -642,7 +644,7 @@ void swap_vmm_context_gone(CUcontext ctx, void (*forget)(uint64_t base))
         free(d->free_ev);
         d->pool = NULL, d->pool_ev = NULL, d->npool = d->cap = 0;
         d->free_ev = NULL, d->nfree_ev = d->free_ev_cap = 0;
-        d->ctx = NULL, d->h2d = d->d2h = NULL, d->d2h_ev = NULL, d->h2d_slot = -1;
+        d->ctx = NULL, d->h2d = d->d2h = d->gate = NULL, d->d2h_ev = NULL, d->h2d_slot = -1;
     }
 }
 

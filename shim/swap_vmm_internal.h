@@ -33,7 +33,8 @@ struct vmm_block {
     CUmemGenericAllocationHandle exported; /* pinned: the exportable allocation */
     bool on_device, pinned;
     bool remap_pending; /* evicted; its range still maps the chunks it gave away */
-    CUevent wb_ev;      /* remap_pending: recorded after its write-back (or its events) */
+    CUevent wb_ev;      /* remap_pending: recorded after its write-back (or its events);
+                         * a moving fetch ahead: its gate event (swap_mover.c) */
     unsigned char job;  /* JOB_*: a remap (remap_pending) or a fetch ahead (on_device) */
     bool moving;        /* the mover owns its job */
     bool ahead_copy;    /* JOB_AHEAD: its host copy is copied in (else a first touch) */
@@ -66,6 +67,7 @@ struct vdev {
     bool host_numa_ok, host_ok;
     CUcontext ctx; /* the context of its streams and events, NULL until made */
     CUstream h2d, d2h;
+    CUstream gate; /* fetches ahead: waits for the work they must wait for (or NULL) */
     CUevent d2h_ev;
     int h2d_slot;
     CUmemGenericAllocationHandle *pool;
