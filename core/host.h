@@ -39,12 +39,15 @@ typedef int host_free_block_fn(uint64_t base, int device, uint64_t ctx, uint64_t
  *   HOST_MOVE_NEW    the block is new: nothing to copy, its bytes are
  *                    undefined (placing it);
  *   HOST_MOVE_DIRTY  to the host: the device copy is newer than the host's
- *                    (write it back); without it the host copy is current.
+ *                    (write it back); without it the host copy is current;
+ *   HOST_MOVE_AHEAD  a fetch ahead of its use: the caller does not wait
+ *                    for it.
  * 0, or a negative errno: the block stays where it was. A swap engine takes
  * it per engine (swap_engine_create), not from the table: each engine may
  * carry its own context (the unit tests' record their moves). */
 #define HOST_MOVE_NEW 1u
 #define HOST_MOVE_DIRTY 2u
+#define HOST_MOVE_AHEAD 4u
 typedef int host_move_fn(void *ctx, uint64_t base, uint64_t size, int device, uint64_t stream,
                          unsigned flags);
 

@@ -27,6 +27,7 @@ struct options {
 enum { HANDOFF_SEND, HANDOFF_WINDOW };         /* indices of "handoff" */
 enum { SWAP_OPT_HISTORY, SWAP_OPT_LRU };       /* indices of "swap_policy" */
 enum { SWAP_ENGINE_VMM, SWAP_ENGINE_MANAGED }; /* indices of "swap_engine" */
+enum { SWAP_MOVER_THREAD, SWAP_MOVER_INLINE }; /* indices of "swap_mover" */
 
 /* The options in effect. Parsed once; the pointer stays valid forever. */
 const struct options *options_get(void);

@@ -73,6 +73,17 @@ static bool kept_on_teardown(const struct ipc_handle *h)
     return vmm_handle_synthetic(h->bytes) || vmm_handle_direct(h->bytes);
 }
 
+/* Before a call that may end ctx; after it, context_gone or (it failed)
+ * context_kept. */
+static void context_ending(CUcontext ctx)
+{
+    if (ctx) hooks_context_ending((uint64_t)ctx);
+}
+static void context_kept(CUcontext ctx)
+{
+    if (ctx) hooks_context_ending(0);
+}
+
 static void context_gone(CUcontext ctx)
 {
     if (shim_tracking() && ctx) ipc_context_gone((uint64_t)ctx, kept_on_teardown);
@@ -112,8 +123,12 @@ cudaError_t do_cudaDeviceReset(void)
     if (shim_tracking() && REAL(cudaGetDevice) && real_cudaGetDevice(&ordinal) == cudaSuccess &&
         REAL(cuDeviceGet) && real_cuDeviceGet(&dev, ordinal) == CUDA_SUCCESS)
         ctx = active_primary(dev);
+    context_ending(ctx);
     cudaError_t r = CALL_REAL_RUNTIME(cudaDeviceReset, ());
-    if (r == cudaSuccess) context_gone(ctx);
+    if (r == cudaSuccess)
+        context_gone(ctx);
+    else
+        context_kept(ctx);
     return r;
 }
 
@@ -123,8 +138,12 @@ static CUresult primary_reset(CUdevice dev, CUresult (*real)(CUdevice))
 {
     if (!real) return CUDA_ERROR_NOT_INITIALIZED;
     CUcontext ctx = active_primary(dev);
+    context_ending(ctx);
     CUresult r = real(dev);
-    if (r == CUDA_SUCCESS) context_gone(ctx);
+    if (r == CUDA_SUCCESS)
+        context_gone(ctx);
+    else
+        context_kept(ctx);
     return r;
 }
 
@@ -143,8 +162,12 @@ static CUresult primary_release(CUdevice dev, CUresult (*real)(CUdevice))
 {
     if (!real) return CUDA_ERROR_NOT_INITIALIZED;
     CUcontext ctx = active_primary(dev);
+    context_ending(ctx); /* it may be the last retain */
     CUresult r = real(dev);
-    if (r == CUDA_SUCCESS && ctx && !primary_active(dev)) context_gone(ctx);
+    if (r == CUDA_SUCCESS && ctx && !primary_active(dev))
+        context_gone(ctx);
+    else
+        context_kept(ctx);
     return r;
 }
 
@@ -160,14 +183,22 @@ CUresult do_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 
 CUresult do_cuCtxDestroy(CUcontext ctx)
 {
+    context_ending(ctx);
     CUresult r = CALL_REAL_DRIVER(cuCtxDestroy, (ctx));
-    if (r == CUDA_SUCCESS) context_gone(ctx);
+    if (r == CUDA_SUCCESS)
+        context_gone(ctx);
+    else
+        context_kept(ctx);
     return r;
 }
 
 CUresult do_cuCtxDestroy_v2(CUcontext ctx)
 {
+    context_ending(ctx);
     CUresult r = CALL_REAL_DRIVER(cuCtxDestroy_v2, (ctx));
-    if (r == CUDA_SUCCESS) context_gone(ctx);
+    if (r == CUDA_SUCCESS)
+        context_gone(ctx);
+    else
+        context_kept(ctx);
     return r;
 }

@@ -40,3 +40,15 @@ void hooks_context_gone(uint64_t ctx)
     const struct shim_hooks *h = __atomic_load_n(&given, __ATOMIC_ACQUIRE);
     if (h && h->context_gone) h->context_gone(ctx);
 }
+
+void hooks_context_ending(uint64_t ctx)
+{
+    const struct shim_hooks *h = __atomic_load_n(&given, __ATOMIC_ACQUIRE);
+    if (h && h->context_ending) h->context_ending(ctx);
+}
+
+void hooks_mover_started(void)
+{
+    const struct shim_hooks *h = __atomic_load_n(&given, __ATOMIC_ACQUIRE);
+    if (h && h->mover_started) h->mover_started();
+}

@@ -21,6 +21,11 @@ struct shim_hooks {
     void (*first_open)(void);
     /* A context ended (context.c): host swap forgets its VMM blocks. */
     void (*context_gone)(uint64_t ctx);
+    /* A context is about to end (0: it did not, the call failed): host
+     * swap's mover finishes its job of it first. */
+    void (*context_ending)(uint64_t ctx);
+    /* Host swap's mover thread started: registers its stop at exit. */
+    void (*mover_started)(void);
 };
 
 /* Give the hooks (h must outlive the process); from init.c's constructor. */
@@ -33,5 +38,7 @@ void hooks_start(void);
 void hooks_first_export(void);
 void hooks_first_open(void);
 void hooks_context_gone(uint64_t ctx);
+void hooks_context_ending(uint64_t ctx);
+void hooks_mover_started(void);
 
 #endif

@@ -72,6 +72,7 @@ static struct swap_engine *engine; /* core/swap/swap_engine.h: index, policies, 
 static unsigned long live_blocks;  /* atomic: launches skip the scan while 0 */
 static enum swap_policy_kind policy_kind;
 static bool engine_vmm;          /* IPCSHIM_SWAP_ENGINE=vmm */
+static bool test_ahead;          /* IPCSHIM_TEST_SWAP_AHEAD: every VMM fetch is one ahead */
 static unsigned long vmm_blocks; /* atomic: VMM-backed blocks live (pinned ones included) */
 
 /* The work between a hook and its real call that swap_vmm_after must
@@ -199,9 +200,9 @@ static CUmemLocation location(int device)
 }
 
 /* The engine's move (host_move_fn, core/host.h): a VMM block's remap (swap_vmm_move, which uses
- * flags); a managed block's prefetch of [base, base + size) to device (or the host, -1) on stream,
- * with the preferred location set the same way (flags ignored). Under swap_lock (the engine is
- * called under it). */
+ * flags; a fetch ahead, HOST_MOVE_AHEAD: swap_vmm_fetch_ahead); a managed block's prefetch of
+ * [base, base + size) to device (or the host, -1) on stream, with the preferred location set the
+ * same way (flags ignored). Under swap_lock (the engine is called under it). */
 static int cuda_move(void *ctx, uint64_t base, uint64_t size, int device, uint64_t stream,
                      unsigned flags)
 {
@@ -213,7 +214,9 @@ static int cuda_move(void *ctx, uint64_t base, uint64_t size, int device, uint64
         struct vmm_alloc *a = swap_vmm_alloc_find(base);
         bool *unseen = a ? &a->unseen_write[swap_vmm_alloc_part(a, base - a->base)] : NULL;
         if (unseen && *unseen && device < 0) flags |= HOST_MOVE_DIRTY;
-        int rc = swap_vmm_move(v, device, flags);
+        if (device >= 0 && test_ahead) flags |= HOST_MOVE_AHEAD;
+        int rc = device >= 0 && (flags & HOST_MOVE_AHEAD) ? swap_vmm_fetch_ahead(v, flags)
+                                                          : swap_vmm_move(v, device, flags);
         if (!rc && unseen && device < 0) *unseen = false;
         return rc;
     }
@@ -252,6 +255,12 @@ void swap_postfork_child(void)
 {
     pthread_mutex_init(&swap_lock, NULL);
     __atomic_store_n(&swap_enabled, false, __ATOMIC_RELAXED);
+    swap_vmm_postfork_child();
+}
+
+void swap_stop_mover(void)
+{
+    swap_vmm_stop_mover();
 }
 
 void swap_init(void)
@@ -280,6 +289,8 @@ void swap_init(void)
     }
     policy_kind = o->swap_policy == SWAP_OPT_LRU ? SWAP_POLICY_LRU : SWAP_POLICY_HISTORY;
     engine_vmm = o->swap_engine == SWAP_ENGINE_VMM;
+    test_ahead = o->test_swap_ahead;
+    swap_vmm_init(&swap_lock, o->swap_mover == SWAP_MOVER_THREAD);
     budget = o->device_budget;
     part_bytes = o->swap_part_bytes;
     static const struct swap_ops ops = {.move = cuda_move};
@@ -538,6 +549,14 @@ void swap_context_gone(uint64_t ctx)
     }
     swap_vmm_context_gone((CUcontext)ctx, forget_block);
     swap_vmm_alloc_forget((CUcontext)ctx);
+    pthread_mutex_unlock(&swap_lock);
+}
+
+void swap_context_ending(uint64_t ctx)
+{
+    if (!__atomic_load_n(&swap_enabled, __ATOMIC_ACQUIRE) || !engine_vmm) return;
+    if (!lock_bounded()) return; /* then swap_context_gone gives up too */
+    swap_vmm_context_ending((CUcontext)ctx);
     pthread_mutex_unlock(&swap_lock);
 }
 
@@ -801,14 +820,18 @@ void swap_report(void)
             "the launch's stream %llu, evictions remapped without a host wait %llu (with one "
             "%llu), host waits %llu, chunks created %llu, exports pinned on the device %llu, remap "
             "failures %llu, "
-            "forgotten at a context's end %llu",
+            "forgotten at a context's end %llu, moves by the mover thread %llu, waits for the "
+            "mover %llu, fetches ahead %llu (failed %llu, dropped %llu)",
             (unsigned long long)v.blocks, (unsigned long long)v.fallbacks,
             (unsigned long long)v.to_device, (unsigned long long)v.to_host,
             (unsigned long long)v.fetch_copies, (unsigned long long)v.writebacks,
             (unsigned long long)v.stream_waits, (unsigned long long)v.remaps_async,
             (unsigned long long)v.remaps_forced, (unsigned long long)v.host_waits,
             (unsigned long long)v.chunks, (unsigned long long)v.exports,
-            (unsigned long long)v.remap_failures, (unsigned long long)v.forgotten);
+            (unsigned long long)v.remap_failures, (unsigned long long)v.forgotten,
+            (unsigned long long)v.mover_jobs, (unsigned long long)v.mover_waits,
+            (unsigned long long)v.ahead, (unsigned long long)v.ahead_failures,
+            (unsigned long long)v.ahead_cancelled);
     } else {
         log_report("swap: engine managed");
     }

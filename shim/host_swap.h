@@ -56,6 +56,11 @@ static inline bool swap_on_free(uint64_t ptr)
 /* The context ctx ended (shim/context.c): its VMM-backed blocks are
  * forgotten, without a driver call. */
 void swap_context_gone(uint64_t ctx);
+/* Before a context ends (0: the call that would have ended it failed):
+ * the VMM engine's mover finishes its job of it (swap_vmm_context_ending). */
+void swap_context_ending(uint64_t ctx);
+/* At exit: the VMM engine's mover thread stops (swap_vmm_stop_mover). */
+void swap_stop_mover(void);
 
 /* Before a real export of ptr: true (and one clear log line) when ptr lies in
  * a managed swappable block, which cannot be exported; the caller fails the

@@ -26,6 +26,10 @@
  *     vmm.c call the first_export hook);
  *  5. atexit: the importer's leak report (ipc_report_leaks), at the first
  *     tracked open (the first_open hook);
+ *  5b. atexit: host swap's mover thread stops (swap_stop_mover), at its
+ *     start (the mover_started hook), after the CUDA driver's cuInit
+ *     registered its teardown, which so runs after it: the mover never
+ *     calls the driver while it goes away;
  *  6. destructor (default priority): host swap's refused exports, the VMM
  *     ledger's exit report (vmm.c) and the IPCSHIM_STATS report;
  *  7. destructor(101): ipc_unload;
@@ -70,11 +74,14 @@ static exit_fn real_exit_fn; /* libc's _exit, resolved at load (8) */
 static void start_up(void);
 static void at_first_export(void);
 static void at_first_open(void);
+static void at_mover_start(void);
 static const struct shim_hooks hooks = {
     .start = start_up,
     .first_export = at_first_export,
     .first_open = at_first_open,
     .context_gone = swap_context_gone,
+    .context_ending = swap_context_ending,
+    .mover_started = at_mover_start,
 };
 
 /* 1. Runs after libc's initialiser (this library depends on libc). */
@@ -164,6 +171,22 @@ static void at_first_open(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, register_leak_report);
+}
+
+/* 5b. The mover is told to stop and joined (bounded) before the driver's
+ * own exit handler, registered earlier, tears the driver down. */
+static void stop_mover_at_exit(void)
+{
+    swap_stop_mover();
+}
+static void register_mover_stop(void)
+{
+    atexit(stop_mover_at_exit);
+}
+static void at_mover_start(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_mover_stop);
 }
 
 /* 6. Host swap's refused exports, if any (whatever IPCSHIM_STATS says), the

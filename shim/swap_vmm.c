@@ -1,6 +1,7 @@
 /* swap_vmm: host swap's VMM backing (swap_vmm.h, docs/swap.md). Every call
  * but swap_vmm_query runs under host_swap.c's swap_lock; nothing here locks
- * but the query view's leaf lock (ranges_lock).
+ * but the query view's leaf lock (ranges_lock). The chunk pool and the
+ * mappings are swap_pool.c's, the jobs done later swap_mover.c's.
  *
  * THE INVARIANT, for every block here: its range always maps the current
  * copy of its bytes with device read/write access -- device chunks while
@@ -28,26 +29,27 @@
  * wait, which the launch's stream then waits for like a copy). Until its
  * remap, the victim's range still maps those chunks, which may already
  * be another block's: an alias, with remap_pending set. The remap
- * (unmap, host copy mapped) is done lazily on the launching thread: at
- * every move, each pending remap whose event cuEventQuery says is complete
- * (no wait); and forced (the host waits for the event) when needed. THE
- * RULE: while a block's remap is pending, nothing may touch its range.
- * Work that touches it (a launch, copy or set: swap_vmm_before; a fetch of
- * it; its free; its export) completes its remap first; work of unknown
- * accesses (a kernel without a layout, a graph, a 2D copy:
- * swap_vmm_before_unknown) completes every pending remap first. Captured
+ * (unmap, host copy mapped) is a job (swap_mover.c): the mover thread's,
+ * once the event is complete, or (IPCSHIM_SWAP_MOVER=inline) the launching
+ * thread's, lazily at every move for each remap whose event is complete,
+ * and forced (the host waits for the event) when needed. THE RULE: while a
+ * block's remap is pending, nothing may touch its range. Work that touches
+ * it (a launch, copy or set: swap_vmm_before; a fetch of it; its free; its
+ * export) completes its remap first, or waits for the mover that owns it;
+ * work of unknown accesses (a kernel without a layout, a graph, a 2D copy:
+ * swap_vmm_before_unknown) does so for every pending remap. A fetch ahead
+ * is a job too (swap_mover.c says what may meet it). Captured
  * work runs at its graph's launch, which is unknown work. Pointer queries
  * answer from the tables, never from the bytes. Fork turns swap off;
  * a context's end forgets its blocks as before. The pool (and so the
  * budget) counts a chunk once, wherever it is mapped; a chunk taken from
  * the pool belongs to one block. */
-#include "swap_vmm.h"
+#include "swap_vmm_internal.h"
 #include "swap_vmm_view.h"
 #include "context.h"
 #include "host.h"
 #include "log.h"
 #include "resolve.h"
-#include "uthash_wrap.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -55,77 +57,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_DEVICES 64
-#define SLOTS 64 /* streams tracked at once; the least recently used is retired */
-
-struct vmm_block {
-    uint64_t base; /* key: the program's address */
-    uint64_t size; /* rounded up to the granularity */
-    uint64_t staging;
-    CUcontext ctx;
-    int device;
-    CUmemGenericAllocationHandle host;
-    CUmemGenericAllocationHandle *chunks;  /* size / granularity, while on_device */
-    CUevent *chunk_ev;                     /* chunks_take: write-backs to wait for first */
-    CUmemGenericAllocationHandle exported; /* pinned: the exportable allocation */
-    bool on_device, pinned;
-    bool remap_pending; /* evicted; its range still maps the chunks it gave away */
-    CUevent wb_ev;      /* remap_pending: recorded after its write-back (or its events) */
-    struct vmm_block *pending_next;
-    bool touched;         /* some work was recorded on it since its allocation */
-    uint64_t streams;     /* slots whose last event may follow work on it */
-    uint64_t fetch_rec;   /* the host-to-device slot's record count after its fetch copy */
-    int fetch_waiter;     /* slot + 1 of a stream already made to wait for that copy */
-    uint64_t alloc_epoch; /* unknown_epoch at allocation */
-    uint64_t fetch_epoch; /* unknown_epoch when it was last placed on the device */
-    UT_hash_handle hh;
-};
-
-/* A stream the shim has seen work on, with its one event. */
-struct slot {
-    bool used, internal; /* internal: a host-to-device stream of ours, never retired */
-    CUstream stream;
-    CUcontext ctx;
-    pid_t tid; /* CU_STREAM_PER_THREAD names one stream per thread */
-    CUevent ev;
-    uint64_t recorded, done; /* records so far; records known complete */
-    uint64_t all_upto;       /* the record that followed its last unknown work */
-    uint64_t last_use;
-};
-
-struct vdev {
-    bool probed;
-    uint64_t gran; /* 0: not usable */
-    int numa;      /* host NUMA id, -1: none (HOST location) */
-    bool host_numa_ok, host_ok;
-    CUcontext ctx; /* the context of its streams and events, NULL until made */
-    CUstream h2d, d2h;
-    CUevent d2h_ev;
-    int h2d_slot;
-    CUmemGenericAllocationHandle *pool;
-    CUevent *pool_ev; /* per pooled chunk: its last holder's write-back event, or NULL */
-    size_t npool, cap;
-    CUevent *free_ev; /* write-back events not in use */
-    size_t nfree_ev, free_ev_cap;
-};
-
 static struct vmm_block *blocks;
-static struct vmm_block *pending; /* blocks whose remap is pending, by pending_next */
-static struct slot slots[SLOTS];
+struct vmm_block *vmm_jobs;
+struct slot vmm_slots[SLOTS];
 
-static struct vdev devs[MAX_DEVICES];
-static uint64_t all_mask, use_clock, unknown_epoch;
-static struct swap_vmm_counts counts;
+struct vdev vmm_devs[MAX_DEVICES];
+uint64_t vmm_all_mask, vmm_use_clock, vmm_unknown_epoch;
+struct swap_vmm_counts vmm_counts;
+pthread_mutex_t *vmm_lock;
+bool vmm_mover_thread;
 
 /* ---- device probe and its streams --------------------------------------- */
-
-/* Pinned memory on device dev, no shareable handle type. */
-static CUmemAllocationProp device_prop(int dev)
-{
-    CUmemAllocationProp p = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
-                             .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev}};
-    return p;
-}
 
 /* Attribute a of dev, or otherwise when the driver does not answer. */
 static int attribute(CUdevice dev, CUdevice_attribute a, int otherwise)
@@ -139,7 +81,7 @@ static int attribute(CUdevice dev, CUdevice_attribute a, int otherwise)
 uint64_t swap_vmm_granularity(CUdevice dev)
 {
     if (dev < 0 || dev >= MAX_DEVICES) return 0;
-    struct vdev *d = &devs[dev];
+    struct vdev *d = &vmm_devs[dev];
     if (d->probed) return d->gran;
     d->probed = true;
     d->h2d_slot = -1;
@@ -168,7 +110,7 @@ uint64_t swap_vmm_granularity(CUdevice dev)
     }
     /* One unit for the range, the chunks and the host copy: the larger of
      * the device's and the host location's granularities (powers of two). */
-    CUmemAllocationProp p = device_prop(dev);
+    CUmemAllocationProp p = vmm_device_prop(dev);
     size_t g = 0, h = 0;
     if (real_cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
             CUDA_SUCCESS ||
@@ -191,7 +133,7 @@ static int slot_new(CUstream s, CUcontext ctx, pid_t tid, bool internal);
  * context in ctx (current). 0 or -EIO. */
 static int dev_streams(int dev, CUcontext ctx)
 {
-    struct vdev *d = &devs[dev];
+    struct vdev *d = &vmm_devs[dev];
     if (d->ctx == ctx && d->h2d) return 0;
     if (d->ctx && d->ctx != ctx) return -EIO; /* one context per device */
     CUstream h2d = NULL, d2h = NULL;
@@ -204,17 +146,13 @@ static int dev_streams(int dev, CUcontext ctx)
     }
     int k = slot_new(h2d, ctx, 0, true);
     if (k < 0) return -EIO;
-    d->ctx = ctx, d->h2d = h2d, d->d2h = d2h, d->d2h_ev = ev, d->h2d_slot = k;
+    CUstream gate = NULL; /* without it, a fetch ahead waits on the slots' own events */
+    if (real_cuStreamCreate(&gate, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) gate = NULL;
+    d->ctx = ctx, d->h2d = h2d, d->d2h = d2h, d->d2h_ev = ev, d->h2d_slot = k, d->gate = gate;
     return 0;
 }
 
 /* ---- stream slots -------------------------------------------------------- */
-
-/* Slot k's bit in a mask of streams. */
-static uint64_t bit(int k)
-{
-    return 1ull << k;
-}
 
 /* The host waits for the events of the slots in mask; they count as done.
  * A failed wait leaves the slot as it was (-EIO): the caller must not unmap. */
@@ -222,17 +160,17 @@ static int wait_host(uint64_t mask)
 {
     int rc = 0;
     for (int k = 0; k < SLOTS; k++) {
-        if (!(mask & bit(k)) || !slots[k].used) continue;
-        struct slot *s = &slots[k];
+        if (!(mask & slot_bit(k)) || !vmm_slots[k].used) continue;
+        struct slot *s = &vmm_slots[k];
         if (s->done >= s->recorded) continue;
         uint64_t upto = s->recorded;
-        counts.host_waits++;
+        vmm_counts.host_waits++;
         if (real_cuEventSynchronize(s->ev) != CUDA_SUCCESS) {
             rc = -EIO;
             continue;
         }
         s->done = upto;
-        if (s->done >= s->all_upto) all_mask &= ~bit(k);
+        if (s->done >= s->all_upto) vmm_all_mask &= ~slot_bit(k);
     }
     return rc;
 }
@@ -242,8 +180,9 @@ static int wait_stream(CUstream stream, uint64_t mask)
 {
     int rc = 0;
     for (int k = 0; k < SLOTS; k++)
-        if ((mask & bit(k)) && slots[k].used && slots[k].done < slots[k].recorded &&
-            real_cuStreamWaitEvent(stream, slots[k].ev, 0) != CUDA_SUCCESS)
+        if ((mask & slot_bit(k)) && vmm_slots[k].used &&
+            vmm_slots[k].done < vmm_slots[k].recorded &&
+            real_cuStreamWaitEvent(stream, vmm_slots[k].ev, 0) != CUDA_SUCCESS)
             rc = -EIO;
     return rc;
 }
@@ -255,35 +194,36 @@ static int slot_new(CUstream s, CUcontext ctx, pid_t tid, bool internal)
 {
     int k = -1;
     for (int i = 0; i < SLOTS && k < 0; i++)
-        if (!slots[i].used) k = i;
+        if (!vmm_slots[i].used) k = i;
     if (k < 0) {
         uint64_t oldest = UINT64_MAX;
         for (int i = 0; i < SLOTS; i++)
-            if (!slots[i].internal && slots[i].last_use < oldest) oldest = slots[i].last_use, k = i;
-        if (k < 0 || wait_host(bit(k))) return -1;
+            if (!vmm_slots[i].internal && vmm_slots[i].last_use < oldest)
+                oldest = vmm_slots[i].last_use, k = i;
+        if (k < 0 || wait_host(slot_bit(k))) return -1;
         struct vmm_block *b, *tmp;
         HASH_ITER(hh, blocks, b, tmp)
         {
-            b->streams &= ~bit(k);
+            b->streams &= ~slot_bit(k);
             if (b->fetch_waiter == k + 1) b->fetch_waiter = 0;
         }
-        all_mask &= ~bit(k);
+        vmm_all_mask &= ~slot_bit(k);
         /* its event is kept for the new stream: an event may be recorded on any stream of its
          * context */
-        if (slots[k].ctx != ctx) slots[k].ev = NULL;
+        if (vmm_slots[k].ctx != ctx) vmm_slots[k].ev = NULL;
     }
-    CUevent ev = slots[k].used ? slots[k].ev : NULL;
+    CUevent ev = vmm_slots[k].used ? vmm_slots[k].ev : NULL;
     if (!ev && real_cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-        slots[k].used = false;
+        vmm_slots[k].used = false;
         return -1;
     }
-    slots[k] = (struct slot){.used = true,
-                             .internal = internal,
-                             .stream = s,
-                             .ctx = ctx,
-                             .tid = tid,
-                             .ev = ev,
-                             .last_use = ++use_clock};
+    vmm_slots[k] = (struct slot){.used = true,
+                                 .internal = internal,
+                                 .stream = s,
+                                 .ctx = ctx,
+                                 .tid = tid,
+                                 .ev = ev,
+                                 .last_use = ++vmm_use_clock};
     return k;
 }
 
@@ -295,9 +235,9 @@ static int slot_of(CUstream stream)
     if (stream == CU_STREAM_LEGACY) stream = NULL;
     pid_t tid = stream == CU_STREAM_PER_THREAD ? gettid() : 0;
     for (int k = 0; k < SLOTS; k++)
-        if (slots[k].used && slots[k].stream == stream && slots[k].ctx == ctx &&
-            slots[k].tid == tid) {
-            slots[k].last_use = ++use_clock;
+        if (vmm_slots[k].used && vmm_slots[k].stream == stream && vmm_slots[k].ctx == ctx &&
+            vmm_slots[k].tid == tid) {
+            vmm_slots[k].last_use = ++vmm_use_clock;
             return k;
         }
     return slot_new(stream, ctx, tid, false);
@@ -315,18 +255,6 @@ struct vmm_block *swap_vmm_find(uint64_t base)
 bool swap_vmm_pinned(const struct vmm_block *b)
 {
     return b && b->pinned;
-}
-
-/* Map handle at [va, va + size) with device read/write access. */
-static CUresult map_rw(uint64_t va, uint64_t size, CUmemGenericAllocationHandle h, int dev)
-{
-    CUresult r = real_cuMemMap((CUdeviceptr)va, size, 0, h, 0);
-    if (r != CUDA_SUCCESS) return r;
-    CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
-                         .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    r = real_cuMemSetAccess((CUdeviceptr)va, size, &a, 1);
-    if (r != CUDA_SUCCESS) real_cuMemUnmap((CUdeviceptr)va, size);
-    return r;
 }
 
 /* The block's host copy: HOST_NUMA on the device's node, else HOST. */
@@ -350,7 +278,7 @@ int swap_vmm_block_make(uint64_t va, uint64_t staging, uint64_t size, CUdevice d
 {
     uint64_t g = swap_vmm_granularity(dev);
     if (!g || !size || size % g || !out) return -EINVAL;
-    struct vdev *d = &devs[dev];
+    struct vdev *d = &vmm_devs[dev];
     CUmemGenericAllocationHandle host = 0;
     bool mapped_va = false, mapped_staging = false;
     struct vmm_block *b = calloc(1, sizeof *b);
@@ -364,9 +292,9 @@ int swap_vmm_block_make(uint64_t va, uint64_t staging, uint64_t size, CUdevice d
     what = "host-located cuMemCreate";
     if ((r = create_host(d, size, &host)) != CUDA_SUCCESS) goto fail;
     what = "cuMemMap";
-    if ((r = map_rw(staging, size, host, dev)) != CUDA_SUCCESS) goto fail;
+    if ((r = vmm_map_rw(staging, size, host, dev)) != CUDA_SUCCESS) goto fail;
     mapped_staging = true;
-    if ((r = map_rw(va, size, host, dev)) != CUDA_SUCCESS) goto fail;
+    if ((r = vmm_map_rw(va, size, host, dev)) != CUDA_SUCCESS) goto fail;
     mapped_va = true;
     b->chunks = calloc(size / g, sizeof *b->chunks);
     b->chunk_ev = calloc(size / g, sizeof *b->chunk_ev);
@@ -374,10 +302,10 @@ int swap_vmm_block_make(uint64_t va, uint64_t staging, uint64_t size, CUdevice d
     if (!b->chunks || !b->chunk_ev) goto fail;
     b->base = va, b->size = size, b->staging = staging, b->ctx = ctx, b->device = dev;
     b->host = host;
-    b->alloc_epoch = b->fetch_epoch = unknown_epoch;
+    b->alloc_epoch = b->fetch_epoch = vmm_unknown_epoch;
     HASH_ADD(hh, blocks, base, sizeof b->base, b);
     if (!UTH_ADDED(b, hh)) goto fail;
-    counts.blocks++;
+    vmm_counts.blocks++;
     *out = b;
     return 0;
 fail:
@@ -386,7 +314,7 @@ fail:
     if (host) real_cuMemRelease(host);
     if (b) free(b->chunks), free(b->chunk_ev);
     free(b);
-    counts.fallbacks++;
+    vmm_counts.fallbacks++;
     LOG_ONCE(LOG_WARN,
              "swap: a VMM-backed block could not be made (%s: CUresult %d); such blocks use "
              "managed memory instead",
@@ -394,161 +322,7 @@ fail:
     return -ENOMEM;
 }
 
-/* ---- the chunk pool ----------------------------------------------------- */
-
-static void chunks_give(int dev, size_t n, const CUmemGenericAllocationHandle *in,
-                        const CUevent *in_ev, CUevent ev);
-
-/* n chunks of device d into out (from the pool, else new), with in
- * out_ev the write-back event each must wait for before it is written
- * (NULL: none). 0 or -ENOMEM (none taken). */
-static int chunks_take(int dev, size_t n, CUmemGenericAllocationHandle *out, CUevent *out_ev)
-{
-    struct vdev *d = &devs[dev];
-    size_t i = 0;
-    for (; i < n && d->npool; i++) {
-        --d->npool;
-        out[i] = d->pool[d->npool], out_ev[i] = d->pool_ev[d->npool];
-    }
-    CUmemAllocationProp p = device_prop(dev);
-    for (; i < n; i++) {
-        out_ev[i] = NULL;
-        if (real_cuMemCreate(&out[i], d->gran, &p, 0) != CUDA_SUCCESS) break;
-        counts.chunks++;
-    }
-    if (i == n) return 0;
-    chunks_give(dev, i, out, out_ev, NULL);
-    return -ENOMEM;
-}
-
-/* Give n chunks back to the pool (kept for reuse; never released), each
- * with its event to wait for: in_ev[i], or ev when in_ev is NULL. */
-static void chunks_give(int dev, size_t n, const CUmemGenericAllocationHandle *in,
-                        const CUevent *in_ev, CUevent ev)
-{
-    struct vdev *d = &devs[dev];
-    if (d->npool + n > d->cap) {
-        size_t cap = d->cap ? d->cap : 16;
-        while (cap < d->npool + n)
-            cap *= 2;
-        CUmemGenericAllocationHandle *p = realloc(d->pool, cap * sizeof *p);
-        if (p) d->pool = p;
-        CUevent *e = p ? realloc(d->pool_ev, cap * sizeof *e) : NULL;
-        if (e) d->pool_ev = e;
-        if (!p || !e) {
-            for (size_t i = 0; i < n; i++)
-                real_cuMemRelease(in[i]); /* no room to keep it: let it go */
-            return;
-        }
-        d->cap = cap;
-    }
-    memcpy(d->pool + d->npool, in, n * sizeof *in);
-    for (size_t i = 0; i < n; i++)
-        d->pool_ev[d->npool + i] = in_ev ? in_ev[i] : ev;
-    d->npool += n;
-}
-
 /* ---- moves -------------------------------------------------------------- */
-
-/* Map b's device chunks at its range (nothing mapped there now). */
-static CUresult map_chunks(struct vmm_block *b)
-{
-    uint64_t g = devs[b->device].gran, n = b->size / g, i = 0;
-    CUresult r = CUDA_SUCCESS;
-    for (; i < n; i++)
-        if ((r = real_cuMemMap((CUdeviceptr)(b->base + i * g), g, 0, b->chunks[i], 0)) !=
-            CUDA_SUCCESS)
-            break;
-    if (r == CUDA_SUCCESS) {
-        CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = b->device},
-                             .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-        r = real_cuMemSetAccess((CUdeviceptr)b->base, b->size, &a, 1);
-    }
-    if (r != CUDA_SUCCESS && i) real_cuMemUnmap((CUdeviceptr)b->base, i * g);
-    return r;
-}
-
-/* A write-back event of device d (one per victim while its remap is
- * pending), or NULL when none can be made. */
-static CUevent ev_get(struct vdev *d)
-{
-    if (d->nfree_ev) return d->free_ev[--d->nfree_ev];
-    CUevent ev = NULL;
-    if (real_cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return NULL;
-    return ev;
-}
-
-/* ev is no longer used by a block or a pooled chunk: kept for the next victim. */
-static void ev_put(struct vdev *d, CUevent ev)
-{
-    if (d->nfree_ev == d->free_ev_cap) {
-        size_t cap = d->free_ev_cap ? d->free_ev_cap * 2 : 16;
-        CUevent *p = realloc(d->free_ev, cap * sizeof *p);
-        if (!p) {
-            real_cuEventDestroy_v2(ev);
-            return;
-        }
-        d->free_ev = p, d->free_ev_cap = cap;
-    }
-    d->free_ev[d->nfree_ev++] = ev;
-}
-
-/* b's pending remap, its write-back event complete: its range unmapped
- * (the chunks it still aliases are other blocks' or the pool's now) and its
- * host copy mapped there. Every pooled chunk's wait for that event goes. */
-static void remap_finish(struct vmm_block *b)
-{
-    struct vdev *d = &devs[b->device];
-    struct vmm_block **at = &pending;
-    while (*at && *at != b)
-        at = &(*at)->pending_next;
-    if (*at) *at = b->pending_next;
-    b->pending_next = NULL;
-    b->remap_pending = false;
-    if (real_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS ||
-        map_rw(b->base, b->size, b->host, b->device) != CUDA_SUCCESS) {
-        /* The chunks are another block's by now: nothing to fall back to. */
-        counts.remap_failures++;
-        log_msg(LOG_ERROR, "swap: block %#llx could not be remapped to its host copy",
-                (unsigned long long)b->base);
-    }
-    for (size_t i = 0; i < d->npool; i++)
-        if (d->pool_ev[i] == b->wb_ev) d->pool_ev[i] = NULL;
-    ev_put(d, b->wb_ev);
-    b->wb_ev = NULL;
-    b->streams = 0;
-    counts.to_host++;
-}
-
-/* b's pending remap, if any, done now: the host waits for its write-back
- * (THE RULE, at the top). Under b's context. */
-static void settle(struct vmm_block *b)
-{
-    if (!b->remap_pending) return;
-    if (real_cuEventQuery(b->wb_ev) == CUDA_SUCCESS) {
-        counts.remaps_async++;
-    } else {
-        /* A failed wait still has to end with the range off the chunks. */
-        if (real_cuEventSynchronize(b->wb_ev) != CUDA_SUCCESS) real_cuCtxSynchronize();
-        counts.remaps_forced++, counts.host_waits++;
-    }
-    remap_finish(b);
-}
-
-/* Every pending remap whose write-back is complete, done without a wait
- * (all: every pending remap, waiting when needed). */
-static void settle_ready(bool all)
-{
-    struct vmm_block *b = pending, *next;
-    for (; b; b = next) {
-        next = b->pending_next;
-        if (all || real_cuEventQuery(b->wb_ev) == CUDA_SUCCESS) {
-            bool pushed = shim_enter_context(b->ctx);
-            settle(b);
-            shim_leave_context(pushed);
-        }
-    }
-}
 
 /* b (on its device) to its host copy, without a host wait: the
  * device-to-host stream waits for b's events, writes b back when dirty and
@@ -557,26 +331,26 @@ static void settle_ready(bool all)
  * on the device. */
 static int evict(struct vmm_block *b, unsigned flags)
 {
-    struct vdev *d = &devs[b->device];
-    uint64_t mask = b->streams | all_mask;
+    struct vdev *d = &vmm_devs[b->device];
+    uint64_t mask = b->streams | vmm_all_mask;
     /* Unknown work since the fetch may have written it: write it back. */
-    bool dirty = (flags & HOST_MOVE_DIRTY) || b->fetch_epoch != unknown_epoch;
-    CUevent ev = ev_get(d);
+    bool dirty = (flags & HOST_MOVE_DIRTY) || b->fetch_epoch != vmm_unknown_epoch;
+    CUevent ev = vmm_ev_get(d);
     if (!ev) return -EIO;
     if (wait_stream(d->d2h, mask) ||
         (dirty && real_cuMemcpyDtoDAsync_v2((CUdeviceptr)b->staging, (CUdeviceptr)b->base, b->size,
                                             d->d2h) != CUDA_SUCCESS) ||
         real_cuEventRecord(ev, d->d2h) != CUDA_SUCCESS) {
-        ev_put(d, ev);
+        vmm_ev_put(d, ev);
         return -EIO; /* a write-back queued is harmless: b's range still maps its bytes */
     }
-    if (dirty) counts.writebacks++;
-    chunks_give(b->device, b->size / d->gran, b->chunks, NULL, ev);
+    if (dirty) vmm_counts.writebacks++;
+    vmm_chunks_give(b->device, b->size / d->gran, b->chunks, NULL, ev);
     b->on_device = false;
     b->remap_pending = true;
     b->wb_ev = ev;
-    b->pending_next = pending;
-    pending = b;
+    b->job = JOB_REMAP;
+    job_queue(b);
     return 0;
 }
 
@@ -586,21 +360,21 @@ static int evict(struct vmm_block *b, unsigned flags)
  * 0, -ENOMEM (no chunk: b stays host-backed), or -EIO with b host-backed. */
 static int fetch(struct vmm_block *b, unsigned flags)
 {
-    struct vdev *d = &devs[b->device];
+    struct vdev *d = &vmm_devs[b->device];
     size_t n = b->size / d->gran;
-    settle(b);
-    if (chunks_take(b->device, n, b->chunks, b->chunk_ev)) return -ENOMEM;
+    job_settle(b);
+    if (vmm_chunks_take(b->device, n, b->chunks, b->chunk_ev)) return -ENOMEM;
     /* Work queued on the host copy (a launch that could not be predicted
      * reads it over the link) must be done before it is unmapped. */
-    if (wait_host(b->streams | all_mask) ||
+    if (wait_host(b->streams | vmm_all_mask) ||
         real_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) {
-        chunks_give(b->device, n, b->chunks, b->chunk_ev, NULL);
+        vmm_chunks_give(b->device, n, b->chunks, b->chunk_ev, NULL);
         return -EIO;
     }
-    CUresult r = map_chunks(b);
+    CUresult r = vmm_map_chunks(b);
     /* A new block's bytes are undefined: nothing to copy, unless some work
      * the policy did not see may have written the host copy already. */
-    bool copy = !(flags & HOST_MOVE_NEW) || b->touched || b->alloc_epoch != unknown_epoch;
+    bool copy = !(flags & HOST_MOVE_NEW) || b->touched || b->alloc_epoch != vmm_unknown_epoch;
     /* Nothing may write a chunk before its last holder's write-back read
      * it: the copy, or (first touch) the launch through the event below. */
     bool waited = false;
@@ -612,7 +386,7 @@ static int fetch(struct vmm_block *b, unsigned flags)
         if (!seen) r = real_cuStreamWaitEvent(d->h2d, b->chunk_ev[i], 0);
         waited = true;
     }
-    struct slot *s = &slots[d->h2d_slot];
+    struct slot *s = &vmm_slots[d->h2d_slot];
     if (r == CUDA_SUCCESS && copy)
         r = real_cuMemcpyDtoDAsync_v2((CUdeviceptr)b->base, (CUdeviceptr)b->staging, b->size,
                                       d->h2d);
@@ -621,91 +395,97 @@ static int fetch(struct vmm_block *b, unsigned flags)
         /* A copy may have been queued: wait for it before unmapping. */
         real_cuCtxSynchronize();
         real_cuMemUnmap((CUdeviceptr)b->base, b->size);
-        if (map_rw(b->base, b->size, b->host, b->device) != CUDA_SUCCESS)
+        if (vmm_map_rw(b->base, b->size, b->host, b->device) != CUDA_SUCCESS)
             log_msg(LOG_ERROR,
                     "swap: block %#llx could not be remapped (CUresult %d); its range is unmapped",
                     (unsigned long long)b->base, (int)r);
-        chunks_give(b->device, n, b->chunks, NULL, NULL); /* the device is idle now */
+        vmm_chunks_give(b->device, n, b->chunks, NULL, NULL); /* the device is idle now */
         return -EIO;
     }
     b->streams = 0;
     if (copy || waited) {
-        s->recorded++, s->last_use = ++use_clock;
-        b->streams = bit(d->h2d_slot);
+        s->recorded++, s->last_use = ++vmm_use_clock;
+        b->streams = slot_bit(d->h2d_slot);
         b->fetch_rec = s->recorded;
         b->fetch_waiter = 0;
-        if (copy) counts.fetch_copies++;
+        if (copy) vmm_counts.fetch_copies++;
     }
     b->on_device = true;
-    b->fetch_epoch = unknown_epoch;
-    counts.to_device++;
+    b->fetch_epoch = vmm_unknown_epoch;
+    vmm_counts.to_device++;
     return 0;
 }
 
 int swap_vmm_move(struct vmm_block *b, int device, unsigned flags)
 {
     if (!b || b->pinned) return -EINVAL;
+    if (device < 0) job_cancel_ahead(b); /* a fetch ahead still queued is dropped */
     if ((device >= 0) == b->on_device) return 0;
-    settle_ready(false);
+    if (!vmm_mover_thread) job_settle_all(true);
     bool pushed = shim_enter_context(b->ctx);
     int rc = device < 0 ? evict(b, flags) : fetch(b, flags);
     shim_leave_context(pushed);
-    if (rc) counts.remap_failures++;
+    if (rc) vmm_counts.remap_failures++;
     return rc;
+}
+
+int swap_vmm_fetch_ahead(struct vmm_block *b, unsigned flags)
+{
+    if (!b || b->pinned) return -EINVAL;
+    if (b->on_device) return 0;
+    if (!job_mover_on()) return swap_vmm_move(b, b->device, flags & ~HOST_MOVE_AHEAD);
+    return job_queue_ahead(b, flags);
 }
 
 /* ---- ordering around the program's work --------------------------------- */
 
 void swap_vmm_before(struct vmm_block *b, CUstream stream)
 {
-    if (b && b->remap_pending) {
-        bool pushed = shim_enter_context(b->ctx);
-        settle(b);
-        shim_leave_context(pushed);
-    }
+    if (b && b->job) job_settle(b);
+    if (b && b->job == JOB_AHEAD) return; /* queued: the work reads the host copy (swap_mover.c) */
     if (!b || !b->on_device || b->pinned) return;
-    struct vdev *d = &devs[b->device];
+    struct vdev *d = &vmm_devs[b->device];
     if (d->h2d_slot < 0) return;
-    struct slot *s = &slots[d->h2d_slot];
+    struct slot *s = &vmm_slots[d->h2d_slot];
     if (b->fetch_rec <= s->done) return;
     /* A stream that waited for this copy once has every later piece of its
      * work ordered after it. */
     int k = slot_of(stream);
     if (k >= 0 && b->fetch_waiter == k + 1) return;
     if (real_cuStreamWaitEvent(stream, s->ev, 0) != CUDA_SUCCESS) return;
-    counts.stream_waits++;
+    vmm_counts.stream_waits++;
     b->fetch_waiter = k + 1;
 }
 
 void swap_vmm_before_unknown(CUstream stream)
 {
-    settle_ready(true);
+    job_settle_all(false);
     for (int dev = 0; dev < MAX_DEVICES; dev++) {
-        struct vdev *d = &devs[dev];
+        struct vdev *d = &vmm_devs[dev];
         if (d->h2d_slot < 0 || !d->h2d) continue;
-        if (wait_stream(stream, bit(d->h2d_slot)) == 0 &&
-            slots[d->h2d_slot].done < slots[d->h2d_slot].recorded)
-            counts.stream_waits++;
+        if (wait_stream(stream, slot_bit(d->h2d_slot)) == 0 &&
+            vmm_slots[d->h2d_slot].done < vmm_slots[d->h2d_slot].recorded)
+            vmm_counts.stream_waits++;
     }
 }
 
 void swap_vmm_after(CUstream stream, struct vmm_block *const *touched, size_t n, bool all)
 {
     int k = slot_of(stream);
-    if (k < 0 || real_cuEventRecord(slots[k].ev, stream) != CUDA_SUCCESS) {
+    if (k < 0 || real_cuEventRecord(vmm_slots[k].ev, stream) != CUDA_SUCCESS) {
         /* Cannot be tracked: wait for it now rather than remap under it. */
         LOG_ONCE(LOG_WARN, "swap: cannot record an event after a launch; waiting for it instead");
         real_cuCtxSynchronize();
         return;
     }
-    struct slot *s = &slots[k];
+    struct slot *s = &vmm_slots[k];
     s->recorded++;
     for (size_t i = 0; i < n; i++)
-        if (touched[i]) touched[i]->streams |= bit(k), touched[i]->touched = true;
+        if (touched[i]) touched[i]->streams |= slot_bit(k), touched[i]->touched = true;
     if (all) {
-        all_mask |= bit(k);
+        vmm_all_mask |= slot_bit(k);
         s->all_upto = s->recorded;
-        unknown_epoch++; /* every block may have been written (alloc_epoch, fetch_epoch) */
+        vmm_unknown_epoch++; /* every block may have been written (alloc_epoch, fetch_epoch) */
     }
 }
 
@@ -721,9 +501,11 @@ int swap_vmm_free_parts(struct vmm_block *const *p, size_t n, uint64_t reserved)
 {
     if (!n || !p[0]) return -EINVAL;
     uint64_t base = p[0]->base, staging = p[0]->staging, size = parts_size(p, n);
+    for (size_t i = 0; i < n; i++) {
+        job_cancel_ahead(p[i]);
+        job_settle(p[i]);
+    }
     bool pushed = shim_enter_context(p[0]->ctx);
-    for (size_t i = 0; i < n; i++)
-        settle(p[i]);
     /* Never unmap under queued work (a pinned block's accesses are no
      * longer recorded); and the program's cudaFree/cuMemFree would have
      * waited for the device: a program may count on that. */
@@ -737,7 +519,7 @@ int swap_vmm_free_parts(struct vmm_block *const *p, size_t n, uint64_t reserved)
         struct vmm_block *b = p[i];
         if (!b->pinned && real_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) rc = -EIO;
         if (!b->pinned && b->on_device)
-            chunks_give(b->device, b->size / devs[b->device].gran, b->chunks, NULL, NULL);
+            vmm_chunks_give(b->device, b->size / vmm_devs[b->device].gran, b->chunks, NULL, NULL);
         real_cuMemUnmap((CUdeviceptr)b->staging, b->size);
         real_cuMemRelease(b->host);
         HASH_DEL(blocks, b);
@@ -755,15 +537,19 @@ int swap_vmm_free_parts(struct vmm_block *const *p, size_t n, uint64_t reserved)
 /* Map b's current copy at its range again (device chunks or its host copy). */
 static CUresult remap_current(struct vmm_block *b)
 {
-    return b->on_device ? map_chunks(b) : map_rw(b->base, b->size, b->host, b->device);
+    return b->on_device ? vmm_map_chunks(b) : vmm_map_rw(b->base, b->size, b->host, b->device);
 }
 
 int swap_vmm_pin_parts(struct vmm_block *const *p, size_t n)
 {
     if (!n || !p[0]) return -EINVAL;
     if (p[0]->pinned) return 0;
-    struct vdev *d = &devs[p[0]->device];
-    uint64_t base = p[0]->base, size = parts_size(p, n), mask = all_mask;
+    struct vdev *d = &vmm_devs[p[0]->device];
+    for (size_t i = 0; i < n; i++) {
+        job_cancel_ahead(p[i]);
+        job_settle(p[i]);
+    }
+    uint64_t base = p[0]->base, size = parts_size(p, n), mask = vmm_all_mask;
     bool pushed = shim_enter_context(p[0]->ctx), wrote = false;
     int rc = -EIO;
     size_t unmapped = 0;
@@ -771,21 +557,20 @@ int swap_vmm_pin_parts(struct vmm_block *const *p, size_t n)
     /* Every host copy first becomes current (a write-back, whatever the policy thinks). */
     for (size_t i = 0; i < n; i++) {
         struct vmm_block *b = p[i];
-        settle(b);
         mask |= b->streams;
         if (!b->on_device) continue;
-        if (wait_stream(d->d2h, b->streams | all_mask) ||
+        if (wait_stream(d->d2h, b->streams | vmm_all_mask) ||
             real_cuMemcpyDtoDAsync_v2((CUdeviceptr)b->staging, (CUdeviceptr)b->base, b->size,
                                       d->d2h) != CUDA_SUCCESS)
             goto out;
-        counts.writebacks++, wrote = true;
+        vmm_counts.writebacks++, wrote = true;
     }
     if (wrote && (real_cuEventRecord(d->d2h_ev, d->d2h) != CUDA_SUCCESS ||
                   real_cuEventSynchronize(d->d2h_ev) != CUDA_SUCCESS))
         goto out;
-    counts.host_waits += wrote;
+    vmm_counts.host_waits += wrote;
     if (wait_host(mask)) goto out;
-    CUmemAllocationProp prop = device_prop(p[0]->device);
+    CUmemAllocationProp prop = vmm_device_prop(p[0]->device);
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     if (do_cuMemCreate(&h, size, &prop, 0) != CUDA_SUCCESS) {
         h = 0;
@@ -810,12 +595,12 @@ int swap_vmm_pin_parts(struct vmm_block *const *p, size_t n)
     }
     for (size_t i = 0; i < n; i++) {
         struct vmm_block *b = p[i];
-        if (b->on_device) chunks_give(b->device, b->size / d->gran, b->chunks, NULL, NULL);
+        if (b->on_device) vmm_chunks_give(b->device, b->size / d->gran, b->chunks, NULL, NULL);
         b->pinned = true, b->on_device = true, b->streams = 0;
     }
     p[0]->exported = h;
     h = 0;
-    counts.exports++;
+    vmm_counts.exports++;
     rc = 0;
     goto out;
 restore: /* back to what each part was: its device copy (still in the chunks) or the host's */
@@ -835,46 +620,47 @@ out:
 void swap_vmm_context_gone(CUcontext ctx, void (*forget)(uint64_t base))
 {
     struct vmm_block *b, *tmp;
+    job_context_gone(ctx);
     HASH_ITER(hh, blocks, b, tmp)
     {
         if (b->ctx != ctx) continue;
         swap_vmm_view_remove(b->base);
         HASH_DEL(blocks, b);
-        if (b->remap_pending) {
-            struct vmm_block **at = &pending;
-            while (*at && *at != b)
-                at = &(*at)->pending_next;
-            if (*at) *at = b->pending_next;
-        }
         if (forget) forget(b->base);
         free(b->chunks);
         free(b->chunk_ev);
         free(b);
-        counts.forgotten++;
+        vmm_counts.forgotten++;
     }
     for (int k = 0; k < SLOTS; k++)
-        if (slots[k].used && slots[k].ctx == ctx) {
-            slots[k] = (struct slot){0};
-            all_mask &= ~bit(k);
+        if (vmm_slots[k].used && vmm_slots[k].ctx == ctx) {
+            vmm_slots[k] = (struct slot){0};
+            vmm_all_mask &= ~slot_bit(k);
             HASH_ITER(hh, blocks, b, tmp)
             {
-                b->streams &= ~bit(k);
+                b->streams &= ~slot_bit(k);
                 if (b->fetch_waiter == k + 1) b->fetch_waiter = 0;
             }
         }
     for (int dev = 0; dev < MAX_DEVICES; dev++) {
-        struct vdev *d = &devs[dev];
+        struct vdev *d = &vmm_devs[dev];
         if (d->ctx != ctx) continue;
         free(d->pool); /* the chunks and events are the driver's to reclaim */
         free(d->pool_ev);
         free(d->free_ev);
         d->pool = NULL, d->pool_ev = NULL, d->npool = d->cap = 0;
         d->free_ev = NULL, d->nfree_ev = d->free_ev_cap = 0;
-        d->ctx = NULL, d->h2d = d->d2h = NULL, d->d2h_ev = NULL, d->h2d_slot = -1;
+        d->ctx = NULL, d->h2d = d->d2h = d->gate = NULL, d->d2h_ev = NULL, d->h2d_slot = -1;
     }
+}
+
+void swap_vmm_init(pthread_mutex_t *lock, bool mover_thread)
+{
+    vmm_lock = lock;
+    vmm_mover_thread = mover_thread;
 }
 
 void swap_vmm_counts(struct swap_vmm_counts *out)
 {
-    *out = counts;
+    *out = vmm_counts;
 }

@@ -67,8 +67,9 @@ extern cudaError_t CUDARTAPI __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 g
 
 /* Code on the dlsym door's path: it can run before a sanitizer runtime has
  * initialised (the runtime looks up its interceptors through it), when
- * instrumented code would touch shadow memory that does not exist yet. */
-#define EARLY_SAFE __attribute__((no_sanitize_address, no_sanitize_undefined))
+ * instrumented code would touch shadow memory that does not exist yet (or,
+ * under ThreadSanitizer, a thread state). */
+#define EARLY_SAFE __attribute__((no_sanitize_address, no_sanitize_undefined, no_sanitize_thread))
 
 /* One id per interposed entry point, in symbols.def order. */
 enum symbol_id {

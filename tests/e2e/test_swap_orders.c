@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static void setup(void)
@@ -83,7 +84,21 @@ static long long stat_of(const struct orders *o, const char *key)
     return strtoll(at + strlen(key), NULL, 10);
 }
 
-static void run_order(struct orders *o, const char *mode, const char *engine)
+/* One run of swap_orders MODE under engine, with one more variable (extra,
+ * "NAME=VALUE", or NULL). */
+/* The largest number after `key` in the shim's log (an importer, this
+ * program again, logs to the same file). */
+static long long stat_max(const struct orders *o, const char *key)
+{
+    long long best = stat_of(o, key);
+    for (const char *at = strstr(o->log, key); at; at = strstr(at + 1, key)) {
+        long long v = strtoll(at + strlen(key), NULL, 10);
+        if (v > best) best = v;
+    }
+    return best;
+}
+
+static void run_order(struct orders *o, const char *mode, const char *engine, const char *extra)
 {
     char log[256], env_log[300], env_engine[64];
     snprintf(log, sizeof log, "/tmp/ipcshim-swap-orders-%d.log", (int)getpid());
@@ -93,7 +108,7 @@ static void run_order(struct orders *o, const char *mode, const char *engine)
     o->mode = mode, o->engine = engine;
     run_prog(&o->r, "swap-orders", true,
              ENV("IPCSHIM_DEVICE_BUDGET=8M", "IPCSHIM_SWAP_MIN_BYTES=2M", "IPCSHIM_STATS=1",
-                 "IPCSHIM_EXIT_WAIT=0", env_engine, env_log),
+                 "IPCSHIM_EXIT_WAIT=0", env_engine, env_log, extra),
              ARGS(mode));
     o->log[0] = 0;
     FILE *f = fopen(log, "r");
@@ -103,7 +118,8 @@ static void run_order(struct orders *o, const char *mode, const char *engine)
         fclose(f);
     }
     unlink(log);
-    fprintf(stderr, "---- %s, IPCSHIM_SWAP_ENGINE=%s\n%s%s", mode, engine, o->r.out, o->log);
+    fprintf(stderr, "---- %s, IPCSHIM_SWAP_ENGINE=%s %s\n%s%s", mode, engine, extra ? extra : "",
+            o->r.out, o->log);
     cr_assert_eq(o->r.status, 0, "%s/%s: status %d\n%s", mode, engine, o->r.status, o->r.out);
     char buf[64];
     const char *backing = field(o, "backing", buf, sizeof buf);
@@ -162,19 +178,21 @@ static void expect_queued_order(const struct orders *o)
     expect_intact(o);
 }
 
-#define BOTH_ENGINES(name, mode, check)                                                            \
+/* The vmm case runs with vmm_extra set (NULL: the defaults, a mover thread). */
+#define BOTH_ENGINES_WITH(name, mode, check, vmm_extra)                                            \
     Test(swap_orders, name##_managed)                                                              \
     {                                                                                              \
         static struct orders o;                                                                    \
-        run_order(&o, mode, "managed");                                                            \
+        run_order(&o, mode, "managed", NULL);                                                      \
         check(&o);                                                                                 \
     }                                                                                              \
     Test(swap_orders, name##_vmm)                                                                  \
     {                                                                                              \
         static struct orders o;                                                                    \
-        run_order(&o, mode, "vmm");                                                                \
+        run_order(&o, mode, "vmm", vmm_extra);                                                     \
         check(&o);                                                                                 \
     }
+#define BOTH_ENGINES(name, mode, check) BOTH_ENGINES_WITH(name, mode, check, NULL)
 
 /* 1. A kernel still queued on another stream when its block is the victim;
  * its effect (+1 on every word of A) must be in A's bytes. */
@@ -214,7 +232,7 @@ BOTH_ENGINES(an_unrecorded_2d_set_queued_into_the_victim, "unrecorded-set2d", ex
  * engine may re-point A at device memory only once that kernel is done. */
 static void expect_queued_fetch(const struct orders *o)
 {
-    expect_text(o, "a_after", "host");
+    expect_text(o, "a_evicted", "host");
     cr_expect_eq(num(o, "free_c"), 0);
     expect_text(o, "a_at_queue", "host");
     cr_expect_eq(num(o, "fetch_queued_before"), 1, "%s/%s: the kernel over A was not queued",
@@ -288,7 +306,9 @@ BOTH_ENGINES(a_launch_over_a_victim_whose_remap_is_pending, "pending-launch", ex
 
 /* 7c. A kernel of unknown layout over A right after A's write-back ended
  * but before its remap: every pending remap must be done first, or the
- * kernel writes C's chunks through A's range. */
+ * kernel writes C's chunks through A's range. This order needs the remap
+ * done lazily by the launching thread (IPCSHIM_SWAP_MOVER=inline): a mover
+ * thread would have done it once S2's work ended (8b is its order). */
 static void expect_pending_unknown(const struct orders *o)
 {
     expect_queued_order(o);
@@ -299,14 +319,163 @@ static void expect_pending_unknown(const struct orders *o)
                       "%s: A's remap was not done lazily", o->mode);
     }
 }
-BOTH_ENGINES(an_unknown_layout_launch_after_an_eviction_whose_remap_is_pending, "pending-unknown",
-             expect_pending_unknown)
+BOTH_ENGINES_WITH(an_unknown_layout_launch_after_an_eviction_whose_remap_is_pending,
+                  "pending-unknown", expect_pending_unknown, "IPCSHIM_SWAP_MOVER=inline")
+
+/* 8. The mover thread (IPCSHIM_SWAP_MOVER=thread, the default) owns A's
+ * remap, waiting behind held S2 for A's write-back, when the order's call
+ * comes (progs/swap_orders.c, mover_order); the call must wait for the
+ * mover (which then stops polling and waits for S2's work on the host) or
+ * it touches A's range while the range still maps C's chunks, or the mover
+ * unmaps under it. */
+static void expect_mover(const struct orders *o)
+{
+    cr_expect_eq(num(o, "queued_before"), 1, "%s/%s: the kernel was not queued", o->mode,
+                 o->engine);
+    if (o->vmm) {
+        expect_text(o, "a_pending", "device");
+        cr_expect_geq(stat_max(o, "waits for the mover "), 1, "%s: nothing waited for the mover",
+                      o->mode);
+    }
+    expect_intact(o);
+}
+
+/* 8a. A launch over A on another thread (its fetch, then the launch). */
+BOTH_ENGINES(a_launch_on_another_thread_while_the_mover_remaps_its_block, "mover-launch",
+             expect_mover)
+
+/* 8b. A kernel of unknown layout (it may touch every block). */
+BOTH_ENGINES(unknown_work_while_the_mover_remaps_a_block, "mover-unknown", expect_mover)
+
+/* 8c. cudaFree(A), then a new block in its place and moves. */
+static void expect_mover_free(const struct orders *o)
+{
+    cr_expect_eq(num(o, "free"), 0, "%s/%s: cudaFree(A) failed", o->mode, o->engine);
+    expect_mover(o);
+}
+BOTH_ENGINES(a_free_of_a_block_the_mover_remaps, "mover-free", expect_mover_free)
+
+/* 8d. cudaIpcGetMemHandle(A), an importer reading A while the exporter
+ * moves the other blocks. */
+static void expect_mover_export(const struct orders *o)
+{
+    if (!o->vmm) {
+        cr_expect_eq(num(o, "export"), 1);
+        expect_intact(o);
+        return;
+    }
+    cr_expect_eq(num(o, "export"), 0, "%s: the export of a VMM block failed", o->mode);
+    expect_text(o, "import_read", "ok");
+    cr_expect_eq(num(o, "importer"), 0);
+    expect_mover(o);
+}
+BOTH_ENGINES(an_export_of_a_block_the_mover_remaps, "mover-export", expect_mover_export)
+
+/* 8e. cudaDeviceReset while the mover's job is of the context that ends:
+ * the reset waits for it, and the mover calls nothing of that context
+ * after it (a stale call would fail: "remap failures"). */
+static void expect_mover_reset(const struct orders *o)
+{
+    cr_expect_eq(num(o, "reset"), 0);
+    if (o->vmm)
+        cr_expect_eq(stat_of(o, "prefetch failures "), 0, "%s: moves of destroyed blocks", o->mode);
+    expect_mover(o);
+}
+BOTH_ENGINES(a_context_reset_while_the_mover_remaps_one_of_its_blocks, "mover-reset",
+             expect_mover_reset)
+
+/* 8f. fork while the mover waits: the child (swap off, no mover) exits
+ * through exit(), running the parent's atexit hooks, at once and with 0. */
+static void expect_mover_fork(const struct orders *o)
+{
+    cr_expect_eq(num(o, "child"), 0, "%s/%s: the child failed", o->mode, o->engine);
+    cr_expect(!strstr(o->log, "did not stop"), "%s/%s: a mover was joined in the child:\n%s",
+              o->mode, o->engine, o->log);
+    if (o->vmm) {
+        expect_text(o, "a_pending", "device");
+        cr_expect_geq(stat_of(o, "moves by the mover thread "), 1, "%s: no mover", o->mode);
+    }
+    expect_intact(o);
+}
+BOTH_ENGINES(fork_while_the_mover_remaps_a_block, "mover-fork", expect_mover_fork)
+
+/* 8g. exit() while the mover waits behind held S2: the mover stops before
+ * the driver's teardown (a mover left running remaps during it, and the
+ * remap fails: about one run in three on the simulator, hence five runs);
+ * the process ends at once with 0 (run_order checks the status). */
+static void expect_mover_exit(const struct orders *o)
+{
+    char buf[16];
+    field(o, "exiting", buf, sizeof buf);
+    cr_expect(!strstr(o->log, "did not stop"), "%s/%s: the mover did not stop:\n%s", o->mode,
+              o->engine, o->log);
+    cr_expect(!strstr(o->log, "could not be remapped"),
+              "%s/%s: the mover called the driver during its teardown:\n%s", o->mode, o->engine,
+              o->log);
+    if (o->vmm) expect_text(o, "a_pending", "device");
+}
+Test(swap_orders, exit_while_the_mover_waits_behind_queued_work_managed)
+{
+    static struct orders o;
+    run_order(&o, "mover-exit", "managed", NULL);
+    expect_mover_exit(&o);
+}
+Test(swap_orders, exit_while_the_mover_waits_behind_queued_work_vmm, .timeout = 30)
+{
+    static struct orders o;
+    for (int run = 0; run < 5; run++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        run_order(&o, "mover-exit", "vmm", NULL);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        cr_expect_lt(s, 2.0, "exit took %.2f s (the mover's join is bounded by 2 s)", s);
+        expect_mover_exit(&o);
+    }
+}
+
+/* 9. A fetch ahead (IPCSHIM_TEST_SWAP_AHEAD=1 makes every VMM fetch one):
+ * the kernel that asked for it runs on the host copy (held S2) while the
+ * fetch is queued; once the mover owns it (waiting for that kernel), a
+ * kernel over A on held S3 must wait for the mover, or S2's release lets
+ * the mover unmap A's range under it (700). */
+static void expect_ahead(const struct orders *o)
+{
+    expect_text(o, "a_evicted", "host");
+    cr_expect_eq(num(o, "free_c"), 0);
+    if (o->vmm) {
+        expect_text(o, "a_ahead", "host");
+        cr_expect_geq(stat_of(o, "fetches ahead "), 1, "%s: no fetch ahead", o->mode);
+        cr_expect_geq(stat_max(o, "waits for the mover "), 1, "%s: nothing waited for the mover",
+                      o->mode);
+    }
+    expect_intact(o);
+}
+BOTH_ENGINES_WITH(a_launch_over_a_block_whose_fetch_ahead_the_mover_runs, "ahead-launch",
+                  expect_ahead, "IPCSHIM_TEST_SWAP_AHEAD=1")
+
+/* 9b. The same fetch ahead, its map refused by the driver (the simulator's
+ * injected cuMemMap failure) once S2 is released: A stays on its host
+ * copy, its chunks go back, and a kernel over A then reads and writes the
+ * host copy (the engine counts A resident: slow, never wrong). */
+static void expect_ahead_fail(const struct orders *o)
+{
+    expect_text(o, "a_evicted", "host");
+    if (o->vmm) {
+        expect_text(o, "a_ahead", "host");
+        expect_text(o, "a_after_failure", "host");
+        cr_expect_geq(stat_of(o, "(failed "), 1, "%s: the fetch ahead did not fail", o->mode);
+    }
+    expect_intact(o);
+}
+BOTH_ENGINES_WITH(a_fetch_ahead_the_driver_refuses_leaves_the_block_on_its_host_copy, "ahead-fail",
+                  expect_ahead_fail, "IPCSHIM_TEST_SWAP_AHEAD=1")
 
 /* 4. fork with A evicted: the child does no CUDA and exits; the parent
  * fetches A back. */
 static void expect_fork(const struct orders *o)
 {
-    expect_text(o, "a_after", "host");
+    expect_text(o, "a_evicted", "host");
     expect_text(o, "a_after_fork", "host");
     cr_expect_eq(num(o, "child"), 0, "%s/%s: the child failed", o->mode, o->engine);
     expect_intact(o);
@@ -319,7 +488,7 @@ BOTH_ENGINES(fork_with_blocks_evicted, "fork", expect_fork)
  * kept running kernels over all three blocks under the budget. */
 static void expect_export(const struct orders *o)
 {
-    expect_text(o, "a_after", "host");
+    expect_text(o, "a_evicted", "host");
     if (!o->vmm) {
         cr_expect_eq(num(o, "export"), 1, "%s/%s: expected cudaErrorInvalidValue", o->mode,
                      o->engine);
@@ -387,7 +556,7 @@ BOTH_ENGINES(a_free_of_a_block_with_queued_work, "free-queued", expect_free_queu
  * and counts them against the budget, which costs no byte. */
 static void expect_reset(const struct orders *o)
 {
-    expect_text(o, "a_after", "host");
+    expect_text(o, "a_evicted", "host");
     cr_expect_eq(num(o, "reset"), 0);
     long long stale = stat_of(o, "prefetch failures ");
     if (o->vmm)

@@ -228,9 +228,9 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
     int rc = sim_attach(name, ndev, capacity, managed, max_allocs);
     if (rc == SIM_OK) {
         static const char *const fail_env[SIMCUDA_FAULT_COUNT] = {
-            SIMCUDA_ENV_FAIL_ALLOC,     SIMCUDA_ENV_FAIL_IPC_GET,   SIMCUDA_ENV_FAIL_IPC_OPEN,
-            SIMCUDA_ENV_FAIL_IPC_CLOSE, SIMCUDA_ENV_FAIL_LAUNCH,    SIMCUDA_ENV_FAIL_VMM_SHAREABLE,
-            SIMCUDA_ENV_FAIL_VMM_HOST,  SIMCUDA_ENV_FAIL_PARAM_INFO};
+            SIMCUDA_ENV_FAIL_ALLOC,     SIMCUDA_ENV_FAIL_IPC_GET,    SIMCUDA_ENV_FAIL_IPC_OPEN,
+            SIMCUDA_ENV_FAIL_IPC_CLOSE, SIMCUDA_ENV_FAIL_LAUNCH,     SIMCUDA_ENV_FAIL_VMM_SHAREABLE,
+            SIMCUDA_ENV_FAIL_VMM_HOST,  SIMCUDA_ENV_FAIL_PARAM_INFO, SIMCUDA_ENV_FAIL_VMM_MAP};
         for (int k = 0; k < SIMCUDA_FAULT_COUNT; k++)
             g_faults[k] = env_uint(fail_env[k], 0, 0, UINT_MAX);
         start_driver_thread();

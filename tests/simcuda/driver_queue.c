@@ -32,7 +32,9 @@
  * State: process-local, under sim_drv_lock; effects run without it, one at
  * a time under g_run_lock (taken before sim_drv_lock), so that work leaves
  * the queue and has its effect in one step and a stream's work keeps its
- * order when several threads complete work at once.
+ * order when several threads complete work at once. The work taken out and
+ * not yet done (g_running) still counts as queued for an event's query and
+ * record: the host sees an event complete only once its work's bytes are.
  */
 #include "driver_internal.h"
 #include "sim_image.h"
@@ -73,6 +75,11 @@ static CUstream g_held[HELD_MAX];
 static unsigned g_nheld;
 static uint64_t g_seq;
 static pthread_mutex_t g_run_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    int on;
+    CUstream stream;
+    uint64_t seq;
+} g_running; /* under sim_drv_lock: the work run() is doing */
 
 CUresult sim_drv_sticky;
 
@@ -160,11 +167,10 @@ static void run(struct queued *q)
         break;
     }
     free(q->staged);
-    if (r != CUDA_SUCCESS) { /* the memory went away under the work: it faulted */
-        pthread_mutex_lock(&sim_drv_lock);
-        fault_locked();
-        pthread_mutex_unlock(&sim_drv_lock);
-    }
+    pthread_mutex_lock(&sim_drv_lock);
+    g_running.on = 0;
+    if (r != CUDA_SUCCESS) fault_locked(); /* the memory went away under the work: it faulted */
+    pthread_mutex_unlock(&sim_drv_lock);
 }
 
 /* Removes entry i into *out. Caller holds sim_drv_lock. */
@@ -173,10 +179,12 @@ static void take_locked(size_t i, struct queued *out)
     *out = g_queue[i];
     memmove(&g_queue[i], &g_queue[i + 1], (g_queued - i - 1) * sizeof(*g_queue));
     g_queued--;
+    g_running.on = 1, g_running.stream = out->stream, g_running.seq = out->seq;
 }
 
 static int done_locked(CUstream s, uint64_t upto)
 {
+    if (g_running.on && g_running.stream == s && g_running.seq <= upto) return 0;
     for (size_t i = 0; i < g_queued; i++)
         if (g_queue[i].stream == s && g_queue[i].seq <= upto) return 0;
     return 1;
@@ -375,7 +383,7 @@ int sim_drv_queue_busy(CUstream s)
 uint64_t sim_drv_queue_tail_locked(CUstream s)
 {
     s = canon(s);
-    uint64_t tail = 0;
+    uint64_t tail = g_running.on && g_running.stream == s ? g_running.seq : 0;
     for (size_t i = 0; i < g_queued; i++)
         if (g_queue[i].stream == s && g_queue[i].seq > tail) tail = g_queue[i].seq;
     return tail;
@@ -422,6 +430,7 @@ void sim_drv_queue_drop_locked(void)
         free(g_queue[i].staged);
     g_queued = 0;
     g_nheld = 0;
+    g_running.on = 0;
 }
 
 void sim_drv_queue_fork_child(void)

@@ -406,6 +406,7 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
     if (flags != 0 || size == 0 || size % VMM_GRANULARITY || offset % VMM_GRANULARITY ||
         ptr % VMM_GRANULARITY)
         return CUDA_ERROR_INVALID_VALUE;
+    if (sim_drv_fault(SIMCUDA_FAULT_VMM_MAP)) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&sim_drv_lock);
     struct vmm_handle *hd = handle_find(handle);

@@ -38,6 +38,8 @@ extern "C" {
 #define SIMCUDA_ENV_FAIL_VMM_HOST "SIMCUDA_FAIL_VMM_HOST"
 /* next N cuFuncGetParamInfo calls fail */
 #define SIMCUDA_ENV_FAIL_PARAM_INFO "SIMCUDA_FAIL_PARAM_INFO"
+/* next N cuMemMap calls fail */
+#define SIMCUDA_ENV_FAIL_VMM_MAP "SIMCUDA_FAIL_VMM_MAP"
 #define SIMCUDA_ENV_MANAGED_MEMORY                                                                 \
     "SIMCUDA_MANAGED_MEMORY" /* managed pool bytes, default 4 x device */
 /* Allocation-table entries (live allocations, machine-wide), a count with
@@ -72,6 +74,8 @@ enum simcuda_fault {
                                     (a driver or system without it: host swap's fallback) */
     SIMCUDA_FAULT_PARAM_INFO,    /* cuFuncGetParamInfo: CUDA_ERROR_NOT_SUPPORTED (a kernel whose
                                     layout cannot be read: host swap's unknown-layout launch) */
+    SIMCUDA_FAULT_VMM_MAP,       /* cuMemMap: CUDA_ERROR_OUT_OF_MEMORY (a move that cannot map
+                                    its memory: host swap's failed fetch ahead) */
     SIMCUDA_FAULT_COUNT
 };
 

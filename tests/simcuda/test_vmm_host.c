@@ -15,6 +15,7 @@
 #include <cuda.h>
 #include <criterion/criterion.h>
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -601,4 +602,52 @@ Test(simvmmhost, a_graph_runs_its_kernel_nodes_in_order_on_the_stream)
     OK(cuStreamSynchronize(s));
     cr_expect_eq(word_at(p + 4092), 111);
     OK(cuGraphExecDestroy(e));
+}
+
+static CUcontext g_release_ctx;
+static CUstream g_release_stream;
+
+static void *release_hold(void *arg)
+{
+    (void)arg;
+    cuCtxSetCurrent(g_release_ctx);
+    simcuda_stream_hold(g_release_stream, 0);
+    return NULL;
+}
+
+/* A host thread polling an event while another thread completes the work
+ * it follows (the hold released: a swap engine's mover polling a
+ * write-back's event) must not see it complete before the work's bytes
+ * have all landed. */
+Test(simvmmhost, an_event_is_complete_only_once_its_work_landed_while_another_thread_runs_it)
+{
+    init0();
+    OK(cuCtxGetCurrent(&g_release_ctx));
+    OK(cuStreamCreate(&g_release_stream, CU_STREAM_NON_BLOCKING));
+    const size_t n = 24u << 20;
+    CUdeviceptr src, dst;
+    OK(cuMemAlloc(&src, n));
+    OK(cuMemAlloc(&dst, n));
+    OK(cuMemsetD8(src, 0xab, n));
+    OK(cuMemsetD8(dst, 0, n));
+    CUevent ev;
+    OK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+    for (int round = 0; round < 4; round++) {
+        cr_assert_eq(simcuda_stream_hold(g_release_stream, 1), 0);
+        OK(cuMemcpyDtoDAsync(dst, src, n, g_release_stream));
+        OK(cuEventRecord(ev, g_release_stream));
+        cr_assert_eq(cuEventQuery(ev), CUDA_ERROR_NOT_READY);
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, release_hold, NULL), 0);
+        CUresult r;
+        while ((r = cuEventQuery(ev)) == CUDA_ERROR_NOT_READY)
+            ;
+        OK(r);
+        /* the simulated device's memory is this process's: read it as it is now */
+        const volatile unsigned char *last = (const volatile unsigned char *)(uintptr_t)dst + n - 1;
+        cr_expect_eq(*last, 0xab, "round %d: the event completed before its copy's last byte",
+                     round);
+        pthread_join(t, NULL);
+        OK(cuMemsetD8(dst, 0, n));
+    }
 }

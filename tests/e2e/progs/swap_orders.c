@@ -60,6 +60,27 @@
  *   pending-unknown  the queued-victim order, S1 and S2 synchronised (A's
  *                    write-back done, its remap still pending), then a
  *                    kernel of unknown layout over A on S1
+ *   mover-launch     the queued-victim order; once the mover thread owns
+ *                    A's remap (it waits behind S2), a kernel over A on S1
+ *                    from another thread, then S2 released
+ *   mover-unknown    the same with a kernel of unknown layout over A, from
+ *                    this thread
+ *   mover-free       the same with cudaFree(A), then free-pending's moves
+ *   mover-export     the export-pending order with the mover owning A
+ *   mover-reset      the same with cudaDeviceReset (the mover's job is of
+ *                    the context that ends), then reset's new blocks
+ *   mover-fork       the same with fork: the child exits through exit()
+ *                    (its atexit hooks run) while the parent's mover waits
+ *   mover-exit       the same, then the program exits with S2 still held
+ *                    (the mover's job pending): "exiting" and the exit
+ *   ahead-launch     with IPCSHIM_TEST_SWAP_AHEAD=1 (fetches are fetches
+ *                    ahead): A evicted, C freed; a kernel over A on held S2
+ *                    (its fetch ahead is queued; the kernel reads the host
+ *                    copy); once the mover owns the fetch (waiting for S2),
+ *                    a kernel over A on held S3; S2 released, then S3
+ *   ahead-fail       the same, but the mover's cuMemMap of A's chunks fails
+ *                    (simcuda_inject) once S2 is released: A stays on its
+ *                    host copy; then a kernel over A on S1
  *   unsafe-unmap     no shim needed: what an engine that ignores the rule
  *                    does, by hand: a VMM block with a queued kernel over
  *                    it is copied out and unmapped (the 700 the other
@@ -71,8 +92,11 @@
  * (queued: kernels and copies still queued, simcuda_queued_work); with
  * queued-fetch also "a_at_queue", "fetch_queued_before", "a_before_fetch",
  * "fetch_queued_after", "a_after_fetch" (the same around the fetch); with
- * pending-launch and pending-unknown also "a_pending" (where A is mapped
- * just before the kernel over it); mode
+ * pending-launch, pending-unknown and the mover modes also "a_pending" (where
+ * A is mapped just before the kernel over it or the mode's call); with the
+ * orders that evict A first "a_evicted" (once its remap is done); with
+ * ahead-launch "a_ahead" (A while its fetch ahead waits) and
+ * "a_after_launch"; mode
  * lines ("export: CODE",
  * "child: STATUS", "free: CODE", "reset: CODE", "import_open: CODE", "import_read: ok|wrong"),
  * "error: WHAT CODE" for every call that failed, "errors: N", "bad_words: N" (words that differ
@@ -90,7 +114,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <pthread.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NBLK 3
@@ -103,10 +129,11 @@
 static void *blk[NBLK];
 static uint32_t *want[NBLK];
 static CUfunction add_fn, add_opaque_fn;
-static CUstream s1, s2;
+static CUstream s1, s2, s3;
 static int errors, saw_700;
 
 static int (*hold)(void *, int);
+static void (*inject)(enum simcuda_fault, unsigned);
 static unsigned (*queued)(void);
 static int (*residency)(const void *, struct simcuda_residency *);
 
@@ -203,6 +230,7 @@ static void start(void)
 {
     hold = (int (*)(void *, int))dlsym(RTLD_DEFAULT, "simcuda_stream_hold");
     queued = (unsigned (*)(void))dlsym(RTLD_DEFAULT, "simcuda_queued_work");
+    inject = (void (*)(enum simcuda_fault, unsigned))dlsym(RTLD_DEFAULT, "simcuda_inject");
     residency = (int (*)(const void *, struct simcuda_residency *))dlsym(
         RTLD_DEFAULT, "simcuda_managed_residency");
     int r;
@@ -213,7 +241,8 @@ static void start(void)
         (r = cuModuleGetFunction(&add_opaque_fn, mod, "simcuda_add_u32_opaque")))
         setup_fail("cuModuleGetFunction", r);
     if ((r = cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING)) ||
-        (r = cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING)))
+        (r = cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING)) ||
+        (r = cuStreamCreate(&s3, CU_STREAM_NON_BLOCKING)))
         setup_fail("cuStreamCreate", r);
     for (int b = 0; b < NBLK; b++) {
         if (!(want[b] = malloc(BLK))) setup_fail("malloc", 0);
@@ -226,6 +255,20 @@ static void hold_s2(int on)
 {
     if (!hold) setup_fail("no simulator (simcuda_stream_hold): this program needs one", 0);
     if (hold(s2, on)) setup_fail("simcuda_stream_hold", -1);
+}
+
+static void hold_stream(CUstream s, int on)
+{
+    if (!hold) setup_fail("no simulator (simcuda_stream_hold): this program needs one", 0);
+    if (hold(s, on)) setup_fail("simcuda_stream_hold", -1);
+}
+
+/* Time for the mover thread (IPCSHIM_SWAP_MOVER=thread) to take the job
+ * just queued: it then waits behind the held stream. */
+static void let_the_mover_take_it(void)
+{
+    struct timespec ts = {0, 300 * 1000000L};
+    nanosleep(&ts, NULL);
 }
 
 static void before(void)
@@ -409,6 +452,12 @@ static void evict_a(void)
     before();
     pressure();
     check(cuStreamSynchronize(s1), "cuStreamSynchronize(S1)");
+    /* A mover thread remaps A a little later: wait for it (2 s at most). */
+    for (int i = 0; i < 2000 && strcmp(where(blk[A]), "host"); i++) {
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    printf("a_evicted: %s\n", where(blk[A]));
 }
 
 /* The fetch's side of the rule: A is evicted, queued work of unknown
@@ -480,13 +529,17 @@ static int import_main(const char *hex, int sock)
     return write(sock, &c, 1) == 1 ? 0 : 2;
 }
 
-static void export_order(bool extra)
+static void export_order(bool extra, bool mover)
 {
     if (extra) {
         hold_s2(1);
         add(A, s2, 1, false);
         before();
         pressure();
+        if (mover) {
+            let_the_mover_take_it();
+            printf("a_pending: %s\n", where(blk[A]));
+        }
     } else {
         evict_a();
     }
@@ -585,9 +638,18 @@ static void free_pending_order(void)
     finish(0);
 }
 
-static void reset_order(void)
+static void reset_order(bool mover)
 {
-    evict_a();
+    if (mover) {
+        hold_s2(1);
+        add(A, s2, 1, false);
+        before();
+        pressure();
+        let_the_mover_take_it();
+        printf("a_pending: %s\n", where(blk[A]));
+    } else {
+        evict_a();
+    }
     printf("reset: %d\n", check(cudaDeviceReset(), "cudaDeviceReset"));
     /* Everything of the old context is gone; a new one serves new blocks. */
     CUmodule mod;
@@ -606,6 +668,98 @@ static void reset_order(void)
         add(C, s1, 3, false);
     }
     finish(0);
+}
+
+static CUcontext main_ctx;
+
+static void *launch_over_a(void *arg)
+{
+    (void)arg;
+    check(cuCtxSetCurrent(main_ctx), "cuCtxSetCurrent (launching thread)");
+    add(A, s1, 4, false);
+    return NULL;
+}
+
+/* The mover thread owns A's remap (A's write-back held behind S2) when the
+ * mode's call comes. */
+static void mover_order(const char *mode)
+{
+    hold_s2(1);
+    add(A, s2, 1, false);
+    before();
+    pressure();
+    let_the_mover_take_it();
+    printf("a_pending: %s\n", where(blk[A]));
+    unsigned gone = 0;
+    if (is(mode, "mover-launch")) {
+        pthread_t t;
+        check(cuCtxGetCurrent(&main_ctx), "cuCtxGetCurrent");
+        if (pthread_create(&t, NULL, launch_over_a, NULL)) setup_fail("pthread_create", 0);
+        pthread_join(t, NULL);
+    } else if (is(mode, "mover-unknown")) {
+        add(A, s1, 7, true);
+    } else if (is(mode, "mover-free")) {
+        printf("free: %d\n", check(cudaFree(blk[A]), "cudaFree(A)"));
+        gone = 1u << A;
+    } else if (is(mode, "mover-exit")) {
+        printf("exiting\n");
+        fflush(stdout);
+        exit(0);
+    } else if (is(mode, "mover-fork")) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) exit(0); /* no CUDA; its atexit hooks run */
+        int st = -1;
+        if (pid < 0 || waitpid(pid, &st, 0) != pid) check(-1, "fork");
+        printf("child: %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    }
+    hold_s2(0);
+    check(cuStreamSynchronize(s2), "cuStreamSynchronize(S2)");
+    if (is(mode, "mover-free")) { /* free-pending's moves: a new A and kernels */
+        if (check(cudaMalloc(&blk[A], BLK), "cudaMalloc(new A)")) setup_fail("cudaMalloc", 0);
+        fill(A);
+        gone = 0;
+        for (int round = 0; round < 3; round++) {
+            add(A, s1, 4, false);
+            add(B, s1, 5, false);
+            add(C, s1, 6, false);
+        }
+    }
+    finish(gone);
+}
+
+/* A fetch ahead the mover owns (behind held S2) when a kernel over its
+ * block comes (on held S3). */
+static void ahead_order(bool fail)
+{
+    evict_a();
+    printf("free_c: %d\n", check(cudaFree(blk[C]), "cudaFree(C)"));
+    hold_s2(1);
+    hold_stream(s3, 1);
+    add(A, s2, 1, false);
+    let_the_mover_take_it();
+    printf("a_ahead: %s\n", where(blk[A]));
+    if (fail) {
+        if (!inject) setup_fail("no simcuda_inject", 0);
+        inject(SIMCUDA_FAULT_VMM_MAP, 1);
+        hold_s2(0);
+        check(cuStreamSynchronize(s2), "cuStreamSynchronize(S2)");
+        let_the_mover_take_it(); /* its map fails; A goes back to its host copy */
+        printf("a_after_failure: %s\n", where(blk[A]));
+        hold_stream(s3, 0);
+        add(A, s1, 4, false);
+        add(B, s1, 5, false);
+        finish(1u << C);
+        return;
+    }
+    add(A, s3, 4, false);
+    printf("a_after_launch: %s\n", where(blk[A]));
+    hold_s2(0);
+    check(cuStreamSynchronize(s2), "cuStreamSynchronize(S2)");
+    hold_stream(s3, 0);
+    check(cuStreamSynchronize(s3), "cuStreamSynchronize(S3)");
+    add(B, s1, 5, false);
+    finish(1u << C);
 }
 
 /* A swap engine's eviction without the rule, by hand: the block is a VMM
@@ -673,14 +827,19 @@ int main(int argc, char **argv)
         pending_order(mode);
     else if (is(mode, "fork"))
         fork_order();
-    else if (is(mode, "export") || is(mode, "export-pending"))
-        export_order(is(mode, "export-pending"));
+    else if (is(mode, "export") || is(mode, "export-pending") || is(mode, "mover-export"))
+        export_order(!is(mode, "export"), is(mode, "mover-export"));
     else if (is(mode, "free-pending"))
         free_pending_order();
     else if (is(mode, "free-queued"))
         free_queued_order();
-    else if (is(mode, "reset"))
-        reset_order();
+    else if (is(mode, "reset") || is(mode, "mover-reset"))
+        reset_order(is(mode, "mover-reset"));
+    else if (is(mode, "mover-launch") || is(mode, "mover-unknown") || is(mode, "mover-free") ||
+             is(mode, "mover-exit") || is(mode, "mover-fork"))
+        mover_order(mode);
+    else if (is(mode, "ahead-launch") || is(mode, "ahead-fail"))
+        ahead_order(is(mode, "ahead-fail"));
     else if (is(mode, "unsafe-unmap"))
         unsafe_unmap();
     else
