@@ -184,15 +184,14 @@ int swap_engine_fetch_ahead(struct swap_engine *e, uint64_t stream)
     return fetched;
 }
 
-void swap_engine_ahead_used(struct swap_engine *e, struct swap_block *b, bool late)
+void swap_engine_ahead_feedback(struct swap_engine *e, int device, bool late)
 {
-    if (!e || !b || !b->ahead || b->device < 0 || b->device >= SWAP_ENGINE_MAX_DEVICES) return;
-    b->ahead = false;
+    if (!e || device < 0 || device >= SWAP_ENGINE_MAX_DEVICES || !e->policies[device]) return;
     if (late)
         e->c.ahead_late++;
     else
         e->c.ahead_early++;
-    swap_ahead_used(&e->ahead[b->device], late);
+    swap_ahead_used(&e->ahead[device], late);
 }
 
 uint32_t swap_engine_horizon(const struct swap_engine *e, int device)

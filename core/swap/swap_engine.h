@@ -44,7 +44,7 @@ struct swap_engine_counts {
     uint64_t move_failures;
     uint64_t overflows; /* accesses left to demand paging: the launch does not fit */
     /* fetches ahead (swap_engine_fetch_ahead): bytes (in to_device_bytes
-     * too), and the launches' feedback (swap_engine_ahead_used): blocks
+     * too), and the launches' feedback (swap_engine_ahead_feedback): blocks
      * used late (the launch waited for the copy) or early, and fetches on
      * demand of blocks the prediction saw coming */
     uint64_t ahead_bytes, ahead_late, ahead_early, ahead_missed;
@@ -101,12 +101,14 @@ void swap_engine_end_launch(struct swap_engine *e);
  * many blocks were fetched ahead, or -ENOMEM. */
 int swap_engine_fetch_ahead(struct swap_engine *e, uint64_t stream);
 
-/* Feedback for the horizon: the current launch uses b, whose ahead note is
- * set; late: its fetch had not completed when the launch was submitted
- * (the launch waits for it), else it arrived early. Clears the note; a
- * no-op for a block without it. Call before swap_engine_access(b), which
- * clears the note too. */
-void swap_engine_ahead_used(struct swap_engine *e, struct swap_block *b, bool late);
+/* Feedback for device's horizon, from the host: a launch used a block
+ * fetched ahead (its ahead note was set when the launch's access was
+ * reported) and waited for its copy (late: the copy ended after the
+ * stream reached the launch), or did not (early). It may come launches
+ * later (once the host can tell); it counts toward the launch current
+ * then. Blocks fetched on demand that the prediction saw coming count as
+ * late without the host (swap_engine_access). */
+void swap_engine_ahead_feedback(struct swap_engine *e, int device, bool late);
 
 /* Device d's fetch-ahead horizon in launches (swap_ahead), 0 for a device
  * with no policy yet. */

@@ -319,8 +319,8 @@ Test(swap_engine, fetches_ahead_the_blocks_the_next_launches_need)
 
 /* The host's feedback moves the horizon: a launch that waited for a block
  * fetched ahead grows it, launches whose blocks arrived early shrink it
- * slowly; the note is cleared, and feedback for a block without it is
- * ignored. */
+ * slowly; the access clears the block's note; feedback for a device with
+ * no policy is ignored. */
 Test(swap_engine, the_hosts_feedback_moves_the_horizon)
 {
     struct move_log l = {0};
@@ -332,22 +332,20 @@ Test(swap_engine, the_hosts_feedback_moves_the_horizon)
     }
     ahead_loop(e, &l, base, 120, 0);
     uint32_t h = swap_engine_horizon(e, 0);
-    /* find the next launch's block fetched ahead, report it late */
     int late = 0, early = 0;
     for (int r = 0; r < 40; r++)
         for (int i = 0; i < 6; i++) {
             struct swap_block *b = swap_engine_find(e, base[i]);
-            bool was = b->ahead;
-            if (was && r < 2) {
-                swap_engine_ahead_used(e, b, true);
+            if (b->ahead && r < 2) {
+                swap_engine_ahead_feedback(e, 0, true);
                 late++;
-            } else if (was) {
-                swap_engine_ahead_used(e, b, false);
+            } else if (b->ahead) {
+                swap_engine_ahead_feedback(e, 0, false);
                 early++;
             }
-            cr_expect_not(b->ahead, "the feedback clears the note");
-            swap_engine_ahead_used(e, b, true); /* no note: ignored */
+            swap_engine_ahead_feedback(e, 5, true); /* no policy there: ignored */
             cr_assert_eq(launch(e, &base[i], 1, 0), 0);
+            cr_expect_not(b->ahead, "the access clears the note");
             if (r == 1 && i == 5) {
                 cr_expect_gt(swap_engine_horizon(e, 0), h, "late launches grow it");
                 h = swap_engine_horizon(e, 0);
