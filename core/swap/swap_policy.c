@@ -225,11 +225,10 @@
  * share of the followed shadow's (swap_policy_prefetch). On the committed
  * traces (swap-real --ahead N), fetching ahead within 1 / 4 launches:
  * 1.01 moves at most 2.2 / 2.9 % more than on demand on one row
- * (lstm-train at 2x), 0.2 / 0.7 % more in all, with 51 / 27 % of the
- * fetches ahead; 1.0 (the two costs drift apart by about a block with the
- * phase of the loop) only 7 / 4 %; with no gate, up to 12 % more at one
- * launch and 2.5x at four (transformer-infer at 1.25x: evicting for a block
- * needed four launches on takes room the launches between then lack). */
+ * (lstm-train at 2x), 0.2 / 0.5 % more in all, with 51 / 45 % of the
+ * fetches ahead; 1.0 fewer ahead (the two costs drift apart by about a
+ * block with the loop's phase); with no gate, up to 12 / 21 % more on one
+ * row (seq2seq-attn-train, resnet18-phases at 2x), 1.5 / 3.9 % in all. */
 #define AHEAD_MARGIN 1.01
 
 /* How the real cache and each shadow rank victims: recency, reverse

@@ -22,8 +22,10 @@
  * iteration taken as the future (docs/swap.md, "What predicting from the
  * previous iteration can reach").
  * With --model, the timing model instead (swap_real_model.c): each
- * iteration's modeled time under today's engine and the planned one beside
- * its physical bound, with the model's goal lines.
+ * iteration's modeled time under the managed engine, the VMM engine as
+ * built (before and with fetch ahead) and the planned one beside its
+ * physical bound, with the model's goal lines (judging the engine as
+ * built).
  * With --designs, the VMM engine's variants side by side (swap_real_model.c).
  * With --ahead N, history fetches ahead within N launches after every
  * launch (swap_policy_prefetch, the horizon fixed): the policy goals with

@@ -152,6 +152,9 @@ static const struct design designs[] = {
      * (every fetch the prediction allows goes ahead; more bytes) */
     {"built ahead lu", BUILT, SMALL, 0, true, 0, 0, 1, false, WLU, true, false, true, 0},
     {"built ahead wide", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, true, false, true, 1e9},
+    /* two mover threads: a victim's remap, which waits for its events, no
+     * longer holds up the next fetch ahead's map behind it */
+    {"built ahead 2mv", BUILT, SMALL, 0, true, 0, 0, 2, false, WQ, true, false, true, 0},
     /* item 4: the unit, with today's schedule */
     {"a:block", VMM, BLOCK, 0, false, 0, 0, 1, false, WQ, false, false, false, 0},
     {"b:small-mgd", VMM, SMALL, 0, false, 0, 0, 1, false, WQ, false, false, false, 0},
@@ -462,7 +465,9 @@ int swap_real_designs(int n, char **paths)
         "thread, no fetch ahead; built c8 in 8 MiB chunks, built lu evictions waiting only for "
         "the victim's launches, built nr free remaps, built async with async evictions, the "
         "write-back ordered on the device and the victim's range remapped by a mover thread; 1r "
-        "the host's and the mover's remaps one at a time), "
+        "the host's and the mover's remaps one at a time; built ahead with the engine's fetches "
+        "ahead on the mover thread too, lu with per-block events, wide with the policy's cost "
+        "gate open, 2mv with two mover threads), "
         "d:seg PyTorch's segments (traces the shim "
         "wrote as they are), d:chunk2 their "
         "2 MiB "
