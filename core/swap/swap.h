@@ -237,8 +237,9 @@ void swap_policy_set_clean_weight(struct swap_policy *p, double w);
  * is: its predicted use needs no fetch). Only for the history kind, while
  * a period is learned, the real cache follows a prediction (not lru, not
  * mru: the prediction is then proving cheaper), and the real cache has
- * recently moved no more than that prediction would have on demand
- * (swap_policy_set_ahead_margin); SWAP_NEVER and blocks predicted dead
+ * recently moved no more than it would have without fetching ahead (a
+ * cache beside the shadows replays the real one's rule without it;
+ * swap_policy_set_ahead_margin); SWAP_NEVER and blocks predicted dead
  * are never fetched. Predictions from the period (asking a trusted anchor
  * first where the followed ranking does), victims in the followed
  * ranking's order.
@@ -281,8 +282,8 @@ void swap_ahead_used(struct swap_ahead *a, bool late);
 void swap_ahead_end_launch(struct swap_ahead *a);
 
 /* Replay only: fetch ahead while the real cache's recent cost is at most m
- * times what the ranking it follows would have moved on demand (default
- * 1.01; a large m: always). See AHEAD_MARGIN in swap_policy.c. */
+ * times what it would have moved without fetching ahead (default 1.01; a
+ * large m: always). See AHEAD_MARGIN in swap_policy.c. */
 void swap_policy_set_ahead_margin(struct swap_policy *p, double m);
 
 const char *swap_policy_kind_name(enum swap_policy_kind kind);

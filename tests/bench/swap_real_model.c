@@ -155,6 +155,9 @@ static const struct design designs[] = {
     /* two mover threads: a victim's remap, which waits for its events, no
      * longer holds up the next fetch ahead's map behind it */
     {"built ahead 2mv", BUILT, SMALL, 0, true, 0, 0, 2, false, WQ, true, false, true, 0},
+    /* every fetch the prediction allows ahead, on four mover threads (the
+     * driver's parallel remaps are not measured) */
+    {"built ahead wide 4mv", BUILT, SMALL, 0, true, 0, 0, 4, false, WQ, true, false, true, 1e9},
     /* item 4: the unit, with today's schedule */
     {"a:block", VMM, BLOCK, 0, false, 0, 0, 1, false, WQ, false, false, false, 0},
     {"b:small-mgd", VMM, SMALL, 0, false, 0, 0, 1, false, WQ, false, false, false, 0},
@@ -467,7 +470,7 @@ int swap_real_designs(int n, char **paths)
         "write-back ordered on the device and the victim's range remapped by a mover thread; 1r "
         "the host's and the mover's remaps one at a time; built ahead with the engine's fetches "
         "ahead on the mover thread too, lu with per-block events, wide with the policy's cost "
-        "gate open, 2mv with two mover threads), "
+        "gate open, 2mv with two mover threads, 4mv four), "
         "d:seg PyTorch's segments (traces the shim "
         "wrote as they are), d:chunk2 their "
         "2 MiB "
