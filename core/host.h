@@ -47,7 +47,7 @@ typedef int host_free_block_fn(uint64_t base, int device, uint64_t ctx, uint64_t
  * carry its own context (the unit tests' record their moves). */
 #define HOST_MOVE_NEW 1u
 #define HOST_MOVE_DIRTY 2u
-#define HOST_MOVE_AHEAD 4u
+#define HOST_MOVE_AHEAD 4u /* a fetch ahead of its use: the caller does not wait for it */
 typedef int host_move_fn(void *ctx, uint64_t base, uint64_t size, int device, uint64_t stream,
                          unsigned flags);
 

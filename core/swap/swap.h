@@ -119,6 +119,11 @@ struct swap_params {
     uint64_t budget_bytes;   /* device-resident bytes allowed, > 0 */
     uint32_t history_events; /* history ring capacities (HISTORY only), 0 = default */
     uint32_t history_launches;
+    /* Replay tools only (swap_replay): after every launch, fetch ahead
+     * within this many launches (swap_policy_prefetch, at most
+     * SWAP_AHEAD_PER_LAUNCH blocks); 0 = none. The policy itself never
+     * fetches ahead unasked. */
+    uint32_t ahead_horizon;
 };
 
 struct swap_counters {
@@ -128,8 +133,10 @@ struct swap_counters {
     uint64_t first_touches; /* first accesses (no copy) */
     uint64_t evictions;     /* all evictions */
     uint64_t dirty_evictions;
-    uint64_t overflows; /* accesses refused with -ENOSPC */
-    uint64_t launches;  /* completed launches */
+    uint64_t overflows;  /* accesses refused with -ENOSPC */
+    uint64_t launches;   /* completed launches */
+    uint64_t prefetches; /* fetches ahead (swap_policy_prefetch); their bytes are in h2d_bytes */
+    uint64_t prefetches_unused; /* of those, evicted or freed before any access */
 };
 
 /* One block to evict before the access. */
@@ -147,6 +154,10 @@ struct swap_decision {
     bool fetch;       /* copy the block host->device */
     bool first_touch; /* first access: create on the device, nothing to copy */
     bool to_host;     /* swap_policy_copy of a new block with no room: create it on the host */
+    /* fetch on demand of a block that a fetch-ahead scan since its last
+     * access saw coming within its horizon but did not fetch: the launch
+     * waits for a copy the prediction expected (swap_ahead_used, late) */
+    bool predicted;
 };
 
 struct swap_policy;
@@ -204,6 +215,76 @@ const struct swap_history *swap_policy_history(const struct swap_policy *p);
 /* Replay only: rank clean blocks as if their next use were w times further
  * away (default 2; 1 = plain furthest-next-use). See swap_policy.c. */
 void swap_policy_set_clean_weight(struct swap_policy *p, double w);
+
+/* ---- fetch ahead -------------------------------------------------------- */
+
+/* A fetch ahead: the block history predicts next in the coming launches,
+ * fetched now so that its copy runs beside the launches before its use.
+ * Call it between launches (after swap_policy_next_launch, before the next
+ * launch's accesses), up to SWAP_AHEAD_PER_LAUNCH times.
+ *
+ * *block: the non-resident block (with a host copy) whose predicted next use
+ * is the earliest within [now, now + horizon); out: the victims that make
+ * its room, taken in the policy's victim order among the blocks whose
+ * predicted next use is later than the block's (never one needed sooner;
+ * a block predicted dead only when clean, or dirty and dying after that
+ * use; never a pinned block), then out->fetch. The block becomes resident
+ * and clean and counts its bytes as h2d (a fetch, only earlier, counted in
+ * prefetches too); it does not enter the history (no access happened), and
+ * ranks as just used for lru. A block evicted by a fetch ahead is not a
+ * candidate again in the same launch, nor is a block whose latest first
+ * access after an idle launch was a copy (a copy works where the block
+ * is: its predicted use needs no fetch). Only for the history kind, while
+ * a period is learned, the real cache follows a prediction (not lru, not
+ * mru: the prediction is then proving cheaper), and the real cache has
+ * recently moved no more than it would have without fetching ahead (a
+ * cache beside the shadows replays the real one's rule without it;
+ * swap_policy_set_ahead_margin); SWAP_NEVER and blocks predicted dead
+ * are never fetched. Predictions from the period (asking a trusted anchor
+ * first where the followed ranking does), victims in the followed
+ * ranking's order.
+ * Cost: one pass over the policy's blocks to find the block (their
+ * predictions are computed once per launch and cached, as for victims),
+ * and one to rank victims when there is no free room: at most
+ * 2 x SWAP_AHEAD_PER_LAUNCH passes per launch and device.
+ * 0; -ENOENT: nothing to fetch ahead (no candidate, or no room without
+ * evicting a block needed sooner; nothing changed); -EINVAL (horizon 0). */
+int swap_policy_prefetch(struct swap_policy *p, uint32_t horizon, uint64_t *block,
+                         struct swap_decision *out);
+
+/* At most this many fetches ahead per device and launch. */
+#define SWAP_AHEAD_PER_LAUNCH 4
+
+/* The adaptive horizon, shared by the engine and the timing model: how
+ * many launches before its predicted use a block's fetch may start. It
+ * starts at SWAP_AHEAD_START launches; a launch that had to wait for a
+ * block fetched ahead (its copy not complete when the launch was
+ * submitted), or that fetched on demand a block the prediction saw coming
+ * (swap_decision.predicted), grows it by half (at least one launch), up to
+ * SWAP_AHEAD_MAX; after SWAP_AHEAD_SHRINK_AFTER launches in a row whose
+ * blocks fetched ahead all arrived early, it shrinks by one launch, down to
+ * 1. A launch changes it at most once (swap_ahead_end_launch). Growing fast
+ * and shrinking slowly: a late fetch stalls the device, an early one only
+ * holds room a little sooner. */
+#define SWAP_AHEAD_START 2
+#define SWAP_AHEAD_MAX 32
+#define SWAP_AHEAD_SHRINK_AFTER 16
+struct swap_ahead {
+    uint32_t horizon;   /* launches, 1..SWAP_AHEAD_MAX */
+    uint32_t early_run; /* launches in a row with only early arrivals */
+    bool late, early;   /* the current launch's feedback so far */
+};
+void swap_ahead_init(struct swap_ahead *a);
+/* A block fetched ahead was used by the current launch (late: the launch
+ * waited for its copy), or a predicted block was fetched on demand (late). */
+void swap_ahead_used(struct swap_ahead *a, bool late);
+/* The current launch is complete: apply its feedback (above). */
+void swap_ahead_end_launch(struct swap_ahead *a);
+
+/* Replay only: fetch ahead while the real cache's recent cost is at most m
+ * times what it would have moved without fetching ahead (default 1.01; a
+ * large m: always). See AHEAD_MARGIN in swap_policy.c. */
+void swap_policy_set_ahead_margin(struct swap_policy *p, double m);
 
 const char *swap_policy_kind_name(enum swap_policy_kind kind);
 /* "lru", "history", "min" -> kind; -EINVAL otherwise. */

@@ -43,6 +43,11 @@ struct swap_engine_counts {
     uint64_t to_device_bytes, to_host_bytes, created_bytes;
     uint64_t move_failures;
     uint64_t overflows; /* accesses left to demand paging: the launch does not fit */
+    /* fetches ahead (swap_engine_fetch_ahead): bytes (in to_device_bytes
+     * too), and the launches' feedback (swap_engine_ahead_feedback): blocks
+     * used late (the launch waited for the copy) or early, and fetches on
+     * demand of blocks the prediction saw coming */
+    uint64_t ahead_bytes, ahead_late, ahead_early, ahead_missed;
 };
 
 struct swap_engine;
@@ -78,8 +83,36 @@ struct swap_index *swap_engine_index(struct swap_engine *e);
 int swap_engine_access(struct swap_engine *e, struct swap_block *b, bool is_write, bool by_copy,
                        uint64_t stream);
 
-/* The current launch is complete: every policy it touched advances. */
+/* The current launch is complete: every policy it touched advances, and
+ * its device's fetch-ahead horizon takes the launch's feedback
+ * (swap_ahead_end_launch). */
 void swap_engine_end_launch(struct swap_engine *e);
+
+/* Fetch ahead, between launches (after swap_engine_end_launch, before the
+ * next launch's first swap_engine_access): for every device, up to
+ * SWAP_AHEAD_PER_LAUNCH blocks predicted within the device's horizon
+ * (swap_policy_prefetch), each as moves on stream: its victims that are on
+ * the device to the host (as swap_engine_access moves them), then the block
+ * to its device with HOST_MOVE_AHEAD (the caller does not wait for the
+ * copy; the launch that uses the block must). A successful one sets the
+ * block's ahead note. A failed move leaves the block on the host (the
+ * launch that uses it moves it on demand), and so does a victim's failed
+ * move (nothing is added beside a victim left on the device). Returns how
+ * many blocks were fetched ahead, or -ENOMEM. */
+int swap_engine_fetch_ahead(struct swap_engine *e, uint64_t stream);
+
+/* Feedback for device's horizon, from the host: a launch used a block
+ * fetched ahead (its ahead note was set when the launch's access was
+ * reported) and waited for its copy (late: the copy ended after the
+ * stream reached the launch), or did not (early). It may come launches
+ * later (once the host can tell); it counts toward the launch current
+ * then. Blocks fetched on demand that the prediction saw coming count as
+ * late without the host (swap_engine_access). */
+void swap_engine_ahead_feedback(struct swap_engine *e, int device, bool late);
+
+/* Device d's fetch-ahead horizon in launches (swap_ahead), 0 for a device
+ * with no policy yet. */
+uint32_t swap_engine_horizon(const struct swap_engine *e, int device);
 
 /* Sum of the policies' counters, and the engine's own. */
 void swap_engine_counters(const struct swap_engine *e, struct swap_counters *policy,

@@ -21,6 +21,8 @@ struct swap_block {
     uint64_t charge; /* bytes charged to the device budget (size rounded up) */
     int device;      /* the device it was allocated on: its home for fetches */
     bool on_device;  /* the caller's note: last placed on its device */
+    bool ahead;      /* the engine's note: fetched ahead, no launch has used it since
+                      * (swap_engine_access clears it) */
 };
 
 struct swap_index;

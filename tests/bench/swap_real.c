@@ -22,10 +22,15 @@
  * iteration taken as the future (docs/swap.md, "What predicting from the
  * previous iteration can reach").
  * With --model, the timing model instead (swap_real_model.c): each
- * iteration's modeled time under today's engine and the planned one beside
- * its physical bound, with the model's goal lines.
+ * iteration's modeled time under the managed engine, the VMM engine as
+ * built (before and with fetch ahead) and the planned one beside its
+ * physical bound, with the model's goal lines (judging the engine as
+ * built).
  * With --designs, the VMM engine's variants side by side (swap_real_model.c).
- * Usage: swap-real [--model | --designs] [--json FILE] TRACE... */
+ * With --ahead N, history fetches ahead within N launches after every
+ * launch (swap_policy_prefetch, the horizon fixed): the policy goals with
+ * fetch ahead on.
+ * Usage: swap-real [--model | --designs | --ahead N] [--json FILE] TRACE... */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +116,7 @@ int main(int argc, char **argv)
 {
     const char *json = NULL;
     int first = 1, model = 0, designs = 0;
+    uint32_t ahead = 0;
     for (;;) {
         if (first < argc && !strcmp(argv[first], "--model")) {
             model = 1;
@@ -118,6 +124,9 @@ int main(int argc, char **argv)
         } else if (first < argc && !strcmp(argv[first], "--designs")) {
             model = designs = 1;
             first++;
+        } else if (first + 1 < argc && !strcmp(argv[first], "--ahead")) {
+            ahead = (uint32_t)strtoul(argv[first + 1], NULL, 10);
+            first += 2;
         } else if (first + 1 < argc && !strcmp(argv[first], "--json")) {
             json = argv[first + 1];
             first += 2;
@@ -126,7 +135,8 @@ int main(int argc, char **argv)
         }
     }
     if (first >= argc) {
-        fprintf(stderr, "usage: swap-real [--model | --designs] [--json FILE] TRACE...\n");
+        fprintf(stderr,
+                "usage: swap-real [--model | --designs | --ahead N] [--json FILE] TRACE...\n");
         return 2;
     }
     if (designs) return swap_real_designs(argc - first, argv + first);
@@ -137,7 +147,9 @@ int main(int argc, char **argv)
         return 1;
     }
     if (jf) fprintf(jf, "{\n  \"unit\": \"bytes moved over the whole trace\",\n  \"rows\": [\n");
-    printf("real traces, whole run (warm-up counts), MiB moved (host->device + device->host)\n");
+    printf("real traces, whole run (warm-up counts), MiB moved (host->device + device->host)");
+    if (ahead) printf("; history fetches ahead within %u launches", (unsigned)ahead);
+    printf("\n");
     printf("%-32s %6s %8s %9s %9s %7s %9s %9s %8s %8s %7s %8s\n", "trace", "budget", "MiB",
            "lb(h2d)", "offline", "best", "history", "lru", "hist/off", "hist/lru", "off/lb",
            "iter>=2");
@@ -165,7 +177,9 @@ int main(int argc, char **argv)
             prm.kind = SWAP_POLICY_MIN;
             if (!rc) rc = swap_replay(&t, &prm, 0, &off);
             prm.kind = SWAP_POLICY_HISTORY;
+            prm.ahead_horizon = ahead;
             if (!rc) rc = swap_replay(&t, &prm, 0, &hist);
+            prm.ahead_horizon = 0;
             prm.kind = SWAP_POLICY_LRU;
             if (!rc) rc = swap_replay(&t, &prm, 0, &lru);
             if (rc) {

@@ -13,9 +13,10 @@ struct move_log {
         int device;
         uint64_t stream;
         unsigned flags;
-    } m[256];
+    } m[4096];
     int n;
-    int fail_next; /* the next move(s) fail */
+    int fail_next;       /* the next move(s) fail */
+    unsigned fail_flags; /* moves with any of these flags fail */
 };
 
 static int fake_move(void *ctx, uint64_t base, uint64_t size, int device, uint64_t stream,
@@ -27,7 +28,8 @@ static int fake_move(void *ctx, uint64_t base, uint64_t size, int device, uint64
         l->fail_next--;
         return -EIO;
     }
-    if (l->n < 256) l->m[l->n++] = (typeof(l->m[0])){base, device, stream, flags};
+    if (flags & l->fail_flags) return -EIO;
+    if (l->n < 4096) l->m[l->n++] = (typeof(l->m[0])){base, device, stream, flags};
     return 0;
 }
 
@@ -236,5 +238,169 @@ Test(swap_engine, moves_say_whether_the_block_is_new_and_whether_it_is_dirty)
     cr_expect_eq(l.m[4].flags, 0, "b was only read: its host copy is current");
     cr_expect(l.m[5].base == a && l.m[5].device == 0);
     cr_expect_eq(l.m[5].flags, 0, "a fetch copies the host copy in");
+    swap_engine_destroy(e);
+}
+
+/* ---- fetch ahead ---------------------------------------------------------- */
+
+/* A loop over 6 blocks of 1 MiB under 3 MiB with history, fetching ahead
+ * after every launch from round `from` on; checks every move on the way.
+ * Returns how many blocks were fetched ahead. */
+static int ahead_loop(struct swap_engine *e, struct move_log *l, const uint64_t *base, int rounds,
+                      int from)
+{
+    int ahead = 0;
+    for (int r = 0; r < rounds; r++)
+        for (int i = 0; i < 6; i++) {
+            struct swap_block *b = swap_engine_find(e, base[i]);
+            bool was_ahead = b->ahead;
+            int before = l->n;
+            cr_assert_eq(launch(e, &base[i], 1, 7), 0);
+            if (was_ahead) {
+                cr_expect_eq(l->n, before, "a block fetched ahead is not fetched again");
+                cr_expect(b->on_device);
+            }
+            cr_expect_not(b->ahead, "the launch used it");
+            if (r < from) continue;
+            before = l->n;
+            int n = swap_engine_fetch_ahead(e, 9);
+            cr_assert_geq(n, 0);
+            ahead += n;
+            int seen = 0;
+            for (int k = before; k < l->n; k++) {
+                if (l->m[k].flags & HOST_MOVE_AHEAD) {
+                    seen++;
+                    cr_expect_eq(l->m[k].device, 0);
+                    cr_expect_eq(l->m[k].stream, 9);
+                    cr_expect_eq(l->m[k].flags, HOST_MOVE_AHEAD, "a fetch: neither new nor dirty");
+                    struct swap_block *f = swap_engine_find(e, l->m[k].base);
+                    cr_expect(f->ahead && f->on_device);
+                } else {
+                    cr_expect_eq(l->m[k].device, -1, "victims go to the host first");
+                    cr_expect_eq(seen, 0, "before the fetch they make room for");
+                }
+            }
+            cr_expect_eq(seen, n);
+            cr_assert_leq(swap_engine_placed_bytes(e, 0), swap_engine_resident_bytes(e, 0));
+            cr_assert_leq(swap_engine_resident_bytes(e, 0), 3 * MB);
+        }
+    return ahead;
+}
+
+/* Once history has learned the loop, the block the next launch needs is
+ * fetched ahead (HOST_MOVE_AHEAD, after its victims), and the launch that
+ * uses it moves nothing; the bytes are the policy's. */
+Test(swap_engine, fetches_ahead_the_blocks_the_next_launches_need)
+{
+    struct move_log l = {0};
+    struct swap_engine *e = make(&l, SWAP_POLICY_HISTORY, 3 * MB);
+    uint64_t base[6];
+    for (int i = 0; i < 6; i++) {
+        base[i] = 0x10000000ull + (uint64_t)i * 2 * MB;
+        cr_assert_eq(swap_engine_add(e, base[i], MB, 0, 4096), 0);
+    }
+    cr_expect_eq(swap_engine_horizon(e, 0), 0, "no policy yet");
+    /* the real cache reaches the shadow it follows with a few extra moves
+     * in the first rounds, which the gate waits out */
+    int ahead = ahead_loop(e, &l, base, 120, 0);
+    cr_expect_gt(ahead, 120, "fetched ahead once learned: %d", ahead);
+    struct swap_counters pc;
+    struct swap_engine_counts c;
+    swap_engine_counters(e, &pc, &c);
+    cr_expect_eq(c.ahead_bytes, (uint64_t)ahead * MB);
+    cr_expect_eq(pc.prefetches, (uint64_t)ahead);
+    cr_expect_eq(c.to_device_bytes, pc.h2d_bytes, "the engine's fetches are the policy's");
+    cr_expect_eq(c.to_host_bytes, pc.d2h_bytes);
+    /* no feedback from the host: the horizon only grew where a predicted
+     * block was fetched on demand */
+    cr_expect_geq(swap_engine_horizon(e, 0), SWAP_AHEAD_START);
+    swap_engine_destroy(e);
+}
+
+/* The host's feedback moves the horizon: a launch that waited for a block
+ * fetched ahead grows it, launches whose blocks arrived early shrink it
+ * slowly; the access clears the block's note; feedback for a device with
+ * no policy is ignored. */
+Test(swap_engine, the_hosts_feedback_moves_the_horizon)
+{
+    struct move_log l = {0};
+    struct swap_engine *e = make(&l, SWAP_POLICY_HISTORY, 3 * MB);
+    uint64_t base[6];
+    for (int i = 0; i < 6; i++) {
+        base[i] = 0x10000000ull + (uint64_t)i * 2 * MB;
+        cr_assert_eq(swap_engine_add(e, base[i], MB, 0, 4096), 0);
+    }
+    ahead_loop(e, &l, base, 120, 0);
+    uint32_t h = swap_engine_horizon(e, 0);
+    int late = 0, early = 0;
+    for (int r = 0; r < 40; r++)
+        for (int i = 0; i < 6; i++) {
+            struct swap_block *b = swap_engine_find(e, base[i]);
+            if (b->ahead && r < 2) {
+                swap_engine_ahead_feedback(e, 0, true);
+                late++;
+            } else if (b->ahead) {
+                swap_engine_ahead_feedback(e, 0, false);
+                early++;
+            }
+            swap_engine_ahead_feedback(e, 5, true); /* no policy there: ignored */
+            cr_assert_eq(launch(e, &base[i], 1, 0), 0);
+            cr_expect_not(b->ahead, "the access clears the note");
+            if (r == 1 && i == 5) {
+                cr_expect_gt(swap_engine_horizon(e, 0), h, "late launches grow it");
+                h = swap_engine_horizon(e, 0);
+            }
+            swap_engine_fetch_ahead(e, 0);
+        }
+    cr_assert_gt(late, 0);
+    cr_assert_gt(early, SWAP_AHEAD_SHRINK_AFTER);
+    cr_expect_lt(swap_engine_horizon(e, 0), h, "early ones shrink it");
+    struct swap_engine_counts c;
+    swap_engine_counters(e, NULL, &c);
+    cr_expect_eq(c.ahead_late, (uint64_t)late);
+    cr_expect_eq(c.ahead_early, (uint64_t)early);
+    swap_engine_destroy(e);
+}
+
+/* A fetch ahead that fails leaves the block on the host, without the note;
+ * the launch that uses it fetches it on demand (the policy counted it
+ * resident: placing it keeps the guarantee). */
+Test(swap_engine, a_failed_fetch_ahead_is_fetched_on_demand)
+{
+    struct move_log l = {0};
+    struct swap_engine *e = make(&l, SWAP_POLICY_HISTORY, 3 * MB);
+    uint64_t base[6];
+    for (int i = 0; i < 6; i++) {
+        base[i] = 0x10000000ull + (uint64_t)i * 2 * MB;
+        cr_assert_eq(swap_engine_add(e, base[i], MB, 0, 4096), 0);
+    }
+    ahead_loop(e, &l, base, 120, 0);
+    /* launch by launch, fail the fetches ahead until one was tried */
+    struct swap_engine_counts c;
+    swap_engine_counters(e, NULL, &c);
+    uint64_t failures = c.move_failures;
+    int i = 0;
+    l.fail_flags = HOST_MOVE_AHEAD;
+    for (int k = 0; k < 60 && c.move_failures == failures; k++, i = (i + 1) % 6) {
+        cr_assert_eq(launch(e, &base[i], 1, 0), 0);
+        cr_expect_eq(swap_engine_fetch_ahead(e, 0), 0, "nothing was fetched ahead");
+        swap_engine_counters(e, NULL, &c);
+    }
+    l.fail_flags = 0;
+    cr_assert_gt(c.move_failures, failures, "a fetch ahead was tried");
+    for (int k = 0; k < 6; k++, i = (i + 1) % 6) {
+        struct swap_block *b = swap_engine_find(e, base[i]);
+        cr_expect_not(b->ahead);
+        bool on = b->on_device;
+        int before = l.n;
+        cr_assert_eq(launch(e, &base[i], 1, 0), 0);
+        cr_expect(b->on_device);
+        if (!on) {
+            cr_expect_gt(l.n, before, "fetched on demand");
+            cr_expect_eq(l.m[l.n - 1].base, base[i]);
+            cr_expect_eq(l.m[l.n - 1].flags, 0);
+        }
+        cr_assert_leq(swap_engine_placed_bytes(e, 0), swap_engine_resident_bytes(e, 0));
+    }
     swap_engine_destroy(e);
 }

@@ -737,3 +737,225 @@ Test(swap_policy, history_predicts_a_first_evaluation_pass_from_its_own_gaps)
     cr_expect_leq(moved(&h), moved(&m), "whole run: history %.0f, min %.0f", moved(&h), moved(&m));
     swap_trace_fini(&t);
 }
+
+/* ---- fetch ahead ---------------------------------------------------------- */
+
+/* A loop of AH_P launches over AH_N blocks, each launch 1-3 random blocks
+ * (fixed seed), some written: exactly periodic, so history's prediction is
+ * the truth once learned, and every fetch ahead can be checked against it. */
+#define AH_N 12
+#define AH_P 10
+struct ahead_loop {
+    unsigned set[AH_P]; /* bit b: the launch touches block b */
+    unsigned wr[AH_P];
+};
+
+static void ahead_loop_init(struct ahead_loop *l)
+{
+    unsigned seed = 12345;
+    for (int t = 0; t < AH_P; t++) {
+        l->set[t] = l->wr[t] = 0;
+        int k = 1 + (int)(rand_r(&seed) % 3);
+        for (int i = 0; i < k; i++) {
+            unsigned b = (unsigned)rand_r(&seed) % AH_N;
+            l->set[t] |= 1u << b;
+            if (rand_r(&seed) % 3 == 0) l->wr[t] |= 1u << b;
+        }
+    }
+    for (int b = 0; b < AH_N; b++) /* every block used at least once a round */
+        l->set[b % AH_P] |= 1u << b;
+}
+
+/* The true next use of block b at or after launch t. */
+static uint64_t ahead_next(const struct ahead_loop *l, int b, uint64_t t)
+{
+    for (uint64_t u = t;; u++)
+        if (l->set[u % AH_P] & (1u << b)) return u;
+}
+
+/* Runs rounds of the loop under budget, fetching ahead within horizon
+ * after every launch (0: never); checks every fetch ahead against the
+ * truth from launch check_from on; the policy's counters into *c. */
+static void ahead_run(const struct ahead_loop *l, uint64_t budget, uint32_t horizon, int rounds,
+                      uint64_t check_from, double margin, struct swap_counters *c)
+{
+    struct swap_policy *p = make(SWAP_POLICY_HISTORY, budget);
+    if (margin > 0) swap_policy_set_ahead_margin(p, margin);
+    uint64_t now = 0;
+    for (int r = 0; r < rounds; r++)
+        for (int t = 0; t < AH_P; t++, now++) {
+            for (int b = 0; b < AH_N; b++) {
+                if (!(l->set[t] & (1u << b))) continue;
+                struct swap_decision d;
+                cr_assert_eq(swap_policy_access(p, (uint64_t)b, SZ, l->wr[t] & (1u << b), &d), 0);
+            }
+            swap_policy_next_launch(p);
+            for (unsigned k = 0; horizon && k < SWAP_AHEAD_PER_LAUNCH; k++) {
+                uint64_t id;
+                struct swap_decision d;
+                int rc = swap_policy_prefetch(p, horizon, &id, &d);
+                if (rc == -ENOENT) break;
+                cr_assert_eq(rc, 0);
+                cr_assert(d.fetch);
+                cr_assert(swap_policy_is_resident(p, id));
+                cr_assert_leq(swap_policy_resident_bytes(p), budget);
+                if (now + 1 < check_from) continue;
+                uint64_t next = ahead_next(l, (int)id, now + 1);
+                cr_expect_lt(next, now + 1 + horizon, "block %llu is used within the horizon",
+                             (unsigned long long)id);
+                for (size_t i = 0; i < d.n_evict; i++) {
+                    cr_expect_gt(ahead_next(l, (int)d.evict[i].block, now + 1), next,
+                                 "launch %llu: victim %llu is needed after block %llu",
+                                 (unsigned long long)now + 1, (unsigned long long)d.evict[i].block,
+                                 (unsigned long long)id);
+                    cr_expect_not(swap_policy_is_resident(p, d.evict[i].block));
+                }
+            }
+        }
+    swap_policy_counters(p, c);
+    swap_policy_destroy(p);
+}
+
+/* Once the loop is learned, a fetch ahead takes the next block the loop
+ * uses within the horizon, evicts only blocks needed after it, and keeps
+ * the budget (the cost gate opened wide: every fetch goes ahead). */
+Test(swap_policy, prefetch_fetches_the_next_predicted_block_and_evicts_only_later_ones)
+{
+    struct ahead_loop l;
+    ahead_loop_init(&l);
+    const uint64_t budget = 7 * SZ;
+    const int rounds = 40;
+    struct swap_counters none, ahead2, ahead8;
+    ahead_run(&l, budget, 0, rounds, 0, 0, &none);
+    ahead_run(&l, budget, 2, rounds, 4 * AH_P, 1e9, &ahead2);
+    ahead_run(&l, budget, 8, rounds, 4 * AH_P, 1e9, &ahead8);
+    cr_expect_eq(none.prefetches, 0);
+    cr_expect_gt(ahead2.prefetches, (uint64_t)rounds, "the fetches go ahead once learned");
+    cr_expect_gt(ahead8.prefetches, (uint64_t)rounds);
+    cr_expect_lt(ahead2.faults, none.faults / 2, "most fetches are ahead: %llu of %llu on demand",
+                 (unsigned long long)ahead2.faults, (unsigned long long)none.faults);
+}
+
+/* Evicting early changes which blocks stay (on this loop the gate opened
+ * wide moves more than on demand); the default gate fetches ahead only
+ * while the real cache costs at most 1.01x what it would have without
+ * fetching ahead, so the bytes stay within 2 % of fetching on demand. */
+Test(swap_policy, prefetch_keeps_the_bytes_of_fetching_on_demand)
+{
+    struct ahead_loop l;
+    ahead_loop_init(&l);
+    const uint64_t budget = 7 * SZ;
+    const int rounds = 40;
+    struct swap_counters none, wide, gated;
+    ahead_run(&l, budget, 0, rounds, 0, 0, &none);
+    ahead_run(&l, budget, 8, rounds, 4 * AH_P, 1e9, &wide);
+    ahead_run(&l, budget, 8, rounds, 4 * AH_P, 0, &gated);
+    uint64_t n = none.h2d_bytes + none.d2h_bytes, w = wide.h2d_bytes + wide.d2h_bytes,
+             g = gated.h2d_bytes + gated.d2h_bytes;
+    cr_log_info("bytes: on demand %llu, ahead %llu (%llu fetches ahead), gated %llu (%llu)",
+                (unsigned long long)n, (unsigned long long)w, (unsigned long long)wide.prefetches,
+                (unsigned long long)g, (unsigned long long)gated.prefetches);
+    cr_expect_gt(w, n, "the wide gate moves more here");
+    cr_expect_gt(gated.prefetches, (uint64_t)rounds, "the gate opens where it costs nothing");
+    cr_expect_leq(g, n + n / 50, "gated %llu vs on demand %llu", (unsigned long long)g,
+                  (unsigned long long)n);
+}
+
+/* No prediction, nothing ahead: lru, history before a period, horizon 0. */
+Test(swap_policy, prefetch_needs_a_learned_prediction)
+{
+    uint64_t id;
+    struct swap_decision d;
+    struct swap_policy *p = make(SWAP_POLICY_LRU, 2 * SZ);
+    for (int r = 0; r < 10; r++)
+        for (int b = 0; b < 3; b++)
+            touch(p, (uint64_t)b, SZ, false);
+    cr_expect_eq(swap_policy_prefetch(p, 4, &id, &d), -ENOENT);
+    cr_expect_eq(swap_policy_prefetch(p, 0, &id, &d), -EINVAL);
+    swap_policy_destroy(p);
+    p = make(SWAP_POLICY_HISTORY, 2 * SZ);
+    for (int b = 0; b < 3; b++)
+        touch(p, (uint64_t)b, SZ, false);
+    cr_expect_eq(swap_history_period(swap_policy_history(p)), 0);
+    cr_expect_eq(swap_policy_prefetch(p, 4, &id, &d), -ENOENT, "no period yet");
+    swap_policy_set_ahead_margin(p, 1e9);
+    for (int r = 0; r < 20; r++)
+        for (int b = 0; b < 3; b++)
+            touch(p, (uint64_t)b, SZ, false);
+    cr_expect_eq(swap_history_period(swap_policy_history(p)), 3);
+    /* 0 (used next) and 2 are resident; 1 comes in one launch, and then
+     * on demand 0 (just used) would make its room, not 2: nothing yet */
+    cr_expect_eq(swap_policy_prefetch(p, 1, &id, &d), -ENOENT, "block 0 is resident");
+    cr_expect_eq(swap_policy_prefetch(p, 3, &id, &d), -ENOENT, "no victim needed late enough");
+    touch(p, 0, SZ, false);
+    cr_expect_eq(swap_policy_prefetch(p, 1, &id, &d), 0, "1 comes next");
+    cr_expect_eq(id, 1);
+    cr_expect_eq(d.n_evict, 1);
+    cr_expect_eq(d.evict[0].block, 0, "needed after 2");
+    cr_expect(swap_policy_is_resident(p, 1));
+    swap_policy_destroy(p);
+}
+
+/* A block a scan saw coming within the horizon but that was not fetched
+ * ahead (here: one fetch ahead every other launch) is flagged when it is
+ * fetched on demand; nothing else is. */
+Test(swap_policy, an_on_demand_fetch_of_a_predicted_block_is_flagged)
+{
+    /* loop {0}, {1}, {2}, {3} under room for two: before launch 0 of a
+     * round, 3 (just used) and one of the others are resident */
+    struct swap_policy *p = make(SWAP_POLICY_HISTORY, 2 * SZ);
+    swap_policy_set_ahead_margin(p, 1e9);
+    for (int r = 0; r < 20; r++)
+        for (int b = 0; b < 4; b++)
+            touch(p, (uint64_t)b, SZ, false);
+    int flagged = 0, fetched = 0;
+    for (int r = 0; r < 5; r++)
+        for (int b = 0; b < 4; b++) {
+            uint64_t id;
+            struct swap_decision d;
+            if (b % 2 == 0 && swap_policy_prefetch(p, 4, &id, &d) == 0) fetched++;
+            d = touch(p, (uint64_t)b, SZ, false);
+            if (d.fetch && d.predicted) flagged++;
+            cr_expect(!d.predicted || d.fetch);
+        }
+    cr_expect_gt(fetched, 0);
+    cr_expect_gt(flagged, 0);
+    swap_policy_destroy(p);
+}
+
+/* The horizon grows by half on a late launch, shrinks by one after
+ * SWAP_AHEAD_SHRINK_AFTER launches of early arrivals only, stays within
+ * [1, SWAP_AHEAD_MAX], and changes at most once per launch. */
+Test(swap_policy, the_fetch_ahead_horizon_adapts)
+{
+    struct swap_ahead a;
+    swap_ahead_init(&a);
+    cr_expect_eq(a.horizon, SWAP_AHEAD_START);
+    swap_ahead_used(&a, true);
+    swap_ahead_used(&a, true);
+    swap_ahead_used(&a, false);
+    swap_ahead_end_launch(&a);
+    cr_expect_eq(a.horizon, 3, "one step per launch");
+    swap_ahead_used(&a, true);
+    swap_ahead_end_launch(&a);
+    cr_expect_eq(a.horizon, 4);
+    for (int i = 0; i < 20; i++) {
+        swap_ahead_used(&a, true);
+        swap_ahead_end_launch(&a);
+    }
+    cr_expect_eq(a.horizon, SWAP_AHEAD_MAX);
+    for (int i = 0; i < SWAP_AHEAD_SHRINK_AFTER - 1; i++) {
+        swap_ahead_used(&a, false);
+        swap_ahead_end_launch(&a);
+        swap_ahead_end_launch(&a); /* a launch with no feedback changes nothing */
+    }
+    cr_expect_eq(a.horizon, SWAP_AHEAD_MAX);
+    swap_ahead_used(&a, false);
+    swap_ahead_end_launch(&a);
+    cr_expect_eq(a.horizon, SWAP_AHEAD_MAX - 1);
+    for (int i = 0; i < 100 * SWAP_AHEAD_SHRINK_AFTER; i++) {
+        swap_ahead_used(&a, false);
+        swap_ahead_end_launch(&a);
+    }
+    cr_expect_eq(a.horizon, 1, "never below one launch");
+}

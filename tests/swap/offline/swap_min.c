@@ -169,6 +169,12 @@ static int replay_once(const struct swap_trace *t, const struct swap_params *prm
             break;
         case SWAP_EV_LAUNCH:
             swap_policy_next_launch(p);
+            for (unsigned k = 0; prm->ahead_horizon && k < SWAP_AHEAD_PER_LAUNCH; k++) {
+                uint64_t block;
+                rc = swap_policy_prefetch(p, prm->ahead_horizon, &block, &d);
+                if (rc) break;
+            }
+            if (rc == -ENOENT) rc = 0;
             break;
         case SWAP_EV_FREE:
             swap_policy_free(p, e->block);

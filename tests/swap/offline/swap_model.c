@@ -129,6 +129,8 @@ struct blk {
     uint64_t device_bytes; /* VMM: what it holds of the room (swap_model.h) */
     bool remap_pending;    /* built_remaps_serial: host_ready not known yet */
     bool unseen_dirty;     /* written by a SWAP_MODEL_EV_UNSEEN access while resident */
+    bool ahead;            /* built_ahead: fetched ahead, no launch has used it since */
+    uint64_t bytes;        /* its size at its latest access */
     UT_hash_handle hh;
 };
 
@@ -142,6 +144,7 @@ struct op {
     uint8_t kind;
     bool writeback; /* OP_EVICT */
     bool unseen;    /* from SWAP_MODEL_EV_UNSEEN: bytes is what is read, never managed */
+    bool predicted; /* OP_FETCH: swap_decision.predicted */
 };
 
 struct state {
@@ -172,6 +175,9 @@ struct state {
      * the order the threads ask (remap_free: when the current one ends);
      * the mover's requests not served yet, sorted by the time they ask */
     double remap_free;
+    struct swap_ahead ahead;  /* built_ahead: the horizon */
+    struct blk **ahead_remap; /* built_ahead: the victims of one fetch ahead */
+    size_t cap_ahead_remap;
     struct pending {
         double arrival, secs;
         uint64_t block;
@@ -355,15 +361,21 @@ static int block_freed(struct state *s, uint64_t id)
     return rc;
 }
 
-/* A remap that may start at ready, on the first mover free; its end. */
-static double remap_end(struct state *s, double ready, uint64_t bytes)
+/* A remap of secs on the first mover free from ready; its end. */
+static double mover_run(struct state *s, double ready, double secs)
 {
     unsigned m = 0;
     for (unsigned i = 1; i < s->movers; i++)
         if (s->mover[i] < s->mover[m]) m = i;
     double start = s->mover[m] > ready ? s->mover[m] : ready;
-    s->mover[m] = start + swap_model_remap_seconds(s->r, bytes);
+    s->mover[m] = start + secs;
     return s->mover[m];
+}
+
+/* A remap of a range of bytes that may start at ready; its end. */
+static double remap_end(struct state *s, double ready, uint64_t bytes)
+{
+    return mover_run(s, ready, swap_model_remap_seconds(s->r, bytes));
 }
 
 /* Today's engine: the launch's stream does the moves, one after the other,
@@ -649,8 +661,14 @@ static int time_built(struct state *s, double device, double *end)
             if (b->host_ready > ready) ready = b->host_ready;
             break;
         case OP_USE:
+            /* built_ahead: the host's feedback, late when the launch
+             * waited for the copy: it ended after both the launch's
+             * submission and the end of the launch before it */
+            if (b->ahead) swap_ahead_used(&s->ahead, b->dev_ready > (h > s->queue ? h : s->queue));
             break;
         }
+        if (o->kind == OP_FETCH && o->predicted) swap_ahead_used(&s->ahead, true);
+        if (o->kind != OP_HOST) b->ahead = false;
         if (o->kind == OP_USE || o->kind == OP_FETCH || o->kind == OP_FIRST) {
             if (b->dev_ready > ready) ready = b->dev_ready;
         }
@@ -661,6 +679,89 @@ static int time_built(struct state *s, double device, double *end)
     if (mt > start) start = mt;
     *end = start + device + extra;
     return rc;
+}
+
+/* built_ahead (swap_model.h): after a launch is submitted, the engine's
+ * fetches ahead (swap_engine_fetch_ahead: the policy's prefetch decisions
+ * within the horizon), executed by the mover thread from the host's time
+ * on: each victim as an async eviction (its write-back ordered on the
+ * device after its events, then its remap to the host copy), then the
+ * block's remap to device chunks and its copy on the host->device engine,
+ * which waits for the victims' write-backs (their chunks). A block on the
+ * managed path migrates on the launch's stream, as on demand. */
+static int fetch_ahead(struct state *s, struct swap_policy *pol)
+{
+    const struct swap_model_params *p = s->p;
+    double h = s->host;
+    for (unsigned k = 0; k < SWAP_AHEAD_PER_LAUNCH; k++) {
+        uint64_t id;
+        struct swap_decision d;
+        int rc = swap_policy_prefetch(pol, s->ahead.horizon, &id, &d);
+        if (rc == -ENOENT) return 0;
+        if (rc) return rc;
+        if (d.n_evict > s->cap_ahead_remap) {
+            struct blk **a = realloc(s->ahead_remap, d.n_evict * sizeof(*a));
+            if (!a) return -ENOMEM;
+            s->ahead_remap = a;
+            s->cap_ahead_remap = d.n_evict;
+        }
+        double handover = 0;
+        size_t n_remap = 0;
+        for (size_t i = 0; i < d.n_evict; i++) {
+            struct blk *v = blk_get(s, d.evict[i].block);
+            if (!v) return -ENOMEM;
+            uint64_t bytes = d.evict[i].bytes;
+            v->ahead = false;
+            if (p->unit == SWAP_MODEL_UNIT_SMALL_MANAGED && bytes < 2 * MIB) {
+                double t = s->queue > h ? s->queue : h;
+                s->queue = t + swap_model_curve_seconds(&s->r->managed_d2h, bytes);
+                count_move(s, false, bytes);
+                v->host_ready = s->queue;
+                continue;
+            }
+            double ev = p->built_wait == SWAP_MODEL_WAIT_LAST_USE ? v->last_end : s->queue;
+            if (v->dev_ready > ev) ev = v->dev_ready;
+            if (h > ev) ev = h;
+            if (d.evict[i].writeback) {
+                double cs = s->d2h > ev ? s->d2h : ev;
+                ev = s->d2h = copy_end(s, &s->r->pinned_d2h, cs, s->h2d, bytes);
+                count_move(s, false, bytes);
+            }
+            if (ev > handover) handover = ev;
+            v->host_ready = ev; /* its remap, below, after the block's map */
+            s->ahead_remap[n_remap++] = v;
+        }
+        struct blk *b = blk_get(s, id);
+        if (!b) return -ENOMEM;
+        b->ahead = true;
+        uint64_t bytes = b->bytes;
+        if (p->unit == SWAP_MODEL_UNIT_SMALL_MANAGED && bytes < 2 * MIB) {
+            double t = s->queue > h ? s->queue : h;
+            if (b->host_ready > t) t = b->host_ready;
+            s->queue = t + swap_model_curve_seconds(&s->r->managed_h2d, bytes);
+            count_move(s, true, bytes);
+            b->dev_ready = s->queue;
+            continue;
+        }
+        uint64_t chunks = (bytes + 2 * MIB - 1) / (2 * MIB);
+        double map = swap_model_remap_seconds(s->r, bytes) +
+                     (double)(chunks ? chunks - 1 : 0) * s->r->map_chunk_us * 1e-6;
+        double rs = b->host_ready > h ? b->host_ready : h;
+        double re = mover_run(s, rs, map);
+        double cs = re > s->h2d ? re : s->h2d;
+        if (handover > cs) cs = handover;
+        s->h2d = copy_end(s, &s->r->pinned_h2d, cs, s->d2h, bytes);
+        count_move(s, true, bytes);
+        b->dev_ready = s->h2d;
+        /* the victims' ranges to their host copies, once their events (and
+         * write-backs) are done: the block's map took their chunks at once,
+         * as the host's does with async evictions */
+        for (size_t i = 0; i < n_remap; i++) {
+            struct blk *v = s->ahead_remap[i];
+            v->host_ready = mover_run(s, v->host_ready, swap_model_remap_seconds(s->r, v->bytes));
+        }
+    }
+    return 0;
 }
 
 /* Time the current launch: its submission, its moves, its run. */
@@ -730,9 +831,15 @@ static int access(struct state *s, struct swap_policy *pol, const struct swap_ev
         s->copy_bytes += e->bytes;
     else
         s->launch_bytes += e->bytes;
+    if (s->p->built_ahead) {
+        struct blk *b = blk_get(s, e->block);
+        if (!b) return -ENOMEM;
+        b->bytes = e->bytes;
+    }
     if (!pol) return op_push(s, (struct op){.block = e->block, .bytes = e->bytes, .kind = OP_USE});
     struct swap_decision d;
     int rc;
+    if (!s->p->built_ahead) d.predicted = false;
     if (s->p->kind == SWAP_POLICY_MIN)
         rc = swap_policy_access_known(pol, e->block, e->bytes, e->is_write, e->is_copy, next, &d);
     else if (e->is_copy)
@@ -763,7 +870,10 @@ static int access(struct state *s, struct swap_policy *pol, const struct swap_ev
         kind = OP_FIRST;
     else if (e->is_copy && !swap_policy_is_resident(pol, e->block))
         kind = OP_HOST;
-    return op_push(s, (struct op){.block = e->block, .bytes = e->bytes, .kind = kind});
+    return op_push(s, (struct op){.block = e->block,
+                                  .bytes = e->bytes,
+                                  .kind = kind,
+                                  .predicted = s->p->built_ahead && d.predicted});
 }
 
 /* Each launch's device time in t as the model takes it (recorded or
@@ -857,6 +967,9 @@ int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p
     if ((p->engine == SWAP_MODEL_BUILT && p->unit == SWAP_MODEL_UNIT_PACK && !p->unit_bytes) ||
         (p->extent != SWAP_MODEL_EXTENT_TRUE && p->unit == SWAP_MODEL_UNIT_PACK))
         return -EINVAL;
+    if (p->built_ahead && (p->engine != SWAP_MODEL_BUILT || !p->built_async ||
+                           p->built_remaps_serial || p->kind != SWAP_POLICY_HISTORY))
+        return -EINVAL;
     if (p->engine == SWAP_MODEL_VMM &&
         (p->movers > SWAP_MODEL_MOVERS_MAX || (p->headroom && p->headroom >= p->budget) ||
          (p->unit == SWAP_MODEL_UNIT_PACK && !p->unit_bytes)))
@@ -871,12 +984,14 @@ int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p
     uint64_t *next = NULL;
     int rc = 0;
     s.movers = p->movers ? p->movers : 1;
+    swap_ahead_init(&s.ahead);
     s.capacity = (int64_t)p->budget;
     if (p->engine != SWAP_MODEL_NONE) {
         uint64_t room = p->engine == SWAP_MODEL_VMM ? p->headroom : 0;
         struct swap_params prm = {.kind = p->kind, .budget_bytes = p->budget - room};
         rc = swap_policy_create_params(&prm, &pol);
         if (!rc && p->clean_weight > 0) swap_policy_set_clean_weight(pol, p->clean_weight);
+        if (!rc && p->ahead_margin > 0) swap_policy_set_ahead_margin(pol, p->ahead_margin);
         if (!rc && p->kind == SWAP_POLICY_MIN) rc = swap_replay_next_uses(t, &next);
     }
     if (!rc) rc = iter_open(&s);
@@ -893,6 +1008,10 @@ int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p
         case SWAP_EV_LAUNCH:
             rc = launch_done(&s);
             if (pol) swap_policy_next_launch(pol);
+            if (!rc && pol && p->built_ahead) {
+                swap_ahead_end_launch(&s.ahead);
+                rc = fetch_ahead(&s, pol);
+            }
             break;
         case SWAP_EV_FREE:
             if (pol) swap_policy_free(pol, e->block);
@@ -926,6 +1045,7 @@ int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p
     free(s.ops);
     free(s.occ);
     free(s.pending);
+    free(s.ahead_remap);
     free(next);
     if (pol) swap_policy_destroy(pol);
     if (rc) swap_model_result_fini(r);

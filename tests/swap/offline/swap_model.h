@@ -46,7 +46,22 @@
  *   (for the victim's events when clean); a mover thread then remaps the
  *   victim's range to its host copy. A later access to the victim (fetch,
  *   or a launch that reads it on the host) waits on the host for that
- *   remap.
+ *   remap. With params.built_ahead too (what the shim has once the mover
+ *   thread executes fetches ahead), after each launch is submitted the
+ *   engine's fetches ahead are decided by the same policy call and
+ *   horizon as the shim's (swap_policy_prefetch within swap_ahead's
+ *   horizon, at most SWAP_AHEAD_PER_LAUNCH) and executed by one mover
+ *   thread: each victim as an async eviction (its write-back on the
+ *   device->host engine after its events, then its remap), then the
+ *   block's remap to device chunks (as a fetch's, above) and its copy on
+ *   the host->device engine after the victims' write-backs; on-demand
+ *   fetches stay on the host thread. The horizon takes the feedback the
+ *   shim gives: a launch that uses a block fetched ahead whose copy ended
+ *   after both the launch's submission and the end of the launch before it
+ *   waited for it (late), else it arrived early; an on-demand fetch of a
+ *   block the prediction saw coming is late. A block
+ *   on the managed path (unit SWAP_MODEL_UNIT_SMALL_MANAGED) fetched ahead
+ *   migrates on the launch's stream, as on demand.
  *
  * Room: the device holds at most `budget` bytes at every instant. A fetch
  * takes its bytes when its copy starts, a first touch when it is mapped;
@@ -188,6 +203,11 @@ struct swap_model_params {
      * time, first come first served (whether the driver runs remaps of
      * different ranges from two threads side by side is not measured) */
     bool built_remaps_serial;
+    /* SWAP_MODEL_BUILT with built_async, not built_remaps_serial, kind
+     * history: fetches ahead (above), the horizon adapting to the modeled
+     * lateness */
+    bool built_ahead;
+    double ahead_margin; /* built_ahead: swap_policy_set_ahead_margin, 0 = default */
 };
 
 #define SWAP_MODEL_MOVERS_MAX 16
