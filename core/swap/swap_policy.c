@@ -186,7 +186,7 @@
  * optimum's total therefore lies between lb(h2d) and min; on the generated
  * training traces min's own h2d is within ~10% of lb(h2d), and the rest of
  * min is write-backs of blocks that the loop writes every iteration. */
-#include "swap.h"
+#include "swap_policy_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -212,110 +212,16 @@
  * that the prediction did not match (swap_history_miss_run), the real cache
  * follows lru until one matches again, whatever the shadows' costs say. */
 #define FALLBACK_RUN 64
-/* Converging (see "Robustness"): after following one shadow for this many
- * periods, the real cache evicts first what that shadow does not hold. */
-#define CONVERGE_PERIODS 2
 /* Next use: in the rhythm shadows, a block with no past is predicted back
  * after this many times the launches it has been idle, where that is
  * sooner than the period's guess. 3 to 8 put the same 50 of swap-real's 54
  * rows within 1.10x of the offline schedule; 2 puts 49; 1 moves 1.3 % more
  * than lru on resnet18-phases at 1.25x. */
 #define IDLE_FACTOR 4
-/* Fetch ahead only while the real cache's long-window cost is at most this
- * share of what its own rule would have cost without fetching ahead (the
- * SH_NOAHEAD cache). On the committed traces (swap-real --ahead N),
- * fetching ahead within 1 / 4 launches: 1.01 puts 77 / 65 % of the fetches
- * ahead and moves at most 2.6 / 3.2 % more than on demand on one row
- * (lstm-train at 2x), 0.4 / 0.8 % more in all; with no check, up to
- * 12 / 21 % more on one row (seq2seq-attn-train, resnet18-phases at 2x),
- * 1.5 / 3.9 % in all. Against the followed shadow instead of SH_NOAHEAD
- * (the two settle apart on many traces) only 51 / 45 % went ahead. */
-#define AHEAD_MARGIN 1.01
-
-/* How the real cache and each shadow rank victims: recency, reverse
- * recency, prediction from the period, prediction asking a trusted anchor
- * first (swap_history_predict_use), prediction from the period or a
- * block's own rhythm where that comes sooner (see "Next use"). */
-enum rank { RANK_LRU, RANK_MRU, RANK_PREDICT, RANK_ANCHOR, RANK_RHYTHM };
-
-/* Shadow caches of the history kind (see "Robustness"): what each way of
- * ranking alone would have kept resident. lru first, mru second, then the
- * predictions, each under a clean weight (see "Ranking"). */
-#define SH_N 11
-enum { SH_LRU, SH_MRU, SH_FIRST_PREDICT };
-/* One more cache beside the shadows: the real cache's own rule (the
- * followed ranking, converging) without fetch ahead, the reference of
- * swap_policy_prefetch's cost check. Never an expert, never followed. */
-#define SH_NOAHEAD SH_N
-#define SH_ALL (SH_N + 1)
-static const struct shadow_kind {
-    enum rank how;
-    double clean_weight;
-} shadows[SH_N] = {
+const struct shadow_kind policy_shadows[SH_N] = {
     {RANK_LRU, 0},       {RANK_MRU, 0},      {RANK_PREDICT, 2.0}, {RANK_PREDICT, 1.0},
     {RANK_PREDICT, 4.0}, {RANK_ANCHOR, 2.0}, {RANK_ANCHOR, 1.0},  {RANK_ANCHOR, 4.0},
     {RANK_RHYTHM, 2.0},  {RANK_RHYTHM, 1.0}, {RANK_RHYTHM, 4.0},
-};
-
-struct blk {
-    uint64_t id;
-    uint64_t size;
-    uint64_t last_use;   /* access counter at its latest access (lru order) */
-    uint64_t pin_launch; /* launch of its latest access: pinned while == now */
-    uint64_t gap;        /* launches between its two latest accesses (0: one so far) */
-    uint64_t wide_gap;   /* the latest of its gaps over one launch (0: none yet) */
-    uint32_t burst;      /* how many of its latest gaps in a row were one launch */
-    uint64_t next_use;   /* min: true next use after its latest access */
-    bool resident, dirty, has_host;
-    /* history: its predictions (from the period, anchored) as of launch
-     * pred_at - 1 (0: none yet); see predicted() */
-    uint64_t pred_at, pred_next[2];
-    bool pred_dies[2], pred_no_past; /* no_past: of the period's prediction */
-    /* history: the shadow caches (shadows[] below), see "Robustness" */
-    bool s_res[SH_ALL], s_dirty[SH_ALL], s_host[SH_ALL];
-    /* fetch ahead: a scan saw it coming since its last access; the launch
-     * (+ 1) in which a fetch ahead last evicted it (0: none) */
-    bool ahead_seen, ahead_fetched; /* fetched: ahead, not accessed since */
-    bool wakes_by_copy;             /* its latest first access after an idle launch was a copy */
-    uint64_t ahead_out;
-    UT_hash_handle hh;
-};
-
-struct cand {
-    struct blk *b;  /* NULL once next_victim took it */
-    double score;   /* larger = evict first */
-    uint32_t order; /* position when scored: the last tie-break */
-};
-
-struct swap_policy {
-    struct swap_params prm;
-    double clean_weight;
-    uint64_t resident; /* bytes */
-    uint64_t now;      /* current launch */
-    uint64_t access_count;
-    struct blk *blocks;
-    struct swap_history *hist;
-    struct swap_counters c;
-    struct swap_evict *evict;
-    size_t evict_cap;
-    struct cand *cand;
-    size_t cand_cap;
-    uint64_t pinned_resident; /* bytes of the current launch's blocks on the device */
-    size_t cand_n;            /* scored by the last rank_victims */
-    size_t cand_best;         /* among them, the first victim (when cand_n > 0) */
-    size_t cand_taken;        /* victims next_victim gave since */
-    /* history: shadow caches, their resident bytes and their recent cost
-     * (bytes they would have moved, decayed per launch) */
-    uint64_t s_resident[SH_ALL];
-    double s_cost[SH_ALL];
-    double s_long[SH_ALL]; /* the same over a window of at least two periods */
-    int expert;            /* the prediction shadow judged best over s_long */
-    double decay;
-    int follow;            /* the shadow whose ranking the real cache follows */
-    uint64_t follow_since; /* the launch from which it has followed that one */
-    uint64_t last_period;  /* the history's period after the previous launch */
-    double real_long;      /* the real cache's bytes moved, decayed as s_long */
-    double ahead_margin;   /* swap_policy_prefetch: see AHEAD_MARGIN */
 };
 
 int swap_policy_create_params(const struct swap_params *prm, struct swap_policy **out)
@@ -372,7 +278,7 @@ void swap_policy_set_ahead_margin(struct swap_policy *p, double m)
     p->ahead_margin = m;
 }
 
-static bool pinned(const struct swap_policy *p, const struct blk *b)
+bool policy_pinned(const struct swap_policy *p, const struct blk *b)
 {
     return b->pin_launch == p->now;
 }
@@ -381,10 +287,10 @@ static bool pinned(const struct swap_policy *p, const struct blk *b)
  * and pinned. */
 static uint64_t pin_charge(const struct swap_policy *p, const struct blk *b)
 {
-    return b->resident && pinned(p, b) ? b->size : 0;
+    return b->resident && policy_pinned(p, b) ? b->size : 0;
 }
 
-static int grow(void **arr, size_t *cap, size_t need, size_t elem)
+int policy_grow(void **arr, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap) return 0;
     size_t n = *cap ? *cap : 16;
@@ -413,7 +319,7 @@ static int victim_order(const void *x, const void *y)
  * so the nine prediction shadows share one walk per block and launch.
  * how: RANK_PREDICT, RANK_ANCHOR or RANK_RHYTHM (the period's prediction,
  * or the block's own latest gap where that comes sooner: "Next use"). */
-static uint64_t predicted(struct swap_policy *p, struct blk *b, enum rank how, bool *dies)
+uint64_t policy_predicted(struct swap_policy *p, struct blk *b, enum rank how, bool *dies)
 {
     bool anchored = how == RANK_ANCHOR;
     if (b->pred_at != p->now + 1) {
@@ -458,15 +364,15 @@ static void add_cand(struct swap_policy *p, size_t *n, struct blk *b, double sco
  * (-1: wherever; see "Converging"), into p->cand, by `how` (clean_weight:
  * see "Ranking"); returns how many, or -ENOMEM. Take the victims in order
  * with next_victim. */
-static int rank_victims(struct swap_policy *p, const struct blk *self, int which, int not_held_by,
+int policy_rank_victims(struct swap_policy *p, const struct blk *self, int which, int not_held_by,
                         enum rank how, double clean_weight)
 {
     size_t n = 0;
-    if (grow((void **)&p->cand, &p->cand_cap, HASH_COUNT(p->blocks), sizeof(*p->cand)))
+    if (policy_grow((void **)&p->cand, &p->cand_cap, HASH_COUNT(p->blocks), sizeof(*p->cand)))
         return -ENOMEM;
     for (struct blk *b = p->blocks; b; b = b->hh.next) {
         bool res = which < 0 ? b->resident : b->s_res[which];
-        if (!res || b == self || pinned(p, b)) continue;
+        if (!res || b == self || policy_pinned(p, b)) continue;
         if (not_held_by >= 0 && b->s_res[not_held_by]) continue;
         bool dirty = which < 0 ? b->dirty : b->s_dirty[which];
         double score;
@@ -484,7 +390,7 @@ static int rank_victims(struct swap_policy *p, const struct blk *self, int which
         } else {
             bool dies = false;
             uint64_t next =
-                p->prm.kind == SWAP_POLICY_MIN ? b->next_use : predicted(p, b, how, &dies);
+                p->prm.kind == SWAP_POLICY_MIN ? b->next_use : policy_predicted(p, b, how, &dies);
             if (dies) {
                 /* Predicted to be freed before its next use: as MIN's dead. */
                 double dist = (double)(next - p->now);
@@ -509,7 +415,7 @@ static int rank_victims(struct swap_policy *p, const struct blk *self, int which
  * victim_order is total, so either way gives the same victims in the same
  * order, whatever the C library's qsort. */
 #define SCANNED_VICTIMS 8
-static struct blk *next_victim(struct swap_policy *p)
+struct blk *policy_next_victim(struct swap_policy *p)
 {
     if (p->cand_taken == SCANNED_VICTIMS) {
         size_t left = 0;
@@ -567,11 +473,12 @@ static int shadow_access(struct swap_policy *p, int k, struct blk *b, uint64_t s
     if (k == SH_NOAHEAD && period && p->now - p->follow_since >= CONVERGE_PERIODS * period)
         converge = p->follow;
     for (int pass = converge >= 0 ? 0 : 1; pass < 2 && after > p->prm.budget_bytes; pass++) {
-        enum rank how = shadows[rk].how;
+        enum rank how = policy_shadows[rk].how;
         if (how >= RANK_PREDICT && !period) how = RANK_LRU;
-        int n = rank_victims(p, b, k, pass == 0 ? converge : -1, how, shadows[rk].clean_weight);
+        int n = policy_rank_victims(p, b, k, pass == 0 ? converge : -1, how,
+                                    policy_shadows[rk].clean_weight);
         if (n < 0) return n;
-        for (struct blk *v; after > p->prm.budget_bytes && (v = next_victim(p));) {
+        for (struct blk *v; after > p->prm.budget_bytes && (v = policy_next_victim(p));) {
             if (v->s_dirty[k]) {
                 p->s_cost[k] += (double)v->size;
                 p->s_long[k] += (double)v->size;
@@ -622,7 +529,7 @@ static int make_room(struct swap_policy *p, const struct blk *b, uint64_t *after
     /* What evictions could free: every resident block but b and the
      * current launch's. */
     uint64_t movable =
-        p->resident - p->pinned_resident - (b->resident && !pinned(p, b) ? b->size : 0);
+        p->resident - p->pinned_resident - (b->resident && !policy_pinned(p, b) ? b->size : 0);
     if (*after - movable > p->prm.budget_bytes) {
         p->c.overflows++;
         return -ENOSPC;
@@ -632,8 +539,8 @@ static int make_room(struct swap_policy *p, const struct blk *b, uint64_t *after
     int converge = -1;
     if (p->prm.kind == SWAP_POLICY_MIN) how = RANK_PREDICT;
     if (p->prm.kind == SWAP_POLICY_HISTORY) {
-        how = shadows[p->follow].how;
-        cw = shadows[p->follow].clean_weight;
+        how = policy_shadows[p->follow].how;
+        cw = policy_shadows[p->follow].clean_weight;
         uint64_t period = swap_history_period(p->hist);
         if (how >= RANK_PREDICT && !period) how = RANK_LRU;
         if (period && p->now - p->follow_since >= CONVERGE_PERIODS * period) converge = p->follow;
@@ -641,12 +548,13 @@ static int make_room(struct swap_policy *p, const struct blk *b, uint64_t *after
     /* Converging: first the blocks the followed shadow does not hold, in
      * the ranking's order; then, if that was not enough, all of them. */
     for (int pass = converge >= 0 ? 0 : 1; pass < 2 && *after > p->prm.budget_bytes; pass++) {
-        int n = rank_victims(p, b, -1, pass == 0 ? converge : -1, how, cw);
+        int n = policy_rank_victims(p, b, -1, pass == 0 ? converge : -1, how, cw);
         if (n < 0) return n;
-        if (grow((void **)&p->evict, &p->evict_cap, out->n_evict + (size_t)n, sizeof(*p->evict)))
+        if (policy_grow((void **)&p->evict, &p->evict_cap, out->n_evict + (size_t)n,
+                        sizeof(*p->evict)))
             return -ENOMEM;
         out->evict = p->evict;
-        for (struct blk *v; *after > p->prm.budget_bytes && (v = next_victim(p));) {
+        for (struct blk *v; *after > p->prm.budget_bytes && (v = policy_next_victim(p));) {
             p->evict[out->n_evict++] =
                 (struct swap_evict){.block = v->id, .bytes = v->size, .writeback = v->dirty};
             p->c.evictions++;
@@ -832,157 +740,6 @@ void swap_policy_next_launch(struct swap_policy *p)
         if (swap_history_miss_run(p->hist) >= FALLBACK_RUN) p->follow = SH_LRU;
         if (p->follow != follow) p->follow_since = p->now;
     }
-}
-
-/* May v, evicted for a fetch ahead of a block predicted at `next`, go?
- * Only if it is not needed sooner, nor before `after` (see
- * swap_policy_prefetch). */
-static bool ahead_victim(struct swap_policy *p, struct blk *v, enum rank how, uint64_t next,
-                         uint64_t after)
-{
-    bool dies = false;
-    uint64_t vnext = predicted(p, v, how, &dies);
-    if (dies) return !v->dirty || (vnext > next && vnext >= after);
-    return vnext > next && vnext >= after;
-}
-
-/* The latest of the uses that follow the uses of resident blocks before
- * `next` (each block's use, plus its own latest gap, else the period): on
- * demand, when the fetched block is needed, those blocks would be ranked
- * from there, and the victim then would be needed no sooner than they. */
-static uint64_t ahead_after(struct swap_policy *p, enum rank how, uint64_t next, uint64_t period)
-{
-    uint64_t after = 0;
-    for (struct blk *z = p->blocks; z; z = z->hh.next) {
-        if (!z->resident || pinned(p, z)) continue;
-        bool dies = false;
-        uint64_t use = predicted(p, z, how, &dies);
-        if (dies || use == SWAP_NEVER || use >= next) continue;
-        uint64_t again = use + (z->gap ? z->gap : period);
-        if (again > after) after = again;
-    }
-    return after;
-}
-
-int swap_policy_prefetch(struct swap_policy *p, uint32_t horizon, uint64_t *block,
-                         struct swap_decision *out)
-{
-    if (!p || !block || !out || !horizon) return -EINVAL;
-    *out = (struct swap_decision){.evict = p->evict};
-    if (p->prm.kind != SWAP_POLICY_HISTORY || !swap_history_period(p->hist) ||
-        p->follow < SH_FIRST_PREDICT)
-        return -ENOENT;
-    /* Fetching ahead evicts earlier than on demand, and a greedy
-     * schedule's steady state depends on where it starts ("Converging"):
-     * only while the real cache has moved no more than it would have
-     * without fetching ahead (the long window). */
-    if (p->real_long > p->ahead_margin * p->s_long[SH_NOAHEAD] * (1 + 1e-9)) return -ENOENT;
-    /* Victims in the followed ranking's order; what comes when, from the
-     * period (asking a trusted anchor first where that ranking does): a
-     * block's own rhythm, which only ever predicts sooner, keeps a victim
-     * safe but would fetch a block too early where its gaps alternate. */
-    enum rank rank_how = shadows[p->follow].how;
-    enum rank how = rank_how == RANK_ANCHOR ? RANK_ANCHOR : RANK_PREDICT;
-    double cw = shadows[p->follow].clean_weight;
-    uint64_t end = p->now + horizon;
-    struct blk *best = NULL;
-    uint64_t best_next = 0;
-    for (struct blk *b = p->blocks; b; b = b->hh.next) {
-        if (b->resident || !b->has_host || pinned(p, b) || b->ahead_out == p->now + 1 ||
-            b->wakes_by_copy)
-            continue;
-        bool dies = false;
-        uint64_t next = predicted(p, b, how, &dies);
-        if (dies || next == SWAP_NEVER || next >= end) continue;
-        b->ahead_seen = true;
-        if (!best || next < best_next || (next == best_next && b->id < best->id)) {
-            best = b;
-            best_next = next;
-        }
-    }
-    if (!best) return -ENOENT;
-    uint64_t after = p->resident + best->size;
-    size_t n = 0;
-    /* Tentative victims, as make_room takes them (converging first where
-     * it would): nothing changes unless they make room. */
-    uint64_t period = swap_history_period(p->hist);
-    uint64_t not_before = after > p->prm.budget_bytes ? ahead_after(p, how, best_next, period) : 0;
-    int converge = p->now - p->follow_since >= CONVERGE_PERIODS * period ? p->follow : -1;
-    for (int pass = converge >= 0 ? 0 : 1; pass < 2 && after > p->prm.budget_bytes; pass++) {
-        int rc = rank_victims(p, best, -1, pass == 0 ? converge : -1, rank_how, cw);
-        if (rc < 0) return rc;
-        if (grow((void **)&p->evict, &p->evict_cap, n + (size_t)rc, sizeof(*p->evict)))
-            return -ENOMEM;
-        out->evict = p->evict;
-        for (struct blk *v; after > p->prm.budget_bytes && (v = next_victim(p));) {
-            if (v->ahead_out == p->now + 2 || !ahead_victim(p, v, how, best_next, not_before))
-                continue;
-            v->ahead_out = p->now + 2; /* taken in pass 0: not again in pass 1 */
-            p->evict[n++] =
-                (struct swap_evict){.block = v->id, .bytes = v->size, .writeback = v->dirty};
-            after -= v->size;
-        }
-    }
-    for (size_t i = 0; i < n; i++) {
-        struct blk *v;
-        HASH_FIND(hh, p->blocks, &p->evict[i].block, sizeof(p->evict[i].block), v);
-        v->ahead_out = 0;
-    }
-    if (after > p->prm.budget_bytes) return -ENOENT;
-    for (size_t i = 0; i < n; i++) {
-        struct blk *v;
-        HASH_FIND(hh, p->blocks, &p->evict[i].block, sizeof(p->evict[i].block), v);
-        p->c.evictions++;
-        if (v->dirty) {
-            p->c.dirty_evictions++;
-            p->c.d2h_bytes += v->size;
-            p->real_long += (double)v->size;
-        }
-        v->resident = v->dirty = false;
-        v->has_host = true;
-        v->ahead_out = p->now + 1;
-        if (v->ahead_fetched) p->c.prefetches_unused++;
-        v->ahead_fetched = false;
-    }
-    out->n_evict = n;
-    out->fetch = true;
-    best->resident = true;
-    best->dirty = false;
-    best->ahead_seen = false;
-    best->ahead_fetched = true;
-    best->last_use = ++p->access_count;
-    p->resident = after;
-    p->c.prefetches++;
-    p->c.h2d_bytes += best->size;
-    p->real_long += (double)best->size;
-    *block = best->id;
-    return 0;
-}
-
-void swap_ahead_init(struct swap_ahead *a)
-{
-    *a = (struct swap_ahead){.horizon = SWAP_AHEAD_START};
-}
-
-void swap_ahead_used(struct swap_ahead *a, bool late)
-{
-    if (late)
-        a->late = true;
-    else
-        a->early = true;
-}
-
-void swap_ahead_end_launch(struct swap_ahead *a)
-{
-    if (a->late) {
-        uint32_t step = a->horizon / 2 ? a->horizon / 2 : 1;
-        a->horizon = a->horizon + step < SWAP_AHEAD_MAX ? a->horizon + step : SWAP_AHEAD_MAX;
-        a->early_run = 0;
-    } else if (a->early && ++a->early_run >= SWAP_AHEAD_SHRINK_AFTER) {
-        if (a->horizon > 1) a->horizon--;
-        a->early_run = 0;
-    }
-    a->late = a->early = false;
 }
 
 void swap_policy_counters(const struct swap_policy *p, struct swap_counters *out)
