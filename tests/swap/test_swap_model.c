@@ -53,7 +53,7 @@ static void tiny(struct swap_trace *t)
     push(t, 'L', 0, 0, false);
 }
 
-static const uint64_t ten_us[] = {10000, 10000, 10000};
+static const uint64_t ten_us[] = {10000, 10000, 10000, 10000}; /* at most 4 launches */
 
 static void run(enum swap_model_engine engine, struct swap_model_result *r)
 {
