@@ -9,10 +9,19 @@
  * ordinary fetches (swap_vmm_fetch_ahead).
  *
  * A block's job (b->job) is queued (on vmm_jobs, oldest first) or moving
- * (the mover's one job, `cur`, b->moving). The mover claims the oldest job
- * under vmm_lock, snapshots what it must wait for, drops the lock for the
- * driver work (host waits, unmap, map, copy) and takes it back for the
- * bookkeeping (pool events, counts). Who needs a block:
+ * (the mover's one job, `cur`, b->moving). The mover serves ready work
+ * first: under vmm_lock it claims the oldest job whose wait is over (a
+ * remap whose write-back event is complete; a fetch ahead whose snapshot,
+ * below, is complete), else the oldest job, and drops the lock for the
+ * driver work (host waits, unmap, map, copy); it takes it back for the
+ * bookkeeping (pool events, counts). While it waits for its job's event
+ * it looks at the queue at each poll (vmm_lock tried, never waited for):
+ * when another job is ready, it gives its own back to the queue's head
+ * untouched and claims that one, so that a fetch ahead never waits behind
+ * a remap still held up by the victim's last launches. A job passed over
+ * MOVER_PASS_MAX times (a younger job claimed before it, or work that made
+ * its snapshot stale) is given back no more: no job starves. Who needs a
+ * block:
  * - whose job is moving waits for the mover's driver work (job_wait) and
  *   does the bookkeeping itself;
  * - whose remap is queued completes it itself (the host waits for the
@@ -27,11 +36,18 @@
  * may enter half-way; the mover's driver work needs no vmm_lock, so the
  * wait ends. Lock order: vmm_lock, then mv_lock; the mover never holds both.
  *
+ * A fetch ahead's snapshot (ahead_snapshot) is taken when the mover first
+ * looks at the queued job and kept in b->wb_ev; work recorded on b after
+ * it (swap_vmm_after: job_touched) drops it, so the claim never waits for
+ * less than every piece of work that may touch b's range.
+ *
  * The mover waits for an event by polling (cuEventQuery, backing off to
- * 1 ms) while nobody waits for its job, and blocks (cuEventSynchronize)
- * once someone does. It never calls the driver once it is told to stop (at
- * exit, before the driver's own teardown: swap_vmm_stop_mover) or for a
- * context that is ending (swap_vmm_context_ending waits for its job). */
+ * 1 ms; at each poll the queue's events too, as above) while nobody waits
+ * for its job, and blocks (cuEventSynchronize) once someone does; with no
+ * job it sleeps until one is queued. It never calls the driver once it is
+ * told to stop (at exit, before the driver's own teardown:
+ * swap_vmm_stop_mover) or for a context that is ending
+ * (swap_vmm_context_ending waits for its job). */
 #include "swap_vmm_internal.h"
 #include "context.h"
 #include "hooks.h"
@@ -93,12 +109,17 @@ static void unlink_job(struct vmm_block *b)
 static void start_mover(void);
 static void settle_ahead(struct vmm_block *b);
 
+/* A job passed over this many times is not given back for a younger one
+ * once the mover owns it (other_ready). */
+#define MOVER_PASS_MAX 16
+
 void job_queue(struct vmm_block *b)
 {
     struct vmm_block **at = &vmm_jobs;
     while (*at)
         at = &(*at)->job_next;
     *at = b, b->job_next = NULL;
+    b->passed = 0;
     if (!vmm_mover_thread || is_stopping()) return;
     if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE)) start_mover();
     if (vmm_mover_thread)
@@ -109,11 +130,16 @@ void job_queue(struct vmm_block *b)
 
 /* ---- the driver work (no vmm_lock needed: the block is the caller's) ----- */
 
-/* The host waits for ev. The mover polls while nobody waits for its job,
- * and stops waiting when told to stop (-ECANCELED); others block. */
-static int event_wait(CUevent ev, bool mover_side, bool *blocked)
+static bool other_ready(struct vmm_block *mine);
+
+/* The host waits for ev, for job (the mover's own, or NULL: another
+ * thread's wait). The mover polls while nobody waits for its job, stops
+ * waiting when told to stop (-ECANCELED), and gives its job up when
+ * another is ready (-EAGAIN, vmm_lock then held: other_ready); others
+ * block. */
+static int event_wait(CUevent ev, struct vmm_block *job, bool *blocked)
 {
-    if (!mover_side) {
+    if (!job) {
         if (real_cuEventQuery(ev) == CUDA_SUCCESS) return 0;
         *blocked = true;
         return real_cuEventSynchronize(ev) == CUDA_SUCCESS ? 0 : -EIO;
@@ -135,6 +161,7 @@ static int event_wait(CUevent ev, bool mover_side, bool *blocked)
             *blocked = true;
             return real_cuEventSynchronize(ev) == CUDA_SUCCESS ? 0 : -EIO;
         }
+        if (other_ready(job)) return -EAGAIN;
         if (us < 1000) us *= 2;
     }
 }
@@ -142,11 +169,11 @@ static int event_wait(CUevent ev, bool mover_side, bool *blocked)
 /* A remap's driver work: after wb, b's range off the chunks it gave away
  * and onto its host copy. 0; -EPROTO: done, but the driver refused the
  * wait for wb (the whole context was synchronised instead); -EIO: the
- * remap failed; -ECANCELED: nothing done. */
+ * remap failed; -ECANCELED or -EAGAIN (event_wait): nothing done. */
 static int remap_work(struct vmm_block *b, CUevent wb, bool mover_side, bool *blocked)
 {
     bool pushed = shim_enter_context(b->ctx);
-    int rc = event_wait(wb, mover_side, blocked);
+    int rc = event_wait(wb, mover_side ? b : NULL, blocked);
     /* A failed wait still has to end with the range off the chunks. */
     bool refused = rc == -EIO;
     if (refused) real_cuCtxSynchronize(), rc = 0;
@@ -163,7 +190,8 @@ static int remap_work(struct vmm_block *b, CUevent wb, bool mover_side, bool *bl
  * may touch b's host copy), b's range onto its chunks, the host copy
  * copied in (ahead_copy) on the host-to-device stream, which already waits
  * for the chunks' write-backs (swap_vmm_fetch_ahead), and its event
- * recorded. -ECANCELED or -EIO: b's range maps its host copy again. */
+ * recorded. -ECANCELED, -EAGAIN (event_wait) or -EIO: b's range maps its
+ * host copy again. */
 static int ahead_work(struct vmm_block *b, const CUevent *evs, int n, bool mover_side,
                       bool *blocked)
 {
@@ -171,7 +199,7 @@ static int ahead_work(struct vmm_block *b, const CUevent *evs, int n, bool mover
     bool pushed = shim_enter_context(b->ctx);
     int rc = 0;
     for (int i = 0; i < n && !rc; i++)
-        rc = event_wait(evs[i], mover_side, blocked);
+        rc = event_wait(evs[i], mover_side ? b : NULL, blocked);
     if (!rc && mover_side && is_stopping()) rc = -ECANCELED;
     if (!rc && real_cuMemUnmap((CUdeviceptr)b->base, b->size) != CUDA_SUCCESS) rc = -EIO;
     if (rc) goto out;
@@ -229,6 +257,43 @@ static int ahead_snapshot(struct vmm_block *b, CUevent *evs)
     }
     b->wb_ev = g, evs[0] = g;
     return 1;
+}
+
+/* b's queued fetch ahead's snapshot dropped (work may touch b after it). */
+static void drop_snapshot(struct vmm_block *b)
+{
+    if (b->job != JOB_AHEAD || b->moving || !b->wb_ev) return;
+    vmm_ev_put(&vmm_devs[b->device], b->wb_ev);
+    b->wb_ev = NULL;
+    if (b->passed < MOVER_PASS_MAX) b->passed++;
+}
+
+void job_touched(struct vmm_block *b)
+{
+    drop_snapshot(b);
+}
+
+void job_touched_all(void)
+{
+    for (struct vmm_block *b = vmm_jobs; b; b = b->job_next)
+        drop_snapshot(b);
+}
+
+/* Whether queued job b's wait is over, its driver work then done at once:
+ * a remap's write-back event complete (or failed: remap_work copes); a
+ * fetch ahead's snapshot complete (taken here when it has none), or
+ * nothing to wait for. Without a gate stream, its events themselves.
+ * Under vmm_lock; the mover's. */
+static bool job_ready(struct vmm_block *b)
+{
+    if (b->job == JOB_REMAP) return real_cuEventQuery(b->wb_ev) != CUDA_ERROR_NOT_READY;
+    if (b->wb_ev) return real_cuEventQuery(b->wb_ev) != CUDA_ERROR_NOT_READY;
+    CUevent evs[SLOTS];
+    int n = ahead_snapshot(b, evs);
+    if (b->wb_ev) return real_cuEventQuery(b->wb_ev) != CUDA_ERROR_NOT_READY;
+    for (int i = 0; i < n; i++) /* no gate: the events as they are now */
+        if (real_cuEventQuery(evs[i]) == CUDA_ERROR_NOT_READY) return false;
+    return true;
 }
 
 /* ---- bookkeeping (under vmm_lock) ------------------------------------------ */
@@ -366,6 +431,7 @@ void job_cancel_ahead(struct vmm_block *b)
     if (b->moving) job_wait();
     if (b->job != JOB_AHEAD || b->moving) return; /* done or failed: b is where it ended */
     unlink_job(b);
+    drop_snapshot(b);
     b->job = JOB_NONE;
     vmm_chunks_give(b->device, b->size / vmm_devs[b->device].gran, b->chunks, b->chunk_ev, NULL);
     b->on_device = false;
@@ -444,14 +510,46 @@ int job_queue_ahead(struct vmm_block *b, unsigned flags)
 
 /* ---- the mover thread ---------------------------------------------------- */
 
-/* Claim the oldest job not of an ending context, run its driver work
- * without vmm_lock, finish it. Under vmm_lock (dropped and taken back).
- * false: no job to claim. */
+/* The first queued job not of an ending context that is ready (job_ready)
+ * after skip (NULL: from the queue's head), or NULL. Under vmm_lock. */
+static struct vmm_block *first_ready(struct vmm_block *skip)
+{
+    for (struct vmm_block *b = vmm_jobs; b; b = b->job_next)
+        if (b != skip && b->ctx != ending_ctx && job_ready(b)) return b;
+    return NULL;
+}
+
+/* The mover, waiting for its own job's event: whether another job is
+ * ready, its own passed over fewer than MOVER_PASS_MAX times. true:
+ * vmm_lock is held (taken here without waiting; no thread is in job_wait,
+ * which holds it). */
+static bool other_ready(struct vmm_block *mine)
+{
+    if (mine->passed >= MOVER_PASS_MAX || pthread_mutex_trylock(vmm_lock)) return false;
+    if (!is_stopping() && first_ready(mine)) return true;
+    pthread_mutex_unlock(vmm_lock);
+    return false;
+}
+
+/* The job to claim, not of an ending context: the oldest that is ready,
+ * else the oldest; NULL when none. The jobs older than the one taken count
+ * a pass. Under vmm_lock. */
+static struct vmm_block *pick_job(void)
+{
+    struct vmm_block *b, *pick = first_ready(NULL);
+    for (b = vmm_jobs; pick && b != pick; b = b->job_next)
+        if (b->ctx != ending_ctx && b->passed < MOVER_PASS_MAX) b->passed++;
+    for (b = vmm_jobs; b && !pick; b = b->job_next)
+        if (b->ctx != ending_ctx) pick = b;
+    return pick;
+}
+
+/* Claim a job (pick_job), run its driver work without vmm_lock, finish
+ * it, or give it back (another became ready while it waited). Under
+ * vmm_lock (dropped and taken back). false: no job to claim. */
 static bool mover_step(void)
 {
-    struct vmm_block *b = vmm_jobs;
-    while (b && b->ctx == ending_ctx)
-        b = b->job_next;
+    struct vmm_block *b = pick_job();
     if (!b) return false;
     unlink_job(b);
     b->moving = true;
@@ -460,13 +558,26 @@ static bool mover_step(void)
     CUevent evs[SLOTS], wb = b->wb_ev;
     int n = 0;
     if (b->job == JOB_AHEAD) {
-        n = ahead_snapshot(b, evs);
+        /* its snapshot, unless a valid one was taken while it was queued */
+        if (b->wb_ev)
+            evs[0] = b->wb_ev, n = 1;
+        else
+            n = ahead_snapshot(b, evs);
         b->ahead_copy = b->ahead_copy || b->touched || b->alloc_epoch != vmm_unknown_epoch;
     }
     pthread_mutex_unlock(vmm_lock);
     bool blocked = false;
     int rc = b->job == JOB_REMAP ? remap_work(b, wb, true, &blocked)
                                  : ahead_work(b, evs, n, true, &blocked);
+    if (rc == -EAGAIN) {
+        /* vmm_lock held (other_ready): nothing done, nobody waited; back
+         * to the queue's head, a fetch ahead with its snapshot (nothing
+         * touched b while the mover owned it) */
+        cur.b = NULL;
+        b->moving = false;
+        b->job_next = vmm_jobs, vmm_jobs = b;
+        return true;
+    }
     pthread_mutex_lock(&mv_lock);
     cur.rc = rc, cur.blocked = blocked, done_ticket = t;
     pthread_cond_broadcast(&mv_cond);

@@ -481,8 +481,12 @@ void swap_vmm_after(CUstream stream, struct vmm_block *const *touched, size_t n,
     struct slot *s = &vmm_slots[k];
     s->recorded++;
     for (size_t i = 0; i < n; i++)
-        if (touched[i]) touched[i]->streams |= slot_bit(k), touched[i]->touched = true;
+        if (touched[i]) {
+            touched[i]->streams |= slot_bit(k), touched[i]->touched = true;
+            if (touched[i]->job == JOB_AHEAD) job_touched(touched[i]);
+        }
     if (all) {
+        job_touched_all();
         vmm_all_mask |= slot_bit(k);
         s->all_upto = s->recorded;
         vmm_unknown_epoch++; /* every block may have been written (alloc_epoch, fetch_epoch) */

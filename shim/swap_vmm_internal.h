@@ -32,12 +32,14 @@ struct vmm_block {
     CUevent *chunk_ev;                     /* chunks_take: write-backs to wait for first */
     CUmemGenericAllocationHandle exported; /* pinned: the exportable allocation */
     bool on_device, pinned;
-    bool remap_pending; /* evicted; its range still maps the chunks it gave away */
-    CUevent wb_ev;      /* remap_pending: recorded after its write-back (or its events);
-                         * a moving fetch ahead: its gate event (swap_mover.c) */
-    unsigned char job;  /* JOB_*: a remap (remap_pending) or a fetch ahead (on_device) */
-    bool moving;        /* the mover owns its job */
-    bool ahead_copy;    /* JOB_AHEAD: its host copy is copied in (else a first touch) */
+    bool remap_pending;   /* evicted; its range still maps the chunks it gave away */
+    CUevent wb_ev;        /* remap_pending: recorded after its write-back (or its events);
+                           * a fetch ahead: its gate event, once the mover took its
+                           * snapshot (swap_mover.c) */
+    unsigned char job;    /* JOB_*: a remap (remap_pending) or a fetch ahead (on_device) */
+    bool moving;          /* the mover owns its job */
+    bool ahead_copy;      /* JOB_AHEAD: its host copy is copied in (else a first touch) */
+    unsigned char passed; /* queued: times passed over (swap_mover.c, MOVER_PASS_MAX) */
     struct vmm_block *job_next;
     bool touched;         /* some work was recorded on it since its allocation */
     uint64_t streams;     /* slots whose last event may follow work on it */
@@ -115,6 +117,10 @@ void job_cancel_ahead(struct vmm_block *b);
 /* Every job settled (unknown work); ready: only the remaps whose write-back
  * ended (the launching thread's lazy pass, inline mode). */
 void job_settle_all(bool ready);
+/* Work was recorded on b (job_touched) or on every block (job_touched_all):
+ * a queued fetch ahead's snapshot no longer covers it and is dropped. */
+void job_touched(struct vmm_block *b);
+void job_touched_all(void);
 /* Whether fetches ahead go to the mover (a thread, not stopped). */
 bool job_mover_on(void);
 /* b's fetch ahead queued (swap_vmm_fetch_ahead's contract, mover side). */

@@ -122,6 +122,7 @@ struct design {
     bool serial;               /* with async: remaps one at a time */
     bool ahead;                /* with async: fetches ahead on the mover thread */
     double margin;             /* with ahead: the policy's cost gate, 0 = default */
+    bool fifo;                 /* SWAP_MODEL_BUILT: the movers' old order (mover_fifo) */
 };
 
 #define VMM SWAP_MODEL_VMM
@@ -132,75 +133,88 @@ struct design {
 #define SMALL SWAP_MODEL_UNIT_SMALL_MANAGED
 static const struct design designs[] = {
     /* today's engine on what the shim sees */
-    {"mgd:seg", SWAP_MODEL_MANAGED, BLOCK, 0, true, 0, 0, 1, false, WQ, false, false, false, 0},
+    {"mgd:seg", SWAP_MODEL_MANAGED, BLOCK, 0, true, 0, 0, 1, false, WQ, false, false, false, 0,
+     false},
     /* the VMM engine as built (whole blocks, moved by the launching thread,
      * no fetch ahead); with 8 MiB chunks; with an eviction waiting only for
      * the victim's launches; with free remaps */
-    {"built", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, false, false, false, 0},
-    {"built c8", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, false, false, false, 0},
-    {"built lu", BUILT, SMALL, 0, true, 0, 0, 1, false, WLU, false, false, false, 0},
-    {"built nr", BUILT, SMALL, 0, true, 0, 0, 1, true, WQ, false, false, false, 0},
+    {"built", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, false, false, false, 0, false},
+    {"built c8", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, false, false, false, 0, false},
+    {"built lu", BUILT, SMALL, 0, true, 0, 0, 1, false, WLU, false, false, false, 0, false},
+    {"built nr", BUILT, SMALL, 0, true, 0, 0, 1, true, WQ, false, false, false, 0, false},
     /* the candidate next step: async evictions (swap_model.h), whole and in
      * 8 MiB chunks; 1r with the host's and the mover's remaps one at a time;
      * learned (here and below) with each kernel access's chunks as the shim
      * would learn them (swap_model_segments_extent) */
-    {"built async", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, true, false, false, 0},
-    {"built async c8", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, true, false, false, 0},
-    {"built async c8 learned", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, true, false, false, 0},
-    {"built async 1r", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, true, true, false, 0},
-    {"built async c8 1r", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, true, true, false, 0},
+    {"built async", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, true, false, false, 0, false},
+    {"built async c8", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, true, false, false, 0, false},
+    {"built async c8 learned", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, true, false, false, 0,
+     false},
+    {"built async 1r", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, true, true, false, 0, false},
+    {"built async c8 1r", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, true, true, false, 0, false},
     /* what the shim has once the mover thread (branch mover) and the
      * engine's fetch ahead are in: async evictions, fetches ahead executed
      * by the mover thread (swap_model.h, built_ahead) */
-    {"built ahead", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, true, false, true, 0},
+    {"built ahead", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, true, false, true, 0, false},
     /* the same with per-block events (an eviction waits only for the
      * victim's launches), and with the policy's cost gate opened wide
      * (every fetch the prediction allows goes ahead; more bytes) */
-    {"built ahead lu", BUILT, SMALL, 0, true, 0, 0, 1, false, WLU, true, false, true, 0},
-    {"built ahead wide", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, true, false, true, 1e9},
+    {"built ahead lu", BUILT, SMALL, 0, true, 0, 0, 1, false, WLU, true, false, true, 0, false},
+    {"built ahead wide", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, true, false, true, 1e9, false},
     /* two mover threads: a victim's remap, which waits for its events, no
      * longer holds up the next fetch ahead's map behind it */
-    {"built ahead 2mv", BUILT, SMALL, 0, true, 0, 0, 2, false, WQ, true, false, true, 0},
+    {"built ahead 2mv", BUILT, SMALL, 0, true, 0, 0, 2, false, WQ, true, false, true, 0, false},
     /* every fetch the prediction allows ahead, on four mover threads (the
      * driver's parallel remaps are not measured) */
-    {"built ahead wide 4mv", BUILT, SMALL, 0, true, 0, 0, 4, false, WQ, true, false, true, 1e9},
+    {"built ahead wide 4mv", BUILT, SMALL, 0, true, 0, 0, 4, false, WQ, true, false, true, 1e9,
+     false},
     /* the engine as built: the same in 8 MiB parts, with learned extents */
-    {"built ahead c8", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, true, false, true, 0},
-    {"built ahead c8 learned", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, true, false, true, 0},
+    {"built ahead c8", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, true, false, true, 0, false},
+    {"built ahead c8 learned", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, true, false, true, 0,
+     false},
+    /* the mover's jobs in the order decided, a fetch ahead waiting behind a
+     * victim's remap that waits for its events (the shim before it served
+     * ready work first; the rows above serve it first) */
+    {"built ahead fifo", BUILT, SMALL, 0, true, 0, 0, 1, false, WQ, true, false, true, 0, true},
+    {"built ahead 2mv fifo", BUILT, SMALL, 0, true, 0, 0, 2, false, WQ, true, false, true, 0, true},
+    {"built ahead c8 learned fifo", BUILT, SMALL, 0, true, 8, 0, 1, false, WQ, true, false, true, 0,
+     true},
     /* item 4: the unit, with today's schedule */
-    {"a:block", VMM, BLOCK, 0, false, 0, 0, 1, false, WQ, false, false, false, 0},
-    {"b:small-mgd", VMM, SMALL, 0, false, 0, 0, 1, false, WQ, false, false, false, 0},
-    {"c:pack2", VMM, SWAP_MODEL_UNIT_PACK, 2, false, 0, 0, 1, false, WQ, false, false, false, 0},
-    {"c:pack16", VMM, SWAP_MODEL_UNIT_PACK, 16, false, 0, 0, 1, false, WQ, false, false, false, 0},
-    {"d:seg", VMM, BLOCK, 0, true, 0, 0, 1, false, WQ, false, false, false, 0},
-    {"d:chunk2", VMM, SMALL, 0, true, 2, 0, 1, false, WQ, false, false, false, 0},
-    {"d:chunk2 learned", VMM, SMALL, 0, true, 2, 0, 1, false, WQ, false, false, false, 0},
-    {"d:chunk4", VMM, SMALL, 0, true, 4, 0, 1, false, WQ, false, false, false, 0},
-    {"d:chunk4 learned", VMM, SMALL, 0, true, 4, 0, 1, false, WQ, false, false, false, 0},
-    {"d:chunk8", VMM, SMALL, 0, true, 8, 0, 1, false, WQ, false, false, false, 0},
-    {"d:chunk8 learned", VMM, SMALL, 0, true, 8, 0, 1, false, WQ, false, false, false, 0},
+    {"a:block", VMM, BLOCK, 0, false, 0, 0, 1, false, WQ, false, false, false, 0, false},
+    {"b:small-mgd", VMM, SMALL, 0, false, 0, 0, 1, false, WQ, false, false, false, 0, false},
+    {"c:pack2", VMM, SWAP_MODEL_UNIT_PACK, 2, false, 0, 0, 1, false, WQ, false, false, false, 0,
+     false},
+    {"c:pack16", VMM, SWAP_MODEL_UNIT_PACK, 16, false, 0, 0, 1, false, WQ, false, false, false, 0,
+     false},
+    {"d:seg", VMM, BLOCK, 0, true, 0, 0, 1, false, WQ, false, false, false, 0, false},
+    {"d:chunk2", VMM, SMALL, 0, true, 2, 0, 1, false, WQ, false, false, false, 0, false},
+    {"d:chunk2 learned", VMM, SMALL, 0, true, 2, 0, 1, false, WQ, false, false, false, 0, false},
+    {"d:chunk4", VMM, SMALL, 0, true, 4, 0, 1, false, WQ, false, false, false, 0, false},
+    {"d:chunk4 learned", VMM, SMALL, 0, true, 4, 0, 1, false, WQ, false, false, false, 0, false},
+    {"d:chunk8", VMM, SMALL, 0, true, 8, 0, 1, false, WQ, false, false, false, 0, false},
+    {"d:chunk8 learned", VMM, SMALL, 0, true, 8, 0, 1, false, WQ, false, false, false, 0, false},
     /* item 3: the schedule, on d:chunk8 */
-    {"d8 h5", VMM, SMALL, 0, true, 8, 0.05, 1, false, WQ, false, false, false, 0},
-    {"d8 h10", VMM, SMALL, 0, true, 8, 0.10, 1, false, WQ, false, false, false, 0},
-    {"d8 2mv", VMM, SMALL, 0, true, 8, 0, 2, false, WQ, false, false, false, 0},
-    {"d8 4mv", VMM, SMALL, 0, true, 8, 0, 4, false, WQ, false, false, false, 0},
-    {"d8 2mv h5", VMM, SMALL, 0, true, 8, 0.05, 2, false, WQ, false, false, false, 0},
-    {"d8 4mv h5", VMM, SMALL, 0, true, 8, 0.05, 4, false, WQ, false, false, false, 0},
-    {"d8 4mv h10", VMM, SMALL, 0, true, 8, 0.10, 4, false, WQ, false, false, false, 0},
-    {"d8 4mv h20", VMM, SMALL, 0, true, 8, 0.20, 4, false, WQ, false, false, false, 0},
-    {"d2 4mv h5", VMM, SMALL, 0, true, 2, 0.05, 4, false, WQ, false, false, false, 0},
-    {"d8 nr", VMM, SMALL, 0, true, 8, 0, 1, true, WQ, false, false, false, 0},
-    {"d8 nr h5", VMM, SMALL, 0, true, 8, 0.05, 1, true, WQ, false, false, false, 0},
-    {"d8 nr h10", VMM, SMALL, 0, true, 8, 0.10, 1, true, WQ, false, false, false, 0},
+    {"d8 h5", VMM, SMALL, 0, true, 8, 0.05, 1, false, WQ, false, false, false, 0, false},
+    {"d8 h10", VMM, SMALL, 0, true, 8, 0.10, 1, false, WQ, false, false, false, 0, false},
+    {"d8 2mv", VMM, SMALL, 0, true, 8, 0, 2, false, WQ, false, false, false, 0, false},
+    {"d8 4mv", VMM, SMALL, 0, true, 8, 0, 4, false, WQ, false, false, false, 0, false},
+    {"d8 2mv h5", VMM, SMALL, 0, true, 8, 0.05, 2, false, WQ, false, false, false, 0, false},
+    {"d8 4mv h5", VMM, SMALL, 0, true, 8, 0.05, 4, false, WQ, false, false, false, 0, false},
+    {"d8 4mv h10", VMM, SMALL, 0, true, 8, 0.10, 4, false, WQ, false, false, false, 0, false},
+    {"d8 4mv h20", VMM, SMALL, 0, true, 8, 0.20, 4, false, WQ, false, false, false, 0, false},
+    {"d2 4mv h5", VMM, SMALL, 0, true, 2, 0.05, 4, false, WQ, false, false, false, 0, false},
+    {"d8 nr", VMM, SMALL, 0, true, 8, 0, 1, true, WQ, false, false, false, 0, false},
+    {"d8 nr h5", VMM, SMALL, 0, true, 8, 0.05, 1, true, WQ, false, false, false, 0, false},
+    {"d8 nr h10", VMM, SMALL, 0, true, 8, 0.10, 1, true, WQ, false, false, false, 0, false},
 };
 #define ND (sizeof(designs) / sizeof(designs[0]))
 
-/* A design named "... learned": its chunks' kernel extents as the shim
- * would learn them (swap_model_segments_extent). */
+/* A design named "... learned" (or "... learned fifo"): its chunks' kernel
+ * extents as the shim would learn them (swap_model_segments_extent). */
 static bool learned(const struct design *d)
 {
     size_t n = strlen(d->name), k = strlen(" learned");
-    return n > k && !strcmp(d->name + n - k, " learned");
+    return (n > k && !strcmp(d->name + n - k, " learned")) || strstr(d->name, " learned ");
 }
 
 /* Whether a block of the trace has at least bytes (the VMM engine moves
@@ -239,6 +253,7 @@ static void design_params(const struct design *d, bool tensors, uint64_t budget,
     p->built_remaps_serial = d->serial;
     p->built_ahead = d->ahead;
     p->ahead_margin = d->margin;
+    p->mover_fifo = d->fifo;
     p->extent = learned(d) ? SWAP_MODEL_EXTENT_LEARNED : SWAP_MODEL_EXTENT_TRUE;
 }
 
@@ -251,7 +266,8 @@ static size_t true_twin(size_t d)
             a->unit_mib == b->unit_mib && a->segments == b->segments &&
             a->chunk_mib == b->chunk_mib && a->headroom == b->headroom && a->movers == b->movers &&
             a->free_remaps == b->free_remaps && a->wait == b->wait && a->async == b->async &&
-            a->serial == b->serial && a->ahead == b->ahead && a->margin == b->margin)
+            a->serial == b->serial && a->ahead == b->ahead && a->margin == b->margin &&
+            a->fifo == b->fifo)
             return k;
     }
     return d;
@@ -506,7 +522,8 @@ int swap_real_designs(int n, char **paths)
         "write-back ordered on the device and the victim's range remapped by a mover thread; 1r "
         "the host's and the mover's remaps one at a time; built ahead with the engine's fetches "
         "ahead on the mover thread too, lu with per-block events, wide with the policy's cost "
-        "gate open, 2mv with two mover threads, 4mv four), "
+        "gate open, 2mv with two mover threads, 4mv four; the movers serve ready work first, "
+        "fifo in the order decided, as the shim did before), "
         "d:seg PyTorch's segments (traces the shim "
         "wrote as they are), d:chunk2 their "
         "2 MiB "

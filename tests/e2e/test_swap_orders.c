@@ -471,6 +471,28 @@ static void expect_ahead_fail(const struct orders *o)
 BOTH_ENGINES_WITH(a_fetch_ahead_the_driver_refuses_leaves_the_block_on_its_host_copy, "ahead-fail",
                   expect_ahead_fail, "IPCSHIM_TEST_SWAP_AHEAD=1")
 
+/* 9c. A fetch ahead queued behind a victim's remap that cannot be done
+ * yet (A's write-back held behind S2): the mover serves ready work first,
+ * so C's fetch ahead, whose own wait is over, is done while S2 is still
+ * held (C maps its device chunks); a mover taking its jobs oldest first
+ * would wait behind A's remap until S2's release. */
+static void expect_ahead_behind_remap(const struct orders *o)
+{
+    expect_queued_order(o);
+    if (o->vmm) {
+        expect_text(o, "a_pending", "device");
+        cr_expect_geq(num(o, "queued_held"), 2, "%s: S2's kernel and A's write-back not queued",
+                      o->mode);
+        expect_text(o, "c_ahead", "device");
+        cr_expect_geq(stat_of(o, "fetches ahead "), 1, "%s: no fetch ahead", o->mode);
+        cr_expect_geq(stat_of(o, "moves by the mover thread "), 2, "%s: the mover's moves",
+                      o->mode);
+    }
+    expect_intact(o);
+}
+BOTH_ENGINES_WITH(a_fetch_ahead_queued_behind_a_remap_that_waits_is_done_first,
+                  "ahead-behind-remap", expect_ahead_behind_remap, "IPCSHIM_TEST_SWAP_AHEAD=1")
+
 /* 4. fork with A evicted: the child does no CUDA and exits; the parent
  * fetches A back. */
 static void expect_fork(const struct orders *o)

@@ -53,7 +53,7 @@ static void tiny(struct swap_trace *t)
     push(t, 'L', 0, 0, false);
 }
 
-static const uint64_t ten_us[] = {10000, 10000, 10000};
+static const uint64_t ten_us[] = {10000, 10000, 10000, 10000}; /* at most 4 launches */
 
 static void run(enum swap_model_engine engine, struct swap_model_result *r)
 {
@@ -822,4 +822,60 @@ Test(swap_model, built_ahead_needs_async_evictions_and_history)
     cr_expect_eq(swap_model_run(&t, &p, &r), 0);
     swap_model_result_fini(&r);
     swap_trace_fini(&t);
+}
+
+/* Async evictions, per-block events (WAIT_LAST_USE), the offline policy
+ * (MIN), budget 2 MiB: L0 reads block 1 for 100 ms, L1 writes block 2,
+ * L2 reads new blocks 3 and 4 (both evicted: 2 first, never used again,
+ * then 1), L3 reads 1 again. 2's remap waits for its write-back (after L1,
+ * 1 MiB), 1's only for L0's end; the one mover serves 1's first when it
+ * serves ready work first (params.mover_fifo: after 2's). The host's wait
+ * for 1's remap at L3 in *wait; the run's seconds returned. */
+static double mover_order_run(bool fifo, double *wait)
+{
+    struct swap_trace t = {0};
+    push(&t, 'A', 1, MIB, false);
+    push(&t, 'L', 0, 0, false);
+    push(&t, 'A', 2, MIB, true);
+    push(&t, 'L', 0, 0, false);
+    push(&t, 'A', 3, MIB, false);
+    push(&t, 'A', 4, MIB, false);
+    push(&t, 'L', 0, 0, false);
+    push(&t, 'A', 1, MIB, false);
+    push(&t, 'L', 0, 0, false);
+    static const uint64_t ns[] = {100000000, 10000, 10000, 10000};
+    struct swap_model_rates rates;
+    unit_rates(&rates);
+    struct swap_model_params p = {.engine = SWAP_MODEL_BUILT,
+                                  .kind = SWAP_POLICY_MIN,
+                                  .budget = 2 * MIB,
+                                  .rates = &rates,
+                                  .launch_ns = ns,
+                                  .n_launch_ns = 4,
+                                  .built_wait = SWAP_MODEL_WAIT_LAST_USE,
+                                  .built_async = true,
+                                  .mover_fifo = fifo};
+    struct swap_model_result r;
+    cr_assert_eq(swap_model_run(&t, &p, &r), 0);
+    double s = r.seconds;
+    *wait = r.host_evict_wait_seconds;
+    swap_model_result_fini(&r);
+    swap_trace_fini(&t);
+    return s;
+}
+
+Test(swap_model, the_mover_serves_ready_work_first)
+{
+    double wait_fifo, wait_ready;
+    double fifo = mover_order_run(true, &wait_fifo), ready = mover_order_run(false, &wait_ready);
+    /* L0: 1's first touch (100), submitted at 101, ends at 100101; L1:
+     * 2's first touch (+100), submitted at 202, ends at 100111; L2: 3's
+     * and 4's first touches by the host (+200), submitted at 403 */
+    double l0 = 100101, l1 = 100111, h3 = 403;
+    /* ready first: 1's remap in the mover's idle stretch before 2's
+     * (which starts after 2's write-back, at l1 + MOVE) */
+    cr_expect(fabs(wait_ready - (l0 + 100 - h3) * US) < 1e-12, "%.9f", wait_ready);
+    /* in the order decided: 2's remap, then 1's */
+    cr_expect(fabs(wait_fifo - (l1 + MOVE + 200 - h3) * US) < 1e-12, "%.9f", wait_fifo);
+    cr_expect_lt(ready, fifo, "%.9f vs %.9f", ready, fifo);
 }

@@ -81,6 +81,12 @@
  *   ahead-fail       the same, but the mover's cuMemMap of A's chunks fails
  *                    (simcuda_inject) once S2 is released: A stays on its
  *                    host copy; then a kernel over A on S1
+ *   ahead-behind-remap  with IPCSHIM_TEST_SWAP_AHEAD=1: a kernel over A on
+ *                    held S2, then kernels over B and C on S1: A is the
+ *                    victim (its remap waits behind S2 for its write-back)
+ *                    and C's fetch is a fetch ahead queued after that
+ *                    remap, its own wait over once S1's work ends; after a
+ *                    while (S2 still held) "c_ahead" says where C is
  *   unsafe-unmap     no shim needed: what an engine that ignores the rule
  *                    does, by hand: a VMM block with a queued kernel over
  *                    it is copied out and unmapped (the 700 the other
@@ -762,6 +768,28 @@ static void ahead_order(bool fail)
     finish(1u << C);
 }
 
+/* A fetch ahead queued behind a remap whose write-back is held (S2): the
+ * mover serves the fetch ahead, whose wait is over, first. */
+static void ahead_behind_remap_order(void)
+{
+    hold_s2(1);
+    add(A, s2, 1, false);
+    before();
+    pressure();
+    check(cuStreamSynchronize(s1), "cuStreamSynchronize(S1)");
+    /* C's fetch ahead is done once the mover takes it: up to 2 s */
+    for (int i = 0; i < 2000 && strcmp(where(blk[C]), "device"); i++) {
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    printf("c_ahead: %s\na_pending: %s\nqueued_held: %u\n", where(blk[C]), where(blk[A]),
+           nqueued());
+    hold_s2(0);
+    check(cuStreamSynchronize(s2), "cuStreamSynchronize(S2)");
+    add(A, s1, 4, false);
+    finish(0);
+}
+
 /* A swap engine's eviction without the rule, by hand: the block is a VMM
  * range mapping device memory; a kernel over it is queued; the "engine"
  * copies the range to a host-located allocation and re-points the range
@@ -840,6 +868,8 @@ int main(int argc, char **argv)
         mover_order(mode);
     else if (is(mode, "ahead-launch") || is(mode, "ahead-fail"))
         ahead_order(is(mode, "ahead-fail"));
+    else if (is(mode, "ahead-behind-remap"))
+        ahead_behind_remap_order();
     else if (is(mode, "unsafe-unmap"))
         unsafe_unmap();
     else

@@ -159,6 +159,12 @@ struct state {
     double host, queue, h2d, d2h;
     double mover[SWAP_MODEL_MOVERS_MAX];
     unsigned movers;
+    /* SWAP_MODEL_BUILT, not mover_fifo: each mover's jobs still to end,
+     * sorted, at most MOVER_SPANS a mover (mover_place) */
+    struct span {
+        double start, end;
+    } * spans;
+    unsigned n_spans[SWAP_MODEL_MOVERS_MAX];
     double last_end; /* end of the latest launch */
     /* Room (swap_model.h): the device's bytes in use change by d at t;
      * changes at or before min(h2d, queue), which no later query starts
@@ -361,9 +367,59 @@ static int block_freed(struct state *s, uint64_t id)
     return rc;
 }
 
-/* A remap of secs on the first mover free from ready; its end. */
+#define MOVER_SPANS 256
+
+/* The earliest start from ready of a job of secs on mover m that keeps
+ * clear of its jobs placed before (their spans); *at: where its span goes. */
+static double mover_fit(struct state *s, unsigned m, double ready, double secs, unsigned *at)
+{
+    struct span *sp = s->spans + (size_t)m * MOVER_SPANS;
+    unsigned n = s->n_spans[m], i = 0, old = 0;
+    /* no job to come is ready before the host's time: spans ended by then go */
+    while (old < n && sp[old].end <= s->host)
+        old++;
+    if (old) memmove(sp, sp + old, (n - old) * sizeof(*sp)), n = s->n_spans[m] = n - old;
+    double t = ready;
+    for (; i < n; i++) {
+        if (t + secs <= sp[i].start) break;
+        if (sp[i].end > t) t = sp[i].end;
+    }
+    *at = i;
+    return t;
+}
+
+/* Ready first (SWAP_MODEL_BUILT, not mover_fifo): the job runs on the
+ * mover where it can start earliest, in an idle stretch before a job
+ * placed earlier (one that waits for its events) when it ends before that
+ * one starts, else after the mover's last job. Its end. */
+static double mover_place(struct state *s, double ready, double secs)
+{
+    unsigned best = 0, at = 0;
+    double t = mover_fit(s, 0, ready, secs, &at);
+    for (unsigned m = 1; m < s->movers; m++) {
+        unsigned a;
+        double u = mover_fit(s, m, ready, secs, &a);
+        if (u < t) t = u, best = m, at = a;
+    }
+    struct span *sp = s->spans + (size_t)best * MOVER_SPANS;
+    unsigned n = s->n_spans[best];
+    if (n == MOVER_SPANS) { /* full: after its last job, which grows to hold it */
+        if (sp[n - 1].end > t) t = sp[n - 1].end;
+        sp[n - 1].end = t + secs;
+        return t + secs;
+    }
+    memmove(sp + at + 1, sp + at, (n - at) * sizeof(*sp));
+    sp[at] = (struct span){t, t + secs};
+    s->n_spans[best] = n + 1;
+    return t + secs;
+}
+
+/* A remap of secs on the first mover free from ready; its end. Under
+ * SWAP_MODEL_BUILT the movers serve ready work first (mover_place) unless
+ * params.mover_fifo. */
 static double mover_run(struct state *s, double ready, double secs)
 {
+    if (s->spans) return mover_place(s, ready, secs);
     unsigned m = 0;
     for (unsigned i = 1; i < s->movers; i++)
         if (s->mover[i] < s->mover[m]) m = i;
@@ -984,6 +1040,10 @@ int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p
     uint64_t *next = NULL;
     int rc = 0;
     s.movers = p->movers ? p->movers : 1;
+    if (s.movers > SWAP_MODEL_MOVERS_MAX) return -EINVAL;
+    if (p->engine == SWAP_MODEL_BUILT && !p->mover_fifo &&
+        !(s.spans = calloc((size_t)s.movers * MOVER_SPANS, sizeof(*s.spans))))
+        return -ENOMEM;
     swap_ahead_init(&s.ahead);
     s.capacity = (int64_t)p->budget;
     if (p->engine != SWAP_MODEL_NONE) {
@@ -1046,6 +1106,7 @@ int swap_model_run(const struct swap_trace *t, const struct swap_model_params *p
     free(s.occ);
     free(s.pending);
     free(s.ahead_remap);
+    free(s.spans);
     free(next);
     if (pol) swap_policy_destroy(pol);
     if (rc) swap_model_result_fini(r);

@@ -61,7 +61,16 @@
  *   waited for it (late), else it arrived early; an on-demand fetch of a
  *   block the prediction saw coming is late. A block
  *   on the managed path (unit SWAP_MODEL_UNIT_SMALL_MANAGED) fetched ahead
- *   migrates on the launch's stream, as on demand.
+ *   migrates on the launch's stream, as on demand. The mover threads serve
+ *   ready work first, as the shim's does (shim/swap_mover.c): a job runs
+ *   in an idle stretch of a mover before a job decided earlier that still
+ *   waits for its events (a victim's remap behind its write-back) when it
+ *   ends before that one starts, else after the mover's last job; a job
+ *   placed is never delayed by a later one (the shim's mover would start
+ *   a ready job in a stretch too short for it and delay the older one a
+ *   little: the model is that much slower for the younger one).
+ *   params.mover_fifo: the order decided, the first free mover taking the
+ *   next job and waiting there for its events (the shim before).
  *
  * Room: the device holds at most `budget` bytes at every instant. A fetch
  * takes its bytes when its copy starts, a first touch when it is mapped;
@@ -208,6 +217,10 @@ struct swap_model_params {
      * lateness */
     bool built_ahead;
     double ahead_margin; /* built_ahead: swap_policy_set_ahead_margin, 0 = default */
+    /* SWAP_MODEL_BUILT: the mover threads take their jobs in the order they
+     * were decided (the first free one the next job, which may wait there
+     * for its events), as the shim did before it served ready work first */
+    bool mover_fifo;
 };
 
 #define SWAP_MODEL_MOVERS_MAX 16
