@@ -13,7 +13,14 @@
  * launch's stream). The launch, copy and set wrappers are generated from
  * symbols.def (RUNTIME_SWAP / DRIVER_SWAP lines and their hooks); after the
  * real call of one that touched a VMM block (or may have: unknown layout,
- * graph), swap_vmm_after records the stream's event for the blocks.
+ * graph), swap_vmm_after records the stream's event for the blocks; after
+ * the real call of one that touched any swappable block, the engine
+ * fetches ahead (swap_engine_fetch_ahead) on its stream, behind it: a
+ * managed block's cuMemPrefetchAsync queues after the work, a VMM block's
+ * fetch goes to the mover. Copies and sets fetch ahead too: the policy
+ * counts them as launches (its horizon is in those), so a run of copies
+ * would otherwise use up the horizon with nothing fetched. Each launch's
+ * blocks fetched ahead give the engine their lateness (ahead_late).
  *
  * Invariants:
  * - the bytes placed on a device (on_device blocks) are a subset of what
@@ -33,7 +40,9 @@
  * copy or set that touches a VMM block (or may: unknown accesses) keeps it
  * from before the real call until its event is recorded after it (the
  * thread-local `pending`): an eviction on another thread in between would
- * not know of the queued work and could unmap under it. Kernels are recorded as
+ * not know of the queued work and could unmap under it. One that touches
+ * managed blocks only keeps it too, for its fetches ahead; one that touches
+ * no swappable block drops it before the real call, as before. Kernels are recorded as
  * writing every block they touch: a launch does not say which parameters it
  * writes. Copies and sets record the source as read and the destination as
  * written, and neither fetch nor evict (a copy works wherever the block is;
@@ -75,12 +84,14 @@ static bool engine_vmm;          /* IPCSHIM_SWAP_ENGINE=vmm */
 static bool test_ahead;          /* IPCSHIM_TEST_SWAP_AHEAD: every VMM fetch is one ahead */
 static unsigned long vmm_blocks; /* atomic: VMM-backed blocks live (pinned ones included) */
 
-/* The work between a hook and its real call that swap_vmm_after must
- * follow: set (swap_lock held) by a hook that saw VMM blocks, cleared
- * (swap_lock dropped) by after_call. */
+/* The work between a hook and its real call that after_call must follow:
+ * set (swap_lock held) by a hook that saw swappable blocks, cleared
+ * (swap_lock dropped) by after_call. vmm: swap_vmm_after records its event
+ * (VMM blocks, or unknown accesses while VMM blocks live); ahead: the
+ * engine fetches ahead behind it (the policy ticked for it). */
 #define PENDING_MAX 64
 static __thread __attribute__((tls_model("initial-exec"))) struct {
-    bool active, all;
+    bool active, all, vmm, ahead;
     CUstream stream;
     size_t n;
     struct vmm_block *v[PENDING_MAX];
@@ -192,6 +203,36 @@ static const struct layout *layout_of(enum fn_kind kind, const void *fn)
 
 /* ---- moving blocks (the engine's one device operation) ----------------- */
 
+/* Managed blocks fetched ahead, for the lateness feedback: each call of
+ * fetch_ahead that prefetches managed blocks is a batch, with an event
+ * recorded on its stream before the first prefetch (pre) and one after the
+ * last (post), kept in a ring; a block leaves its batch at its use. Under
+ * swap_lock. */
+#define AHEAD_BATCHES 16
+static struct ahead_batch {
+    CUcontext ctx; /* the events' context; NULL: none */
+    CUevent pre, post;
+    CUstream stream;
+    bool pre_recorded;
+    size_t n;
+    uint64_t base[SWAP_AHEAD_PER_LAUNCH * 4];
+} batches[AHEAD_BATCHES];
+static unsigned batch_next;
+static struct ahead_batch *batch_cur; /* the batch fetch_ahead fills, or NULL */
+
+/* A managed block at base is prefetched ahead on stream: into the current
+ * batch, its pre event recorded first. */
+static void batch_add(uint64_t base, CUstream stream)
+{
+    struct ahead_batch *m = batch_cur;
+    if (!m || m->n == sizeof m->base / sizeof m->base[0]) return;
+    if (!m->pre_recorded) {
+        if (real_cuEventRecord(m->pre, stream) != CUDA_SUCCESS) return;
+        m->pre_recorded = true, m->stream = stream;
+    }
+    m->base[m->n++] = base;
+}
+
 static CUmemLocation location(int device)
 {
     CUmemLocation l = {.type = device < 0 ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
@@ -221,6 +262,8 @@ static int cuda_move(void *ctx, uint64_t base, uint64_t size, int device, uint64
         return rc;
     }
     CUmemLocation to = location(device);
+    if (device >= 0 && (flags & HOST_MOVE_AHEAD))
+        batch_add(base, (CUstream)(uintptr_t)stream); /* its pre event comes before */
     if (real_cuMemAdvise_v2)
         real_cuMemAdvise_v2((CUdeviceptr)base, size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, to);
     CUresult r =
@@ -627,18 +670,98 @@ static void keep_or_unlock(CUstream stream, const struct swap_touch *t, const st
         if (all || (o && o->overflow)) swap_vmm_before_unknown(stream);
         all |= o && o->overflow;
     }
-    if (!n && (!all || !__atomic_load_n(&vmm_blocks, __ATOMIC_RELAXED))) {
+    bool vmm = n || (all && __atomic_load_n(&vmm_blocks, __ATOMIC_RELAXED));
+    if (!vmm && !t->n) { /* the common case: nothing swappable, nothing to follow */
         pthread_mutex_unlock(&swap_lock);
         return;
     }
     pending.active = true, pending.all = all, pending.stream = stream, pending.n = n;
+    pending.vmm = vmm, pending.ahead = t->n > 0;
+}
+
+/* The context's managed-fetch batch to fill next (its events made in the
+ * current context when new), or NULL when none can be had. Under swap_lock. */
+static struct ahead_batch *batch_take(void)
+{
+    CUcontext ctx = NULL;
+    if (real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return NULL;
+    struct ahead_batch *m = &batches[batch_next % AHEAD_BATCHES];
+    if (m->ctx != ctx) {
+        /* Events of another context are left to it (it may be gone). */
+        m->ctx = NULL;
+        if (real_cuEventCreate(&m->pre, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return NULL;
+        if (real_cuEventCreate(&m->post, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+            real_cuEventDestroy_v2(m->pre);
+            return NULL;
+        }
+        m->ctx = ctx;
+    }
+    m->n = 0, m->pre_recorded = false;
+    return m;
+}
+
+/* The engine's fetches ahead, queued behind the work just submitted on
+ * stream. Under swap_lock. */
+static void fetch_ahead(CUstream stream)
+{
+    bool managed = __atomic_load_n(&live_blocks, __ATOMIC_RELAXED) >
+                   __atomic_load_n(&vmm_blocks, __ATOMIC_RELAXED);
+    batch_cur = managed ? batch_take() : NULL;
+    int rc = swap_engine_fetch_ahead(engine, (uint64_t)(uintptr_t)stream);
+    struct ahead_batch *m = batch_cur;
+    batch_cur = NULL;
+    if (rc == -ENOMEM)
+        LOG_ONCE(LOG_WARN, "swap: out of memory while fetching ahead; blocks are fetched on use");
+    if (!m || !m->n) return;
+    if (real_cuEventRecord(m->post, m->stream) != CUDA_SUCCESS) {
+        m->n = 0;
+        return;
+    }
+    batch_next++;
+}
+
+/* Whether managed block base, fetched ahead, comes late for work about to
+ * be queued on stream: its prefetch not complete while the work could
+ * start now (stream idle, or on the prefetch's own stream, everything
+ * before the prefetch done). Leaves its batch. No host wait. */
+static bool managed_ahead_late(uint64_t base, CUstream stream, int *idle)
+{
+    CUcontext ctx = NULL;
+    real_cuCtxGetCurrent(&ctx);
+    for (unsigned i = 0; i < AHEAD_BATCHES; i++) {
+        struct ahead_batch *m = &batches[(batch_next - 1 - i) % AHEAD_BATCHES];
+        for (size_t k = 0; k < m->n; k++) {
+            if (m->base[k] != base) continue;
+            m->base[k] = 0;
+            if (!ctx || m->ctx != ctx || real_cuEventQuery(m->post) != CUDA_ERROR_NOT_READY)
+                return false;
+            if (m->stream == stream) return real_cuEventQuery(m->pre) == CUDA_SUCCESS;
+            if (*idle < 0) *idle = real_cuStreamQuery(stream) == CUDA_SUCCESS;
+            return *idle > 0;
+        }
+    }
+    return false;
+}
+
+/* Whether b, fetched ahead, comes late for the launch about to be queued on
+ * stream (swap_engine_ahead_feedback). Trap: "the fetch's event is not
+ * complete at submission" alone would call every fetch late (the host runs
+ * far ahead of the device); late is when the launch could start now and
+ * must wait for the fetch. Before the launch's own moves and waits are
+ * queued. Under swap_lock. */
+static bool ahead_late(const struct swap_block *b, CUstream stream, int *idle)
+{
+    struct vmm_block *v = vmm_blocks ? swap_vmm_find(b->base) : NULL;
+    if (v) return swap_vmm_ahead_late(v, stream, idle);
+    return managed_ahead_late(b->base, stream, idle);
 }
 
 /* After the real call of work a hook kept swap_lock for: its event. */
 static void after_call(void)
 {
     pending.active = false;
-    swap_vmm_after(pending.stream, pending.v, pending.n, pending.all);
+    if (pending.vmm) swap_vmm_after(pending.stream, pending.v, pending.n, pending.all);
+    if (pending.ahead) fetch_ahead(pending.stream);
     pthread_mutex_unlock(&swap_lock);
 }
 
@@ -680,8 +803,16 @@ static void before_launch(enum fn_kind kind, const void *fn, void **args, void *
     if (swap_vmm_parted_live() && t.n)
         swap_vmm_launch_extents(blocks, l && l->known ? args : NULL, l ? l->params : NULL,
                                 l ? l->n : 0, extra, &t, &o);
+    /* Lateness first: the accesses below queue moves and waits on stream. */
+    bool late[sizeof t.block / sizeof t.block[0]];
+    int idle = -1;
     for (size_t i = 0; i < t.n; i++)
+        late[i] = t.block[i]->ahead && ahead_late(t.block[i], stream, &idle);
+    for (size_t i = 0; i < t.n; i++) {
+        bool ahead = t.block[i]->ahead;
         access_block(t.block[i], true, false, stream);
+        if (ahead) swap_engine_ahead_feedback(engine, t.block[i]->device, late[i]);
+    }
     swap_vmm_unseen_written(blocks, &o);
     if (t.n) counts.launches_scanned++;
     end_launch(t.n);
@@ -805,12 +936,15 @@ void swap_report(void)
     log_report("swap: faults (fetches a launch needed) %llu, first touches %llu, evictions %llu "
                "(%llu dirty), "
                "prefetched to device %llu bytes, to host %llu bytes, new blocks placed %llu bytes, "
-               "prefetch failures %llu, over budget %llu, exports refused %llu",
+               "prefetch failures %llu, over budget %llu, exports refused %llu, fetched ahead "
+               "%llu bytes (late %llu, early %llu, missed %llu)",
                (unsigned long long)sum.faults, (unsigned long long)sum.first_touches,
                (unsigned long long)sum.evictions, (unsigned long long)sum.dirty_evictions,
                (unsigned long long)own.to_device_bytes, (unsigned long long)own.to_host_bytes,
                (unsigned long long)own.created_bytes, (unsigned long long)own.move_failures,
-               (unsigned long long)own.overflows, (unsigned long long)counts.refused_exports);
+               (unsigned long long)own.overflows, (unsigned long long)counts.refused_exports,
+               (unsigned long long)own.ahead_bytes, (unsigned long long)own.ahead_late,
+               (unsigned long long)own.ahead_early, (unsigned long long)own.ahead_missed);
     if (engine_vmm) {
         struct swap_vmm_counts v;
         swap_vmm_counts(&v);

@@ -9,6 +9,7 @@
 #include "swap_offline.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,12 +139,78 @@ static unsigned long long number_after(const char *path, const char *key)
     return strtoull(at + strlen(key), NULL, 10);
 }
 
+/* The engine's (core/swap/swap_engine.c) policy calls replayed from the
+ * shim's trace: each access, and after each launch (an L line: a launch,
+ * copy or set with swappable blocks) the launch's end and the fetches
+ * ahead within the adaptive horizon (swap_ahead), whose feedback is the
+ * engine's on the simulator, where no managed prefetch is ever still
+ * running at a launch: a block fetched ahead and used by a launch is
+ * early, a predicted block fetched on demand late. *ahead_blocks: the
+ * blocks fetched ahead. */
+static void replay_engine(const struct swap_trace *t, uint64_t budget, struct swap_counters *out,
+                          uint64_t *ahead_blocks)
+{
+    struct swap_policy *p;
+    cr_assert_eq(swap_policy_create(SWAP_POLICY_HISTORY, budget, &p), 0);
+    struct swap_ahead a;
+    swap_ahead_init(&a);
+    static uint64_t ahead[4096]; /* the blocks whose ahead note is set */
+    size_t n_ahead = 0;
+    *ahead_blocks = 0;
+#define DROP(id)                                                                                   \
+    for (size_t k_ = 0; k_ < n_ahead; k_++)                                                        \
+        if (ahead[k_] == (id)) ahead[k_--] = ahead[--n_ahead];
+    for (size_t i = 0; i < t->n; i++) {
+        const struct swap_event *e = &t->ev[i];
+        struct swap_decision d;
+        int rc;
+        switch (e->kind) {
+        case SWAP_EV_ACCESS:
+            rc = e->is_copy ? swap_policy_copy(p, e->block, e->bytes, e->is_write, &d)
+                            : swap_policy_access(p, e->block, e->bytes, e->is_write, &d);
+            if (rc == -ENOSPC) break;
+            cr_assert_eq(rc, 0);
+            if (d.predicted) swap_ahead_used(&a, true);
+            for (size_t k = 0; k < d.n_evict; k++)
+                DROP(d.evict[k].block);
+            if (e->is_copy) break;
+            for (size_t k = 0; k < n_ahead; k++)
+                if (ahead[k] == e->block) swap_ahead_used(&a, false);
+            DROP(e->block);
+            break;
+        case SWAP_EV_LAUNCH:
+            swap_policy_next_launch(p);
+            swap_ahead_end_launch(&a);
+            for (unsigned k = 0; k < SWAP_AHEAD_PER_LAUNCH; k++) {
+                uint64_t id;
+                if (swap_policy_prefetch(p, a.horizon, &id, &d)) break;
+                for (size_t v = 0; v < d.n_evict; v++)
+                    DROP(d.evict[v].block);
+                cr_assert_lt(n_ahead, sizeof ahead / sizeof ahead[0]);
+                ahead[n_ahead++] = id;
+                ++*ahead_blocks;
+            }
+            break;
+        case SWAP_EV_FREE:
+            swap_policy_free(p, e->block);
+            DROP(e->block);
+            break;
+        }
+    }
+#undef DROP
+    swap_policy_counters(p, out);
+    swap_policy_destroy(p);
+}
+
 /* The trace the shim writes is what its policy saw, copies marked: replayed
- * at the same budget, the policy's fetches and write-backs are the bytes
- * the shim moved, exactly (docs/swap.md, "The shim's bytes and the
- * replay's"). Every block train's kernels touch is written (the shim
- * records kernels as writing all their blocks), so every eviction is a
- * write-back and the shim's bytes to the host are the replay's too. */
+ * at the same budget through the engine's calls, fetches ahead included,
+ * the policy's fetches and write-backs are the bytes the shim moved,
+ * exactly (docs/swap.md, "The shim's bytes and the replay's"). Every block
+ * train's kernels touch is written (the shim records kernels as writing all
+ * their blocks), so every eviction is a write-back and the shim's bytes to
+ * the host are the replay's too. The history policy learns train's period
+ * and fetches ahead (not IPCSHIM_TEST_SWAP_AHEAD): the stats line counts
+ * the bytes and the launches' feedback. */
 Test(swap, the_shims_moves_are_the_replay_of_its_trace)
 {
     need_train();
@@ -170,10 +237,18 @@ Test(swap, the_shims_moves_are_the_replay_of_its_trace)
     for (size_t i = 0; i < t.n; i++)
         copies += t.ev[i].kind == SWAP_EV_ACCESS && t.ev[i].is_copy;
     cr_expect_gt(copies, 0, "the fills, the batches and the read-backs are copies");
-    struct swap_params prm = {.kind = SWAP_POLICY_HISTORY, .budget_bytes = budget};
-    struct swap_replay_result h;
-    cr_assert_eq(swap_replay(&t, &prm, 0, &h), 0);
+    struct swap_replay_result h = {0};
+    uint64_t ahead_blocks = 0;
+    replay_engine(&t, budget, &h.total, &ahead_blocks);
     cr_expect_gt(h.total.h2d_bytes, 0, "the budget made the shim swap");
+    cr_expect_gt(ahead_blocks, 0, "the replay fetches ahead");
+    unsigned long long ahead_bytes = number_after(log, "fetched ahead ");
+    unsigned long long early = number_after(log, "early ");
+    cr_expect_gt(ahead_bytes, 0, "the policy fetched ahead in the shim");
+    cr_expect_eq(number_after(log, "(late "), 0,
+                 "on the simulator a managed prefetch has always landed by its launch");
+    cr_expect_gt(early, 0, "blocks fetched ahead were used after their copy");
+    cr_expect_eq(h.total.prefetches, ahead_blocks);
     cr_expect_eq(h.total.faults, faults);
     cr_expect_eq(h.total.h2d_bytes, fetched, "replay %llu bytes fetched, shim %llu",
                  (unsigned long long)h.total.h2d_bytes, fetched);
