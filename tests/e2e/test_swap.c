@@ -398,6 +398,8 @@ struct vmm_stats {
     unsigned long long blocks, fell_back, to_device, to_host, fetch_copies, writebacks;
     unsigned long long stream_waits, chunks, pinned, forgotten, remap_failures, no_layout;
     unsigned long long remaps_async, remaps_forced, host_waits;
+    /* the engine's fetches ahead: bytes, feedback, and moves that failed */
+    unsigned long long ahead_bytes, ahead_late, ahead_early, ahead_missed, move_failures;
     char log[256];
 };
 
@@ -416,6 +418,37 @@ static unsigned long long number_max(const char *path, const char *key)
     }
     fclose(f);
     return most;
+}
+
+/* The engine's fetch-ahead figures from the exit report in s->log. */
+static void ahead_stats(struct vmm_stats *s)
+{
+    s->ahead_bytes = number_after(s->log, "fetched ahead ");
+    s->ahead_late = number_after(s->log, "(late ");
+    s->ahead_early = number_after(s->log, "early ");
+    s->ahead_missed = number_after(s->log, "missed ");
+    s->move_failures = number_after(s->log, "prefetch failures ");
+}
+
+/* swap-vmm under the shim with extra environment (NULL-ended: any engine),
+ * only its checksum and the fetch-ahead figures read. */
+static void ahead_run(struct vmm_stats *s, const char *budget, const char *const *extra,
+                      const char *const *args)
+{
+    char env_log[300], env_budget[64];
+    snprintf(s->log, sizeof s->log, "/tmp/ipcshim-swap-ahead-%d.log", (int)getpid());
+    unlink(s->log);
+    snprintf(env_log, sizeof env_log, "IPCSHIM_LOG_FILE=%s", s->log);
+    snprintf(env_budget, sizeof env_budget, "IPCSHIM_DEVICE_BUDGET=%s", budget);
+    const char *env[8] = {env_log, env_budget, "IPCSHIM_STATS=1", "IPCSHIM_EXIT_WAIT=0"};
+    size_t n = 4;
+    for (size_t i = 0; extra && extra[i] && n < 7; i++)
+        env[n++] = extra[i];
+    run_prog(&s->r, "swap-vmm", true, env, args);
+    cr_assert_eq(s->r.status, 0, "swap-vmm: status %d\n%s", s->r.status, s->r.out);
+    cr_assert(run_field(&s->r, "checksum", s->checksum, sizeof s->checksum), "%s", s->r.out);
+    ahead_stats(s);
+    unlink(s->log);
 }
 
 /* Run prog under the shim with the VMM engine's figures read from its exit
@@ -451,6 +484,7 @@ static void vmm_run(struct vmm_stats *s, const char *prog, const char *budget,
     s->forgotten = number_after(s->log, "forgotten at a context's end ");
     s->remap_failures = number_after(s->log, "remap failures ");
     s->no_layout = number_max(s->log, "launches without a known layout ");
+    ahead_stats(s);
     unlink(s->log);
 }
 
@@ -461,6 +495,62 @@ static void vmm_plain(char *want, size_t len, const char *const *args)
     run_prog(&plain, "swap-vmm", false, NULL, args);
     cr_assert_eq(plain.status, 0, "without the shim: %s", plain.out);
     text(&plain, "checksum", want, len);
+}
+
+/* swap-vmm's launches repeat every iteration: the history policy learns
+ * the period and fetches ahead on its own (no IPCSHIM_TEST_SWAP_AHEAD), on
+ * the VMM engine with and without the mover thread and on the managed
+ * engine, and the bytes are the run's without the shim. Inline and
+ * managed, nothing is ever in flight on the simulator when a launch comes:
+ * every block fetched ahead is early. With the mover thread a fetch ahead
+ * of a block whose remap the mover has not done yet fails (-EBUSY: the
+ * launch fetches it), so only the policy's decision is certain there. */
+Test(swap, the_policy_fetches_ahead_on_both_engines_and_keeps_the_bytes)
+{
+    char want[64];
+    vmm_plain(want, sizeof want, ARGS("--iters", "12"));
+    static struct vmm_stats s;
+    const char *const *modes[] = {ENV("IPCSHIM_SWAP_MOVER=inline"),
+                                  ENV("IPCSHIM_SWAP_ENGINE=managed"),
+                                  ENV("IPCSHIM_SWAP_MOVER=thread")};
+    for (size_t i = 0; i < 3; i++) {
+        ahead_run(&s, "16M", modes[i], ARGS("--iters", "12"));
+        cr_expect_str_eq(s.checksum, want, "%s: data differs from the run without the shim",
+                         modes[i][0]);
+        if (i == 2) {
+            cr_expect_gt(s.ahead_bytes + s.move_failures, 0, "the policy fetched nothing ahead");
+            continue;
+        }
+        cr_expect_gt(s.ahead_bytes, 0, "%s: the policy fetched nothing ahead", modes[i][0]);
+        cr_expect_gt(s.ahead_early, 0, "%s: no block fetched ahead was used", modes[i][0]);
+        cr_expect_eq(s.ahead_late, 0, "%s: %llu late", modes[i][0], s.ahead_late);
+    }
+}
+
+/* The lateness rule: a block fetched ahead is late only when its launch
+ * could start now (its stream idle, or everything before the prefetch on
+ * its own stream done) but its copy is not complete. With --hold every
+ * launch stays queued: the copies that follow them (a VMM fetch waits for
+ * its chunks' write-backs, which wait for the held launches; a managed
+ * prefetch queues on the held stream) are not complete at the next
+ * launch, which could not start either: early, every one. Judged by "the
+ * copy is not complete" alone, some would be late. */
+Test(swap, a_fetch_ahead_is_late_only_when_its_launch_could_start)
+{
+    char want[64];
+    vmm_plain(want, sizeof want, ARGS("--iters", "12", "--hold"));
+    static struct vmm_stats s;
+    const char *const *modes[] = {ENV("IPCSHIM_SWAP_MOVER=inline"),
+                                  ENV("IPCSHIM_SWAP_ENGINE=managed")};
+    for (size_t i = 0; i < 2; i++) {
+        ahead_run(&s, "16M", modes[i], ARGS("--iters", "12", "--hold"));
+        cr_expect_str_eq(s.checksum, want, "%s: data differs", modes[i][0]);
+        cr_expect_gt(s.ahead_bytes, 0, "%s: the policy fetched nothing ahead", modes[i][0]);
+        cr_expect_eq(s.ahead_late, 0, "%s: %llu late, %llu early", modes[i][0], s.ahead_late,
+                     s.ahead_early);
+        cr_expect_eq(s.ahead_early, s.ahead_bytes / (4 << 20), "%s: every block used early",
+                     modes[i][0]);
+    }
 }
 
 /* At 1.5x the budget, blocks of 4 MiB are VMM-backed, move both ways (fetch
