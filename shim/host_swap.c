@@ -811,7 +811,9 @@ static void before_launch(enum fn_kind kind, const void *fn, void **args, void *
     for (size_t i = 0; i < t.n; i++) {
         bool ahead = t.block[i]->ahead;
         access_block(t.block[i], true, false, stream);
-        if (ahead) swap_engine_ahead_feedback(engine, t.block[i]->device, late[i]);
+        /* the note cleared: the engine took the use (not an -ENOSPC access) */
+        if (ahead && !t.block[i]->ahead)
+            swap_engine_ahead_feedback(engine, t.block[i]->device, late[i]);
     }
     swap_vmm_unseen_written(blocks, &o);
     if (t.n) counts.launches_scanned++;
