@@ -679,6 +679,30 @@ static void keep_or_unlock(CUstream stream, const struct swap_touch *t, const st
     pending.vmm = vmm, pending.ahead = t->n > 0;
 }
 
+/* Whether stream is being captured into a graph (then nothing of the
+ * engine's may be queued on it, nor may it be queried: a query breaks the
+ * capture). */
+static bool stream_capturing(CUstream stream)
+{
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    return real_cuStreamIsCapturing && real_cuStreamIsCapturing(stream, &st) == CUDA_SUCCESS &&
+           st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* Whether stream has no work left (cached in *idle across one launch's
+ * blocks: -1 not asked yet). Asked in relaxed capture mode: another
+ * thread's capture in global mode would refuse it (and be broken by it). */
+static bool stream_idle(CUstream stream, int *idle)
+{
+    if (*idle >= 0) return *idle > 0;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    bool swapped = real_cuThreadExchangeStreamCaptureMode &&
+                   real_cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
+    *idle = real_cuStreamQuery && real_cuStreamQuery(stream) == CUDA_SUCCESS;
+    if (swapped) real_cuThreadExchangeStreamCaptureMode(&mode);
+    return *idle > 0;
+}
+
 /* The context's managed-fetch batch to fill next (its events made in the
  * current context when new), or NULL when none can be had. Under swap_lock. */
 static struct ahead_batch *batch_take(void)
@@ -704,6 +728,7 @@ static struct ahead_batch *batch_take(void)
  * stream. Under swap_lock. */
 static void fetch_ahead(CUstream stream)
 {
+    if (stream_capturing(stream)) return; /* the graph's launch fetches on use */
     bool managed = __atomic_load_n(&live_blocks, __ATOMIC_RELAXED) >
                    __atomic_load_n(&vmm_blocks, __ATOMIC_RELAXED);
     batch_cur = managed ? batch_take() : NULL;
@@ -736,8 +761,7 @@ static bool managed_ahead_late(uint64_t base, CUstream stream, int *idle)
             if (!ctx || m->ctx != ctx || real_cuEventQuery(m->post) != CUDA_ERROR_NOT_READY)
                 return false;
             if (m->stream == stream) return real_cuEventQuery(m->pre) == CUDA_SUCCESS;
-            if (*idle < 0) *idle = real_cuStreamQuery(stream) == CUDA_SUCCESS;
-            return *idle > 0;
+            return stream_idle(stream, idle);
         }
     }
     return false;
@@ -752,8 +776,9 @@ static bool managed_ahead_late(uint64_t base, CUstream stream, int *idle)
 static bool ahead_late(const struct swap_block *b, CUstream stream, int *idle)
 {
     struct vmm_block *v = vmm_blocks ? swap_vmm_find(b->base) : NULL;
-    if (v) return swap_vmm_ahead_late(v, stream, idle);
-    return managed_ahead_late(b->base, stream, idle);
+    if (!v) return managed_ahead_late(b->base, stream, idle);
+    int state = swap_vmm_ahead_state(v);
+    return state == 1 || (state == 2 && stream_idle(stream, idle));
 }
 
 /* After the real call of work a hook kept swap_lock for: its event. */
@@ -806,8 +831,12 @@ static void before_launch(enum fn_kind kind, const void *fn, void **args, void *
     /* Lateness first: the accesses below queue moves and waits on stream. */
     bool late[sizeof t.block / sizeof t.block[0]];
     int idle = -1;
+    bool any = false;
     for (size_t i = 0; i < t.n; i++)
-        late[i] = t.block[i]->ahead && ahead_late(t.block[i], stream, &idle);
+        any |= t.block[i]->ahead;
+    if (any && stream_capturing(stream)) any = false, idle = 0; /* no query into a capture */
+    for (size_t i = 0; i < t.n; i++)
+        late[i] = any && t.block[i]->ahead && ahead_late(t.block[i], stream, &idle);
     for (size_t i = 0; i < t.n; i++) {
         bool ahead = t.block[i]->ahead;
         access_block(t.block[i], true, false, stream);

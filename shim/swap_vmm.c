@@ -457,25 +457,17 @@ void swap_vmm_before(struct vmm_block *b, CUstream stream)
     b->fetch_waiter = k + 1;
 }
 
-bool swap_vmm_ahead_late(struct vmm_block *b, CUstream stream, int *idle)
+int swap_vmm_ahead_state(const struct vmm_block *b)
 {
-    if (!b || b->pinned || !b->on_device) return false;
-    if (b->job == JOB_AHEAD)
-        return true; /* the launch reads the host copy, or waits for the mover */
-    struct vdev *d = &vmm_devs[b->device];
-    if (d->h2d_slot < 0 || !real_cuEventQuery || !real_cuStreamQuery) return false;
-    struct slot *s = &vmm_slots[d->h2d_slot];
-    if (b->fetch_rec <= s->done) return false;
-    /* Trap: "the copy's event is not complete" alone says nothing, since
-     * the host runs far ahead of the device and every copy queued a few
-     * launches back looks pending at submission. Late means the launch
-     * could start now, its stream idle, but must wait for the copy. The
-     * slot's event may stand for later copies too (re-recorded per fetch):
-     * at worst a launch that waits for a newer copy counts as late, which
-     * moves the next fetches earlier, never wrong. */
-    if (real_cuEventQuery(s->ev) != CUDA_ERROR_NOT_READY) return false;
-    if (*idle < 0) *idle = real_cuStreamQuery(stream) == CUDA_SUCCESS;
-    return *idle > 0;
+    if (!b || b->pinned || !b->on_device) return 0;
+    if (b->job == JOB_AHEAD) return 1; /* the work reads the host copy, or waits for the mover */
+    const struct vdev *d = &vmm_devs[b->device];
+    if (d->h2d_slot < 0 || !real_cuEventQuery) return 0;
+    const struct slot *s = &vmm_slots[d->h2d_slot];
+    if (b->fetch_rec <= s->done) return 0;
+    /* The slot's event stands for the copies recorded after b's too: at
+     * worst a launch that waits for a newer copy counts b as in flight. */
+    return real_cuEventQuery(s->ev) == CUDA_ERROR_NOT_READY ? 2 : 0;
 }
 
 void swap_vmm_before_unknown(CUstream stream)
