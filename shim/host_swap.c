@@ -13,7 +13,14 @@
  * launch's stream). The launch, copy and set wrappers are generated from
  * symbols.def (RUNTIME_SWAP / DRIVER_SWAP lines and their hooks); after the
  * real call of one that touched a VMM block (or may have: unknown layout,
- * graph), swap_vmm_after records the stream's event for the blocks.
+ * graph), swap_vmm_after records the stream's event for the blocks; after
+ * the real call of one that touched any swappable block, the engine
+ * fetches ahead (swap_engine_fetch_ahead) on its stream, behind it: a
+ * managed block's cuMemPrefetchAsync queues after the work, a VMM block's
+ * fetch goes to the mover. Copies and sets fetch ahead too: the policy
+ * counts them as launches (its horizon is in those), so a run of copies
+ * would otherwise use up the horizon with nothing fetched. Each launch's
+ * blocks fetched ahead give the engine their lateness (ahead_late).
  *
  * Invariants:
  * - the bytes placed on a device (on_device blocks) are a subset of what
@@ -26,15 +33,15 @@
  *   the device and leaves the index first (swap_vmm_alloc_pin), imports
  *   are never registered.
  *
- * Locking: one mutex (swap_lock) around the engine, the layout cache and
- * the trace, and swap_vmm.c's state. A free that is not of a swappable
- * block does not take it (a lock-free counting filter, base_filter). The
- * prefetch and advise calls and the VMM remaps are made under it. A launch,
- * copy or set that touches a VMM block (or may: unknown accesses) keeps it
- * from before the real call until its event is recorded after it (the
- * thread-local `pending`): an eviction on another thread in between would
- * not know of the queued work and could unmap under it. Kernels are recorded as
- * writing every block they touch: a launch does not say which parameters it
+ * Locking: one mutex (swap_lock) around the engine and
+ * the trace, and swap_vmm.c's state (kernel layouts: swap_layout.c, its own). A free that is not of
+ * a swappable block does not take it (a lock-free counting filter, base_filter). The prefetch and
+ * advise calls and the VMM remaps are made under it. A launch, copy or set that touches a VMM block
+ * (or may: unknown accesses) keeps it from before the real call until its event is recorded after
+ * it (the thread-local `pending`): an eviction on another thread in between would not know of the
+ * queued work and could unmap under it. One that touches managed blocks only keeps it too, for its
+ * fetches ahead; one that touches no swappable block drops it before the real call, as before.
+ * Kernels are recorded as writing every block they touch: a launch does not say which parameters it
  * writes. Copies and sets record the source as read and the destination as
  * written, and neither fetch nor evict (a copy works wherever the block is;
  * the next launch fetches it); a new block a copy touches is placed first,
@@ -47,6 +54,8 @@
 #include "owned_file.h"
 #include "swap_engine.h"
 #include "swap_index.h"
+#include "swap_layout.h"
+#include "swap_managed_ahead.h"
 #include "swap_trace.h"
 #include "swap_vmm.h"
 #include "swap_vmm_parts.h"
@@ -59,7 +68,6 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_PARAMS 1024
 /* Budget accounting unit: a block is charged its size rounded up to this
  * (managed memory migrates in pages; the simulator counts 512-byte units). */
 #define CHARGE_UNIT 4096u
@@ -75,12 +83,14 @@ static bool engine_vmm;          /* IPCSHIM_SWAP_ENGINE=vmm */
 static bool test_ahead;          /* IPCSHIM_TEST_SWAP_AHEAD: every VMM fetch is one ahead */
 static unsigned long vmm_blocks; /* atomic: VMM-backed blocks live (pinned ones included) */
 
-/* The work between a hook and its real call that swap_vmm_after must
- * follow: set (swap_lock held) by a hook that saw VMM blocks, cleared
- * (swap_lock dropped) by after_call. */
+/* The work between a hook and its real call that after_call must follow:
+ * set (swap_lock held) by a hook that saw swappable blocks, cleared
+ * (swap_lock dropped) by after_call. vmm: swap_vmm_after records its event
+ * (VMM blocks, or unknown accesses while VMM blocks live); ahead: the
+ * engine fetches ahead behind it (the policy ticked for it). */
 #define PENDING_MAX 64
 static __thread __attribute__((tls_model("initial-exec"))) struct {
-    bool active, all;
+    bool active, all, vmm, ahead;
     CUstream stream;
     size_t n;
     struct vmm_block *v[PENDING_MAX];
@@ -94,101 +104,6 @@ static struct {
     uint64_t managed_allocs, fallback_allocs, launches_scanned, launches_no_layout, copies_recorded;
     uint64_t refused_exports;
 } counts;
-
-/* ---- kernel parameter layouts, cached per function ---------------------- */
-
-enum fn_kind { FN_RUNTIME, FN_DRIVER };
-
-struct layout {
-    struct {
-        const void *fn;
-        int kind;
-    } key;
-    bool known;
-    size_t n;
-    UT_hash_handle hh;
-    struct swap_param params[]; /* those that may hold a pointer */
-};
-static struct layout *layouts;
-
-/* The layout of fn as its door's real query gives it: count of parameters,
- * or -ENOTSUP (no layout known), -EAGAIN (not now: try again later). */
-static long query_layout(enum fn_kind kind, const void *fn, uint64_t *off, uint64_t *size)
-{
-    size_t i;
-    if (kind == FN_RUNTIME) {
-        if (!real_cudaFuncGetParamInfo) return -ENOTSUP;
-        /* The probe leaves an error behind (past the last parameter); never
-         * clear one the program has not read yet. */
-        if (real_cudaPeekAtLastError && real_cudaPeekAtLastError() != cudaSuccess) return -EAGAIN;
-        cudaError_t r = cudaSuccess;
-        for (i = 0; i < MAX_PARAMS; i++) {
-            size_t o = 0, s = 0;
-            if ((r = real_cudaFuncGetParamInfo(fn, i, &o, &s)) != cudaSuccess) break;
-            off[i] = o, size[i] = s;
-        }
-        if (real_cudaGetLastError) real_cudaGetLastError();
-        return i == 0 && r != cudaErrorInvalidValue ? -ENOTSUP : (long)i;
-    }
-    if (!real_cuFuncGetParamInfo) return -ENOTSUP;
-    CUresult r = CUDA_SUCCESS;
-    for (i = 0; i < MAX_PARAMS; i++) {
-        size_t o = 0, s = 0;
-        if ((r = real_cuFuncGetParamInfo((CUfunction)fn, i, &o, &s)) != CUDA_SUCCESS) break;
-        off[i] = o, size[i] = s;
-    }
-    return i == 0 && r != CUDA_ERROR_INVALID_VALUE ? -ENOTSUP : (long)i;
-}
-
-/* The cached layout of fn; NULL when it cannot be had now. Takes and drops
- * swap_lock; the entry is never freed, so the pointer stays valid. */
-static const struct layout *layout_of(enum fn_kind kind, const void *fn)
-{
-    struct layout probe = {0}, *l = NULL;
-    probe.key.fn = fn, probe.key.kind = kind;
-    pthread_mutex_lock(&swap_lock);
-    HASH_FIND(hh, layouts, &probe.key, sizeof probe.key, l);
-    pthread_mutex_unlock(&swap_lock);
-    if (l) return l;
-
-    static uint64_t off[MAX_PARAMS], size[MAX_PARAMS]; /* under query_lock */
-    static pthread_mutex_t query_lock = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&query_lock);
-    long n = query_layout(kind, fn, off, size);
-    if (n == -EAGAIN) {
-        pthread_mutex_unlock(&query_lock);
-        return NULL;
-    }
-    size_t count = n > 0 ? (size_t)n : 0;
-    l = calloc(1, sizeof *l + count * sizeof l->params[0]);
-    if (l) {
-        l->key = probe.key;
-        l->known = n >= 0;
-        l->n = swap_param_filter(off, size, count, l->params);
-    }
-    pthread_mutex_unlock(&query_lock);
-    if (!l) return NULL;
-    if (!l->known)
-        LOG_RATE(LOG_INFO,
-                 "swap: no parameter layout for kernel %p; its accesses are left to the hardware",
-                 fn);
-    pthread_mutex_lock(&swap_lock);
-    struct layout *old = NULL;
-    HASH_FIND(hh, layouts, &l->key, sizeof l->key, old);
-    if (old) {
-        free(l);
-        l = old;
-    } else {
-        HASH_ADD(hh, layouts, key, sizeof l->key, l);
-        if (!UTH_ADDED(l, hh)) {
-            pthread_mutex_unlock(&swap_lock);
-            free(l);
-            return NULL;
-        }
-    }
-    pthread_mutex_unlock(&swap_lock);
-    return l;
-}
 
 /* ---- moving blocks (the engine's one device operation) ----------------- */
 
@@ -221,6 +136,8 @@ static int cuda_move(void *ctx, uint64_t base, uint64_t size, int device, uint64
         return rc;
     }
     CUmemLocation to = location(device);
+    if (device >= 0 && (flags & HOST_MOVE_AHEAD))
+        managed_ahead_add(base, (CUstream)(uintptr_t)stream); /* its pre event comes before */
     if (real_cuMemAdvise_v2)
         real_cuMemAdvise_v2((CUdeviceptr)base, size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, to);
     CUresult r =
@@ -627,18 +544,59 @@ static void keep_or_unlock(CUstream stream, const struct swap_touch *t, const st
         if (all || (o && o->overflow)) swap_vmm_before_unknown(stream);
         all |= o && o->overflow;
     }
-    if (!n && (!all || !__atomic_load_n(&vmm_blocks, __ATOMIC_RELAXED))) {
+    bool vmm = n || (all && __atomic_load_n(&vmm_blocks, __ATOMIC_RELAXED));
+    if (!vmm && !t->n) { /* the common case: nothing swappable, nothing to follow */
         pthread_mutex_unlock(&swap_lock);
         return;
     }
     pending.active = true, pending.all = all, pending.stream = stream, pending.n = n;
+    pending.vmm = vmm, pending.ahead = t->n > 0;
+}
+
+/* Whether stream is being captured into a graph (then nothing of the
+ * engine's may be queued on it, nor may it be queried: a query breaks the
+ * capture). */
+static bool stream_capturing(CUstream stream)
+{
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    return real_cuStreamIsCapturing && real_cuStreamIsCapturing(stream, &st) == CUDA_SUCCESS &&
+           st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* The engine's fetches ahead, queued behind the work just submitted on
+ * stream. Under swap_lock. */
+static void fetch_ahead(CUstream stream)
+{
+    if (stream_capturing(stream)) return; /* the graph's launch fetches on use */
+    bool managed = __atomic_load_n(&live_blocks, __ATOMIC_RELAXED) >
+                   __atomic_load_n(&vmm_blocks, __ATOMIC_RELAXED);
+    if (managed) managed_ahead_begin();
+    int rc = swap_engine_fetch_ahead(engine, (uint64_t)(uintptr_t)stream);
+    if (managed) managed_ahead_end();
+    if (rc == -ENOMEM)
+        LOG_ONCE(LOG_WARN, "swap: out of memory while fetching ahead; blocks are fetched on use");
+}
+
+/* Whether b, fetched ahead, comes late for the launch about to be queued on
+ * stream (swap_engine_ahead_feedback). Trap: "the fetch's event is not
+ * complete at submission" alone would call every fetch late (the host runs
+ * far ahead of the device); late is when the launch could start now and
+ * must wait for the fetch. Before the launch's own moves and waits are
+ * queued. Under swap_lock. */
+static bool ahead_late(const struct swap_block *b, CUstream stream, int *idle)
+{
+    struct vmm_block *v = vmm_blocks ? swap_vmm_find(b->base) : NULL;
+    if (!v) return managed_ahead_late(b->base, stream, idle);
+    int state = swap_vmm_ahead_state(v);
+    return state == 1 || (state == 2 && swap_stream_idle(stream, idle));
 }
 
 /* After the real call of work a hook kept swap_lock for: its event. */
 static void after_call(void)
 {
     pending.active = false;
-    swap_vmm_after(pending.stream, pending.v, pending.n, pending.all);
+    if (pending.vmm) swap_vmm_after(pending.stream, pending.v, pending.n, pending.all);
+    if (pending.ahead) fetch_ahead(pending.stream);
     pthread_mutex_unlock(&swap_lock);
 }
 
@@ -680,8 +638,22 @@ static void before_launch(enum fn_kind kind, const void *fn, void **args, void *
     if (swap_vmm_parted_live() && t.n)
         swap_vmm_launch_extents(blocks, l && l->known ? args : NULL, l ? l->params : NULL,
                                 l ? l->n : 0, extra, &t, &o);
+    /* Lateness first: the accesses below queue moves and waits on stream. */
+    bool late[sizeof t.block / sizeof t.block[0]];
+    int idle = -1;
+    bool any = false;
     for (size_t i = 0; i < t.n; i++)
+        any |= t.block[i]->ahead;
+    if (any && stream_capturing(stream)) any = false, idle = 0; /* no query into a capture */
+    for (size_t i = 0; i < t.n; i++)
+        late[i] = any && t.block[i]->ahead && ahead_late(t.block[i], stream, &idle);
+    for (size_t i = 0; i < t.n; i++) {
+        bool ahead = t.block[i]->ahead;
         access_block(t.block[i], true, false, stream);
+        /* the note cleared: the engine took the use (not an -ENOSPC access) */
+        if (ahead && !t.block[i]->ahead)
+            swap_engine_ahead_feedback(engine, t.block[i]->device, late[i]);
+    }
     swap_vmm_unseen_written(blocks, &o);
     if (t.n) counts.launches_scanned++;
     end_launch(t.n);
@@ -805,12 +777,15 @@ void swap_report(void)
     log_report("swap: faults (fetches a launch needed) %llu, first touches %llu, evictions %llu "
                "(%llu dirty), "
                "prefetched to device %llu bytes, to host %llu bytes, new blocks placed %llu bytes, "
-               "prefetch failures %llu, over budget %llu, exports refused %llu",
+               "prefetch failures %llu, over budget %llu, exports refused %llu, fetched ahead "
+               "%llu bytes (late %llu, early %llu, missed %llu)",
                (unsigned long long)sum.faults, (unsigned long long)sum.first_touches,
                (unsigned long long)sum.evictions, (unsigned long long)sum.dirty_evictions,
                (unsigned long long)own.to_device_bytes, (unsigned long long)own.to_host_bytes,
                (unsigned long long)own.created_bytes, (unsigned long long)own.move_failures,
-               (unsigned long long)own.overflows, (unsigned long long)counts.refused_exports);
+               (unsigned long long)own.overflows, (unsigned long long)counts.refused_exports,
+               (unsigned long long)own.ahead_bytes, (unsigned long long)own.ahead_late,
+               (unsigned long long)own.ahead_early, (unsigned long long)own.ahead_missed);
     if (engine_vmm) {
         struct swap_vmm_counts v;
         swap_vmm_counts(&v);

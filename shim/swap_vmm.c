@@ -457,6 +457,19 @@ void swap_vmm_before(struct vmm_block *b, CUstream stream)
     b->fetch_waiter = k + 1;
 }
 
+int swap_vmm_ahead_state(const struct vmm_block *b)
+{
+    if (!b || b->pinned || !b->on_device) return 0;
+    if (b->job == JOB_AHEAD) return 1; /* the work reads the host copy, or waits for the mover */
+    const struct vdev *d = &vmm_devs[b->device];
+    if (d->h2d_slot < 0 || !real_cuEventQuery) return 0;
+    const struct slot *s = &vmm_slots[d->h2d_slot];
+    if (b->fetch_rec <= s->done) return 0;
+    /* The slot's event stands for the copies recorded after b's too: at
+     * worst a launch that waits for a newer copy counts b as in flight. */
+    return real_cuEventQuery(s->ev) == CUDA_ERROR_NOT_READY ? 2 : 0;
+}
+
 void swap_vmm_before_unknown(CUstream stream)
 {
     job_settle_all(false);

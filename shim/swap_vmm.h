@@ -97,6 +97,11 @@ int swap_vmm_fetch_ahead(struct vmm_block *b, unsigned flags);
  * (the host waits for its write-back); the stream waits for b's fetch copy
  * if it may still be running. */
 void swap_vmm_before(struct vmm_block *b, CUstream stream);
+/* Where b's fetch ahead stands for work about to be queued (before
+ * swap_vmm_before), for the lateness feedback: 0 landed (or nothing to
+ * tell), 1 still queued or moving on the mover, 2 its copy (or the copies
+ * recorded after it) not complete. No host wait. */
+int swap_vmm_ahead_state(const struct vmm_block *b);
 /* Before work on stream whose accesses are unknown: every pending remap is
  * completed; the stream waits for every fetch copy that may still be
  * running. */

@@ -185,4 +185,3 @@ void swap_ahead_end_launch(struct swap_ahead *a)
     }
     a->late = a->early = false;
 }
-

@@ -9,6 +9,7 @@
 #include "swap_offline.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,12 +139,78 @@ static unsigned long long number_after(const char *path, const char *key)
     return strtoull(at + strlen(key), NULL, 10);
 }
 
+/* The engine's (core/swap/swap_engine.c) policy calls replayed from the
+ * shim's trace: each access, and after each launch (an L line: a launch,
+ * copy or set with swappable blocks) the launch's end and the fetches
+ * ahead within the adaptive horizon (swap_ahead), whose feedback is the
+ * engine's on the simulator, where no managed prefetch is ever still
+ * running at a launch: a block fetched ahead and used by a launch is
+ * early, a predicted block fetched on demand late. *ahead_blocks: the
+ * blocks fetched ahead. */
+static void replay_engine(const struct swap_trace *t, uint64_t budget, struct swap_counters *out,
+                          uint64_t *ahead_blocks)
+{
+    struct swap_policy *p;
+    cr_assert_eq(swap_policy_create(SWAP_POLICY_HISTORY, budget, &p), 0);
+    struct swap_ahead a;
+    swap_ahead_init(&a);
+    static uint64_t ahead[4096]; /* the blocks whose ahead note is set */
+    size_t n_ahead = 0;
+    *ahead_blocks = 0;
+#define DROP(id)                                                                                   \
+    for (size_t k_ = 0; k_ < n_ahead; k_++)                                                        \
+        if (ahead[k_] == (id)) ahead[k_--] = ahead[--n_ahead];
+    for (size_t i = 0; i < t->n; i++) {
+        const struct swap_event *e = &t->ev[i];
+        struct swap_decision d;
+        int rc;
+        switch (e->kind) {
+        case SWAP_EV_ACCESS:
+            rc = e->is_copy ? swap_policy_copy(p, e->block, e->bytes, e->is_write, &d)
+                            : swap_policy_access(p, e->block, e->bytes, e->is_write, &d);
+            if (rc == -ENOSPC) break;
+            cr_assert_eq(rc, 0);
+            if (d.predicted) swap_ahead_used(&a, true);
+            for (size_t k = 0; k < d.n_evict; k++)
+                DROP(d.evict[k].block);
+            if (e->is_copy) break;
+            for (size_t k = 0; k < n_ahead; k++)
+                if (ahead[k] == e->block) swap_ahead_used(&a, false);
+            DROP(e->block);
+            break;
+        case SWAP_EV_LAUNCH:
+            swap_policy_next_launch(p);
+            swap_ahead_end_launch(&a);
+            for (unsigned k = 0; k < SWAP_AHEAD_PER_LAUNCH; k++) {
+                uint64_t id;
+                if (swap_policy_prefetch(p, a.horizon, &id, &d)) break;
+                for (size_t v = 0; v < d.n_evict; v++)
+                    DROP(d.evict[v].block);
+                cr_assert_lt(n_ahead, sizeof ahead / sizeof ahead[0]);
+                ahead[n_ahead++] = id;
+                ++*ahead_blocks;
+            }
+            break;
+        case SWAP_EV_FREE:
+            swap_policy_free(p, e->block);
+            DROP(e->block);
+            break;
+        }
+    }
+#undef DROP
+    swap_policy_counters(p, out);
+    swap_policy_destroy(p);
+}
+
 /* The trace the shim writes is what its policy saw, copies marked: replayed
- * at the same budget, the policy's fetches and write-backs are the bytes
- * the shim moved, exactly (docs/swap.md, "The shim's bytes and the
- * replay's"). Every block train's kernels touch is written (the shim
- * records kernels as writing all their blocks), so every eviction is a
- * write-back and the shim's bytes to the host are the replay's too. */
+ * at the same budget through the engine's calls, fetches ahead included,
+ * the policy's fetches and write-backs are the bytes the shim moved,
+ * exactly (docs/swap.md, "The shim's bytes and the replay's"). Every block
+ * train's kernels touch is written (the shim records kernels as writing all
+ * their blocks), so every eviction is a write-back and the shim's bytes to
+ * the host are the replay's too. The history policy learns train's period
+ * and fetches ahead (not IPCSHIM_TEST_SWAP_AHEAD): the stats line counts
+ * the bytes and the launches' feedback. */
 Test(swap, the_shims_moves_are_the_replay_of_its_trace)
 {
     need_train();
@@ -170,10 +237,18 @@ Test(swap, the_shims_moves_are_the_replay_of_its_trace)
     for (size_t i = 0; i < t.n; i++)
         copies += t.ev[i].kind == SWAP_EV_ACCESS && t.ev[i].is_copy;
     cr_expect_gt(copies, 0, "the fills, the batches and the read-backs are copies");
-    struct swap_params prm = {.kind = SWAP_POLICY_HISTORY, .budget_bytes = budget};
-    struct swap_replay_result h;
-    cr_assert_eq(swap_replay(&t, &prm, 0, &h), 0);
+    struct swap_replay_result h = {0};
+    uint64_t ahead_blocks = 0;
+    replay_engine(&t, budget, &h.total, &ahead_blocks);
     cr_expect_gt(h.total.h2d_bytes, 0, "the budget made the shim swap");
+    cr_expect_gt(ahead_blocks, 0, "the replay fetches ahead");
+    unsigned long long ahead_bytes = number_after(log, "fetched ahead ");
+    unsigned long long early = number_after(log, "early ");
+    cr_expect_gt(ahead_bytes, 0, "the policy fetched ahead in the shim");
+    cr_expect_eq(number_after(log, "(late "), 0,
+                 "on the simulator a managed prefetch has always landed by its launch");
+    cr_expect_gt(early, 0, "blocks fetched ahead were used after their copy");
+    cr_expect_eq(h.total.prefetches, ahead_blocks);
     cr_expect_eq(h.total.faults, faults);
     cr_expect_eq(h.total.h2d_bytes, fetched, "replay %llu bytes fetched, shim %llu",
                  (unsigned long long)h.total.h2d_bytes, fetched);
@@ -323,6 +398,8 @@ struct vmm_stats {
     unsigned long long blocks, fell_back, to_device, to_host, fetch_copies, writebacks;
     unsigned long long stream_waits, chunks, pinned, forgotten, remap_failures, no_layout;
     unsigned long long remaps_async, remaps_forced, host_waits;
+    /* the engine's fetches ahead: bytes, feedback, and moves that failed */
+    unsigned long long ahead_bytes, ahead_late, ahead_early, ahead_missed, move_failures;
     char log[256];
 };
 
@@ -341,6 +418,37 @@ static unsigned long long number_max(const char *path, const char *key)
     }
     fclose(f);
     return most;
+}
+
+/* The engine's fetch-ahead figures from the exit report in s->log. */
+static void ahead_stats(struct vmm_stats *s)
+{
+    s->ahead_bytes = number_after(s->log, "fetched ahead ");
+    s->ahead_late = number_after(s->log, "(late ");
+    s->ahead_early = number_after(s->log, "early ");
+    s->ahead_missed = number_after(s->log, "missed ");
+    s->move_failures = number_after(s->log, "prefetch failures ");
+}
+
+/* swap-vmm under the shim with extra environment (NULL-ended: any engine),
+ * only its checksum and the fetch-ahead figures read. */
+static void ahead_run(struct vmm_stats *s, const char *budget, const char *const *extra,
+                      const char *const *args)
+{
+    char env_log[300], env_budget[64];
+    snprintf(s->log, sizeof s->log, "/tmp/ipcshim-swap-ahead-%d.log", (int)getpid());
+    unlink(s->log);
+    snprintf(env_log, sizeof env_log, "IPCSHIM_LOG_FILE=%s", s->log);
+    snprintf(env_budget, sizeof env_budget, "IPCSHIM_DEVICE_BUDGET=%s", budget);
+    const char *env[8] = {env_log, env_budget, "IPCSHIM_STATS=1", "IPCSHIM_EXIT_WAIT=0"};
+    size_t n = 4;
+    for (size_t i = 0; extra && extra[i] && n < 7; i++)
+        env[n++] = extra[i];
+    run_prog(&s->r, "swap-vmm", true, env, args);
+    cr_assert_eq(s->r.status, 0, "swap-vmm: status %d\n%s", s->r.status, s->r.out);
+    cr_assert(run_field(&s->r, "checksum", s->checksum, sizeof s->checksum), "%s", s->r.out);
+    ahead_stats(s);
+    unlink(s->log);
 }
 
 /* Run prog under the shim with the VMM engine's figures read from its exit
@@ -376,6 +484,7 @@ static void vmm_run(struct vmm_stats *s, const char *prog, const char *budget,
     s->forgotten = number_after(s->log, "forgotten at a context's end ");
     s->remap_failures = number_after(s->log, "remap failures ");
     s->no_layout = number_max(s->log, "launches without a known layout ");
+    ahead_stats(s);
     unlink(s->log);
 }
 
@@ -386,6 +495,62 @@ static void vmm_plain(char *want, size_t len, const char *const *args)
     run_prog(&plain, "swap-vmm", false, NULL, args);
     cr_assert_eq(plain.status, 0, "without the shim: %s", plain.out);
     text(&plain, "checksum", want, len);
+}
+
+/* swap-vmm's launches repeat every iteration: the history policy learns
+ * the period and fetches ahead on its own (no IPCSHIM_TEST_SWAP_AHEAD), on
+ * the VMM engine with and without the mover thread and on the managed
+ * engine, and the bytes are the run's without the shim. Inline and
+ * managed, nothing is ever in flight on the simulator when a launch comes:
+ * every block fetched ahead is early. With the mover thread a fetch ahead
+ * of a block whose remap the mover has not done yet fails (-EBUSY: the
+ * launch fetches it), so only the policy's decision is certain there. */
+Test(swap, the_policy_fetches_ahead_on_both_engines_and_keeps_the_bytes)
+{
+    char want[64];
+    vmm_plain(want, sizeof want, ARGS("--iters", "12"));
+    static struct vmm_stats s;
+    const char *const *modes[] = {ENV("IPCSHIM_SWAP_MOVER=inline"),
+                                  ENV("IPCSHIM_SWAP_ENGINE=managed"),
+                                  ENV("IPCSHIM_SWAP_MOVER=thread")};
+    for (size_t i = 0; i < 3; i++) {
+        ahead_run(&s, "16M", modes[i], ARGS("--iters", "12"));
+        cr_expect_str_eq(s.checksum, want, "%s: data differs from the run without the shim",
+                         modes[i][0]);
+        if (i == 2) {
+            cr_expect_gt(s.ahead_bytes + s.move_failures, 0, "the policy fetched nothing ahead");
+            continue;
+        }
+        cr_expect_gt(s.ahead_bytes, 0, "%s: the policy fetched nothing ahead", modes[i][0]);
+        cr_expect_gt(s.ahead_early, 0, "%s: no block fetched ahead was used", modes[i][0]);
+        cr_expect_eq(s.ahead_late, 0, "%s: %llu late", modes[i][0], s.ahead_late);
+    }
+}
+
+/* The lateness rule: a block fetched ahead is late only when its launch
+ * could start now (its stream idle, or everything before the prefetch on
+ * its own stream done) but its copy is not complete. With --hold every
+ * launch stays queued: the copies that follow them (a VMM fetch waits for
+ * its chunks' write-backs, which wait for the held launches; a managed
+ * prefetch queues on the held stream) are not complete at the next
+ * launch, which could not start either: early, every one. Judged by "the
+ * copy is not complete" alone, some would be late. */
+Test(swap, a_fetch_ahead_is_late_only_when_its_launch_could_start)
+{
+    char want[64];
+    vmm_plain(want, sizeof want, ARGS("--iters", "12", "--hold"));
+    static struct vmm_stats s;
+    const char *const *modes[] = {ENV("IPCSHIM_SWAP_MOVER=inline"),
+                                  ENV("IPCSHIM_SWAP_ENGINE=managed")};
+    for (size_t i = 0; i < 2; i++) {
+        ahead_run(&s, "16M", modes[i], ARGS("--iters", "12", "--hold"));
+        cr_expect_str_eq(s.checksum, want, "%s: data differs", modes[i][0]);
+        cr_expect_gt(s.ahead_bytes, 0, "%s: the policy fetched nothing ahead", modes[i][0]);
+        cr_expect_eq(s.ahead_late, 0, "%s: %llu late, %llu early", modes[i][0], s.ahead_late,
+                     s.ahead_early);
+        cr_expect_eq(s.ahead_early, s.ahead_bytes / (4 << 20), "%s: every block used early",
+                     modes[i][0]);
+    }
 }
 
 /* At 1.5x the budget, blocks of 4 MiB are VMM-backed, move both ways (fetch

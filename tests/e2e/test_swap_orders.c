@@ -493,6 +493,50 @@ static void expect_ahead_behind_remap(const struct orders *o)
 BOTH_ENGINES_WITH(a_fetch_ahead_queued_behind_a_remap_that_waits_is_done_first,
                   "ahead-behind-remap", expect_ahead_behind_remap, "IPCSHIM_TEST_SWAP_AHEAD=1")
 
+/* 10. The orders a fetch ahead meets when the history policy decides it
+ * (no IPCSHIM_TEST_SWAP_AHEAD): kernels over A, B and C in turn until the
+ * period is learned, a last round on held S1 (A's fetch ahead waits in the
+ * mover behind it), then a kernel over A on held S3, cudaFree(A) or an
+ * export of A. Whether A's own fetch is in the mover at that moment
+ * depends on the mover thread's timing ("a_ahead"); the learning rounds
+ * meet fetches ahead the mover runs too. The launch case runs three times:
+ * with swap_vmm_before not waiting for a moving fetch ahead, the mover
+ * unmaps A under the kernel queued on S3 in about three runs of five
+ * (words lost). */
+static void expect_learned(const struct orders *o)
+{
+    cr_expect_geq(stat_of(o, "fetched ahead "), 1, "%s/%s: the policy fetched nothing ahead",
+                  o->mode, o->engine);
+    if (o->vmm) cr_expect_geq(stat_of(o, "fetches ahead "), 1, "%s: no fetch ahead", o->mode);
+    expect_intact(o);
+}
+static void expect_learned_free(const struct orders *o)
+{
+    cr_expect_eq(num(o, "free"), 0, "%s/%s: cudaFree(A) failed", o->mode, o->engine);
+    expect_learned(o);
+}
+static void expect_learned_export(const struct orders *o)
+{
+    cr_expect_eq(num(o, "export"), o->vmm ? 0 : 1, "%s/%s: export", o->mode, o->engine);
+    expect_learned(o);
+}
+Test(swap_orders, a_launch_over_a_block_the_policy_fetches_ahead_vmm)
+{
+    for (int i = 0; i < 3; i++) {
+        static struct orders o;
+        run_order(&o, "learned-launch", "vmm", NULL);
+        expect_learned(&o);
+    }
+}
+Test(swap_orders, a_launch_over_a_block_the_policy_fetches_ahead_managed)
+{
+    static struct orders o;
+    run_order(&o, "learned-launch", "managed", NULL);
+    expect_learned(&o);
+}
+BOTH_ENGINES(a_free_of_a_block_the_policy_fetches_ahead, "learned-free", expect_learned_free)
+BOTH_ENGINES(an_export_of_a_block_the_policy_fetches_ahead, "learned-export", expect_learned_export)
+
 /* 4. fork with A evicted: the child does no CUDA and exits; the parent
  * fetches A back. */
 static void expect_fork(const struct orders *o)

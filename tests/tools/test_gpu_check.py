@@ -89,6 +89,13 @@ def test_whole_run_on_the_simulator_prints_the_validation_block():
                   f"speed-up row of train {shape} in:\n{text}")
         check(re.search(r"\| swap: train x8, vmm at 1.5x, moves \| info \|.*VMM blocks [1-9]", text),
               f"train x8's VMM blocks in:\n{text}")
+        # the policy's fetches ahead and their lateness, on both engines
+        for engine in ("managed", "vmm"):
+            check(re.search(rf"\| swap: train x8, {engine} at 1.5x, moves \| info \|.*fetched ahead [1-9][0-9]* bytes "
+                            r"\(late [0-9]+, early [0-9]+, missed [0-9]+\)", text),
+                  f"train x8's fetches ahead under {engine} in:\n{text}")
+        check(re.search(r"\| swap: train x8, vmm at 1.5x, moves \| info \|.*fetches ahead [0-9]+ \(failed [0-9]+, "
+                        r"dropped [0-9]+\)", text), f"train x8's mover fetches ahead in:\n{text}")
         for probe in ("swap-move-256K", "swap-move-2048K", "swap-move-16384K", "swap-overlap", "swap-pattern",
                       "swap-pattern-side", "swap-duplex"):
             check(f"- **{probe}**:" in text, f"probe {probe} in:\n{text}")

@@ -87,6 +87,14 @@
  *                    and C's fetch is a fetch ahead queued after that
  *                    remap, its own wait over once S1's work ends; after a
  *                    while (S2 still held) "c_ahead" says where C is
+ *   learned-launch   no test knob: kernels over A, B and C in turn on S1
+ *                    (two fit) until the history policy learns the period
+ *                    and fetches ahead on its own; one more round on held
+ *                    S1, after which A's fetch ahead (A is next) waits in
+ *                    the mover behind S1; then a kernel over A on held
+ *                    S3; S1 released, then S3; two more rounds
+ *   learned-free     the same, then cudaFree(A) instead of the kernel
+ *   learned-export   the same, then cudaIpcGetMemHandle(A) instead
  *   unsafe-unmap     no shim needed: what an engine that ignores the rule
  *                    does, by hand: a VMM block with a queued kernel over
  *                    it is copied out and unmapped (the 700 the other
@@ -102,7 +110,7 @@
  * A is mapped just before the kernel over it or the mode's call); with the
  * orders that evict A first "a_evicted" (once its remap is done); with
  * ahead-launch "a_ahead" (A while its fetch ahead waits) and
- * "a_after_launch"; mode
+ * "a_after_launch"; with the learned modes "a_ahead" too; mode
  * lines ("export: CODE",
  * "child: STATUS", "free: CODE", "reset: CODE", "import_open: CODE", "import_read: ok|wrong"),
  * "error: WHAT CODE" for every call that failed, "errors: N", "bad_words: N" (words that differ
@@ -790,6 +798,44 @@ static void ahead_behind_remap_order(void)
     finish(0);
 }
 
+/* The learned modes (top of the file): fetches ahead the policy decides,
+ * met while the mover runs them. */
+#define LEARN_ROUNDS 12
+static void learned_order(const char *mode)
+{
+    for (int round = 0; round < LEARN_ROUNDS; round++)
+        for (int b = 0; b < NBLK; b++)
+            add(b, s1, 1 + (uint32_t)b, false);
+    check(cuStreamSynchronize(s1), "cuStreamSynchronize(S1)");
+    hold_stream(s1, 1);
+    for (int b = 0; b < NBLK; b++)
+        add(b, s1, 1 + (uint32_t)b, false);
+    let_the_mover_take_it();
+    printf("a_ahead: %s\n", where(blk[A]));
+    unsigned gone = 0;
+    if (is(mode, "learned-launch")) {
+        hold_stream(s3, 1); /* the kernel stays queued while the mover may unmap A */
+        add(A, s3, 7, false);
+    } else if (is(mode, "learned-free")) {
+        printf("free: %d\n", check(cudaFree(blk[A]), "cudaFree(A)"));
+        gone = 1u << A;
+    } else {
+        cudaIpcMemHandle_t h;
+        int r = cudaIpcGetMemHandle(&h, blk[A]);
+        printf("export: %d\n", r);
+        if (r) cudaGetLastError(); /* the managed engine refuses: nothing shared */
+    }
+    hold_stream(s1, 0);
+    check(cuStreamSynchronize(s1), "cuStreamSynchronize(S1)");
+    let_the_mover_take_it();
+    hold_stream(s3, 0);
+    check(cuStreamSynchronize(s3), "cuStreamSynchronize(S3)");
+    for (int round = 0; round < 2; round++)
+        for (int b = 0; b < NBLK; b++)
+            if (!(gone & (1u << b))) add(b, s1, 8 + (uint32_t)b, false);
+    finish(gone);
+}
+
 /* A swap engine's eviction without the rule, by hand: the block is a VMM
  * range mapping device memory; a kernel over it is queued; the "engine"
  * copies the range to a host-located allocation and re-points the range
@@ -870,6 +916,8 @@ int main(int argc, char **argv)
         ahead_order(is(mode, "ahead-fail"));
     else if (is(mode, "ahead-behind-remap"))
         ahead_behind_remap_order();
+    else if (is(mode, "learned-launch") || is(mode, "learned-free") || is(mode, "learned-export"))
+        learned_order(mode);
     else if (is(mode, "unsafe-unmap"))
         unsafe_unmap();
     else
