@@ -39,8 +39,8 @@
  * advise calls and the VMM remaps are made under it. A launch, copy or set that touches a VMM block
  * (or may: unknown accesses) keeps it from before the real call until its event is recorded after
  * it (the thread-local `pending`): an eviction on another thread in between would not know of the
- * queued work and could unmap under it. One that touches managed blocks only keeps it too, for its
- * fetches ahead; one that touches no swappable block drops it before the real call, as before.
+ * queued work and could unmap under it. One that touches managed blocks only keeps it too when
+ * IPCSHIM_SWAP_AHEAD is on, for its fetches ahead; else it drops it before the real call.
  * Kernels are recorded as writing every block they touch: a launch does not say which parameters it
  * writes. Copies and sets record the source as read and the destination as
  * written, and neither fetch nor evict (a copy works wherever the block is;
@@ -80,6 +80,7 @@ static struct swap_engine *engine; /* core/swap/swap_engine.h: index, policies, 
 static unsigned long live_blocks;  /* atomic: launches skip the scan while 0 */
 static enum swap_policy_kind policy_kind;
 static bool engine_vmm;          /* IPCSHIM_SWAP_ENGINE=vmm */
+static bool swap_ahead;          /* IPCSHIM_SWAP_AHEAD: the engine fetches ahead after the work */
 static bool test_ahead;          /* IPCSHIM_TEST_SWAP_AHEAD: every VMM fetch is one ahead */
 static unsigned long vmm_blocks; /* atomic: VMM-backed blocks live (pinned ones included) */
 
@@ -207,6 +208,7 @@ void swap_init(void)
     policy_kind = o->swap_policy == SWAP_OPT_LRU ? SWAP_POLICY_LRU : SWAP_POLICY_HISTORY;
     engine_vmm = o->swap_engine == SWAP_ENGINE_VMM;
     test_ahead = o->test_swap_ahead;
+    swap_ahead = o->swap_ahead;
     swap_vmm_init(&swap_lock, o->swap_mover == SWAP_MOVER_THREAD);
     budget = o->device_budget;
     part_bytes = o->swap_part_bytes;
@@ -545,12 +547,13 @@ static void keep_or_unlock(CUstream stream, const struct swap_touch *t, const st
         all |= o && o->overflow;
     }
     bool vmm = n || (all && __atomic_load_n(&vmm_blocks, __ATOMIC_RELAXED));
-    if (!vmm && !t->n) { /* the common case: nothing swappable, nothing to follow */
+    bool ahead = t->n > 0 && swap_ahead;
+    if (!vmm && !ahead) { /* the common case: nothing to follow */
         pthread_mutex_unlock(&swap_lock);
         return;
     }
     pending.active = true, pending.all = all, pending.stream = stream, pending.n = n;
-    pending.vmm = vmm, pending.ahead = t->n > 0;
+    pending.vmm = vmm, pending.ahead = ahead;
 }
 
 /* Whether stream is being captured into a graph (then nothing of the

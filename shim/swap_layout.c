@@ -12,7 +12,6 @@
 
 #define MAX_PARAMS 1024
 
-
 static struct layout *layouts; /* under layouts_lock */
 static pthread_mutex_t layouts_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -92,4 +91,3 @@ const struct layout *layout_of(enum fn_kind kind, const void *fn)
     pthread_mutex_unlock(&layouts_lock);
     return l;
 }
-

@@ -106,4 +106,3 @@ bool managed_ahead_late(uint64_t base, CUstream stream, int *idle)
     }
     return false;
 }
-

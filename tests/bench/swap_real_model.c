@@ -1,9 +1,10 @@
 /* swap-real --model: the timing model (swap_model.h) over traces at budgets
  * of 1/1.25, 1/1.5 and 1/2 of each trace's peak live bytes. Per trace and
  * budget: one row of means per iteration (unlimited, T_bound, today's
- * managed engine, the VMM engine as built before fetch ahead (BEFORE_DESIGN
- * below), the VMM engine as built (BUILT_DESIGN below: what the shim has
- * with the mover thread and the engine's fetch ahead), the planned VMM
+ * managed engine, the VMM engine's first form (BEFORE_DESIGN below: whole
+ * blocks moved by the launching thread), the VMM engine as built
+ * (BUILT_DESIGN below: what the shim does by default, IPCSHIM_SWAP_AHEAD
+ * off; the --designs row "built ahead c8 learned" is the same with it on), the planned VMM
  * engine in its chosen design for reference (VMM_DESIGN below),
  * all with history's decisions on the blocks the shim sees: a
  * PyTorch trace's tensors placed in the caching allocator's segments, the
@@ -284,8 +285,8 @@ static const struct design *find_design(const char *name)
 }
 #define MANAGED_DESIGN "mgd:seg"
 #define VMM_DESIGN "d:chunk8"
-#define BUILT_DESIGN "built ahead c8 learned"
-/* the engine as built before fetch ahead, for reference (the built column) */
+#define BUILT_DESIGN "built async c8 learned"
+/* the VMM engine's first form, for reference (the before column) */
 #define BEFORE_DESIGN "built"
 
 int swap_real_model(int n, char **paths, const char *json)
@@ -301,9 +302,11 @@ int swap_real_model(int n, char **paths, const char *json)
                     "\",\n  \"vmm_built\": \"" BUILT_DESIGN "\",\n  \"vmm\": \"" VMM_DESIGN
                     "\",\n  \"rows\": [\n");
     printf("timing model (tests/swap/offline/swap_model.c): ms per iteration, mean over iterations "
-           "2..n-2 (all when fewer); managed = the managed engine, before = the VMM engine as "
-           "built before fetch ahead (" BEFORE_DESIGN "), built = as built (" BUILT_DESIGN
-           ": async evictions, fetches ahead by the mover thread; the goals judge it), vmm = the "
+           "2..n-2 (all when fewer); managed = the managed engine, before = the VMM engine's "
+           "first form (" BEFORE_DESIGN
+           ": whole blocks, moved by the launching thread), built = as "
+           "built (" BUILT_DESIGN ": async evictions, victims' remaps on the mover thread, 8 MiB "
+           "parts with learned extents, no fetch ahead; the goals judge it), vmm = the "
            "planned one (" VMM_DESIGN " of swap-real --designs), all with history's decisions "
            "on the blocks the shim sees (PyTorch traces: the caching allocator's segments); "
            "bound = T_bound; MiB in/out: built's\n");

@@ -209,7 +209,7 @@ static void replay_engine(const struct swap_trace *t, uint64_t budget, struct sw
  * train's kernels touch is written (the shim records kernels as writing all
  * their blocks), so every eviction is a write-back and the shim's bytes to
  * the host are the replay's too. The history policy learns train's period
- * and fetches ahead (not IPCSHIM_TEST_SWAP_AHEAD): the stats line counts
+ * and fetches ahead (IPCSHIM_SWAP_AHEAD=1): the stats line counts
  * the bytes and the launches' feedback. */
 Test(swap, the_shims_moves_are_the_replay_of_its_trace)
 {
@@ -224,7 +224,8 @@ Test(swap, the_shims_moves_are_the_replay_of_its_trace)
     struct run_result r;
     run_prog(&r, "train", true,
              ENV("IPCSHIM_DEVICE_BUDGET=26431488", "IPCSHIM_SWAP_MIN_BYTES=64K",
-                 "IPCSHIM_SWAP_POLICY=history", "IPCSHIM_STATS=1", env_trace, env_log),
+                 "IPCSHIM_SWAP_POLICY=history", "IPCSHIM_SWAP_AHEAD=1", "IPCSHIM_STATS=1",
+                 env_trace, env_log),
              ARGS("--iters", "6"));
     cr_assert_eq(r.status, 0, "%s", r.out);
     unsigned long long fetched = number_after(log, "prefetched to device ");
@@ -440,9 +441,10 @@ static void ahead_run(struct vmm_stats *s, const char *budget, const char *const
     unlink(s->log);
     snprintf(env_log, sizeof env_log, "IPCSHIM_LOG_FILE=%s", s->log);
     snprintf(env_budget, sizeof env_budget, "IPCSHIM_DEVICE_BUDGET=%s", budget);
-    const char *env[8] = {env_log, env_budget, "IPCSHIM_STATS=1", "IPCSHIM_EXIT_WAIT=0"};
-    size_t n = 4;
-    for (size_t i = 0; extra && extra[i] && n < 7; i++)
+    const char *env[9] = {env_log, env_budget, "IPCSHIM_STATS=1", "IPCSHIM_EXIT_WAIT=0",
+                          "IPCSHIM_SWAP_AHEAD=1"};
+    size_t n = 5;
+    for (size_t i = 0; extra && extra[i] && n < 8; i++)
         env[n++] = extra[i];
     run_prog(&s->r, "swap-vmm", true, env, args);
     cr_assert_eq(s->r.status, 0, "swap-vmm: status %d\n%s", s->r.status, s->r.out);

@@ -494,7 +494,7 @@ BOTH_ENGINES_WITH(a_fetch_ahead_queued_behind_a_remap_that_waits_is_done_first,
                   "ahead-behind-remap", expect_ahead_behind_remap, "IPCSHIM_TEST_SWAP_AHEAD=1")
 
 /* 10. The orders a fetch ahead meets when the history policy decides it
- * (no IPCSHIM_TEST_SWAP_AHEAD): kernels over A, B and C in turn until the
+ * (IPCSHIM_SWAP_AHEAD=1, not IPCSHIM_TEST_SWAP_AHEAD): kernels over A, B and C in turn until the
  * period is learned, a last round on held S1 (A's fetch ahead waits in the
  * mover behind it), then a kernel over A on held S3, cudaFree(A) or an
  * export of A. Whether A's own fetch is in the mover at that moment
@@ -524,18 +524,33 @@ Test(swap_orders, a_launch_over_a_block_the_policy_fetches_ahead_vmm)
 {
     for (int i = 0; i < 3; i++) {
         static struct orders o;
-        run_order(&o, "learned-launch", "vmm", NULL);
+        run_order(&o, "learned-launch", "vmm", "IPCSHIM_SWAP_AHEAD=1");
         expect_learned(&o);
     }
 }
 Test(swap_orders, a_launch_over_a_block_the_policy_fetches_ahead_managed)
 {
     static struct orders o;
-    run_order(&o, "learned-launch", "managed", NULL);
+    run_order(&o, "learned-launch", "managed", "IPCSHIM_SWAP_AHEAD=1");
     expect_learned(&o);
 }
-BOTH_ENGINES(a_free_of_a_block_the_policy_fetches_ahead, "learned-free", expect_learned_free)
-BOTH_ENGINES(an_export_of_a_block_the_policy_fetches_ahead, "learned-export", expect_learned_export)
+/* The same order under both engines with IPCSHIM_SWAP_AHEAD=1. */
+#define BOTH_ENGINES_AHEAD(name, mode, check)                                                      \
+    Test(swap_orders, name##_managed)                                                              \
+    {                                                                                              \
+        static struct orders o;                                                                    \
+        run_order(&o, mode, "managed", "IPCSHIM_SWAP_AHEAD=1");                                    \
+        check(&o);                                                                                 \
+    }                                                                                              \
+    Test(swap_orders, name##_vmm)                                                                  \
+    {                                                                                              \
+        static struct orders o;                                                                    \
+        run_order(&o, mode, "vmm", "IPCSHIM_SWAP_AHEAD=1");                                        \
+        check(&o);                                                                                 \
+    }
+BOTH_ENGINES_AHEAD(a_free_of_a_block_the_policy_fetches_ahead, "learned-free", expect_learned_free)
+BOTH_ENGINES_AHEAD(an_export_of_a_block_the_policy_fetches_ahead, "learned-export",
+                   expect_learned_export)
 
 /* 4. fork with A evicted: the child does no CUDA and exits; the parent
  * fetches A back. */
