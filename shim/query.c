@@ -1,6 +1,6 @@
 /* query: the pointer queries (cuMemGetAddressRange, cuPointerGetAttribute,
  * cuPointerGetAttributes, cudaPointerGetAttributes), through every door. A
- * pointer inside a VMM-backed swappable block (shim/swap_vmm.c) gets the
+ * pointer inside a VMM-backed swappable block (shim/swap/swap_vmm.c) gets the
  * answers of the cudaMalloc that block replaced, whether its range maps
  * device chunks or its host copy at the moment: the block's base and the
  * size the program asked for, device memory of its device and context, not

@@ -5,7 +5,7 @@
  * pointers of kernels, copies and sets, kept for the block's life), or to
  * the block's end. Copies and sets carry their own size. A short extent is
  * only a prediction: the shim still orders and dirties everything from the
- * pointer to the block's end (shim/swap_vmm_parts.c).
+ * pointer to the block's end (shim/swap/swap_vmm_parts.c).
  *
  * Memory is bounded: at most SWAP_EXTENT_MAX_STARTS starts per block (8
  * bytes each). Past the bound a new start is not recorded, so extents stay

@@ -1,7 +1,7 @@
 /* swap_probes: what host swap's one device operation costs on the driver
  * (docs/swap.md, "On a GPU"), measured without the shim. The shim moves a
  * block with cuMemAdvise(SET_PREFERRED_LOCATION) and cuMemPrefetchAsync on
- * the launch's stream (shim/host_swap.c, cuda_move); these probes say how fast
+ * the launch's stream (shim/swap/host_swap.c, cuda_move); these probes say how fast
  * that is for blocks of several sizes, what the advise adds, whether a
  * prefetch on another stream overlaps a kernel, and what the shim's pattern
  * (evict one block, fetch one, launch over it, all on one stream) costs per

@@ -489,8 +489,8 @@ def test_troubleshooting_quotes_real_log_messages():
     """Each message quoted in the table of docs/troubleshooting.md is one the
     library prints: its fixed parts (between "…" and placeholders such as N
     or PID) occur in core/ or shim/."""
-    source = "".join(open(f).read() for f in glob.glob(os.path.join(SRC, "core", "*.c")) +
-                     glob.glob(os.path.join(SRC, "shim", "*.c")))
+    source = "".join(open(f).read() for f in glob.glob(os.path.join(SRC, "core", "**", "*.c"), recursive=True) +
+                     glob.glob(os.path.join(SRC, "shim", "**", "*.c"), recursive=True))
     text = open(os.path.join(SRC, "docs", "troubleshooting.md")).read()
     table = text[text.index("| message |"):].split("\n\n")[0]
     quoted = 0
@@ -500,7 +500,7 @@ def test_troubleshooting_quotes_real_log_messages():
                 part = part.strip(" ()")
                 if len(part) >= 8:
                     quoted += 1
-                    check(part in source, f"'{part}' (from `{msg}`) is not in core/*.c or shim/*.c")
+                    check(part in source, f"'{part}' (from `{msg}`) is not in core/**/*.c or shim/**/*.c")
     check(quoted > 10, f"messages found: {quoted}")
 
 

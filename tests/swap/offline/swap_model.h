@@ -23,7 +23,7 @@
  *   touch costs no remap: the engine maps a new block when it is
  *   allocated, which the trace does not show; it waits only for room.
  * - SWAP_MODEL_BUILT: the VMM engine as the shim builds it today
- *   (shim/swap_vmm.c): each unit moves whole, only when the launch that
+ *   (shim/swap/swap_vmm.c): each unit moves whole, only when the launch that
  *   needs it is decided, on the host thread before that launch is
  *   submitted. An eviction makes the host wait for the victim's events
  *   and, dirty, for its write-back on the device->host engine, then remap;
@@ -62,7 +62,7 @@
  *   block the prediction saw coming is late. A block
  *   on the managed path (unit SWAP_MODEL_UNIT_SMALL_MANAGED) fetched ahead
  *   migrates on the launch's stream, as on demand. The mover threads serve
- *   ready work first, as the shim's does (shim/swap_mover.c): a job runs
+ *   ready work first, as the shim's does (shim/swap/swap_mover.c): a job runs
  *   in an idle stretch of a mover before a job decided earlier that still
  *   waits for its events (a victim's remap behind its write-back) when it
  *   ends before that one starts, else after the mover's last job; a job

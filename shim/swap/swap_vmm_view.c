@@ -1,5 +1,5 @@
 /* swap_vmm_view: the program's view of the VMM-backed swappable blocks,
- * for pointer queries from any thread (swap_vmm_view.h). shim/swap_vmm.c
+ * for pointer queries from any thread (swap_vmm_view.h). shim/swap/swap_vmm.c
  * lists and unlists blocks; shim/query.c asks. */
 #include "swap_vmm_view.h"
 #include "resolve.h"

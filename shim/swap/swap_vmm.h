@@ -1,5 +1,5 @@
 /* swap_vmm: host swap's VMM backing (docs/swap.md, "The VMM engine"),
- * defined in shim/swap_vmm.c and driven by shim/host_swap.c, whose
+ * defined in shim/swap/swap_vmm.c and driven by shim/swap/host_swap.c, whose
  * swap_lock serialises every call here but swap_vmm_query (pointer queries,
  * shim/query.c, from any thread).
  *

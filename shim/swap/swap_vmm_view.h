@@ -1,7 +1,7 @@
 /* swap_vmm_view: the program's view of the VMM-backed swappable blocks
- * (shim/swap_vmm_view.c): each live block's range as cudaMalloc would have
+ * (shim/swap/swap_vmm_view.c): each live block's range as cudaMalloc would have
  * given it, for pointer queries (shim/query.c) from any thread, without
- * swap_lock, which is held across real launches. shim/swap_vmm.c lists a
+ * swap_lock, which is held across real launches. shim/swap/swap_vmm.c lists a
  * block before its allocation returns and unlists it when it goes. */
 #ifndef SHIM_SWAP_VMM_VIEW_H
 #define SHIM_SWAP_VMM_VIEW_H

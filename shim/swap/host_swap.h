@@ -1,5 +1,5 @@
 /* host_swap.h: the shim side of host swap (docs/swap.md), defined in
- * shim/host_swap.c and used by memory.c, api.c and init.c; core/swap/swap.h is core's
+ * shim/swap/host_swap.c and used by memory.c, api.c and init.c; core/swap/swap.h is core's
  * side. The launch, copy and set entry points (do_<name> in host_swap.c) are
  * declared by symbols.h like every other logic entry.
  *

@@ -1,5 +1,5 @@
 /* host_swap: host swap's hooks in the shim (docs/swap.md). Swappable
- * allocations are VMM-backed (shim/swap_vmm.c: IPCSHIM_SWAP_ENGINE=vmm, the
+ * allocations are VMM-backed (shim/swap/swap_vmm.c: IPCSHIM_SWAP_ENGINE=vmm, the
  * default, blocks of at least the VMM granularity) or managed memory (the
  * rest, and every block with IPCSHIM_SWAP_ENGINE=managed), registered with
  * the swap engine

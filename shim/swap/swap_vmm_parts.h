@@ -1,5 +1,5 @@
 /* swap_vmm_parts: the VMM-backed swappable allocations as the program made
- * them (shim/swap_vmm_parts.c, docs/swap.md "Parts"). An allocation larger
+ * them (shim/swap/swap_vmm_parts.c, docs/swap.md "Parts"). An allocation larger
  * than IPCSHIM_SWAP_PART_BYTES is one reservation whose parts (that size,
  * the last one shorter) are independent blocks of the VMM engine
  * (swap_vmm.h: each its own host copy, chunks, events, state), each
