@@ -73,15 +73,19 @@ static bool kept_on_teardown(const struct ipc_handle *h)
     return vmm_handle_synthetic(h->bytes) || vmm_handle_direct(h->bytes);
 }
 
-/* Before a call that may end ctx; after it, context_gone or (it failed)
- * context_kept. */
+/* Before a call that may end ctx; after it, context_ended. */
 static void context_ending(CUcontext ctx)
 {
     if (ctx) hooks_context_ending((uint64_t)ctx);
 }
-static void context_kept(CUcontext ctx)
+static void context_gone(CUcontext ctx);
+/* After that call: ctx is gone (context_gone), or it failed and ctx lives on. */
+static void context_ended(CUcontext ctx, bool gone)
 {
-    if (ctx) hooks_context_ending(0);
+    if (gone)
+        context_gone(ctx);
+    else if (ctx)
+        hooks_context_ending(0);
 }
 
 static void context_gone(CUcontext ctx)
@@ -125,10 +129,7 @@ cudaError_t do_cudaDeviceReset(void)
         ctx = active_primary(dev);
     context_ending(ctx);
     cudaError_t r = CALL_REAL_RUNTIME(cudaDeviceReset, ());
-    if (r == cudaSuccess)
-        context_gone(ctx);
-    else
-        context_kept(ctx);
+    context_ended(ctx, r == cudaSuccess);
     return r;
 }
 
@@ -140,10 +141,7 @@ static CUresult primary_reset(CUdevice dev, CUresult (*real)(CUdevice))
     CUcontext ctx = active_primary(dev);
     context_ending(ctx);
     CUresult r = real(dev);
-    if (r == CUDA_SUCCESS)
-        context_gone(ctx);
-    else
-        context_kept(ctx);
+    context_ended(ctx, r == CUDA_SUCCESS);
     return r;
 }
 
@@ -164,10 +162,7 @@ static CUresult primary_release(CUdevice dev, CUresult (*real)(CUdevice))
     CUcontext ctx = active_primary(dev);
     context_ending(ctx); /* it may be the last retain */
     CUresult r = real(dev);
-    if (r == CUDA_SUCCESS && ctx && !primary_active(dev))
-        context_gone(ctx);
-    else
-        context_kept(ctx);
+    context_ended(ctx, r == CUDA_SUCCESS && ctx && !primary_active(dev));
     return r;
 }
 
@@ -185,10 +180,7 @@ CUresult do_cuCtxDestroy(CUcontext ctx)
 {
     context_ending(ctx);
     CUresult r = CALL_REAL_DRIVER(cuCtxDestroy, (ctx));
-    if (r == CUDA_SUCCESS)
-        context_gone(ctx);
-    else
-        context_kept(ctx);
+    context_ended(ctx, r == CUDA_SUCCESS);
     return r;
 }
 
@@ -196,9 +188,6 @@ CUresult do_cuCtxDestroy_v2(CUcontext ctx)
 {
     context_ending(ctx);
     CUresult r = CALL_REAL_DRIVER(cuCtxDestroy_v2, (ctx));
-    if (r == CUDA_SUCCESS)
-        context_gone(ctx);
-    else
-        context_kept(ctx);
+    context_ended(ctx, r == CUDA_SUCCESS);
     return r;
 }

@@ -298,6 +298,16 @@ static uint32_t *filter_slot(uint64_t base)
 
 static void unregister_locked(uint64_t base, bool vmm);
 
+/* Parts 0..n of a leave the engine's index (and, with unregister, the
+ * filter and the counts). Under swap_lock. */
+static void parts_leave(const struct vmm_alloc *a, size_t n, bool unregister)
+{
+    for (size_t k = 0; k < n; k++) {
+        swap_engine_remove(engine, a->base + k * a->part, NULL); /* a pinned one is not indexed */
+        if (unregister) unregister_locked(a->base + k * a->part, true);
+    }
+}
+
 /* Index a new block of device dev, charged in units of unit bytes. Under
  * swap_lock. 0, or the engine's negative errno (logged). */
 static int register_locked(uint64_t base, size_t size, CUdevice dev, uint64_t unit, bool vmm)
@@ -347,10 +357,7 @@ static bool vmm_alloc(size_t size, uint64_t *base)
         if (register_locked(a->base + k * a->part, swap_vmm_alloc_part_asked(a, k), dev, g, true))
             break;
     if (ok && k < a->n) {
-        while (k-- > 0) {
-            swap_engine_remove(engine, a->base + k * a->part, NULL);
-            unregister_locked(a->base + k * a->part, true);
-        }
+        parts_leave(a, k, true);
         swap_vmm_alloc_free(a);
         ok = false;
     }
@@ -427,12 +434,12 @@ bool swap_on_free_slow(uint64_t ptr)
         pthread_mutex_unlock(&swap_lock);
         return false;
     }
-    for (size_t k = 0; a && k < a->n; k++) {
-        swap_engine_remove(engine, a->base + k * a->part, NULL); /* pinned: not indexed */
-        unregister_locked(a->base + k * a->part, true);
+    if (a) {
+        parts_leave(a, a->n, true);
+        swap_vmm_alloc_free(a); /* the program's free is this one: never the real one */
+    } else if (!swap_engine_remove(engine, ptr, &b)) {
+        unregister_locked(ptr, false);
     }
-    if (!a && !swap_engine_remove(engine, ptr, &b)) unregister_locked(ptr, false);
-    if (a) swap_vmm_alloc_free(a); /* the program's free is this one: never the real one */
     pthread_mutex_unlock(&swap_lock);
     return a != NULL;
 }
@@ -488,8 +495,7 @@ bool swap_refuses_export_slow(uint64_t ptr, const char *call)
      * outside the engine and its budget (swap_vmm_alloc_pin). */
     struct vmm_alloc *a = b && vmm_blocks ? swap_vmm_alloc_find(base) : NULL;
     if (a && swap_vmm_alloc_pin(a) == 0) {
-        for (size_t k = 0; k < a->n; k++)
-            swap_engine_remove(engine, a->base + k * a->part, NULL);
+        parts_leave(a, a->n, false);
         size = a->asked;
         pthread_mutex_unlock(&swap_lock);
         LOG_RATE(LOG_INFO,
